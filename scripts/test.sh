@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Runs the whole test suite on a fresh machine: installs and starts what the
+# tests need, then runs every test. Usage: ./scripts/test.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+./scripts/install-test-deps.sh
+
+cargo build --workspace --all-targets --locked
+cargo test --workspace --locked

@@ -1,0 +1,174 @@
+//! `/api/v1/dataflows`.
+
+use axum::Extension;
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use super::AppState;
+use super::auth::Tenant;
+use super::error::{ApiError, ErrorBody};
+use super::json::ApiJson;
+use super::queue_services::{check_body_name, path_name};
+use crate::model::dataflow::{DataFlowRequest, DataFlowSpec, DataFlowView};
+use crate::model::name::DnsLabel;
+
+#[derive(Serialize, ToSchema)]
+pub struct DataFlowList {
+    pub items: Vec<DataFlowView>,
+}
+
+fn what(name: &str) -> impl FnOnce() -> String + '_ {
+    move || format!("dataflow {name:?}")
+}
+
+fn spec_of(view: DataFlowView) -> DataFlowSpec {
+    DataFlowSpec {
+        source: view.source,
+        sink: view.sink,
+        transformations: view.transformations,
+        errors: view.errors,
+        resources: view.resources,
+        checkpoint_persistence: view.checkpoint_persistence,
+        channel_buffer_size: view.channel_buffer_size,
+    }
+}
+
+/// Create a dataflow. The spec is validated first: a bad one creates nothing.
+#[utoipa::path(post, path = "/api/v1/dataflows", tag = "dataflows",
+    request_body = DataFlowRequest,
+    responses((status = 201, body = DataFlowView), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn create(
+    State(state): State<AppState>,
+    Extension(Tenant(tenant)): Extension<Tenant>,
+    ApiJson(mut body): ApiJson<DataFlowRequest>,
+) -> Result<impl IntoResponse, ApiError> {
+    let name = DnsLabel::parse(body.name.take().as_deref().unwrap_or_default(), "name")
+        .map_err(|e| ApiError::Validation(e.into()))?;
+    let spec = body.into_spec()?;
+    let view = state
+        .platform
+        .create_dataflow(&tenant, &name, spec)
+        .await
+        .map_err(|e| ApiError::from_platform(e, what(name.as_str())))?;
+    let location = format!("/api/v1/dataflows/{name}");
+    Ok((StatusCode::CREATED, [(header::LOCATION, location)], Json(view)))
+}
+
+/// List the tenant's dataflows.
+#[utoipa::path(get, path = "/api/v1/dataflows", tag = "dataflows",
+    responses((status = 200, body = DataFlowList), (status = 401, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn list(
+    State(state): State<AppState>,
+    Extension(Tenant(tenant)): Extension<Tenant>,
+) -> Result<Json<DataFlowList>, ApiError> {
+    let items = state
+        .platform
+        .list_dataflows(&tenant)
+        .await
+        .map_err(|e| ApiError::from_platform(e, || "dataflows".into()))?;
+    Ok(Json(DataFlowList { items }))
+}
+
+/// Get one dataflow with its phase.
+#[utoipa::path(get, path = "/api/v1/dataflows/{name}", tag = "dataflows",
+    params(("name" = String, Path, description = "Dataflow name")),
+    responses((status = 200, body = DataFlowView), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn get(
+    State(state): State<AppState>,
+    Extension(Tenant(tenant)): Extension<Tenant>,
+    Path(name): Path<String>,
+) -> Result<Json<DataFlowView>, ApiError> {
+    let label = path_name(&name, what(&name))?;
+    state
+        .platform
+        .get_dataflow(&tenant, &label)
+        .await
+        .map(Json)
+        .map_err(|e| ApiError::from_platform(e, what(&name)))
+}
+
+async fn update(
+    state: AppState,
+    tenant: DnsLabel,
+    name: String,
+    mut body: DataFlowRequest,
+    partial: bool,
+) -> Result<Json<DataFlowView>, ApiError> {
+    let label = path_name(&name, what(&name))?;
+    check_body_name(body.name.take().as_deref(), &label)?;
+    let spec = if partial {
+        let current = state
+            .platform
+            .get_dataflow(&tenant, &label)
+            .await
+            .map_err(|e| ApiError::from_platform(e, what(&name)))?;
+        body.patch(&spec_of(current))?
+    } else {
+        body.into_spec()?
+    };
+    state
+        .platform
+        .update_dataflow(&tenant, &label, spec)
+        .await
+        .map(Json)
+        .map_err(|e| ApiError::from_platform(e, what(&name)))
+}
+
+/// Replace the whole spec.
+#[utoipa::path(put, path = "/api/v1/dataflows/{name}", tag = "dataflows",
+    params(("name" = String, Path, description = "Dataflow name")),
+    request_body = DataFlowRequest,
+    responses((status = 200, body = DataFlowView), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn put(
+    State(state): State<AppState>,
+    Extension(Tenant(tenant)): Extension<Tenant>,
+    Path(name): Path<String>,
+    ApiJson(body): ApiJson<DataFlowRequest>,
+) -> Result<Json<DataFlowView>, ApiError> {
+    update(state, tenant, name, body, false).await
+}
+
+/// Replace only the top-level fields present in the body.
+#[utoipa::path(patch, path = "/api/v1/dataflows/{name}", tag = "dataflows",
+    params(("name" = String, Path, description = "Dataflow name")),
+    request_body = DataFlowRequest,
+    responses((status = 200, body = DataFlowView), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn patch(
+    State(state): State<AppState>,
+    Extension(Tenant(tenant)): Extension<Tenant>,
+    Path(name): Path<String>,
+    ApiJson(body): ApiJson<DataFlowRequest>,
+) -> Result<Json<DataFlowView>, ApiError> {
+    update(state, tenant, name, body, true).await
+}
+
+/// Stop and delete a dataflow.
+#[utoipa::path(delete, path = "/api/v1/dataflows/{name}", tag = "dataflows",
+    params(("name" = String, Path, description = "Dataflow name")),
+    responses((status = 204, description = "Deleted"), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn delete(
+    State(state): State<AppState>,
+    Extension(Tenant(tenant)): Extension<Tenant>,
+    Path(name): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    let label = path_name(&name, what(&name))?;
+    state
+        .platform
+        .delete_dataflow(&tenant, &label)
+        .await
+        .map_err(|e| ApiError::from_platform(e, what(&name)))?;
+    Ok(StatusCode::NO_CONTENT)
+}

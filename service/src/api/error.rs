@@ -1,0 +1,114 @@
+//! The API's error type and its JSON form `{"error": {"code", "message", "field"?}}`.
+
+use axum::Json;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use crate::model::ValidationErrors;
+use crate::platform::PlatformError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("{0}")]
+    Unauthorized(&'static str),
+    #[error("{0} not found")]
+    NotFound(String),
+    #[error("{0} already exists")]
+    AlreadyExists(String),
+    #[error("{0}")]
+    Conflict(String),
+    #[error("{0}")]
+    Validation(ValidationErrors),
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("request body must be JSON: send Content-Type: application/json")]
+    UnsupportedMediaType,
+    #[error("request body is larger than {0} bytes")]
+    PayloadTooLarge(usize),
+    #[error("no such route")]
+    NoRoute,
+    #[error("method not allowed on this route")]
+    MethodNotAllowed,
+    #[error("the platform is unavailable; try again")]
+    Unavailable,
+}
+
+/// Body of every error response.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorDetail {
+    /// Stable, machine-readable code such as `validation_failed`.
+    pub code: &'static str,
+    /// Human-readable explanation.
+    pub message: String,
+    /// Dotted path of the offending request field, when one is to blame.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+}
+
+impl ApiError {
+    fn status_and_code(&self) -> (StatusCode, &'static str) {
+        match self {
+            Self::Unauthorized(_) => (StatusCode::UNAUTHORIZED, "unauthorized"),
+            Self::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
+            Self::AlreadyExists(_) => (StatusCode::CONFLICT, "already_exists"),
+            Self::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
+            Self::Validation(_) => (StatusCode::UNPROCESSABLE_ENTITY, "validation_failed"),
+            Self::BadRequest(_) => (StatusCode::BAD_REQUEST, "bad_request"),
+            Self::UnsupportedMediaType => (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type"),
+            Self::PayloadTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
+            Self::NoRoute => (StatusCode::NOT_FOUND, "no_route"),
+            Self::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
+            Self::Unavailable => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+        }
+    }
+
+    /// Maps a platform error about the object `what` (e.g. `queue service "q"`).
+    pub fn from_platform(e: PlatformError, what: impl FnOnce() -> String) -> Self {
+        match e {
+            PlatformError::NotFound => Self::NotFound(what()),
+            PlatformError::AlreadyExists => Self::AlreadyExists(what()),
+            PlatformError::Conflict(message) => Self::Conflict(message),
+            PlatformError::Unavailable(source) => {
+                tracing::error!(error = %source, "platform call failed");
+                Self::Unavailable
+            }
+        }
+    }
+}
+
+impl From<ValidationErrors> for ApiError {
+    fn from(e: ValidationErrors) -> Self {
+        Self::Validation(e)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, code) = self.status_and_code();
+        let field = match &self {
+            Self::Validation(errors) => errors.0.first().map(|e| e.field.clone()),
+            _ => None,
+        };
+        let body = ErrorBody {
+            error: ErrorDetail {
+                code,
+                message: self.to_string(),
+                field,
+            },
+        };
+        let mut response = (status, Json(body)).into_response();
+        if status == StatusCode::UNAUTHORIZED {
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("Bearer"));
+        }
+        response
+    }
+}

@@ -1,0 +1,75 @@
+//! The REST API under `/api/v1`, plus `/healthz`, `/readyz` and `/metrics`.
+
+pub mod auth;
+pub mod dataflows;
+pub mod error;
+pub mod json;
+pub mod metrics;
+pub mod openapi;
+pub mod queue_services;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::StatusCode;
+use axum::middleware;
+use axum::routing::get;
+
+use crate::platform::Platform;
+use crate::tenants::Tenants;
+use error::ApiError;
+use metrics::Metrics;
+
+#[derive(Clone)]
+pub struct AppState {
+    pub platform: Arc<dyn Platform>,
+    pub tenants: Arc<Tenants>,
+    pub metrics: Arc<Metrics>,
+}
+
+pub fn router(state: AppState) -> Router {
+    let tenant_api = Router::new()
+        .route(
+            "/queue-services",
+            get(queue_services::list).post(queue_services::create),
+        )
+        .route(
+            "/queue-services/{name}",
+            get(queue_services::get)
+                .put(queue_services::put)
+                .patch(queue_services::patch)
+                .delete(queue_services::delete),
+        )
+        .route("/dataflows", get(dataflows::list).post(dataflows::create))
+        .route(
+            "/dataflows/{name}",
+            get(dataflows::get)
+                .put(dataflows::put)
+                .patch(dataflows::patch)
+                .delete(dataflows::delete),
+        )
+        .route_layer(middleware::from_fn_with_state(state.clone(), auth::require_tenant));
+
+    Router::new()
+        .nest("/api/v1", tenant_api)
+        .route("/api/v1/openapi.json", get(openapi::serve))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics::serve))
+        .fallback(|| async { ApiError::NoRoute })
+        .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
+        .layer(middleware::from_fn_with_state(state.clone(), metrics::track))
+        .layer(DefaultBodyLimit::max(json::BODY_LIMIT))
+        .with_state(state)
+}
+
+async fn readyz(State(state): State<AppState>) -> Result<&'static str, (StatusCode, &'static str)> {
+    match state.platform.ready().await {
+        Ok(()) => Ok("ready"),
+        Err(e) => {
+            tracing::warn!(error = %e, "not ready");
+            Err((StatusCode::SERVICE_UNAVAILABLE, "not ready"))
+        }
+    }
+}

@@ -1,0 +1,191 @@
+//! `/api/v1/queue-services`.
+
+use axum::Extension;
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use super::AppState;
+use super::auth::Tenant;
+use super::error::{ApiError, ErrorBody};
+use super::json::ApiJson;
+use crate::model::FieldError;
+use crate::model::name::DnsLabel;
+use crate::model::queue_service::{QueueServiceRequest, QueueServiceSpec, QueueServiceView};
+
+#[derive(Serialize, ToSchema)]
+pub struct QueueServiceList {
+    pub items: Vec<QueueServiceView>,
+}
+
+fn what(name: &str) -> impl FnOnce() -> String + '_ {
+    move || format!("queue service {name:?}")
+}
+
+/// A name from the path: one that is not a valid name cannot exist.
+pub(super) fn path_name(name: &str, what: impl FnOnce() -> String) -> Result<DnsLabel, ApiError> {
+    DnsLabel::parse(name, "name").map_err(|_| ApiError::NotFound(what()))
+}
+
+/// The `name` of an update body must be absent or equal to the path's.
+pub(super) fn check_body_name(body: Option<&str>, path: &DnsLabel) -> Result<(), ApiError> {
+    match body {
+        Some(name) if name != path.as_str() => Err(ApiError::Validation(
+            FieldError::invalid(
+                "name",
+                format!("cannot be changed (path says {path:?}, body says {name:?}); create a new object instead"),
+            )
+            .into(),
+        )),
+        _ => Ok(()),
+    }
+}
+
+fn spec_of(view: &QueueServiceView) -> QueueServiceSpec {
+    QueueServiceSpec {
+        memory_mb: view.memory_mb,
+        storage_mb: view.storage_mb,
+        persistence: view.persistence,
+    }
+}
+
+/// Create a queue service. A tenant has one; it holds any number of queues.
+#[utoipa::path(post, path = "/api/v1/queue-services", tag = "queue-services",
+    request_body = QueueServiceRequest,
+    responses(
+        (status = 201, body = QueueServiceView, description = "Accepted; poll until phase is Ready"),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 409, body = ErrorBody, description = "Name taken, or the tenant already has a queue service"),
+        (status = 422, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn create(
+    State(state): State<AppState>,
+    Extension(Tenant(tenant)): Extension<Tenant>,
+    ApiJson(body): ApiJson<QueueServiceRequest>,
+) -> Result<impl IntoResponse, ApiError> {
+    let name = DnsLabel::parse(body.name.as_deref().unwrap_or_default(), "name")
+        .map_err(|e| ApiError::Validation(e.into()))?;
+    let spec = body.spec_over(QueueServiceSpec::default())?;
+    let view = state
+        .platform
+        .create_queue_service(&tenant, &name, spec)
+        .await
+        .map_err(|e| ApiError::from_platform(e, what(name.as_str())))?;
+    let location = format!("/api/v1/queue-services/{name}");
+    Ok((StatusCode::CREATED, [(header::LOCATION, location)], Json(view)))
+}
+
+/// List the tenant's queue services.
+#[utoipa::path(get, path = "/api/v1/queue-services", tag = "queue-services",
+    responses((status = 200, body = QueueServiceList), (status = 401, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn list(
+    State(state): State<AppState>,
+    Extension(Tenant(tenant)): Extension<Tenant>,
+) -> Result<Json<QueueServiceList>, ApiError> {
+    let items = state
+        .platform
+        .list_queue_services(&tenant)
+        .await
+        .map_err(|e| ApiError::from_platform(e, || "queue services".into()))?;
+    Ok(Json(QueueServiceList { items }))
+}
+
+/// Get one queue service, with its endpoint and keys once Ready.
+#[utoipa::path(get, path = "/api/v1/queue-services/{name}", tag = "queue-services",
+    params(("name" = String, Path, description = "Queue service name")),
+    responses((status = 200, body = QueueServiceView), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn get(
+    State(state): State<AppState>,
+    Extension(Tenant(tenant)): Extension<Tenant>,
+    Path(name): Path<String>,
+) -> Result<Json<QueueServiceView>, ApiError> {
+    let label = path_name(&name, what(&name))?;
+    state
+        .platform
+        .get_queue_service(&tenant, &label)
+        .await
+        .map(Json)
+        .map_err(|e| ApiError::from_platform(e, what(&name)))
+}
+
+async fn update(
+    state: AppState,
+    tenant: DnsLabel,
+    name: String,
+    body: QueueServiceRequest,
+    partial: bool,
+) -> Result<Json<QueueServiceView>, ApiError> {
+    let label = path_name(&name, what(&name))?;
+    check_body_name(body.name.as_deref(), &label)?;
+    let current = state
+        .platform
+        .get_queue_service(&tenant, &label)
+        .await
+        .map_err(|e| ApiError::from_platform(e, what(&name)))?;
+    let current = spec_of(&current);
+    let spec = body.spec_over(if partial { current } else { QueueServiceSpec::default() })?;
+    spec.check_update_from(&current)?;
+    state
+        .platform
+        .update_queue_service(&tenant, &label, spec)
+        .await
+        .map(Json)
+        .map_err(|e| ApiError::from_platform(e, what(&name)))
+}
+
+/// Replace the changeable fields; absent fields take their defaults.
+/// `memoryMB` changes in place, `storageMB` can only grow, `persistence` is fixed.
+#[utoipa::path(put, path = "/api/v1/queue-services/{name}", tag = "queue-services",
+    params(("name" = String, Path, description = "Queue service name")),
+    request_body = QueueServiceRequest,
+    responses((status = 200, body = QueueServiceView), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn put(
+    State(state): State<AppState>,
+    Extension(Tenant(tenant)): Extension<Tenant>,
+    Path(name): Path<String>,
+    ApiJson(body): ApiJson<QueueServiceRequest>,
+) -> Result<Json<QueueServiceView>, ApiError> {
+    update(state, tenant, name, body, false).await
+}
+
+/// Change only the fields present in the body.
+#[utoipa::path(patch, path = "/api/v1/queue-services/{name}", tag = "queue-services",
+    params(("name" = String, Path, description = "Queue service name")),
+    request_body = QueueServiceRequest,
+    responses((status = 200, body = QueueServiceView), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn patch(
+    State(state): State<AppState>,
+    Extension(Tenant(tenant)): Extension<Tenant>,
+    Path(name): Path<String>,
+    ApiJson(body): ApiJson<QueueServiceRequest>,
+) -> Result<Json<QueueServiceView>, ApiError> {
+    update(state, tenant, name, body, true).await
+}
+
+/// Delete a queue service and its queues.
+#[utoipa::path(delete, path = "/api/v1/queue-services/{name}", tag = "queue-services",
+    params(("name" = String, Path, description = "Queue service name")),
+    responses((status = 204, description = "Deleted"), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn delete(
+    State(state): State<AppState>,
+    Extension(Tenant(tenant)): Extension<Tenant>,
+    Path(name): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    let label = path_name(&name, what(&name))?;
+    state
+        .platform
+        .delete_queue_service(&tenant, &label)
+        .await
+        .map_err(|e| ApiError::from_platform(e, what(&name)))?;
+    Ok(StatusCode::NO_CONTENT)
+}

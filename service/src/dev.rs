@@ -1,0 +1,111 @@
+//! `sless dev`: the whole platform in one process, state in a data dir.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use base64::Engine;
+use rand::{RngCore, TryRngCore};
+use tokio::net::TcpListener;
+
+use crate::api::{self, AppState, metrics::Metrics};
+use crate::platform::local::LocalPlatform;
+use crate::store::{Store, StoreError};
+use crate::tenants::{TenantConfigError, Tenants};
+
+#[derive(Debug, thiserror::Error)]
+pub enum DevError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Tenants(#[from] TenantConfigError),
+    #[error("cannot listen on {addr}: {source}")]
+    Bind { addr: SocketAddr, source: std::io::Error },
+    #[error("API server failed: {0}")]
+    Serve(std::io::Error),
+}
+
+#[derive(Debug, Clone)]
+pub struct DevOptions {
+    pub listen: SocketAddr,
+    pub data_dir: PathBuf,
+    pub tenants_file: Option<PathBuf>,
+    /// `ID=TOKEN` pairs.
+    pub tenant_flags: Vec<String>,
+    /// Tenant created on first start, with a generated token kept in the store.
+    pub dev_tenant: String,
+}
+
+/// A prepared instance: the store is open and the port is bound.
+pub struct Dev {
+    pub api_addr: SocketAddr,
+    pub dev_tenant: String,
+    pub dev_token: String,
+    listener: TcpListener,
+    platform: Arc<LocalPlatform>,
+    state: AppState,
+}
+
+const DEV_TOKEN_SETTING: &str = "dev-tenant-token";
+
+fn random_token() -> String {
+    let mut bytes = [0u8; 32];
+    rand::rngs::OsRng.unwrap_err().fill_bytes(&mut bytes);
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+}
+
+impl Dev {
+    pub async fn prepare(opts: DevOptions) -> Result<Self, DevError> {
+        let store = Store::open(&opts.data_dir)?;
+        // The dev tenant's token is generated once and kept, so a restart
+        // does not invalidate the environment of a running terraform.
+        let dev_token = store.setting_or_insert(DEV_TOKEN_SETTING, random_token()).await?;
+        let mut tenants = Tenants::default();
+        tenants.add(&opts.dev_tenant, &dev_token)?;
+        if let Some(path) = &opts.tenants_file {
+            tenants.add_file(path)?;
+        }
+        for flag in &opts.tenant_flags {
+            tenants.add_flag(flag)?;
+        }
+        let listener = TcpListener::bind(opts.listen).await.map_err(|source| DevError::Bind {
+            addr: opts.listen,
+            source,
+        })?;
+        let api_addr = listener.local_addr().map_err(DevError::Serve)?;
+        let platform = LocalPlatform::new(store);
+        let state = AppState {
+            platform: platform.clone(),
+            tenants: Arc::new(tenants),
+            metrics: Metrics::new(),
+        };
+        Ok(Self {
+            api_addr,
+            dev_tenant: opts.dev_tenant,
+            dev_token,
+            listener,
+            platform,
+            state,
+        })
+    }
+
+    /// Serves until `shutdown` resolves, then drains in-flight requests.
+    pub async fn run(self, shutdown: impl std::future::Future<Output = ()> + Send + 'static) -> Result<(), DevError> {
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let reconciler = {
+            let mut rx = stop_rx.clone();
+            tokio::spawn(self.platform.run(async move {
+                let _ = rx.wait_for(|stop| *stop).await;
+            }))
+        };
+        let app = api::router(self.state);
+        let served = axum::serve(self.listener, app)
+            .with_graceful_shutdown(async move {
+                shutdown.await;
+                let _ = stop_tx.send(true);
+            })
+            .await;
+        let _ = reconciler.await;
+        served.map_err(DevError::Serve)
+    }
+}

@@ -1,0 +1,9 @@
+//! sless: managed SQS-compatible queues and data pipelines, ordered with
+//! `terraform apply`. This crate is the `sless` binary's library.
+
+pub mod api;
+pub mod dev;
+pub mod model;
+pub mod platform;
+pub mod store;
+pub mod tenants;

@@ -1,0 +1,221 @@
+//! QueueService: one tenant's managed SQS-compatible endpoint (seed 000).
+
+use std::ops::RangeInclusive;
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use super::{FieldError, Phase, ValidationErrors};
+
+pub const MEMORY_MB: RangeInclusive<i64> = 32..=1024;
+pub const STORAGE_MB: RangeInclusive<i64> = 128..=10240;
+pub const DEFAULT_MEMORY_MB: u32 = 64;
+pub const DEFAULT_STORAGE_MB: u32 = 512;
+
+/// The validated desired state of a queue service.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct QueueServiceSpec {
+    #[serde(rename = "memoryMB")]
+    pub memory_mb: u32,
+    #[serde(rename = "storageMB")]
+    pub storage_mb: u32,
+    pub persistence: bool,
+}
+
+impl Default for QueueServiceSpec {
+    fn default() -> Self {
+        Self {
+            memory_mb: DEFAULT_MEMORY_MB,
+            storage_mb: DEFAULT_STORAGE_MB,
+            persistence: true,
+        }
+    }
+}
+
+/// Request body of `POST /queue-services`, and of `PUT`/`PATCH` where
+/// `name` is optional and absent fields take defaults (PUT) or keep their
+/// value (PATCH).
+#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct QueueServiceRequest {
+    /// DNS label, 1–63 characters. Required on create; on update it must match the path.
+    pub name: Option<String>,
+    /// Memory limit of the queue engine in MiB, 32–1024. Default 64.
+    #[serde(rename = "memoryMB")]
+    pub memory_mb: Option<i64>,
+    /// Size of the message store volume in MiB, 128–10240. Default 512. Can only grow.
+    #[serde(rename = "storageMB")]
+    pub storage_mb: Option<i64>,
+    /// Keep messages on disk across restarts. Default true. Cannot change after create.
+    pub persistence: Option<bool>,
+}
+
+fn in_range(value: i64, range: &RangeInclusive<i64>, field: &str, errors: &mut ValidationErrors) -> u32 {
+    if !range.contains(&value) {
+        errors.push(FieldError::invalid(
+            field,
+            format!("must be between {} and {} (got {value})", range.start(), range.end()),
+        ));
+    }
+    u32::try_from(value).unwrap_or_default()
+}
+
+impl QueueServiceRequest {
+    /// The spec this request asks for, taking absent fields from `base`.
+    pub fn spec_over(&self, base: QueueServiceSpec) -> Result<QueueServiceSpec, ValidationErrors> {
+        let mut errors = ValidationErrors::default();
+        let memory_mb = self
+            .memory_mb
+            .map_or(base.memory_mb, |v| in_range(v, &MEMORY_MB, "memoryMB", &mut errors));
+        let storage_mb = self
+            .storage_mb
+            .map_or(base.storage_mb, |v| in_range(v, &STORAGE_MB, "storageMB", &mut errors));
+        errors.into_result()?;
+        Ok(QueueServiceSpec {
+            memory_mb,
+            storage_mb,
+            persistence: self.persistence.unwrap_or(base.persistence),
+        })
+    }
+}
+
+impl QueueServiceSpec {
+    /// Checks that `self` can be reached from `current` in place.
+    pub fn check_update_from(&self, current: &QueueServiceSpec) -> Result<(), ValidationErrors> {
+        let mut errors = ValidationErrors::default();
+        if self.persistence != current.persistence {
+            errors.push(FieldError::invalid(
+                "persistence",
+                "cannot be changed in place; delete and recreate the queue service",
+            ));
+        }
+        if self.storage_mb < current.storage_mb {
+            errors.push(FieldError::invalid(
+                "storageMB",
+                format!(
+                    "can only grow: a volume cannot shrink below its current {} MiB",
+                    current.storage_mb
+                ),
+            ));
+        }
+        errors.into_result()
+    }
+}
+
+/// Access keys of a queue service's SQS endpoint.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Credentials {
+    pub access_key: String,
+    pub secret_key: String,
+}
+
+/// Observed state of a queue service.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct QueueServiceStatus {
+    pub phase: Phase,
+    pub message: Option<String>,
+    pub endpoint: Option<String>,
+    pub ready_at: Option<String>,
+}
+
+impl QueueServiceStatus {
+    pub fn pending() -> Self {
+        Self {
+            phase: Phase::Pending,
+            message: Some("accepted; waiting to be provisioned".into()),
+            endpoint: None,
+            ready_at: None,
+        }
+    }
+}
+
+/// What the API returns for a queue service.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct QueueServiceView {
+    pub name: String,
+    pub tenant_id: String,
+    #[serde(rename = "memoryMB")]
+    pub memory_mb: u32,
+    #[serde(rename = "storageMB")]
+    pub storage_mb: u32,
+    pub persistence: bool,
+    pub phase: Phase,
+    /// SQS endpoint URL for `endpoint_url`; set once Ready.
+    pub endpoint: Option<String>,
+    pub access_key: Option<String>,
+    pub secret_key: Option<String>,
+    pub message: Option<String>,
+    /// RFC 3339.
+    pub created_at: String,
+    /// RFC 3339; set when the service first became Ready.
+    pub ready_at: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(memory: Option<i64>, storage: Option<i64>) -> QueueServiceRequest {
+        QueueServiceRequest {
+            memory_mb: memory,
+            storage_mb: storage,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn defaults_apply() {
+        let spec = req(None, None).spec_over(QueueServiceSpec::default()).unwrap();
+        assert_eq!(
+            spec,
+            QueueServiceSpec {
+                memory_mb: 64,
+                storage_mb: 512,
+                persistence: true
+            }
+        );
+    }
+
+    #[test]
+    fn bounds_are_inclusive() {
+        assert!(req(Some(32), Some(128)).spec_over(QueueServiceSpec::default()).is_ok());
+        assert!(
+            req(Some(1024), Some(10240))
+                .spec_over(QueueServiceSpec::default())
+                .is_ok()
+        );
+        let err = req(Some(31), Some(10241))
+            .spec_over(QueueServiceSpec::default())
+            .unwrap_err();
+        let fields: Vec<_> = err.0.iter().map(|e| e.field.as_str()).collect();
+        assert_eq!(fields, ["memoryMB", "storageMB"]);
+    }
+
+    #[test]
+    fn persistence_is_immutable_and_storage_only_grows() {
+        let current = QueueServiceSpec::default();
+        let grown = QueueServiceSpec {
+            storage_mb: 1024,
+            memory_mb: 128,
+            ..current
+        };
+        assert!(grown.check_update_from(&current).is_ok());
+        let shrunk = QueueServiceSpec {
+            storage_mb: 256,
+            ..current
+        };
+        assert_eq!(shrunk.check_update_from(&current).unwrap_err().0[0].field, "storageMB");
+        let flipped = QueueServiceSpec {
+            persistence: false,
+            ..current
+        };
+        assert_eq!(
+            flipped.check_update_from(&current).unwrap_err().0[0].field,
+            "persistence"
+        );
+    }
+}

@@ -1,0 +1,181 @@
+//! Bearer tokens → tenants. A token maps to exactly one tenant; tokens are
+//! kept only as SHA-256 digests, so a dump of this process holds none.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+
+use crate::model::name::DnsLabel;
+
+/// Shortest accepted token: 16 characters, ~96 bits if random base64.
+pub const MIN_TOKEN_LEN: usize = 16;
+
+#[derive(Debug, thiserror::Error)]
+pub enum TenantConfigError {
+    #[error("cannot read tenants file {path}: {source}")]
+    Read { path: String, source: std::io::Error },
+    #[error("tenants file {path} is invalid: {source}")]
+    Parse { path: String, source: Box<toml::de::Error> },
+    #[error("tenant {tenant:?}: {message}")]
+    Invalid { tenant: String, message: String },
+    #[error("--tenant expects ID=TOKEN, got {0:?}")]
+    Flag(String),
+}
+
+/// One entry of the tenants file:
+///
+/// ```toml
+/// [[tenant]]
+/// id = "acme"
+/// token = "a-long-random-token"        # or
+/// token_sha256 = "<hex sha-256 of the token>"
+/// ```
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TenantEntry {
+    id: String,
+    token: Option<String>,
+    token_sha256: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TenantsFile {
+    #[serde(default)]
+    tenant: Vec<TenantEntry>,
+}
+
+type Digest32 = [u8; 32];
+
+/// The token directory used by the API's auth middleware.
+#[derive(Debug, Default, Clone)]
+pub struct Tenants {
+    by_digest: HashMap<Digest32, DnsLabel>,
+}
+
+fn digest(token: &str) -> Digest32 {
+    Sha256::digest(token.as_bytes()).into()
+}
+
+impl Tenants {
+    /// The tenant a presented token belongs to.
+    pub fn authenticate(&self, token: &str) -> Option<&DnsLabel> {
+        self.by_digest.get(&digest(token))
+    }
+
+    /// Adds a tenant with a plaintext token.
+    pub fn add(&mut self, id: &str, token: &str) -> Result<(), TenantConfigError> {
+        if token.len() < MIN_TOKEN_LEN {
+            return Err(invalid(
+                id,
+                format!("token must be at least {MIN_TOKEN_LEN} characters"),
+            ));
+        }
+        self.add_digest(id, digest(token))
+    }
+
+    fn add_digest(&mut self, id: &str, digest: Digest32) -> Result<(), TenantConfigError> {
+        let tenant = DnsLabel::parse(id, "id").map_err(|e| invalid(id, e.message))?;
+        match self.by_digest.get(&digest) {
+            Some(other) if *other != tenant => Err(invalid(
+                id,
+                format!("its token is already the token of tenant {other:?}"),
+            )),
+            _ => {
+                self.by_digest.insert(digest, tenant);
+                Ok(())
+            }
+        }
+    }
+
+    /// Adds `ID=TOKEN` as given on the command line.
+    pub fn add_flag(&mut self, flag: &str) -> Result<(), TenantConfigError> {
+        let (id, token) = flag
+            .split_once('=')
+            .ok_or_else(|| TenantConfigError::Flag(flag.into()))?;
+        self.add(id, token)
+    }
+
+    /// Adds every tenant of a TOML tenants file.
+    pub fn add_file(&mut self, path: &Path) -> Result<(), TenantConfigError> {
+        let shown = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| TenantConfigError::Read {
+            path: shown.clone(),
+            source,
+        })?;
+        let file: TenantsFile = toml::from_str(&text).map_err(|source| TenantConfigError::Parse {
+            path: shown,
+            source: Box::new(source),
+        })?;
+        for entry in file.tenant {
+            match (&entry.token, &entry.token_sha256) {
+                (Some(token), None) => self.add(&entry.id, token)?,
+                (None, Some(hex)) => self.add_digest(
+                    &entry.id,
+                    parse_hex_digest(hex)
+                        .ok_or_else(|| invalid(&entry.id, "token_sha256 must be 64 hex digits".into()))?,
+                )?,
+                _ => return Err(invalid(&entry.id, "give exactly one of token and token_sha256".into())),
+            }
+        }
+        Ok(())
+    }
+}
+
+fn invalid(tenant: &str, message: String) -> TenantConfigError {
+    TenantConfigError::Invalid {
+        tenant: tenant.into(),
+        message,
+    }
+}
+
+fn parse_hex_digest(hex: &str) -> Option<Digest32> {
+    if hex.len() != 64 || !hex.is_ascii() {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    for (i, byte) in out.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).ok()?;
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_map_to_one_tenant() {
+        let mut t = Tenants::default();
+        t.add_flag("acme=aaaaaaaaaaaaaaaa").unwrap();
+        t.add("beta", "bbbbbbbbbbbbbbbb").unwrap();
+        assert_eq!(t.authenticate("aaaaaaaaaaaaaaaa").unwrap().as_str(), "acme");
+        assert_eq!(t.authenticate("bbbbbbbbbbbbbbbb").unwrap().as_str(), "beta");
+        assert!(t.authenticate("cccccccccccccccc").is_none());
+        assert!(
+            t.add("gamma", "aaaaaaaaaaaaaaaa").is_err(),
+            "a token cannot serve two tenants"
+        );
+        assert!(t.add("gamma", "short").is_err());
+        assert!(t.add("Bad_Id", "dddddddddddddddd").is_err());
+        assert!(t.add_flag("no-equals-sign").is_err());
+    }
+
+    #[test]
+    fn tenants_file_with_plain_and_hashed_tokens() {
+        let path = std::env::temp_dir().join(format!("sless-tenants-{}.toml", std::process::id()));
+        let hashed: String = digest("hashed-token-0123").iter().map(|b| format!("{b:02x}")).collect();
+        std::fs::write(
+            &path,
+            format!("[[tenant]]\nid = \"acme\"\ntoken = \"plain-token-01234\"\n[[tenant]]\nid = \"beta\"\ntoken_sha256 = \"{hashed}\"\n"),
+        )
+        .unwrap();
+        let mut t = Tenants::default();
+        t.add_file(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(t.authenticate("plain-token-01234").unwrap().as_str(), "acme");
+        assert_eq!(t.authenticate("hashed-token-0123").unwrap().as_str(), "beta");
+    }
+}

@@ -1,0 +1,156 @@
+//! Runs the real `sless` binary on a loopback port for black-box tests.
+
+#![allow(dead_code)] // each test binary uses a different part of this helper
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+pub const TOKEN_A: &str = "tenant-a-token-0123456789";
+pub const TOKEN_B: &str = "tenant-b-token-0123456789";
+
+/// A temporary directory removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("sless-{tag}-{}-{}", std::process::id(), rand::random::<u64>()));
+        std::fs::create_dir_all(&dir).unwrap();
+        Self(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A running `sless dev`, killed on drop.
+pub struct DevServer {
+    child: Child,
+    /// `http://127.0.0.1:PORT`
+    pub endpoint: String,
+    /// The generated token of the `dev` tenant.
+    pub dev_token: String,
+}
+
+impl DevServer {
+    /// Starts `sless dev` on a free port with tenants `a` and `b`.
+    pub fn start(data_dir: &Path) -> Self {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_sless"))
+            .args(["dev", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(data_dir)
+            .args(["--tenant", &format!("a={TOKEN_A}"), "--tenant", &format!("b={TOKEN_B}")])
+            .env("SLESS_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn sless");
+        let stdout = child.stdout.take().unwrap();
+        let (mut endpoint, mut dev_token) = (None, None);
+        for line in BufReader::new(stdout).lines() {
+            let line = line.unwrap();
+            if let Some(v) = line.strip_prefix("export SLESS_ENDPOINT=") {
+                endpoint = Some(v.to_owned());
+            }
+            if let Some(v) = line.strip_prefix("export SLESS_TOKEN=") {
+                dev_token = Some(v.to_owned());
+                break;
+            }
+        }
+        Self {
+            child,
+            endpoint: endpoint.expect("banner has SLESS_ENDPOINT"),
+            dev_token: dev_token.expect("banner has SLESS_TOKEN"),
+        }
+    }
+
+    /// SIGKILL: no shutdown code runs.
+    pub fn kill9(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.endpoint)
+    }
+
+    pub fn client(&self, token: &str) -> Client {
+        Client {
+            http: reqwest::Client::new(),
+            base: self.endpoint.clone(),
+            token: token.to_owned(),
+        }
+    }
+}
+
+impl Drop for DevServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// An authenticated JSON client of one tenant.
+pub struct Client {
+    pub http: reqwest::Client,
+    base: String,
+    token: String,
+}
+
+impl Client {
+    pub async fn send(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<serde_json::Value>,
+    ) -> (u16, serde_json::Value) {
+        let mut req = self
+            .http
+            .request(method, format!("{}{path}", self.base))
+            .bearer_auth(&self.token);
+        if let Some(body) = body {
+            req = req.json(&body);
+        }
+        let resp = req.send().await.unwrap();
+        let status = resp.status().as_u16();
+        let text = resp.text().await.unwrap();
+        let json = if text.is_empty() {
+            serde_json::Value::Null
+        } else {
+            serde_json::from_str(&text).unwrap_or_else(|_| panic!("not JSON: {text}"))
+        };
+        (status, json)
+    }
+
+    pub async fn get(&self, path: &str) -> (u16, serde_json::Value) {
+        self.send(reqwest::Method::GET, path, None).await
+    }
+
+    pub async fn post(&self, path: &str, body: serde_json::Value) -> (u16, serde_json::Value) {
+        self.send(reqwest::Method::POST, path, Some(body)).await
+    }
+
+    pub async fn put(&self, path: &str, body: serde_json::Value) -> (u16, serde_json::Value) {
+        self.send(reqwest::Method::PUT, path, Some(body)).await
+    }
+
+    pub async fn patch(&self, path: &str, body: serde_json::Value) -> (u16, serde_json::Value) {
+        self.send(reqwest::Method::PATCH, path, Some(body)).await
+    }
+
+    pub async fn delete(&self, path: &str) -> (u16, serde_json::Value) {
+        self.send(reqwest::Method::DELETE, path, None).await
+    }
+}
+
+/// A valid PostgreSQL → PostgreSQL dataflow body.
+pub fn pg_dataflow(name: &str) -> serde_json::Value {
+    serde_json::json!({
+        "name": name,
+        "source": {"type": "postgresql", "config": {"connectionString": "postgres://127.0.0.1/test", "table": "orders"}},
+        "sink": {"type": "postgresql", "config": {"connectionString": "postgres://127.0.0.1/test", "table": "orders_copy", "autoCreateTable": true}},
+        "transformations": [{"type": "mask", "config": {"fields": ["card"]}}]
+    })
+}
