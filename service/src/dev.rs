@@ -5,7 +5,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use base64::Engine;
-use rand::{RngCore, TryRngCore};
 use tokio::net::TcpListener;
 
 use crate::api::{self, AppState, metrics::Metrics};
@@ -49,9 +48,7 @@ pub struct Dev {
 const DEV_TOKEN_SETTING: &str = "dev-tenant-token";
 
 fn random_token() -> String {
-    let mut bytes = [0u8; 32];
-    rand::rngs::OsRng.unwrap_err().fill_bytes(&mut bytes);
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(crate::random::bytes::<32>())
 }
 
 impl Dev {

@@ -2,8 +2,10 @@
 //! `terraform apply`. This crate is the `sless` binary's library.
 
 pub mod api;
+pub mod controlplane;
 pub mod dev;
 pub mod model;
 pub mod platform;
+pub mod random;
 pub mod store;
 pub mod tenants;

@@ -1,21 +1,26 @@
 //! SQS access keys of a tenant (seed 000, step 3), from the OS CSPRNG.
 
 use base64::Engine;
-use rand::distr::Alphanumeric;
-use rand::{Rng, TryRngCore};
 
 use crate::model::queue_service::Credentials;
+
+const ALPHANUMERIC: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
 
 /// `accessKey = SQSAK{tenant}_{8 random alphanumerics}`,
 /// `secretKey = base64(32 random bytes)`.
 pub fn generate(tenant: &str) -> Credentials {
-    let mut rng = rand::rngs::OsRng.unwrap_err();
-    let suffix: String = (&mut rng).sample_iter(Alphanumeric).take(8).map(char::from).collect();
-    let mut secret = [0u8; 32];
-    rng.fill(&mut secret);
+    // 248 = 4 * 62: rejecting bytes at or above it keeps the choice uniform.
+    let mut suffix = String::with_capacity(8);
+    while suffix.len() < 8 {
+        for b in crate::random::bytes::<16>() {
+            if b < 248 && suffix.len() < 8 {
+                suffix.push(char::from(ALPHANUMERIC[usize::from(b) % ALPHANUMERIC.len()]));
+            }
+        }
+    }
     Credentials {
         access_key: format!("SQSAK{tenant}_{suffix}"),
-        secret_key: base64::engine::general_purpose::STANDARD.encode(secret),
+        secret_key: base64::engine::general_purpose::STANDARD.encode(crate::random::bytes::<32>()),
     }
 }
 
