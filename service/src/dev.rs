@@ -8,6 +8,10 @@ use base64::Engine;
 use tokio::net::TcpListener;
 
 use crate::api::{self, AppState, metrics::Metrics};
+use crate::controlplane::config::ControlPlaneConfig;
+use crate::controlplane::publisher::Debounce;
+use crate::controlplane::server::{ControlPlane, ServerError};
+use crate::controlplane::store::memory::MemoryStore;
 use crate::platform::local::LocalPlatform;
 use crate::store::{Store, StoreError};
 use crate::tenants::{TenantConfigError, Tenants};
@@ -22,6 +26,8 @@ pub enum DevError {
     Bind { addr: SocketAddr, source: std::io::Error },
     #[error("API server failed: {0}")]
     Serve(std::io::Error),
+    #[error(transparent)]
+    ControlPlane(#[from] ServerError),
 }
 
 #[derive(Debug, Clone)]
@@ -33,6 +39,8 @@ pub struct DevOptions {
     pub tenant_flags: Vec<String>,
     /// Tenant created on first start, with a generated token kept in the store.
     pub dev_tenant: String,
+    /// The worker control plane; in dev its state is in memory.
+    pub control_plane: ControlPlaneConfig,
 }
 
 /// A prepared instance: the store is open and the port is bound.
@@ -40,6 +48,8 @@ pub struct Dev {
     pub api_addr: SocketAddr,
     pub dev_tenant: String,
     pub dev_token: String,
+    pub control_plane_addr: SocketAddr,
+    control_plane: ControlPlane,
     listener: TcpListener,
     platform: Arc<LocalPlatform>,
     state: AppState,
@@ -70,7 +80,9 @@ impl Dev {
             source,
         })?;
         let api_addr = listener.local_addr().map_err(DevError::Serve)?;
-        let platform = LocalPlatform::new(store);
+        let control_plane =
+            ControlPlane::start(opts.control_plane, Arc::new(MemoryStore::new()), Debounce::default()).await?;
+        let platform = LocalPlatform::new(store, control_plane.publisher.clone());
         let state = AppState {
             platform: platform.clone(),
             tenants: Arc::new(tenants),
@@ -80,6 +92,8 @@ impl Dev {
             api_addr,
             dev_tenant: opts.dev_tenant,
             dev_token,
+            control_plane_addr: control_plane.local_addr,
+            control_plane,
             listener,
             platform,
             state,
@@ -95,6 +109,12 @@ impl Dev {
                 let _ = rx.wait_for(|stop| *stop).await;
             }))
         };
+        let control_plane = {
+            let mut rx = stop_rx.clone();
+            tokio::spawn(self.control_plane.serve(async move {
+                let _ = rx.wait_for(|stop| *stop).await;
+            }))
+        };
         let app = api::router(self.state);
         let served = axum::serve(self.listener, app)
             .with_graceful_shutdown(async move {
@@ -103,6 +123,10 @@ impl Dev {
             })
             .await;
         let _ = reconciler.await;
+        match control_plane.await {
+            Ok(result) => result?,
+            Err(e) => tracing::error!(error = %e, "control plane task failed"),
+        }
         served.map_err(DevError::Serve)
     }
 }

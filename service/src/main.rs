@@ -6,6 +6,10 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
+use sless::controlplane::config::ControlPlaneArgs;
+use sless::controlplane::publisher::Debounce;
+use sless::controlplane::server::ControlPlane;
+use sless::controlplane::store::redis::RedisStore;
 use sless::dev::{Dev, DevOptions};
 use tracing_subscriber::EnvFilter;
 
@@ -25,7 +29,8 @@ enum Command {
     /// Run the whole platform in one process on this machine: REST API and
     /// local platform, with state in an embedded store. No Kubernetes, no Redis.
     Dev(DevArgs),
-    /// Run the production control plane against a Kubernetes cluster and Redis.
+    /// Production mode: the worker control plane with its state in Redis, for
+    /// several replicas. (The kubernetes platform joins it in a later build.)
     Serve(ServeArgs),
 }
 
@@ -46,10 +51,24 @@ struct DevArgs {
     /// Tenant created on first start, whose generated token is printed at start.
     #[arg(long, default_value = "dev")]
     dev_tenant: String,
+    #[command(flatten)]
+    control_plane: ControlPlaneArgs,
 }
 
 #[derive(clap::Args)]
-struct ServeArgs {}
+struct ServeArgs {
+    /// Redis holding the control plane state shared by all replicas.
+    #[arg(long, env = "SLESS_REDIS_URL")]
+    redis_url: String,
+    /// Prefix of every Redis key (before the `{activity}` hash tag), to share one Redis.
+    #[arg(long, env = "SLESS_REDIS_NAMESPACE", default_value = "sless")]
+    redis_namespace: String,
+    /// Deadline of each Redis call.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "1s")]
+    redis_timeout: std::time::Duration,
+    #[command(flatten)]
+    control_plane: ControlPlaneArgs,
+}
 
 fn init_tracing() {
     tracing_subscriber::fmt()
@@ -81,12 +100,17 @@ async fn shutdown_signal() {
 }
 
 async fn dev(args: DevArgs) -> anyhow::Result<()> {
+    let control_plane = args
+        .control_plane
+        .validate()
+        .context("invalid control plane configuration")?;
     let dev = Dev::prepare(DevOptions {
         listen: args.listen,
         data_dir: args.data_dir.clone(),
         tenants_file: args.tenants_file,
         tenant_flags: args.tenants,
         dev_tenant: args.dev_tenant,
+        control_plane,
     })
     .await
     .context("cannot start sless dev")?;
@@ -96,7 +120,8 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     writeln!(
         out,
-        "sless dev is running\n  API:      {endpoint}/api/v1\n  tenant:   {}\n  token:    {}\n  data dir: {}\n\nexport SLESS_ENDPOINT={endpoint}\nexport SLESS_TOKEN={}",
+        "sless dev is running\n  API:           {endpoint}/api/v1\n  control plane: {}\n  tenant:        {}\n  token:         {}\n  data dir:      {}\n\nexport SLESS_ENDPOINT={endpoint}\nexport SLESS_TOKEN={}",
+        dev.control_plane_addr,
         dev.dev_tenant,
         dev.dev_token,
         args.data_dir.display(),
@@ -109,14 +134,29 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Production mode. This build serves the worker control plane on Redis;
+/// the kubernetes platform and its REST API join it in a later build.
+async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let config = args
+        .control_plane
+        .validate()
+        .context("invalid control plane configuration")?;
+    let store =
+        RedisStore::new(&args.redis_url, &args.redis_namespace, args.redis_timeout).context("invalid --redis-url")?;
+    let control_plane = ControlPlane::start(config, std::sync::Arc::new(store), Debounce::default())
+        .await
+        .context("cannot start the control plane")?;
+    tracing::warn!("the kubernetes platform is not part of this build: serving the worker control plane only");
+    control_plane.serve(shutdown_signal()).await?;
+    Ok(())
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     init_tracing();
     match cli.command {
         Command::Dev(args) => dev(args).await,
-        Command::Serve(ServeArgs {}) => {
-            anyhow::bail!("the kubernetes platform is not part of this build yet; use `sless dev`")
-        }
+        Command::Serve(args) => serve(args).await,
     }
 }

@@ -11,7 +11,7 @@ fn every_subcommand_has_help() {
     for (args, expect) in [
         (vec!["--help"], "dev"),
         (vec!["dev", "--help"], "--data-dir"),
-        (vec!["serve", "--help"], "Kubernetes"),
+        (vec!["serve", "--help"], "--redis-url"),
     ] {
         let out = sless(&args);
         assert!(out.status.success(), "{args:?}");

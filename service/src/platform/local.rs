@@ -8,7 +8,8 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{Mutex, Notify};
 
-use super::{Platform, PlatformError, Result, credentials};
+use super::{Platform, PlatformError, Result, credentials, routing};
+use crate::controlplane::publisher::SnapshotPublisher;
 use crate::model::Phase;
 use crate::model::dataflow::{DataFlowSpec, DataFlowStatus, DataFlowView};
 use crate::model::name::DnsLabel;
@@ -42,6 +43,8 @@ impl From<StoreError> for PlatformError {
 
 pub struct LocalPlatform {
     store: Store,
+    /// Receives the gateway routing table after every reconcile pass.
+    routes: SnapshotPublisher,
     wake: Arc<Notify>,
     /// Serialises queue-service creation: one per tenant is checked, then inserted.
     create_lock: Mutex<()>,
@@ -86,9 +89,10 @@ fn dataflow_view(r: DataFlowRecord) -> DataFlowView {
 }
 
 impl LocalPlatform {
-    pub fn new(store: Store) -> Arc<Self> {
+    pub fn new(store: Store, routes: SnapshotPublisher) -> Arc<Self> {
         Arc::new(Self {
             store,
+            routes,
             wake: Arc::new(Notify::new()),
             create_lock: Mutex::new(()),
         })
@@ -111,6 +115,12 @@ impl LocalPlatform {
 
     async fn reconcile_all(&self) -> Result<(), StoreError> {
         let queues: Vec<QueueRecord> = self.store.list(QUEUE_SERVICE, None).await?;
+        self.routes
+            .publish(routing::snapshot(queues.iter().map(|q| routing::Route {
+                tenant: &q.tenant,
+                backend_address: None,
+                credentials: &q.status.credentials,
+            })));
         for q in queues {
             self.reconcile_queue_service(q).await?;
         }

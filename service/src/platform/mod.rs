@@ -4,6 +4,7 @@
 
 pub mod credentials;
 pub mod local;
+pub mod routing;
 
 use async_trait::async_trait;
 

@@ -39,7 +39,14 @@ impl DevServer {
     /// Starts `sless dev` on a free port with tenants `a` and `b`.
     pub fn start(data_dir: &Path) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_sless"))
-            .args(["dev", "--listen", "127.0.0.1:0", "--data-dir"])
+            .args([
+                "dev",
+                "--listen",
+                "127.0.0.1:0",
+                "--control-plane-listen",
+                "127.0.0.1:0",
+                "--data-dir",
+            ])
             .arg(data_dir)
             .args(["--tenant", &format!("a={TOKEN_A}"), "--tenant", &format!("b={TOKEN_B}")])
             .env("SLESS_LOG", "warn")
