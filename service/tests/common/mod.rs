@@ -2,6 +2,8 @@
 
 #![allow(dead_code)] // each test binary uses a different part of this helper
 
+pub mod cp;
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
