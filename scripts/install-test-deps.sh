@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs and starts what the tests need, skipping whatever is already there.
+# Installs and starts what the tests need, skipping whatever is already there:
+# a Rust toolchain (must exist), Redis on 127.0.0.1:6379.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -9,3 +10,33 @@ if ! command -v cargo >/dev/null; then
   echo "cargo is required (https://rustup.rs)" >&2
   exit 1
 fi
+
+as_root() {
+  if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi
+}
+
+apt_updated=
+apt_install() {
+  if [ -z "$apt_updated" ]; then
+    as_root apt-get update -qq
+    apt_updated=1
+  fi
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+}
+
+# Redis: the control plane's shared store, and redis-benchmark for bench/.
+if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null; then
+  log "installing Redis"
+  apt_install redis-server redis-tools
+fi
+if ! redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
+  log "starting Redis on 127.0.0.1:6379"
+  redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" --appendonly no \
+    --dir /tmp --logfile /tmp/sless-test-redis.log
+  for _ in $(seq 50); do
+    redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1 && break
+    sleep 0.1
+  done
+  redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null
+fi
+log "test dependencies ready"

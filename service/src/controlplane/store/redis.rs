@@ -68,7 +68,7 @@ impl RedisStore {
                 open_session: Script::new(include_str!("lua/open_session.lua")),
                 record_issued: Script::new(include_str!("lua/record_issued.lua")),
                 acknowledge: Script::new(include_str!("lua/acknowledge.lua")),
-                replace_runtime: Script::new(include_str!("lua/replace_runtime.lua")),
+                replace_runtime: Script::new(Self::REPLACE_RUNTIME_SCRIPT),
                 record_outcomes: Script::new(include_str!("lua/record_outcomes.lua")),
             },
         })
@@ -106,6 +106,32 @@ impl RedisStore {
 
     fn epoch_key(&self) -> String {
         self.key(&["ownership_epoch"])
+    }
+
+    /// Source of the `ReplaceRuntime` script, for benchmarks that run it
+    /// directly as a baseline.
+    pub const REPLACE_RUNTIME_SCRIPT: &'static str = include_str!("lua/replace_runtime.lua");
+
+    /// The keys and arguments of one `ReplaceRuntime` script call.
+    pub fn replace_runtime_call(
+        &self,
+        report: &RuntimeReport,
+        session_ttl: Duration,
+        report_ttl: Duration,
+    ) -> (Vec<String>, Vec<String>) {
+        let w = report.worker_id.as_str();
+        let keys = vec![self.key(&["session", w]), self.key(&["runtime", w]), self.epoch_key()];
+        let args = vec![
+            report.session_id.clone(),
+            report.sequence.to_string(),
+            report.snapshot_version.to_string(),
+            report.ownership_epoch.to_string(),
+            report.digest(),
+            report.canonical_body(),
+            ms(session_ttl).to_string(),
+            ms(report_ttl).to_string(),
+        ];
+        (keys, args)
     }
 }
 
@@ -242,25 +268,15 @@ impl ControlStore for RedisStore {
         session_ttl: Duration,
         report_ttl: Duration,
     ) -> Result<u64> {
-        let w = report.worker_id.as_str();
-        let epoch = self
-            .run(
-                self.scripts
-                    .replace_runtime
-                    .key(self.key(&["session", w]))
-                    .key(self.key(&["runtime", w]))
-                    .key(self.epoch_key())
-                    .arg(&report.session_id)
-                    .arg(report.sequence)
-                    .arg(report.snapshot_version)
-                    .arg(report.ownership_epoch)
-                    .arg(report.digest())
-                    .arg(report.canonical_body())
-                    .arg(ms(session_ttl))
-                    .arg(ms(report_ttl)),
-            )
-            .await?;
-        Ok(positive(epoch))
+        let (keys, args) = self.replace_runtime_call(report, session_ttl, report_ttl);
+        let mut invocation = self.scripts.replace_runtime.prepare_invoke();
+        for key in keys {
+            invocation.key(key);
+        }
+        for arg in args {
+            invocation.arg(arg);
+        }
+        Ok(positive(self.run(&mut invocation).await?))
     }
 
     async fn record_outcomes(&self, batch: &OutcomeBatch, session_ttl: Duration, dedup_ttl: Duration) -> Result<bool> {
