@@ -35,6 +35,8 @@ pub struct DevServer {
     pub endpoint: String,
     /// The generated token of the `dev` tenant.
     pub dev_token: String,
+    /// `host:port` of the worker control plane.
+    pub control_plane: String,
 }
 
 impl DevServer {
@@ -57,9 +59,12 @@ impl DevServer {
             .spawn()
             .expect("spawn sless");
         let stdout = child.stdout.take().unwrap();
-        let (mut endpoint, mut dev_token) = (None, None);
+        let (mut endpoint, mut dev_token, mut control_plane) = (None, None, None);
         for line in BufReader::new(stdout).lines() {
             let line = line.unwrap();
+            if let Some(v) = line.trim().strip_prefix("control plane:") {
+                control_plane = Some(v.trim().to_owned());
+            }
             if let Some(v) = line.strip_prefix("export SLESS_ENDPOINT=") {
                 endpoint = Some(v.to_owned());
             }
@@ -72,6 +77,7 @@ impl DevServer {
             child,
             endpoint: endpoint.expect("banner has SLESS_ENDPOINT"),
             dev_token: dev_token.expect("banner has SLESS_TOKEN"),
+            control_plane: control_plane.expect("banner has the control plane address"),
         }
     }
 
