@@ -7,5 +7,6 @@ pub mod dev;
 pub mod model;
 pub mod platform;
 pub mod random;
+pub mod sqs;
 pub mod store;
 pub mod tenants;

@@ -32,6 +32,27 @@ enum Command {
     /// Production mode: the worker control plane with its state in Redis, for
     /// several replicas. (The kubernetes platform joins it in a later build.)
     Serve(ServeArgs),
+    /// Run one SQS-compatible queue engine: a tenant's queue backend.
+    Queue(QueueArgs),
+}
+
+#[derive(clap::Args)]
+struct QueueArgs {
+    /// Address to serve the SQS API on.
+    #[arg(long, default_value = "127.0.0.1:9324")]
+    listen: SocketAddr,
+    /// Keep messages durably in this directory; without it, messages live in memory only.
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// Account id in queue URLs and ARNs.
+    #[arg(long, default_value = "000000000000")]
+    account_id: String,
+    /// Region in queue ARNs.
+    #[arg(long, default_value = "ru-msk-1")]
+    region: String,
+    /// Public base URL of queue URLs (default: http://LISTEN).
+    #[arg(long)]
+    base_url: Option<String>,
 }
 
 #[derive(clap::Args)]
@@ -151,6 +172,26 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+async fn queue(args: QueueArgs) -> anyhow::Result<()> {
+    use sless::sqs::engine::{Engine, EngineConfig, server::EngineServer};
+    let journal = args.data_dir.as_ref().map(|d| d.join("queues.db"));
+    let engine = Engine::open(
+        EngineConfig {
+            account_id: args.account_id,
+            region: args.region,
+            base_url: args.base_url.unwrap_or_else(|| format!("http://{}", args.listen)),
+        },
+        journal.as_deref(),
+    )
+    .context("cannot open the queue journal")?;
+    let server = EngineServer::start(engine, args.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", args.listen))?;
+    tracing::info!(addr = %server.addr, durable = journal.is_some(), "queue engine serving");
+    shutdown_signal().await;
+    Ok(())
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
@@ -158,5 +199,6 @@ async fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Dev(args) => dev(args).await,
         Command::Serve(args) => serve(args).await,
+        Command::Queue(args) => queue(args).await,
     }
 }

@@ -1,0 +1,199 @@
+//! Queue attributes: defaults, bounds (SQS strict limits) and names.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use super::error::SqsError;
+
+pub const MAX_MESSAGE_SIZE: u32 = 262_144;
+
+/// Settable attributes with (min, max, default) for the numeric ones.
+const NUMERIC: &[(&str, u32, u32, u32)] = &[
+    ("DelaySeconds", 0, 900, 0),
+    ("MaximumMessageSize", 1024, MAX_MESSAGE_SIZE, MAX_MESSAGE_SIZE),
+    ("MessageRetentionPeriod", 60, 1_209_600, 345_600),
+    ("ReceiveMessageWaitTimeSeconds", 0, 20, 0),
+    ("VisibilityTimeout", 0, 43_200, 30),
+];
+
+/// Attributes accepted by CreateQueue/SetQueueAttributes but not acted on.
+const ACCEPTED: &[&str] = &[
+    "Policy",
+    "KmsMasterKeyId",
+    "KmsDataKeyReusePeriodSeconds",
+    "SqsManagedSseEnabled",
+    "DeduplicationScope",
+    "FifoThroughputLimit",
+    "RedriveAllowPolicy",
+];
+
+/// Read-only attributes that GetQueueAttributes reports.
+pub const COMPUTED: &[&str] = &[
+    "ApproximateNumberOfMessages",
+    "ApproximateNumberOfMessagesNotVisible",
+    "ApproximateNumberOfMessagesDelayed",
+    "CreatedTimestamp",
+    "LastModifiedTimestamp",
+    "QueueArn",
+];
+
+/// Validated settable attributes of a queue.
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+pub struct QueueAttributes(pub BTreeMap<String, String>);
+
+/// A queue's redrive policy: where messages go after `max_receive_count` receives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedrivePolicy {
+    pub dead_letter_target_arn: String,
+    pub max_receive_count: u32,
+}
+
+/// Names of the numeric settable attributes.
+pub fn numeric_names() -> impl Iterator<Item = &'static str> {
+    NUMERIC.iter().map(|(name, ..)| *name)
+}
+
+/// Whether `name` is an attribute a queue can have (settable or computed).
+pub fn is_known(name: &str) -> bool {
+    numeric_names().any(|n| n == name)
+        || ACCEPTED.contains(&name)
+        || COMPUTED.contains(&name)
+        || matches!(name, "RedrivePolicy" | "FifoQueue" | "ContentBasedDeduplication")
+}
+
+impl QueueAttributes {
+    pub fn number(&self, name: &str) -> u32 {
+        self.0
+            .get(name)
+            .and_then(|v| v.parse().ok())
+            .or_else(|| NUMERIC.iter().find(|(n, ..)| *n == name).map(|(.., d)| *d))
+            .unwrap_or_default()
+    }
+
+    pub fn flag(&self, name: &str) -> bool {
+        self.0.get(name).is_some_and(|v| v == "true")
+    }
+
+    pub fn redrive_policy(&self) -> Option<RedrivePolicy> {
+        let v: Value = serde_json::from_str(self.0.get("RedrivePolicy")?).ok()?;
+        let count = match &v["maxReceiveCount"] {
+            Value::Number(n) => n.as_u64()?,
+            Value::String(s) => s.parse().ok()?,
+            _ => return None,
+        };
+        Some(RedrivePolicy {
+            dead_letter_target_arn: v["deadLetterTargetArn"].as_str()?.to_owned(),
+            max_receive_count: u32::try_from(count).ok()?,
+        })
+    }
+
+    /// Validates and merges `given` (name → value) into `self`. `creating`
+    /// allows `FifoQueue`, which cannot change afterwards.
+    pub fn apply(&mut self, given: &BTreeMap<String, String>, creating: bool, fifo: bool) -> Result<(), SqsError> {
+        for (name, value) in given {
+            if let Some((_, min, max, _)) = NUMERIC.iter().find(|(n, ..)| n == name) {
+                match value.parse::<u32>() {
+                    Ok(v) if (*min..=*max).contains(&v) => {}
+                    _ => {
+                        return Err(SqsError::invalid_attribute_value(format!(
+                            "Invalid value for the parameter {name}: must be an integer from {min} to {max}."
+                        )));
+                    }
+                }
+            } else {
+                match name.as_str() {
+                    "FifoQueue" => {
+                        if !creating {
+                            return Err(SqsError::invalid_attribute_name(
+                                "FifoQueue cannot be changed after creation.",
+                            ));
+                        }
+                        if value != "true" && value != "false" {
+                            return Err(SqsError::invalid_attribute_value("FifoQueue must be true or false."));
+                        }
+                        if (value == "true") != fifo {
+                            return Err(SqsError::invalid_parameter_value(
+                                "The name of a FIFO queue can only include alphanumeric characters, hyphens, or \
+                                 underscores, must end with .fifo suffix and be 1 to 80 in length.",
+                            ));
+                        }
+                    }
+                    "ContentBasedDeduplication" => {
+                        if !fifo {
+                            return Err(SqsError::invalid_attribute_name(
+                                "ContentBasedDeduplication is only for FIFO queues.",
+                            ));
+                        }
+                        if value != "true" && value != "false" {
+                            return Err(SqsError::invalid_attribute_value(
+                                "ContentBasedDeduplication must be true or false.",
+                            ));
+                        }
+                    }
+                    "RedrivePolicy" => {
+                        if !value.is_empty() {
+                            let probe = QueueAttributes(BTreeMap::from([(name.clone(), value.clone())]));
+                            match probe.redrive_policy() {
+                                Some(p) if (1..=1000).contains(&p.max_receive_count) => {}
+                                _ => {
+                                    return Err(SqsError::invalid_attribute_value(
+                                        "Value for parameter RedrivePolicy is invalid: it must be JSON with \
+                                         deadLetterTargetArn and maxReceiveCount (1 to 1000).",
+                                    ));
+                                }
+                            }
+                        }
+                    }
+                    n if ACCEPTED.contains(&n) => {}
+                    n if COMPUTED.contains(&n) => {
+                        return Err(SqsError::invalid_attribute_name(format!("Attribute {n} is read-only.")));
+                    }
+                    n => return Err(SqsError::invalid_attribute_name(format!("Unknown Attribute {n}."))),
+                }
+            }
+        }
+        for (name, value) in given {
+            if name == "RedrivePolicy" && value.is_empty() {
+                self.0.remove(name);
+            } else {
+                self.0.insert(name.clone(), value.clone());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Queue names: 1–80 of `[A-Za-z0-9_-]`, FIFO queues ending in `.fifo`.
+pub fn validate_queue_name(name: &str, fifo: bool) -> Result<(), SqsError> {
+    let stem = if fifo { name.strip_suffix(".fifo") } else { Some(name) };
+    let ok = stem.is_some_and(|s| {
+        !s.is_empty() && name.len() <= 80 && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    });
+    if !ok {
+        return Err(SqsError::invalid_parameter_value(if fifo {
+            "The name of a FIFO queue can only include alphanumeric characters, hyphens, or underscores, must end \
+             with .fifo suffix and be 1 to 80 in length."
+        } else {
+            "Can only include alphanumeric characters, hyphens, or underscores. 1 to 80 in length"
+        }));
+    }
+    Ok(())
+}
+
+/// The string map of an `Attributes` request parameter.
+pub fn string_map(value: Option<&Value>) -> Result<BTreeMap<String, String>, SqsError> {
+    let Some(Value::Object(map)) = value else {
+        return Ok(BTreeMap::new());
+    };
+    map.iter()
+        .map(|(k, v)| match v {
+            Value::String(s) => Ok((k.clone(), s.clone())),
+            Value::Number(n) => Ok((k.clone(), n.to_string())),
+            Value::Bool(b) => Ok((k.clone(), b.to_string())),
+            _ => Err(SqsError::invalid_attribute_value(format!(
+                "Attribute {k} must be a string."
+            ))),
+        })
+        .collect()
+}

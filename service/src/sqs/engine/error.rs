@@ -1,0 +1,80 @@
+//! SQS errors, with the codes of both wire protocols: the JSON protocol's
+//! `__type` shape name and the query protocol's legacy code (sent to JSON
+//! clients too, in `x-amzn-query-error`, as SQS does).
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{code}: {message}")]
+pub struct SqsError {
+    /// Shape name of the JSON protocol, e.g. `QueueDoesNotExist`.
+    pub shape: &'static str,
+    /// Code of the query protocol, e.g. `AWS.SimpleQueueService.NonExistentQueue`.
+    pub code: &'static str,
+    pub message: String,
+    /// The client's fault (4xx) or the service's (5xx).
+    pub sender_fault: bool,
+    pub status: u16,
+}
+
+macro_rules! errors {
+    ($($fn:ident => $shape:literal, $code:literal;)*) => {
+        impl SqsError {
+            $(
+                pub fn $fn(message: impl Into<String>) -> Self {
+                    Self { shape: $shape, code: $code, message: message.into(), sender_fault: true, status: 400 }
+                }
+            )*
+        }
+    };
+}
+
+errors! {
+    queue_does_not_exist => "QueueDoesNotExist", "AWS.SimpleQueueService.NonExistentQueue";
+    queue_name_exists => "QueueNameExists", "QueueAlreadyExists";
+    invalid_parameter_value => "InvalidParameterValueException", "InvalidParameterValue";
+    missing_parameter => "MissingParameter", "MissingParameter";
+    invalid_attribute_name => "InvalidAttributeName", "InvalidAttributeName";
+    invalid_attribute_value => "InvalidAttributeValue", "InvalidAttributeValue";
+    invalid_message_contents => "InvalidMessageContents", "InvalidMessageContents";
+    receipt_handle_is_invalid => "ReceiptHandleIsInvalid", "ReceiptHandleIsInvalid";
+    message_not_inflight => "MessageNotInflight", "AWS.SimpleQueueService.MessageNotInflight";
+    too_many_entries => "TooManyEntriesInBatchRequest", "AWS.SimpleQueueService.TooManyEntriesInBatchRequest";
+    empty_batch => "EmptyBatchRequest", "AWS.SimpleQueueService.EmptyBatchRequest";
+    batch_ids_not_distinct => "BatchEntryIdsNotDistinct", "AWS.SimpleQueueService.BatchEntryIdsNotDistinct";
+    invalid_batch_entry_id => "InvalidBatchEntryId", "AWS.SimpleQueueService.InvalidBatchEntryId";
+    batch_request_too_long => "BatchRequestTooLong", "AWS.SimpleQueueService.BatchRequestTooLong";
+    unsupported_operation => "UnsupportedOperation", "AWS.SimpleQueueService.UnsupportedOperation";
+    invalid_action => "InvalidAction", "InvalidAction";
+    malformed_request => "MalformedQueryString", "MalformedQueryString";
+    over_limit => "OverLimit", "OverLimit";
+    access_denied => "AccessDenied", "AccessDenied";
+    invalid_client_token_id => "InvalidClientTokenId", "InvalidClientTokenId";
+    signature_does_not_match => "SignatureDoesNotMatch", "SignatureDoesNotMatch";
+    missing_authentication_token => "MissingAuthenticationToken", "MissingAuthenticationToken";
+}
+
+impl SqsError {
+    /// A 403 for authentication and authorisation failures.
+    pub fn forbidden(self) -> Self {
+        Self { status: 403, ..self }
+    }
+
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self {
+            shape: "InternalError",
+            code: "InternalError",
+            message: message.into(),
+            sender_fault: false,
+            status: 500,
+        }
+    }
+
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        Self {
+            shape: "ServiceUnavailable",
+            code: "ServiceUnavailable",
+            message: message.into(),
+            sender_fault: false,
+            status: 503,
+        }
+    }
+}

@@ -1,0 +1,175 @@
+//! Durability of a queue engine: a SQLite journal in WAL mode with
+//! `synchronous=FULL`. Writes from concurrent requests are committed together
+//! (group commit) by one writer thread; a request is answered only after its
+//! changes are on disk.
+
+use std::path::Path;
+use std::sync::mpsc;
+
+use rusqlite::{Connection, params};
+use tokio::sync::oneshot;
+
+use super::error::SqsError;
+use super::{StoredMessage, StoredQueue};
+
+/// Most changes folded into one transaction.
+const MAX_GROUP: usize = 512;
+
+pub enum Change {
+    PutQueue(StoredQueue),
+    DeleteQueue(String),
+    PurgeQueue(String),
+    PutMessage {
+        queue: String,
+        seq: u64,
+        message: StoredMessage,
+    },
+    DeleteMessage {
+        queue: String,
+        seq: u64,
+    },
+}
+
+type Request = (Vec<Change>, oneshot::Sender<Result<(), String>>);
+
+pub struct Journal {
+    tx: mpsc::Sender<Request>,
+}
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS queues (name TEXT PRIMARY KEY, meta TEXT NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS messages (
+    queue TEXT NOT NULL, seq INTEGER NOT NULL, message TEXT NOT NULL, PRIMARY KEY (queue, seq)
+) WITHOUT ROWID;
+";
+
+fn sql_error(e: impl std::fmt::Display) -> SqsError {
+    SqsError::internal(format!("queue journal: {e}"))
+}
+
+type Loaded = (Journal, Vec<StoredQueue>, Vec<(String, u64, StoredMessage)>);
+
+impl Journal {
+    /// Opens the journal at `path` and returns what it holds.
+    pub fn open(path: &Path) -> Result<Loaded, SqsError> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(sql_error)?;
+        }
+        let conn = Connection::open(path).map_err(sql_error)?;
+        conn.pragma_update(None, "journal_mode", "WAL").map_err(sql_error)?;
+        conn.pragma_update(None, "synchronous", "FULL").map_err(sql_error)?;
+        conn.execute_batch(SCHEMA).map_err(sql_error)?;
+        let queues = {
+            let mut stmt = conn.prepare("SELECT meta FROM queues").map_err(sql_error)?;
+            let rows = stmt.query_map([], |r| r.get::<_, String>(0)).map_err(sql_error)?;
+            rows.map(|r| {
+                let text = r.map_err(sql_error)?;
+                serde_json::from_str(&text).map_err(sql_error)
+            })
+            .collect::<Result<Vec<StoredQueue>, SqsError>>()?
+        };
+        let messages = {
+            let mut stmt = conn
+                .prepare("SELECT queue, seq, message FROM messages ORDER BY seq")
+                .map_err(sql_error)?;
+            let rows = stmt
+                .query_map([], |r| {
+                    Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?, r.get::<_, String>(2)?))
+                })
+                .map_err(sql_error)?;
+            rows.map(|r| {
+                let (queue, seq, text) = r.map_err(sql_error)?;
+                let message: StoredMessage = serde_json::from_str(&text).map_err(sql_error)?;
+                Ok((queue, u64::try_from(seq).unwrap_or_default(), message))
+            })
+            .collect::<Result<Vec<_>, SqsError>>()?
+        };
+        let (tx, rx) = mpsc::channel::<Request>();
+        std::thread::Builder::new()
+            .name("sqs-journal".into())
+            .spawn(move || writer(conn, rx))
+            .map_err(sql_error)?;
+        Ok((Self { tx }, queues, messages))
+    }
+
+    /// Returns once `changes` are durable.
+    pub async fn write(&self, changes: Vec<Change>) -> Result<(), SqsError> {
+        let (done, wait) = oneshot::channel();
+        self.tx
+            .send((changes, done))
+            .map_err(|_| SqsError::internal("queue journal stopped"))?;
+        match wait.await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => {
+                tracing::error!(error = %e, "queue journal write failed");
+                Err(SqsError::internal("the message store failed; retry"))
+            }
+            Err(_) => Err(SqsError::internal("queue journal stopped")),
+        }
+    }
+}
+
+fn apply(tx: &rusqlite::Transaction<'_>, change: &Change) -> rusqlite::Result<()> {
+    match change {
+        Change::PutQueue(q) => {
+            tx.execute(
+                "INSERT OR REPLACE INTO queues (name, meta) VALUES (?1, ?2)",
+                params![q.name, json(q)],
+            )?;
+        }
+        Change::DeleteQueue(name) => {
+            tx.execute("DELETE FROM queues WHERE name = ?1", params![name])?;
+            tx.execute("DELETE FROM messages WHERE queue = ?1", params![name])?;
+        }
+        Change::PurgeQueue(name) => {
+            tx.execute("DELETE FROM messages WHERE queue = ?1", params![name])?;
+        }
+        Change::PutMessage { queue, seq, message } => {
+            tx.execute(
+                "INSERT OR REPLACE INTO messages (queue, seq, message) VALUES (?1, ?2, ?3)",
+                params![queue, i64::try_from(*seq).unwrap_or(i64::MAX), json(message)],
+            )?;
+        }
+        Change::DeleteMessage { queue, seq } => {
+            tx.execute(
+                "DELETE FROM messages WHERE queue = ?1 AND seq = ?2",
+                params![queue, i64::try_from(*seq).unwrap_or(i64::MAX)],
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// These types serialise infallibly (string keys, no custom serialisers).
+fn json<T: serde::Serialize>(value: &T) -> String {
+    serde_json::to_string(value).unwrap_or_default()
+}
+
+fn writer(mut conn: Connection, rx: mpsc::Receiver<Request>) {
+    while let Ok(first) = rx.recv() {
+        let mut group = vec![first];
+        let mut count = group[0].0.len();
+        while count < MAX_GROUP {
+            match rx.try_recv() {
+                Ok(next) => {
+                    count += next.0.len();
+                    group.push(next);
+                }
+                Err(_) => break,
+            }
+        }
+        let result = (|| {
+            let tx = conn.transaction()?;
+            for (changes, _) in &group {
+                for change in changes {
+                    apply(&tx, change)?;
+                }
+            }
+            tx.commit()
+        })()
+        .map_err(|e| e.to_string());
+        for (_, done) in group {
+            let _ = done.send(result.clone());
+        }
+    }
+}
