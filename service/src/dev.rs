@@ -12,6 +12,9 @@ use crate::controlplane::config::ControlPlaneConfig;
 use crate::controlplane::publisher::Debounce;
 use crate::controlplane::server::{ControlPlane, ServerError};
 use crate::controlplane::store::memory::MemoryStore;
+use crate::platform::local::GatewayLink;
+use crate::sqs::gateway::Gateway;
+use crate::sqs::gateway::worker::WorkerConfig;
 use crate::platform::local::LocalPlatform;
 use crate::store::{Store, StoreError};
 use crate::tenants::{TenantConfigError, Tenants};
@@ -28,7 +31,12 @@ pub enum DevError {
     Serve(std::io::Error),
     #[error(transparent)]
     ControlPlane(#[from] ServerError),
+    #[error("SQS gateway failed: {0}")]
+    Gateway(std::io::Error),
 }
+
+/// The gateway's worker id in dev: queue services are Ready once it ACKs.
+pub const GATEWAY_WORKER_ID: &str = "dev-gateway";
 
 #[derive(Debug, Clone)]
 pub struct DevOptions {
@@ -41,6 +49,10 @@ pub struct DevOptions {
     pub dev_tenant: String,
     /// The worker control plane; in dev its state is in memory.
     pub control_plane: ControlPlaneConfig,
+    /// Address of the SQS gateway.
+    pub gateway_listen: SocketAddr,
+    /// Public base URL of the gateway (default `http://ADDR`).
+    pub gateway_public_url: Option<String>,
 }
 
 /// A prepared instance: the store is open and the port is bound.
@@ -49,7 +61,10 @@ pub struct Dev {
     pub dev_tenant: String,
     pub dev_token: String,
     pub control_plane_addr: SocketAddr,
+    /// Public base URL of the SQS gateway.
+    pub gateway_url: String,
     control_plane: ControlPlane,
+    gateway: Gateway,
     listener: TcpListener,
     platform: Arc<LocalPlatform>,
     state: AppState,
@@ -82,7 +97,30 @@ impl Dev {
         let api_addr = listener.local_addr().map_err(DevError::Serve)?;
         let control_plane =
             ControlPlane::start(opts.control_plane, Arc::new(MemoryStore::new()), Debounce::default()).await?;
-        let platform = LocalPlatform::new(store, control_plane.publisher.clone());
+        let gateway = Gateway::bind(
+            opts.gateway_listen,
+            opts.gateway_public_url,
+            WorkerConfig {
+                control_plane: format!("http://{}", control_plane.local_addr),
+                worker_id: GATEWAY_WORKER_ID.into(),
+                instance_id: crate::controlplane::model::random_id(),
+                tls: None,
+            },
+        )
+        .await
+        .map_err(DevError::Gateway)?;
+        let gateway_url = gateway.public_url().to_owned();
+        let platform = LocalPlatform::new(
+            store,
+            opts.data_dir.clone(),
+            GatewayLink {
+                publisher: control_plane.publisher.clone(),
+                published: control_plane.service.published(),
+                control: control_plane.service.store(),
+                worker_id: GATEWAY_WORKER_ID.into(),
+                public_url: gateway_url.clone(),
+            },
+        );
         let state = AppState {
             platform: platform.clone(),
             tenants: Arc::new(tenants),
@@ -93,7 +131,9 @@ impl Dev {
             dev_tenant: opts.dev_tenant,
             dev_token,
             control_plane_addr: control_plane.local_addr,
+            gateway_url,
             control_plane,
+            gateway,
             listener,
             platform,
             state,
@@ -115,6 +155,12 @@ impl Dev {
                 let _ = rx.wait_for(|stop| *stop).await;
             }))
         };
+        let gateway = {
+            let mut rx = stop_rx.clone();
+            tokio::spawn(self.gateway.run(async move {
+                let _ = rx.wait_for(|stop| *stop).await;
+            }))
+        };
         let app = api::router(self.state);
         let served = axum::serve(self.listener, app)
             .with_graceful_shutdown(async move {
@@ -123,6 +169,10 @@ impl Dev {
             })
             .await;
         let _ = reconciler.await;
+        match gateway.await {
+            Ok(result) => result.map_err(DevError::Gateway)?,
+            Err(e) => tracing::error!(error = %e, "gateway task failed"),
+        }
         match control_plane.await {
             Ok(result) => result?,
             Err(e) => tracing::error!(error = %e, "control plane task failed"),

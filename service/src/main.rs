@@ -34,6 +34,36 @@ enum Command {
     Serve(ServeArgs),
     /// Run one SQS-compatible queue engine: a tenant's queue backend.
     Queue(QueueArgs),
+    /// Run the SQS gateway: SigV4-verifying edge at /sqs/{tenant}, fed by the control plane.
+    Gateway(GatewayArgs),
+}
+
+#[derive(clap::Args)]
+struct GatewayArgs {
+    /// Address to serve tenants on.
+    #[arg(long, default_value = "127.0.0.1:9324")]
+    listen: SocketAddr,
+    /// Public base URL clients use (default http://LISTEN).
+    #[arg(long)]
+    public_url: Option<String>,
+    /// Control plane URL: http://HOST:PORT (loopback) or https://HOST:PORT (mTLS).
+    #[arg(long, env = "SLESS_CONTROL_PLANE")]
+    control_plane: String,
+    /// This worker's id; under mTLS it must match the certificate's SPIFFE id.
+    #[arg(long, env = "SLESS_WORKER_ID")]
+    worker_id: String,
+    /// PEM CA of the control plane's certificate (mTLS).
+    #[arg(long)]
+    tls_ca: Option<PathBuf>,
+    /// PEM client certificate (mTLS).
+    #[arg(long)]
+    tls_cert: Option<PathBuf>,
+    /// PEM client key (mTLS).
+    #[arg(long)]
+    tls_key: Option<PathBuf>,
+    /// Server name to verify in the control plane's certificate (default: its host).
+    #[arg(long)]
+    tls_domain: Option<String>,
 }
 
 #[derive(clap::Args)]
@@ -72,6 +102,12 @@ struct DevArgs {
     /// Tenant created on first start, whose generated token is printed at start.
     #[arg(long, default_value = "dev")]
     dev_tenant: String,
+    /// Address of the SQS gateway; endpoints are http://ADDR/sqs/{tenant}.
+    #[arg(long, env = "SLESS_GATEWAY_LISTEN", default_value = "127.0.0.1:9324")]
+    gateway_listen: SocketAddr,
+    /// Public base URL of the gateway, if clients reach it by another name.
+    #[arg(long)]
+    gateway_public_url: Option<String>,
     #[command(flatten)]
     control_plane: ControlPlaneArgs,
 }
@@ -132,6 +168,8 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
         tenant_flags: args.tenants,
         dev_tenant: args.dev_tenant,
         control_plane,
+        gateway_listen: args.gateway_listen,
+        gateway_public_url: args.gateway_public_url,
     })
     .await
     .context("cannot start sless dev")?;
@@ -141,7 +179,8 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     writeln!(
         out,
-        "sless dev is running\n  API:           {endpoint}/api/v1\n  control plane: {}\n  tenant:        {}\n  token:         {}\n  data dir:      {}\n\nexport SLESS_ENDPOINT={endpoint}\nexport SLESS_TOKEN={}",
+        "sless dev is running\n  API:           {endpoint}/api/v1\n  SQS gateway:   {}/sqs/{{tenant}}\n  control plane: {}\n  tenant:        {}\n  token:         {}\n  data dir:      {}\n\nexport SLESS_ENDPOINT={endpoint}\nexport SLESS_TOKEN={}",
+        dev.gateway_url,
         dev.control_plane_addr,
         dev.dev_tenant,
         dev.dev_token,
@@ -192,6 +231,37 @@ async fn queue(args: QueueArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+async fn gateway(args: GatewayArgs) -> anyhow::Result<()> {
+    use sless::sqs::gateway::{Gateway, worker::WorkerConfig};
+    use tonic::transport::{Certificate, ClientTlsConfig, Identity};
+    let tls = match (&args.tls_ca, &args.tls_cert, &args.tls_key) {
+        (None, None, None) => None,
+        (Some(ca), Some(cert), Some(key)) => {
+            let read = |p: &PathBuf| std::fs::read(p).with_context(|| format!("cannot read {}", p.display()));
+            let mut tls = ClientTlsConfig::new()
+                .ca_certificate(Certificate::from_pem(read(ca)?))
+                .identity(Identity::from_pem(read(cert)?, read(key)?));
+            if let Some(domain) = &args.tls_domain {
+                tls = tls.domain_name(domain.clone());
+            }
+            Some(tls)
+        }
+        _ => anyhow::bail!("mTLS needs all of --tls-ca, --tls-cert and --tls-key"),
+    };
+    let worker = WorkerConfig {
+        control_plane: args.control_plane,
+        worker_id: args.worker_id,
+        instance_id: sless::controlplane::model::random_id(),
+        tls,
+    };
+    let gateway = Gateway::bind(args.listen, args.public_url, worker)
+        .await
+        .with_context(|| format!("cannot listen on {}", args.listen))?;
+    tracing::info!(addr = %gateway.addr, public_url = gateway.public_url(), "SQS gateway serving");
+    gateway.run(shutdown_signal()).await?;
+    Ok(())
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
@@ -200,5 +270,6 @@ async fn main() -> anyhow::Result<()> {
         Command::Dev(args) => dev(args).await,
         Command::Serve(args) => serve(args).await,
         Command::Queue(args) => queue(args).await,
+        Command::Gateway(args) => gateway(args).await,
     }
 }

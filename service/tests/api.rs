@@ -127,19 +127,20 @@ async fn queue_service_crud() {
         assert!(created.get(field).is_some(), "view has {field}");
     }
 
-    // Without a data plane, the service must not claim Ready.
-    let mut phase = String::new();
-    for _ in 0..50 {
-        let (_, got) = a.get("/api/v1/queue-services/main").await;
-        phase = got["phase"].as_str().unwrap().to_owned();
-        if phase == "Provisioning" {
-            assert!(got["message"].as_str().unwrap().contains("queue engine"));
-            assert!(got["endpoint"].is_null());
+    // Ready once its queue engine answers and the gateway routes to it.
+    let mut got = Value::Null;
+    for _ in 0..100 {
+        got = a.get("/api/v1/queue-services/main").await.1;
+        if got["phase"] == "Ready" {
             break;
         }
+        assert_ne!(got["phase"], "Failed", "{got}");
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
-    assert_eq!(phase, "Provisioning");
+    assert_eq!(got["phase"], "Ready", "{got}");
+    let endpoint = got["endpoint"].as_str().unwrap();
+    assert!(endpoint.starts_with("http://127.0.0.1:") && endpoint.ends_with("/sqs/a"), "{endpoint}");
+    assert!(got["readyAt"].as_str().unwrap().ends_with('Z'));
 
     let (status, body) = a.post("/api/v1/queue-services", json!({"name": "main"})).await;
     assert_eq!((status, error_code(&body)), (409, "already_exists"));

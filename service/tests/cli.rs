@@ -12,6 +12,8 @@ fn every_subcommand_has_help() {
         (vec!["--help"], "dev"),
         (vec!["dev", "--help"], "--data-dir"),
         (vec!["serve", "--help"], "--redis-url"),
+        (vec!["queue", "--help"], "--data-dir"),
+        (vec!["gateway", "--help"], "--control-plane"),
     ] {
         let out = sless(&args);
         assert!(out.status.success(), "{args:?}");

@@ -1,5 +1,6 @@
 //! `sless dev` publishes the gateway routing table, built from the queue
-//! services, on its worker control plane (real gRPC on loopback).
+//! services and their queue engines, on its worker control plane (real gRPC
+//! on loopback).
 
 mod common;
 
@@ -51,10 +52,11 @@ async fn queue_services_become_gateway_routes() {
         qa["secretKey"].as_str().unwrap()
     );
     assert_eq!(table.routes[1].keys[0].access_key_id, qb["accessKey"].as_str().unwrap());
-    assert_eq!(
-        table.routes[0].backend_address, "",
-        "no queue engine runs in this build"
-    );
+    // Each tenant has its own queue engine, which answers.
+    let (ea, eb) = (&table.routes[0].backend_address, &table.routes[1].backend_address);
+    assert!(!ea.is_empty() && ea != eb, "{ea} {eb}");
+    let health = reqwest::get(format!("http://{ea}/health")).await.unwrap();
+    assert_eq!(health.status(), 200);
     c.acknowledge_snapshot(ack_of("gateway-1", &session, &delivery, true))
         .await
         .unwrap();

@@ -187,6 +187,16 @@ impl Service {
         &self.config
     }
 
+    /// The control-plane state, for platform code that reads sessions.
+    pub fn store(&self) -> Arc<dyn ControlStore> {
+        self.store.clone()
+    }
+
+    /// Snapshots as they are published.
+    pub fn published(&self) -> watch::Receiver<Option<Arc<PublishedSnapshot>>> {
+        self.snapshots.clone()
+    }
+
     /// Ends every open stream; called on graceful shutdown.
     pub fn shut_down(&self) {
         self.shutdown.send_replace(true);

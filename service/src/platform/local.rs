@@ -1,6 +1,8 @@
 //! The local platform of `sless dev`: desired state in the embedded store,
 //! realised on this machine by a reconcile loop.
 
+use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -9,7 +11,11 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{Mutex, Notify};
 
 use super::{Platform, PlatformError, Result, credentials, routing};
-use crate::controlplane::publisher::SnapshotPublisher;
+use crate::controlplane::proto::RoutingSnapshot;
+use crate::controlplane::publisher::{PublishedSnapshot, SnapshotPublisher};
+use crate::controlplane::store::ControlStore;
+use crate::sqs::engine::server::EngineServer;
+use crate::sqs::engine::{Engine, EngineConfig};
 use crate::model::Phase;
 use crate::model::dataflow::{DataFlowSpec, DataFlowStatus, DataFlowView};
 use crate::model::name::DnsLabel;
@@ -19,8 +25,12 @@ use crate::store::{Record, Store, StoreError};
 const QUEUE_SERVICE: &str = "queue-service";
 const DATAFLOW: &str = "dataflow";
 
-/// How often the reconcile loop re-checks everything without being woken.
+/// How often the reconcile loop re-checks everything without being woken…
 const RESYNC: Duration = Duration::from_secs(5);
+/// …and how often while an object is still on its way to Ready.
+const RESYNC_PENDING: Duration = Duration::from_millis(200);
+/// Region of queue ARNs (seed 000's `aws.region`).
+pub const REGION: &str = "ru-msk-1";
 
 /// Stored status of a local queue service: its status plus its keys.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -41,10 +51,33 @@ impl From<StoreError> for PlatformError {
     }
 }
 
+/// What the local platform needs of the gateway and its control plane.
+pub struct GatewayLink {
+    /// Receives the routing table after every reconcile pass.
+    pub publisher: SnapshotPublisher,
+    /// Snapshots as published, to learn which version holds a route.
+    pub published: tokio::sync::watch::Receiver<Option<Arc<PublishedSnapshot>>>,
+    /// Control-plane state, to read what the gateway acknowledged.
+    pub control: Arc<dyn ControlStore>,
+    pub worker_id: String,
+    /// Public base URL of the gateway; endpoints are `{public_url}/sqs/{tenant}`.
+    pub public_url: String,
+}
+
+/// A tenant's running queue engine.
+struct RunningEngine {
+    server: EngineServer,
+}
+
 pub struct LocalPlatform {
     store: Store,
-    /// Receives the gateway routing table after every reconcile pass.
-    routes: SnapshotPublisher,
+    /// Queue journals live in `{data_dir}/queues/{tenant}.db`; kept on delete.
+    data_dir: PathBuf,
+    gateway: GatewayLink,
+    engines: Mutex<HashMap<String, RunningEngine>>,
+    /// Tenant → (backend, first snapshot version that routes it there).
+    route_versions: std::sync::Mutex<HashMap<String, (String, u64)>>,
+    http: reqwest::Client,
     wake: Arc<Notify>,
     /// Serialises queue-service creation: one per tenant is checked, then inserted.
     create_lock: Mutex<()>,
@@ -89,10 +122,14 @@ fn dataflow_view(r: DataFlowRecord) -> DataFlowView {
 }
 
 impl LocalPlatform {
-    pub fn new(store: Store, routes: SnapshotPublisher) -> Arc<Self> {
+    pub fn new(store: Store, data_dir: PathBuf, gateway: GatewayLink) -> Arc<Self> {
         Arc::new(Self {
             store,
-            routes,
+            data_dir,
+            gateway,
+            engines: Mutex::default(),
+            route_versions: std::sync::Mutex::default(),
+            http: reqwest::Client::builder().timeout(Duration::from_secs(1)).build().unwrap_or_default(),
             wake: Arc::new(Notify::new()),
             create_lock: Mutex::new(()),
         })
@@ -102,56 +139,173 @@ impl LocalPlatform {
     pub async fn run(self: Arc<Self>, shutdown: impl std::future::Future<Output = ()>) {
         tokio::pin!(shutdown);
         loop {
-            if let Err(e) = self.reconcile_all().await {
-                tracing::warn!(error = %e, "reconcile pass failed; retrying");
-            }
+            let pending = match self.reconcile_all().await {
+                Ok(pending) => pending,
+                Err(e) => {
+                    tracing::warn!(error = %e, "reconcile pass failed; retrying");
+                    true
+                }
+            };
             tokio::select! {
                 () = &mut shutdown => return,
                 () = self.wake.notified() => {}
-                () = tokio::time::sleep(RESYNC) => {}
+                () = tokio::time::sleep(if pending { RESYNC_PENDING } else { RESYNC }) => {}
             }
         }
     }
 
-    async fn reconcile_all(&self) -> Result<(), StoreError> {
+    /// One pass over everything; returns whether something is not Ready yet.
+    async fn reconcile_all(&self) -> Result<bool, StoreError> {
         let queues: Vec<QueueRecord> = self.store.list(QUEUE_SERVICE, None).await?;
-        self.routes
-            .publish(routing::snapshot(queues.iter().map(|q| routing::Route {
-                tenant: &q.tenant,
-                backend_address: None,
-                credentials: &q.status.credentials,
-            })));
+        let backends = self.ensure_engines(&queues).await;
+        self.gateway.publisher.publish(routing::snapshot(queues.iter().map(|q| routing::Route {
+            tenant: &q.tenant,
+            backend_address: backends.get(&q.tenant).and_then(|b| b.as_ref().ok()).map(String::as_str),
+            credentials: &q.status.credentials,
+        })));
+        self.learn_route_versions();
+        let acked = match self.gateway.control.session(&self.gateway.worker_id).await {
+            Ok(session) => session.map_or(0, |s| s.acked_version),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the gateway session");
+                0
+            }
+        };
+        let mut pending = false;
         for q in queues {
-            self.reconcile_queue_service(q).await?;
+            let backend = backends.get(&q.tenant).cloned().unwrap_or_else(|| Err("queue engine not started".into()));
+            pending |= self.reconcile_queue_service(q, backend, acked).await? != Phase::Ready;
         }
         let flows: Vec<DataFlowRecord> = self.store.list(DATAFLOW, None).await?;
         for f in flows {
             self.reconcile_dataflow(f).await?;
         }
-        Ok(())
+        Ok(pending)
     }
 
-    async fn reconcile_queue_service(&self, q: QueueRecord) -> Result<(), StoreError> {
-        // This build has no queue engine yet, so nothing can become Ready: the
-        // service stays Provisioning and says why, rather than claim an
-        // endpoint that does not answer.
-        let desired = QueueServiceStatus {
-            phase: Phase::Provisioning,
-            message: Some("waiting for a queue engine: this build of sless dev has no SQS data plane".into()),
-            endpoint: None,
-            ready_at: None,
+    /// Starts an engine for every queue service without one and stops those
+    /// of deleted services. Returns each tenant's backend address or error.
+    async fn ensure_engines(&self, queues: &[QueueRecord]) -> HashMap<String, Result<String, String>> {
+        let mut engines = self.engines.lock().await;
+        engines.retain(|tenant, _| queues.iter().any(|q| &q.tenant == tenant));
+        let mut backends = HashMap::new();
+        for q in queues {
+            if !engines.contains_key(&q.tenant) {
+                match self.start_engine(q).await {
+                    Ok(running) => {
+                        tracing::info!(tenant = %q.tenant, addr = %running.server.addr, "queue engine started");
+                        engines.insert(q.tenant.clone(), running);
+                    }
+                    Err(message) => {
+                        backends.insert(q.tenant.clone(), Err(message));
+                        continue;
+                    }
+                }
+            }
+            if let Some(running) = engines.get(&q.tenant) {
+                backends.insert(q.tenant.clone(), Ok(running.server.addr.to_string()));
+            }
+        }
+        backends
+    }
+
+    async fn start_engine(&self, q: &QueueRecord) -> Result<RunningEngine, String> {
+        let journal = q
+            .spec
+            .persistence
+            .then(|| self.data_dir.join("queues").join(format!("{}.db", q.tenant)));
+        let config = EngineConfig {
+            account_id: q.tenant.clone(),
+            region: REGION.into(),
+            base_url: self.endpoint(&q.tenant),
         };
-        if q.status.status != desired {
+        let engine = Engine::open(config, journal.as_deref()).map_err(|e| format!("cannot open the message store: {}", e.message))?;
+        let server = EngineServer::start(engine, std::net::SocketAddr::from(([127, 0, 0, 1], 0)))
+            .await
+            .map_err(|e| format!("cannot start the queue engine: {e}"))?;
+        Ok(RunningEngine { server })
+    }
+
+    fn endpoint(&self, tenant: &str) -> String {
+        format!("{}/sqs/{tenant}", self.gateway.public_url.trim_end_matches('/'))
+    }
+
+    /// Records, per tenant, the first published version that routes it to
+    /// its current backend.
+    fn learn_route_versions(&self) {
+        let Some(published) = self.gateway.published.borrow().clone() else {
+            return;
+        };
+        let Ok(table) = <RoutingSnapshot as prost::Message>::decode(&published.payload[..]) else {
+            return;
+        };
+        let mut versions = self.route_versions.lock().unwrap_or_else(|p| p.into_inner());
+        versions.retain(|tenant, _| table.routes.iter().any(|r| &r.tenant == tenant));
+        for route in table.routes.iter().filter(|r| !r.backend_address.is_empty()) {
+            let current = versions.get(&route.tenant);
+            if current.is_none_or(|(backend, _)| *backend != route.backend_address) {
+                versions.insert(route.tenant.clone(), (route.backend_address.clone(), published.id.version));
+            }
+        }
+    }
+
+    async fn healthy(&self, backend: &str) -> bool {
+        let url = format!("http://{backend}/health");
+        matches!(self.http.get(url).send().await, Ok(r) if r.status().is_success())
+    }
+
+    /// Seed 000's phases: Ready once the engine answers and the gateway has
+    /// applied a snapshot that routes to it; Failed while it does not
+    /// answer; back to Ready when it recovers.
+    async fn reconcile_queue_service(&self, q: QueueRecord, backend: Result<String, String>, acked: u64) -> Result<Phase, StoreError> {
+        let previous = &q.status.status;
+        let desired = match backend {
+            Err(message) => QueueServiceStatus {
+                phase: Phase::Failed,
+                message: Some(message),
+                endpoint: None,
+                ready_at: previous.ready_at.clone(),
+            },
+            Ok(backend) if !self.healthy(&backend).await => QueueServiceStatus {
+                phase: Phase::Failed,
+                message: Some("the queue engine does not answer its health check".into()),
+                endpoint: previous.endpoint.clone(),
+                ready_at: previous.ready_at.clone(),
+            },
+            Ok(backend) => {
+                let routed = self
+                    .route_versions
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .get(&q.tenant)
+                    .filter(|(b, _)| *b == backend)
+                    .map(|(_, version)| *version);
+                match routed {
+                    Some(version) if acked >= version => QueueServiceStatus {
+                        phase: Phase::Ready,
+                        message: None,
+                        endpoint: Some(self.endpoint(&q.tenant)),
+                        ready_at: previous.ready_at.clone().or_else(|| Some(now_rfc3339())),
+                    },
+                    _ => QueueServiceStatus {
+                        phase: Phase::Provisioning,
+                        message: Some("queue engine running; waiting for the gateway to apply its route".into()),
+                        endpoint: None,
+                        ready_at: previous.ready_at.clone(),
+                    },
+                }
+            }
+        };
+        let phase = desired.phase;
+        if *previous != desired {
             let state = QueueState {
                 status: desired,
                 credentials: q.status.credentials,
             };
-            self.store
-                .update_status(QUEUE_SERVICE, &q.tenant, &q.name, q.generation, &state)
-                .await?;
-            tracing::info!(tenant = %q.tenant, name = %q.name, phase = ?state.status.phase, "queue service reconciled");
+            self.store.update_status(QUEUE_SERVICE, &q.tenant, &q.name, q.generation, &state).await?;
+            tracing::info!(tenant = %q.tenant, name = %q.name, ?phase, "queue service reconciled");
         }
-        Ok(())
+        Ok(phase)
     }
 
     async fn reconcile_dataflow(&self, f: DataFlowRecord) -> Result<(), StoreError> {

@@ -2,4 +2,5 @@
 //! protocols, and the SigV4-verifying gateway in front of the engines.
 
 pub mod engine;
+pub mod gateway;
 pub mod protocol;

@@ -49,6 +49,8 @@ impl DevServer {
                 "127.0.0.1:0",
                 "--control-plane-listen",
                 "127.0.0.1:0",
+                "--gateway-listen",
+                "127.0.0.1:0",
                 "--data-dir",
             ])
             .arg(data_dir)
