@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs and starts what the tests need, skipping whatever is already there:
-# a Rust toolchain (must exist), Redis on 127.0.0.1:6379.
+# a Rust toolchain (must exist), Redis on 127.0.0.1:6379, and the Python
+# clients of tests/requirements.txt.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -39,4 +40,12 @@ if ! redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
   done
   redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null
 fi
+# Python clients for the end-to-end tests: boto3, awscli v1, moto (reference SQS).
+if ! python3 -m pip --version >/dev/null 2>&1; then
+  log "installing pip"
+  apt_install python3-pip
+fi
+log "installing Python test requirements"
+python3 -m pip install --quiet --disable-pip-version-check -r tests/requirements.txt
+
 log "test dependencies ready"

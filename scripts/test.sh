@@ -8,3 +8,5 @@ cd "$(dirname "$0")/.."
 
 cargo build --workspace --all-targets --locked
 cargo test --workspace --locked
+# End-to-end: the real sless binary with boto3, awscli and moto.
+python3 -m pytest tests/ -q

@@ -13,9 +13,9 @@ use crate::controlplane::publisher::Debounce;
 use crate::controlplane::server::{ControlPlane, ServerError};
 use crate::controlplane::store::memory::MemoryStore;
 use crate::platform::local::GatewayLink;
+use crate::platform::local::LocalPlatform;
 use crate::sqs::gateway::Gateway;
 use crate::sqs::gateway::worker::WorkerConfig;
-use crate::platform::local::LocalPlatform;
 use crate::store::{Store, StoreError};
 use crate::tenants::{TenantConfigError, Tenants};
 
@@ -142,6 +142,7 @@ impl Dev {
 
     /// Serves until `shutdown` resolves, then drains in-flight requests.
     pub async fn run(self, shutdown: impl std::future::Future<Output = ()> + Send + 'static) -> Result<(), DevError> {
+        self.platform.reconcile_now().await;
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         let reconciler = {
             let mut rx = stop_rx.clone();

@@ -139,7 +139,10 @@ async fn queue_service_crud() {
     }
     assert_eq!(got["phase"], "Ready", "{got}");
     let endpoint = got["endpoint"].as_str().unwrap();
-    assert!(endpoint.starts_with("http://127.0.0.1:") && endpoint.ends_with("/sqs/a"), "{endpoint}");
+    assert!(
+        endpoint.starts_with("http://127.0.0.1:") && endpoint.ends_with("/sqs/a"),
+        "{endpoint}"
+    );
     assert!(got["readyAt"].as_str().unwrap().ends_with('Z'));
 
     let (status, body) = a.post("/api/v1/queue-services", json!({"name": "main"})).await;

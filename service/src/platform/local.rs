@@ -14,12 +14,12 @@ use super::{Platform, PlatformError, Result, credentials, routing};
 use crate::controlplane::proto::RoutingSnapshot;
 use crate::controlplane::publisher::{PublishedSnapshot, SnapshotPublisher};
 use crate::controlplane::store::ControlStore;
-use crate::sqs::engine::server::EngineServer;
-use crate::sqs::engine::{Engine, EngineConfig};
 use crate::model::Phase;
 use crate::model::dataflow::{DataFlowSpec, DataFlowStatus, DataFlowView};
 use crate::model::name::DnsLabel;
 use crate::model::queue_service::{Credentials, QueueServiceSpec, QueueServiceStatus, QueueServiceView};
+use crate::sqs::engine::server::EngineServer;
+use crate::sqs::engine::{Engine, EngineConfig};
 use crate::store::{Record, Store, StoreError};
 
 const QUEUE_SERVICE: &str = "queue-service";
@@ -129,10 +129,21 @@ impl LocalPlatform {
             gateway,
             engines: Mutex::default(),
             route_versions: std::sync::Mutex::default(),
-            http: reqwest::Client::builder().timeout(Duration::from_secs(1)).build().unwrap_or_default(),
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(1))
+                .build()
+                .unwrap_or_default(),
             wake: Arc::new(Notify::new()),
             create_lock: Mutex::new(()),
         })
+    }
+
+    /// One pass, before the API serves: a status stored by a previous run
+    /// (Ready, say) is recomputed from what runs now.
+    pub async fn reconcile_now(&self) {
+        if let Err(e) = self.reconcile_all().await {
+            tracing::warn!(error = %e, "start-up reconcile pass failed");
+        }
     }
 
     /// Runs the reconcile loop until `shutdown` resolves.
@@ -158,10 +169,15 @@ impl LocalPlatform {
     async fn reconcile_all(&self) -> Result<bool, StoreError> {
         let queues: Vec<QueueRecord> = self.store.list(QUEUE_SERVICE, None).await?;
         let backends = self.ensure_engines(&queues).await;
-        self.gateway.publisher.publish(routing::snapshot(queues.iter().map(|q| routing::Route {
-            tenant: &q.tenant,
-            backend_address: backends.get(&q.tenant).and_then(|b| b.as_ref().ok()).map(String::as_str),
-            credentials: &q.status.credentials,
+        self.gateway.publisher.publish(routing::snapshot(queues.iter().map(|q| {
+            routing::Route {
+                tenant: &q.tenant,
+                backend_address: backends
+                    .get(&q.tenant)
+                    .and_then(|b| b.as_ref().ok())
+                    .map(String::as_str),
+                credentials: &q.status.credentials,
+            }
         })));
         self.learn_route_versions();
         let acked = match self.gateway.control.session(&self.gateway.worker_id).await {
@@ -173,7 +189,10 @@ impl LocalPlatform {
         };
         let mut pending = false;
         for q in queues {
-            let backend = backends.get(&q.tenant).cloned().unwrap_or_else(|| Err("queue engine not started".into()));
+            let backend = backends
+                .get(&q.tenant)
+                .cloned()
+                .unwrap_or_else(|| Err("queue engine not started".into()));
             pending |= self.reconcile_queue_service(q, backend, acked).await? != Phase::Ready;
         }
         let flows: Vec<DataFlowRecord> = self.store.list(DATAFLOW, None).await?;
@@ -219,7 +238,8 @@ impl LocalPlatform {
             region: REGION.into(),
             base_url: self.endpoint(&q.tenant),
         };
-        let engine = Engine::open(config, journal.as_deref()).map_err(|e| format!("cannot open the message store: {}", e.message))?;
+        let engine = Engine::open(config, journal.as_deref())
+            .map_err(|e| format!("cannot open the message store: {}", e.message))?;
         let server = EngineServer::start(engine, std::net::SocketAddr::from(([127, 0, 0, 1], 0)))
             .await
             .map_err(|e| format!("cannot start the queue engine: {e}"))?;
@@ -244,7 +264,10 @@ impl LocalPlatform {
         for route in table.routes.iter().filter(|r| !r.backend_address.is_empty()) {
             let current = versions.get(&route.tenant);
             if current.is_none_or(|(backend, _)| *backend != route.backend_address) {
-                versions.insert(route.tenant.clone(), (route.backend_address.clone(), published.id.version));
+                versions.insert(
+                    route.tenant.clone(),
+                    (route.backend_address.clone(), published.id.version),
+                );
             }
         }
     }
@@ -257,7 +280,12 @@ impl LocalPlatform {
     /// Seed 000's phases: Ready once the engine answers and the gateway has
     /// applied a snapshot that routes to it; Failed while it does not
     /// answer; back to Ready when it recovers.
-    async fn reconcile_queue_service(&self, q: QueueRecord, backend: Result<String, String>, acked: u64) -> Result<Phase, StoreError> {
+    async fn reconcile_queue_service(
+        &self,
+        q: QueueRecord,
+        backend: Result<String, String>,
+        acked: u64,
+    ) -> Result<Phase, StoreError> {
         let previous = &q.status.status;
         let desired = match backend {
             Err(message) => QueueServiceStatus {
@@ -302,7 +330,9 @@ impl LocalPlatform {
                 status: desired,
                 credentials: q.status.credentials,
             };
-            self.store.update_status(QUEUE_SERVICE, &q.tenant, &q.name, q.generation, &state).await?;
+            self.store
+                .update_status(QUEUE_SERVICE, &q.tenant, &q.name, q.generation, &state)
+                .await?;
             tracing::info!(tenant = %q.tenant, name = %q.name, ?phase, "queue service reconciled");
         }
         Ok(phase)

@@ -58,9 +58,14 @@ impl Gateway {
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         let worker = {
             let mut rx = stop_rx.clone();
-            tokio::spawn(worker::run(self.worker, self.state.table.clone(), self.state.counters.clone(), async move {
-                let _ = rx.wait_for(|s| *s).await;
-            }))
+            tokio::spawn(worker::run(
+                self.worker,
+                self.state.table.clone(),
+                self.state.counters.clone(),
+                async move {
+                    let _ = rx.wait_for(|s| *s).await;
+                },
+            ))
         };
         let table = self.state.table.clone();
         let app = Router::new()
@@ -70,7 +75,13 @@ impl Gateway {
                 "/healthz",
                 get(move || {
                     let ready = table.current().snapshot.is_some();
-                    async move { if ready { (axum::http::StatusCode::OK, "ok") } else { (axum::http::StatusCode::SERVICE_UNAVAILABLE, "no routing snapshot yet") } }
+                    async move {
+                        if ready {
+                            (axum::http::StatusCode::OK, "ok")
+                        } else {
+                            (axum::http::StatusCode::SERVICE_UNAVAILABLE, "no routing snapshot yet")
+                        }
+                    }
                 }),
             )
             .with_state(self.state);

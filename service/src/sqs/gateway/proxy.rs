@@ -21,7 +21,13 @@ use crate::sqs::protocol::{self, Protocol};
 
 const BODY_LIMIT: usize = 2 * 1024 * 1024;
 /// Request headers passed on to the engine.
-const FORWARDED: &[&str] = &["content-type", "x-amz-target", "x-amz-date", "user-agent", "x-amzn-query-mode"];
+const FORWARDED: &[&str] = &[
+    "content-type",
+    "x-amz-target",
+    "x-amz-date",
+    "user-agent",
+    "x-amzn-query-mode",
+];
 /// Response headers passed back to the client.
 const RETURNED: &[&str] = &["content-type", "x-amzn-requestid", "x-amzn-query-error"];
 
@@ -60,7 +66,10 @@ pub async fn handle(State(state): State<GatewayState>, request: Request) -> Resp
     };
     let (tenant, rest) = after.split_once('/').map_or((after, ""), |(t, r)| (t, r));
     let Ok(body) = axum::body::to_bytes(body, BODY_LIMIT).await else {
-        return error(protocol, SqsError::malformed_request("The request body is too large or unreadable."));
+        return error(
+            protocol,
+            SqsError::malformed_request("The request body is too large or unreadable."),
+        );
     };
     let table = state.table.current();
     let auth = match sigv4::parse_authorization(&parts.headers) {
@@ -91,9 +100,21 @@ pub async fn handle(State(state): State<GatewayState>, request: Request) -> Resp
     };
     counters.requests.fetch_add(1, Ordering::Relaxed);
     counters.in_flight.fetch_add(1, Ordering::Relaxed);
-    counters.bytes_in.fetch_add(i64::try_from(body.len()).unwrap_or(i64::MAX), Ordering::Relaxed);
+    counters
+        .bytes_in
+        .fetch_add(i64::try_from(body.len()).unwrap_or(i64::MAX), Ordering::Relaxed);
     let public = format!("{}/sqs/{tenant}", state.public_url.trim_end_matches('/'));
-    let result = forward(&state.http, &backend, rest, parts.uri.query(), &parts.method, &parts.headers, body, &public).await;
+    let result = forward(
+        &state.http,
+        &backend,
+        rest,
+        parts.uri.query(),
+        &parts.method,
+        &parts.headers,
+        body,
+        &public,
+    )
+    .await;
     counters.in_flight.fetch_sub(1, Ordering::Relaxed);
     match result {
         Ok((status, response, len)) => {
@@ -115,7 +136,10 @@ pub async fn handle(State(state): State<GatewayState>, request: Request) -> Resp
             counters.errors.fetch_add(1, Ordering::Relaxed);
             state.counters.outcome(tenant, OutcomeKind::BackendError);
             tracing::warn!(tenant, error = %e, "queue engine unreachable");
-            error(protocol, SqsError::unavailable("The queue service is unavailable; retry."))
+            error(
+                protocol,
+                SqsError::unavailable("The queue service is unavailable; retry."),
+            )
         }
     }
 }
@@ -157,7 +181,10 @@ async fn forward(
     let len = i64::try_from(body.len()).unwrap_or(i64::MAX);
     let mut response = (status, Body::from(body)).into_response();
     for name in RETURNED {
-        if let Some(v) = upstream_headers.get(*name).and_then(|v| HeaderValue::from_bytes(v.as_bytes()).ok()) {
+        if let Some(v) = upstream_headers
+            .get(*name)
+            .and_then(|v| HeaderValue::from_bytes(v.as_bytes()).ok())
+        {
             response.headers_mut().insert(*name, v);
         }
     }

@@ -59,7 +59,9 @@ pub fn parse_authorization(headers: &HeaderMap) -> Result<Authorization, AuthErr
     let credential = credential.ok_or(AuthError::Malformed("no Credential"))?;
     let scope: Vec<&str> = credential.split('/').collect();
     let [access_key, date, region, service, "aws4_request"] = scope.as_slice() else {
-        return Err(AuthError::Malformed("Credential must be KEY/DATE/REGION/SERVICE/aws4_request"));
+        return Err(AuthError::Malformed(
+            "Credential must be KEY/DATE/REGION/SERVICE/aws4_request",
+        ));
     };
     let signed_headers: Vec<String> = signed
         .ok_or(AuthError::Malformed("no SignedHeaders"))?
@@ -143,14 +145,23 @@ fn canonical_query(query: Option<&str>) -> String {
         .map(|(k, v)| (uri_encode(k.as_bytes(), false), uri_encode(v.as_bytes(), false)))
         .collect();
     pairs.sort();
-    pairs.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join("&")
+    pairs
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join("&")
 }
 
 fn canonical_header_value(headers: &HeaderMap, name: &str) -> String {
     headers
         .get_all(name)
         .iter()
-        .map(|v| String::from_utf8_lossy(v.as_bytes()).split_whitespace().collect::<Vec<_>>().join(" "))
+        .map(|v| {
+            String::from_utf8_lossy(v.as_bytes())
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
         .collect::<Vec<_>>()
         .join(",")
 }
@@ -185,7 +196,11 @@ pub fn verify(request: &Request<'_>, auth: &Authorization, secret: &str, now: i6
     if (now - signed_at).abs() > MAX_SKEW_SECONDS {
         return Err(AuthError::Expired);
     }
-    let payload_hash = match request.headers.get("x-amz-content-sha256").and_then(|v| v.to_str().ok()) {
+    let payload_hash = match request
+        .headers
+        .get("x-amz-content-sha256")
+        .and_then(|v| v.to_str().ok())
+    {
         Some(h) if h != "UNSIGNED-PAYLOAD" => h.to_owned(),
         _ => hex(&Sha256::digest(request.body)),
     };
@@ -219,10 +234,13 @@ pub fn verify(request: &Request<'_>, auth: &Authorization, secret: &str, now: i6
 }
 
 fn decode_hex(text: &str) -> Option<Vec<u8>> {
-    if text.len() % 2 != 0 || !text.is_ascii() {
+    if !text.len().is_multiple_of(2) || !text.is_ascii() {
         return None;
     }
-    (0..text.len()).step_by(2).map(|i| u8::from_str_radix(&text[i..i + 2], 16).ok()).collect()
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).ok())
+        .collect()
 }
 
 #[cfg(test)]
@@ -265,7 +283,10 @@ mod tests {
         assert_eq!(verify(&request, &auth, "wrong", now), Err(AuthError::Mismatch));
         assert_eq!(verify(&request, &auth, secret, now + 901), Err(AuthError::Expired));
         assert_eq!(verify(&request, &auth, secret, now - 901), Err(AuthError::Expired));
-        let other_path = Request { path: "/sqs/other", ..request };
+        let other_path = Request {
+            path: "/sqs/other",
+            ..request
+        };
         assert_eq!(verify(&other_path, &auth, secret, now), Err(AuthError::Mismatch));
     }
 

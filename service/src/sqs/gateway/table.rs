@@ -43,7 +43,10 @@ impl RoutingTable {
                     .rsplit_once(':')
                     .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
                 if !valid {
-                    return Err(InvalidSnapshot(format!("tenant {}: backend is not host:port", route.tenant)));
+                    return Err(InvalidSnapshot(format!(
+                        "tenant {}: backend is not host:port",
+                        route.tenant
+                    )));
                 }
                 Some(route.backend_address)
             };
@@ -56,7 +59,10 @@ impl RoutingTable {
                     .insert(key.access_key_id, (route.tenant.clone(), key.secret_access_key))
                     .is_some()
                 {
-                    return Err(InvalidSnapshot(format!("tenant {}: an access key appears twice", route.tenant)));
+                    return Err(InvalidSnapshot(format!(
+                        "tenant {}: an access key appears twice",
+                        route.tenant
+                    )));
                 }
             }
             if table.routes.insert(route.tenant.clone(), Route { backend }).is_some() {

@@ -30,7 +30,12 @@ pub struct WorkerConfig {
 type Client = WorkerControlPlaneClient<Channel>;
 
 /// Runs until `shutdown` resolves.
-pub async fn run(config: WorkerConfig, table: SharedTable, counters: Arc<Counters>, shutdown: impl Future<Output = ()>) {
+pub async fn run(
+    config: WorkerConfig,
+    table: SharedTable,
+    counters: Arc<Counters>,
+    shutdown: impl Future<Output = ()>,
+) {
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -55,9 +60,14 @@ async fn connect(config: &WorkerConfig) -> Result<Client, Status> {
         .connect_timeout(Duration::from_secs(5))
         .tcp_keepalive(Some(Duration::from_secs(30)));
     if let Some(tls) = &config.tls {
-        endpoint = endpoint.tls_config(tls.clone()).map_err(|e| Status::invalid_argument(e.to_string()))?;
+        endpoint = endpoint
+            .tls_config(tls.clone())
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
     }
-    let channel = endpoint.connect().await.map_err(|e| Status::unavailable(e.to_string()))?;
+    let channel = endpoint
+        .connect()
+        .await
+        .map_err(|e| Status::unavailable(e.to_string()))?;
     Ok(WorkerControlPlaneClient::new(channel))
 }
 
@@ -161,7 +171,11 @@ async fn apply(
 ) -> Result<(), Status> {
     let snapshot_ref = delivery.snapshot.clone().unwrap_or_default();
     let decoded = (|| {
-        let sum: [u8; 32] = snapshot_ref.checksum.as_slice().try_into().map_err(|_| "checksum is not 32 bytes".to_owned())?;
+        let sum: [u8; 32] = snapshot_ref
+            .checksum
+            .as_slice()
+            .try_into()
+            .map_err(|_| "checksum is not 32 bytes".to_owned())?;
         if checksum(&delivery.payload) != sum {
             return Err("payload does not match its checksum".to_owned());
         }
