@@ -182,20 +182,8 @@ pub struct Request<'a> {
     pub body: &'a [u8],
 }
 
-/// Verifies `auth` over `request` with `secret`, at time `now` (Unix seconds).
-pub fn verify(request: &Request<'_>, auth: &Authorization, secret: &str, now: i64) -> Result<(), AuthError> {
-    let amz_date = request
-        .headers
-        .get("x-amz-date")
-        .and_then(|v| v.to_str().ok())
-        .ok_or(AuthError::Malformed("no X-Amz-Date header"))?;
-    let signed_at = parse_amz_date(amz_date).ok_or(AuthError::Malformed("X-Amz-Date is not YYYYMMDDTHHMMSSZ"))?;
-    if !amz_date.starts_with(&auth.date) {
-        return Err(AuthError::Malformed("the credential date is not the X-Amz-Date day"));
-    }
-    if (now - signed_at).abs() > MAX_SKEW_SECONDS {
-        return Err(AuthError::Expired);
-    }
+/// The signing key and string to sign of `request`, as `auth` describes it.
+fn signing_input(request: &Request<'_>, auth: &Authorization, secret: &str, amz_date: &str) -> (Vec<u8>, String) {
     let payload_hash = match request
         .headers
         .get("x-amz-content-sha256")
@@ -225,12 +213,65 @@ pub fn verify(request: &Request<'_>, auth: &Authorization, secret: &str, now: i6
     let k_date = hmac(format!("AWS4{secret}").as_bytes(), auth.date.as_bytes());
     let k_region = hmac(&k_date, auth.region.as_bytes());
     let k_service = hmac(&k_region, auth.service.as_bytes());
-    let k_signing = hmac(&k_service, b"aws4_request");
+    (hmac(&k_service, b"aws4_request"), string_to_sign)
+}
+
+/// Verifies `auth` over `request` with `secret`, at time `now` (Unix seconds).
+pub fn verify(request: &Request<'_>, auth: &Authorization, secret: &str, now: i64) -> Result<(), AuthError> {
+    let amz_date = request
+        .headers
+        .get("x-amz-date")
+        .and_then(|v| v.to_str().ok())
+        .ok_or(AuthError::Malformed("no X-Amz-Date header"))?;
+    let signed_at = parse_amz_date(amz_date).ok_or(AuthError::Malformed("X-Amz-Date is not YYYYMMDDTHHMMSSZ"))?;
+    if !amz_date.starts_with(&auth.date) {
+        return Err(AuthError::Malformed("the credential date is not the X-Amz-Date day"));
+    }
+    if (now - signed_at).abs() > MAX_SKEW_SECONDS {
+        return Err(AuthError::Expired);
+    }
+    let (k_signing, string_to_sign) = signing_input(request, auth, secret, amz_date);
     let claimed = decode_hex(&auth.signature).ok_or(AuthError::Mismatch)?;
     let mut mac = HmacSha256::new_from_slice(&k_signing).expect("HMAC takes any key length");
     mac.update(string_to_sign.as_bytes());
     // Constant-time comparison.
     mac.verify_slice(&claimed).map_err(|_| AuthError::Mismatch)
+}
+
+/// Signs `request` as a client does: returns the `Authorization` header
+/// value for `access_key`/`secret`, signing every header of `request` (which
+/// must include `host` and `x-amz-date`). Used by load tools and tests.
+pub fn sign(request: &Request<'_>, access_key: &str, secret: &str, region: &str) -> Option<String> {
+    let amz_date = request.headers.get("x-amz-date")?.to_str().ok()?;
+    let mut signed_headers: Vec<String> = request.headers.keys().map(|k| k.as_str().to_owned()).collect();
+    signed_headers.sort();
+    signed_headers.dedup();
+    let mut auth = Authorization {
+        access_key: access_key.to_owned(),
+        date: amz_date.get(..8)?.to_owned(),
+        region: region.to_owned(),
+        service: "sqs".to_owned(),
+        signed_headers,
+        signature: String::new(),
+    };
+    let (key, string_to_sign) = signing_input(request, &auth, secret, amz_date);
+    auth.signature = hex(&hmac(&key, string_to_sign.as_bytes()));
+    Some(format!(
+        "{ALGORITHM} Credential={}/{}/{}/{}/aws4_request, SignedHeaders={}, Signature={}",
+        auth.access_key,
+        auth.date,
+        auth.region,
+        auth.service,
+        auth.signed_headers.join(";"),
+        auth.signature
+    ))
+}
+
+/// `SystemTime` → `YYYYMMDDTHHMMSSZ`.
+pub fn amz_date(time: std::time::SystemTime) -> String {
+    humantime::format_rfc3339_seconds(time)
+        .to_string()
+        .replace(['-', ':'], "")
 }
 
 fn decode_hex(text: &str) -> Option<Vec<u8>> {
@@ -288,6 +329,34 @@ mod tests {
             ..request
         };
         assert_eq!(verify(&other_path, &auth, secret, now), Err(AuthError::Mismatch));
+    }
+
+    #[test]
+    fn sign_then_verify_round_trips() {
+        let mut headers = HeaderMap::new();
+        headers.insert("host", HeaderValue::from_static("127.0.0.1:9324"));
+        headers.insert("x-amz-target", HeaderValue::from_static("AmazonSQS.ListQueues"));
+        let now = std::time::SystemTime::now();
+        headers.insert("x-amz-date", HeaderValue::from_str(&amz_date(now)).unwrap());
+        let unsigned = Request {
+            method: "POST",
+            path: "/sqs/acme",
+            query: None,
+            headers: &headers,
+            body: b"{}",
+        };
+        let value = sign(&unsigned, "AK", "SK", "ru-msk-1").unwrap();
+        headers.insert("authorization", HeaderValue::from_str(&value).unwrap());
+        let request = Request {
+            method: "POST",
+            path: "/sqs/acme",
+            query: None,
+            headers: &headers,
+            body: b"{}",
+        };
+        let auth = parse_authorization(&headers).unwrap();
+        let secs = i64::try_from(now.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs()).unwrap();
+        verify(&request, &auth, "SK", secs).unwrap();
     }
 
     #[test]

@@ -1,0 +1,348 @@
+//! SQS data-plane benchmarks, each a ratio to a baseline of the same run:
+//!
+//! 1. queue engine send+receive+delete rate vs moto_server (PyPI `moto[server]`)
+//!    on this machine (goal >= 10x);
+//! 2. throughput through the SigV4 gateway vs direct engine access (goal >= 0.85),
+//!    with the p50 latency the gateway adds;
+//! 3. idle RSS per tenant engine in `sless dev` (goal <= 8 MB), with the idle
+//!    platform's RSS as the baseline.
+//!
+//! Run: `cargo bench -p sless --bench sqs` (needs python3 with moto[server]).
+
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use axum::http::{HeaderMap, HeaderValue};
+use serde_json::{Value, json};
+use sless::controlplane::proto::{AccessKey, RoutingSnapshot, TenantRoute};
+use sless::controlplane::publisher::Debounce;
+use sless::controlplane::server::ControlPlane;
+use sless::controlplane::store::memory::MemoryStore;
+use sless::sqs::engine::server::EngineServer;
+use sless::sqs::engine::{Engine, EngineConfig};
+use sless::sqs::gateway::worker::WorkerConfig;
+use sless::sqs::gateway::{Gateway, sigv4};
+
+const WORKERS: usize = 16;
+const CYCLES_PER_WORKER: usize = 150;
+const ACCESS: &str = "SQSAKbench_AAAAAAAA";
+const SECRET: &str = "YmVuY2gtc2VjcmV0LWtleS0wMTIzNDU2Nzg5";
+const REGION: &str = "us-east-1";
+
+/// A JSON-protocol request signed as an SDK signs it.
+fn signed(client: &reqwest::Client, url: &str, action: &str, body: &Value) -> reqwest::RequestBuilder {
+    let body = body.to_string();
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let (host, path) = rest
+        .split_once('/')
+        .map_or((rest, "/".to_owned()), |(h, p)| (h, format!("/{p}")));
+    let mut headers = HeaderMap::new();
+    for (name, value) in [
+        ("host", host.to_owned()),
+        ("content-type", "application/x-amz-json-1.0".to_owned()),
+        ("x-amz-target", format!("AmazonSQS.{action}")),
+        ("x-amz-date", sigv4::amz_date(std::time::SystemTime::now())),
+    ] {
+        headers.insert(name, HeaderValue::from_str(&value).expect("ASCII header"));
+    }
+    let request = sigv4::Request {
+        method: "POST",
+        path: &path,
+        query: None,
+        headers: &headers,
+        body: body.as_bytes(),
+    };
+    let authorization = sigv4::sign(&request, ACCESS, SECRET, REGION).expect("x-amz-date is set");
+    headers.remove("host");
+    headers.insert(
+        "authorization",
+        HeaderValue::from_str(&authorization).expect("ASCII header"),
+    );
+    client.post(url).headers(headers).body(body)
+}
+
+async fn call(client: &reqwest::Client, endpoint: &str, action: &str, body: Value) -> anyhow::Result<Value> {
+    let response = signed(client, endpoint, action, &body).send().await?;
+    let status = response.status();
+    let value: Value = response.json().await.unwrap_or(Value::Null);
+    if !status.is_success() {
+        bail!("{action} failed: {status} {value}");
+    }
+    Ok(value)
+}
+
+/// send + receive + delete cycles per second with `WORKERS` concurrent clients.
+async fn cycle_rate(endpoint: &str) -> anyhow::Result<f64> {
+    let client = reqwest::Client::new();
+    let queue = call(&client, endpoint, "CreateQueue", json!({"QueueName": "bench"})).await?["QueueUrl"]
+        .as_str()
+        .context("no QueueUrl")?
+        .to_owned();
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..WORKERS {
+        let (client, endpoint, queue) = (client.clone(), endpoint.to_owned(), queue.clone());
+        tasks.push(tokio::spawn(async move {
+            for i in 0..CYCLES_PER_WORKER {
+                call(
+                    &client,
+                    &endpoint,
+                    "SendMessage",
+                    json!({"QueueUrl": queue, "MessageBody": format!("m{i}")}),
+                )
+                .await?;
+                let got = call(
+                    &client,
+                    &endpoint,
+                    "ReceiveMessage",
+                    json!({"QueueUrl": queue, "MaxNumberOfMessages": 1}),
+                )
+                .await?;
+                if let Some(handle) = got["Messages"][0]["ReceiptHandle"].as_str() {
+                    call(
+                        &client,
+                        &endpoint,
+                        "DeleteMessage",
+                        json!({"QueueUrl": queue, "ReceiptHandle": handle}),
+                    )
+                    .await?;
+                }
+            }
+            anyhow::Ok(())
+        }));
+    }
+    for t in tasks {
+        t.await??;
+    }
+    Ok((WORKERS * CYCLES_PER_WORKER) as f64 / started.elapsed().as_secs_f64())
+}
+
+/// Median latency of sequential SendMessage calls.
+async fn p50_latency(endpoint: &str) -> anyhow::Result<Duration> {
+    let client = reqwest::Client::new();
+    let queue = call(&client, endpoint, "CreateQueue", json!({"QueueName": "latency"})).await?["QueueUrl"]
+        .as_str()
+        .context("no QueueUrl")?
+        .to_owned();
+    let mut samples = Vec::new();
+    for i in 0..500 {
+        let t = Instant::now();
+        call(
+            &client,
+            endpoint,
+            "SendMessage",
+            json!({"QueueUrl": queue, "MessageBody": format!("l{i}")}),
+        )
+        .await?;
+        samples.push(t.elapsed());
+    }
+    samples.sort();
+    Ok(samples[samples.len() / 2])
+}
+
+struct Process(Child);
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+async fn wait_up(url: &str) -> anyhow::Result<()> {
+    for _ in 0..200 {
+        if reqwest::get(url).await.is_ok() {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    bail!("{url} did not come up")
+}
+
+async fn engine_vs_moto() -> anyhow::Result<()> {
+    let (ours, moto) = (free_port()?, free_port()?);
+    let _engine = Process(
+        Command::new(env!("CARGO_BIN_EXE_sless"))
+            .args(["queue", "--listen", &format!("127.0.0.1:{ours}")])
+            .env("SLESS_LOG", "warn")
+            .spawn()?,
+    );
+    let _moto = Process(
+        Command::new("python3")
+            .args(["-m", "moto.server", "-H", "127.0.0.1", "-p", &moto.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("python3 -m moto.server (pip install 'moto[server]')")?,
+    );
+    let (ours, moto) = (format!("http://127.0.0.1:{ours}"), format!("http://127.0.0.1:{moto}"));
+    wait_up(&format!("{ours}/health")).await?;
+    wait_up(&format!("{moto}/moto-api/")).await?;
+    let moto_rate = cycle_rate(&moto).await?;
+    let our_rate = cycle_rate(&ours).await?;
+    println!(
+        "engine send+receive+delete: sless {our_rate:.0} cycles/s, moto_server {moto_rate:.0} cycles/s \
+         = {:.1}x (goal >= 10x)",
+        our_rate / moto_rate
+    );
+    Ok(())
+}
+
+async fn gateway_vs_direct() -> anyhow::Result<()> {
+    let engine = Engine::open(
+        EngineConfig {
+            account_id: "bench".into(),
+            region: REGION.into(),
+            base_url: "http://unused".into(),
+        },
+        None,
+    )?;
+    let engine_server = EngineServer::start(engine, "127.0.0.1:0".parse()?).await?;
+    let mut config = sless::controlplane::config::ControlPlaneArgs {
+        listen: "127.0.0.1:0".parse()?,
+        heartbeat_interval: Duration::from_secs(10),
+        session_ttl: Duration::from_secs(35),
+        max_stale_age: Duration::from_secs(30),
+        max_message_bytes: 4 << 20,
+        max_runtime_counters: 100_000,
+        tls: sless::controlplane::config::TlsMode::Disabled,
+        server_cert: None,
+        server_key: None,
+        client_ca: None,
+        spiffe_trust_domain: None,
+        spiffe_environment: None,
+    }
+    .validate()?;
+    config.service.stream_poll_interval = Duration::from_millis(100);
+    let control_plane = ControlPlane::start(config, Arc::new(MemoryStore::new()), Debounce::default()).await?;
+    let gateway = Gateway::bind(
+        "127.0.0.1:0".parse()?,
+        None,
+        WorkerConfig {
+            control_plane: format!("http://{}", control_plane.local_addr),
+            worker_id: "bench-gateway".into(),
+            instance_id: "bench".into(),
+            tls: None,
+        },
+    )
+    .await?;
+    let gateway_url = gateway.public_url().to_owned();
+    control_plane.publisher.publish(RoutingSnapshot {
+        routes: vec![TenantRoute {
+            tenant: "bench".into(),
+            backend_address: engine_server.addr.to_string(),
+            keys: vec![AccessKey {
+                access_key_id: ACCESS.into(),
+                secret_access_key: SECRET.into(),
+            }],
+        }],
+    });
+    tokio::spawn(control_plane.serve(std::future::pending()));
+    tokio::spawn(gateway.run(std::future::pending()));
+    for _ in 0..100 {
+        if reqwest::get(format!("{gateway_url}/healthz"))
+            .await
+            .is_ok_and(|r| r.status().is_success())
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let direct = format!("http://{}", engine_server.addr);
+    let through = format!("{gateway_url}/sqs/bench");
+    let direct_rate = cycle_rate(&direct).await?;
+    let gateway_rate = cycle_rate(&through).await?;
+    let (direct_p50, gateway_p50) = (p50_latency(&direct).await?, p50_latency(&through).await?);
+    println!(
+        "gateway: {gateway_rate:.0} cycles/s through the gateway, {direct_rate:.0} direct = ratio {:.2} (goal >= 0.85); \
+         p50 SendMessage {:.0} µs vs {:.0} µs direct: +{:.0} µs",
+        gateway_rate / direct_rate,
+        gateway_p50.as_secs_f64() * 1e6,
+        direct_p50.as_secs_f64() * 1e6,
+        (gateway_p50.as_secs_f64() - direct_p50.as_secs_f64()) * 1e6
+    );
+    Ok(())
+}
+
+fn rss_kib(pid: u32) -> anyhow::Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).context("no VmRSS")?;
+    Ok(line.split_whitespace().nth(1).context("VmRSS value")?.parse()?)
+}
+
+async fn idle_rss_per_tenant() -> anyhow::Result<()> {
+    const TENANTS: usize = 20;
+    let dir = std::env::temp_dir().join(format!("sless-bench-rss-{}", std::process::id()));
+    let api_port = free_port()?;
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_sless"));
+    cmd.args([
+        "dev",
+        "--listen",
+        &format!("127.0.0.1:{api_port}"),
+        "--control-plane-listen",
+        "127.0.0.1:0",
+    ])
+    .args(["--gateway-listen", "127.0.0.1:0", "--data-dir"])
+    .arg(&dir)
+    .env("SLESS_LOG", "warn")
+    .stdout(Stdio::null());
+    for t in 0..TENANTS {
+        cmd.args(["--tenant", &format!("t{t}=bench-token-{t:04}-abcdefgh")]);
+    }
+    let child = Process(cmd.spawn()?);
+    let api = format!("http://127.0.0.1:{api_port}");
+    wait_up(&format!("{api}/healthz")).await?;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let idle = rss_kib(child.0.id())?;
+    let client = reqwest::Client::new();
+    for t in 0..TENANTS {
+        client
+            .post(format!("{api}/api/v1/queue-services"))
+            .bearer_auth(format!("bench-token-{t:04}-abcdefgh"))
+            .json(&json!({"name": "main"}))
+            .send()
+            .await?;
+    }
+    for t in 0..TENANTS {
+        loop {
+            let view: Value = client
+                .get(format!("{api}/api/v1/queue-services/main"))
+                .bearer_auth(format!("bench-token-{t:04}-abcdefgh"))
+                .send()
+                .await?
+                .json()
+                .await?;
+            if view["phase"] == "Ready" {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let loaded = rss_kib(child.0.id())?;
+    let per_tenant = (loaded.saturating_sub(idle)) as f64 / TENANTS as f64 / 1024.0;
+    println!(
+        "idle RSS: platform {:.1} MB with no tenants, {:.1} MB with {TENANTS} tenant engines: \
+         {per_tenant:.2} MB per tenant engine = {:.2} of the 8 MB goal",
+        idle as f64 / 1024.0,
+        loaded as f64 / 1024.0,
+        per_tenant / 8.0
+    );
+    drop(child);
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    engine_vs_moto().await?;
+    gateway_vs_direct().await?;
+    idle_rss_per_tenant().await?;
+    Ok(())
+}

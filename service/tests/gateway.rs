@@ -1,0 +1,183 @@
+//! The SQS gateway as a control-plane worker, in process: it applies
+//! snapshots (and NACKs a bad one), verifies signatures, proxies to the
+//! tenant's engine and reports outcomes — over real sockets throughout.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::http::{HeaderMap, HeaderValue};
+use common::cp::{Harness, config};
+use serde_json::{Value, json};
+use sless::controlplane::proto::{AccessKey, RoutingSnapshot, TenantRoute};
+use sless::controlplane::store::ControlStore;
+use sless::controlplane::store::memory::MemoryStore;
+use sless::sqs::engine::server::EngineServer;
+use sless::sqs::engine::{Engine, EngineConfig};
+use sless::sqs::gateway::worker::WorkerConfig;
+use sless::sqs::gateway::{Gateway, sigv4};
+
+const ACCESS: &str = "SQSAKacme_AAAAAAAA";
+const SECRET: &str = "YWNtZS1zZWNyZXQ=";
+
+fn route(tenant: &str, backend: &str) -> TenantRoute {
+    TenantRoute {
+        tenant: tenant.into(),
+        backend_address: backend.into(),
+        keys: vec![AccessKey {
+            access_key_id: format!("SQSAK{tenant}_AAAAAAAA"),
+            secret_access_key: SECRET.into(),
+        }],
+    }
+}
+
+async fn call(url: &str, secret: &str, action: &str, body: Value) -> (u16, Value) {
+    let body = body.to_string();
+    let rest = url.trim_start_matches("http://");
+    let (host, path) = rest.split_once('/').map(|(h, p)| (h, format!("/{p}"))).unwrap();
+    let mut headers = HeaderMap::new();
+    headers.insert("host", HeaderValue::from_str(host).unwrap());
+    headers.insert("content-type", HeaderValue::from_static("application/x-amz-json-1.0"));
+    headers.insert(
+        "x-amz-target",
+        HeaderValue::from_str(&format!("AmazonSQS.{action}")).unwrap(),
+    );
+    headers.insert(
+        "x-amz-date",
+        HeaderValue::from_str(&sigv4::amz_date(std::time::SystemTime::now())).unwrap(),
+    );
+    let request = sigv4::Request {
+        method: "POST",
+        path: &path,
+        query: None,
+        headers: &headers,
+        body: body.as_bytes(),
+    };
+    let authorization = sigv4::sign(&request, ACCESS, secret, "ru-msk-1").unwrap();
+    headers.remove("host");
+    headers.insert("authorization", HeaderValue::from_str(&authorization).unwrap());
+    let response = reqwest::Client::new()
+        .post(url)
+        .headers(headers)
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+async fn eventually<F: std::future::Future<Output = bool>>(what: &str, mut check: impl FnMut() -> F) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !check().await {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn gateway_applies_snapshots_verifies_proxies_and_reports() {
+    let store = Arc::new(MemoryStore::new());
+    let cp = Harness::start(store.clone(), config(None)).await;
+    // The engine names queues by its own address; the gateway must not leak it.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let engine_addr: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
+    let engine = Engine::open(
+        EngineConfig {
+            account_id: "acme".into(),
+            region: "ru-msk-1".into(),
+            base_url: format!("http://{engine_addr}"),
+        },
+        None,
+    )
+    .unwrap();
+    let engine_server = EngineServer::start(engine, engine_addr).await.unwrap();
+    let gateway = Gateway::bind(
+        "127.0.0.1:0".parse().unwrap(),
+        None,
+        WorkerConfig {
+            control_plane: format!("http://{}", cp.addr),
+            worker_id: "gw-test".into(),
+            instance_id: "i-1".into(),
+            tls: None,
+        },
+    )
+    .await
+    .unwrap();
+    let base = gateway.public_url().to_owned();
+    tokio::spawn(gateway.run(std::future::pending()));
+
+    let healthz = format!("{base}/healthz");
+    assert_eq!(
+        reqwest::get(&healthz).await.unwrap().status(),
+        503,
+        "no snapshot applied yet"
+    );
+    cp.publisher.publish(RoutingSnapshot {
+        routes: vec![route("acme", &engine_server.addr.to_string())],
+    });
+    eventually("the gateway to apply its first snapshot", || async {
+        reqwest::get(&healthz).await.is_ok_and(|r| r.status() == 200)
+    })
+    .await;
+    let applied = store.session("gw-test").await.unwrap().unwrap().acked_version;
+    assert!(applied > 0, "the gateway ACKed what it applied");
+
+    let acme = format!("{base}/sqs/acme");
+    let (status, created) = call(&acme, SECRET, "CreateQueue", json!({"QueueName": "jobs"})).await;
+    assert_eq!(status, 200, "{created}");
+    assert_eq!(
+        created["QueueUrl"],
+        format!("{acme}/acme/jobs"),
+        "internal URLs are rewritten to the edge"
+    );
+    for _ in 0..4 {
+        assert_eq!(call(&acme, SECRET, "ListQueues", json!({})).await.0, 200);
+    }
+    for _ in 0..2 {
+        let (status, err) = call(&acme, "wrong-secret", "ListQueues", json!({})).await;
+        assert_eq!(
+            (status, err["__type"].as_str()),
+            (403, Some("com.amazonaws.sqs#SignatureDoesNotMatch"))
+        );
+    }
+    let (status, err) = call(&format!("{base}/sqs/other"), SECRET, "ListQueues", json!({})).await;
+    assert_eq!(
+        (status, err["__type"].as_str()),
+        (403, Some("com.amazonaws.sqs#InvalidClientTokenId"))
+    );
+
+    eventually("outcomes to reach the control plane", || async {
+        store.outcome_totals("acme").await.unwrap() == [("auth_failed".to_string(), 2), ("ok".to_string(), 5)]
+    })
+    .await;
+
+    // An invalid snapshot (a tenant twice) is NACKed and the old table stays.
+    let backend = engine_server.addr.to_string();
+    cp.publisher.publish(RoutingSnapshot {
+        routes: vec![route("acme", &backend), route("acme", "127.0.0.1:1")],
+    });
+    eventually("the NACK", || async {
+        store.session("gw-test").await.unwrap().unwrap().nacked_version > applied
+    })
+    .await;
+    assert_eq!(store.session("gw-test").await.unwrap().unwrap().acked_version, applied);
+    assert_eq!(
+        call(&acme, SECRET, "ListQueues", json!({})).await.0,
+        200,
+        "still routed by the applied table"
+    );
+
+    // With the engine gone, the edge answers 503, not a hang or a 500.
+    drop(engine_server);
+    let (status, err) = call(&acme, SECRET, "ListQueues", json!({})).await;
+    assert_eq!(
+        (status, err["__type"].as_str()),
+        (503, Some("com.amazonaws.sqs#ServiceUnavailable"))
+    );
+}
