@@ -20,7 +20,8 @@ import pytest
 import requests
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-BINARY = pathlib.Path(os.environ.get("SLESS_BINARY", ROOT / "target" / "debug" / "sless"))
+TARGET = pathlib.Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
+BINARY = pathlib.Path(os.environ.get("SLESS_BINARY", TARGET / "debug" / "sless"))
 TOKENS = {"a": "tenant-a-token-0123456789", "b": "tenant-b-token-0123456789"}
 REGION = "ru-msk-1"
 
