@@ -1,0 +1,262 @@
+//! `sless_queue_service`: a tenant's managed SQS-compatible endpoint.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use reqwest::Method;
+use serde_json::json;
+
+use super::{check_name, timeout};
+use crate::client::Client;
+use crate::cty::{Type, Value};
+use crate::diag::Diagnostics;
+use crate::schema::{Attr, BlockSchema, Kind};
+
+pub const TYPE: &str = "sless_queue_service";
+const CREATE_TIMEOUT: Duration = Duration::from_secs(600);
+const DELETE_TIMEOUT: Duration = Duration::from_secs(300);
+
+pub fn schema() -> BlockSchema {
+    BlockSchema {
+        description: "A managed SQS-compatible queue service. Use its `endpoint` and keys with any AWS SDK or the AWS CLI.",
+        attrs: vec![
+            Attr::new("id", Type::String, Kind::Computed, "The queue service's name."),
+            Attr::new(
+                "name",
+                Type::String,
+                Kind::Required,
+                "Name (a DNS label, 1-63 characters). Changing it replaces the queue service.",
+            )
+            .replace(),
+            Attr::new(
+                "memory_mb",
+                Type::Number,
+                Kind::OptionalDefault,
+                "Memory limit of the queue engine in MiB, 32-1024. Default 64. Changes in place.",
+            )
+            .default(Value::Number(64.0)),
+            Attr::new(
+                "storage_mb",
+                Type::Number,
+                Kind::OptionalDefault,
+                "Size of the message store in MiB, 128-10240. Default 512. Can only grow, in place.",
+            )
+            .default(Value::Number(512.0)),
+            Attr::new(
+                "persistence",
+                Type::Bool,
+                Kind::OptionalDefault,
+                "Keep messages on disk across restarts. Default true. Changing it replaces the queue service.",
+            )
+            .default(Value::Bool(true))
+            .replace(),
+            Attr::new(
+                "phase",
+                Type::String,
+                Kind::ComputedVolatile,
+                "Lifecycle phase: Pending, Provisioning, Ready or Failed.",
+            ),
+            Attr::new(
+                "endpoint",
+                Type::String,
+                Kind::Computed,
+                "SQS endpoint URL, for `endpoint_url` of the AWS SDKs.",
+            ),
+            Attr::new(
+                "access_key",
+                Type::String,
+                Kind::Computed,
+                "Access key id for SigV4 signing.",
+            )
+            .sensitive(),
+            Attr::new(
+                "secret_key",
+                Type::String,
+                Kind::Computed,
+                "Secret access key for SigV4 signing.",
+            )
+            .sensitive(),
+            Attr::new("created_at", Type::String, Kind::Computed, "Creation time, RFC 3339."),
+        ],
+        timeouts: true,
+    }
+}
+
+pub fn data_schema() -> BlockSchema {
+    let mut s = schema();
+    s.description = "Reads an existing queue service by name.";
+    s.timeouts = false;
+    for a in &mut s.attrs {
+        a.requires_replace = false;
+        a.default = None;
+        if a.name != "name" {
+            a.kind = Kind::Computed;
+        }
+    }
+    s
+}
+
+pub fn validate(config: &Value) -> Diagnostics {
+    let mut diags = Diagnostics::default();
+    check_name(config, &mut diags);
+    for (attr, min, max) in [("memory_mb", 32.0, 1024.0), ("storage_mb", 128.0, 10240.0)] {
+        if let Some(v) = config.get(attr).as_f64()
+            && (!(min..=max).contains(&v) || v.fract() != 0.0)
+        {
+            diags.push_error(
+                format!("Invalid {attr}"),
+                format!("must be a whole number from {min} to {max}, got {v}"),
+                Some(attr),
+            );
+        }
+    }
+    diags
+}
+
+/// State from the API's view, keeping what only the configuration holds.
+fn state_of(view: &serde_json::Value, previous: &Value) -> Value {
+    let s = |k: &str| Value::opt_str(view[k].as_str());
+    let n = |k: &str| view[k].as_f64().map_or(Value::Null, Value::Number);
+    let mut m = BTreeMap::new();
+    m.insert("id".into(), s("name"));
+    m.insert("name".into(), s("name"));
+    m.insert("memory_mb".into(), n("memoryMB"));
+    m.insert("storage_mb".into(), n("storageMB"));
+    m.insert(
+        "persistence".into(),
+        view["persistence"].as_bool().map_or(Value::Null, Value::Bool),
+    );
+    m.insert("phase".into(), s("phase"));
+    m.insert("endpoint".into(), s("endpoint"));
+    m.insert("access_key".into(), s("accessKey"));
+    m.insert("secret_key".into(), s("secretKey"));
+    m.insert("created_at".into(), s("createdAt"));
+    m.insert("timeouts".into(), previous.get("timeouts").clone());
+    Value::Object(m).conform(&schema().ty())
+}
+
+fn path(name: &str) -> String {
+    format!("/queue-services/{name}")
+}
+
+/// Polls until Ready; Failed or the deadline is an error that still carries
+/// the state, so Terraform records (and taints) what exists.
+async fn wait_ready(
+    client: &Client,
+    name: &str,
+    previous: &Value,
+    limit: Duration,
+) -> Result<Value, (Diagnostics, Option<Value>)> {
+    let started = Instant::now();
+    let mut delay = Duration::from_millis(200);
+    loop {
+        let view = client
+            .call(Method::GET, &path(name), None)
+            .await
+            .map_err(|e| (Diagnostics::from(e), None))?;
+        let state = state_of(&view, previous);
+        match view["phase"].as_str() {
+            Some("Ready") => return Ok(state),
+            Some("Failed") => {
+                let message = view["message"].as_str().unwrap_or("no message");
+                return Err((
+                    Diagnostics::error(format!("Queue service {name:?} failed"), message.to_owned()),
+                    Some(state),
+                ));
+            }
+            phase => {
+                if started.elapsed() >= limit {
+                    let detail = format!(
+                        "still {} after {:?}: {}",
+                        phase.unwrap_or("unknown"),
+                        limit,
+                        view["message"].as_str().unwrap_or("no message")
+                    );
+                    return Err((
+                        Diagnostics::error(
+                            format!("Timed out waiting for queue service {name:?} to become Ready"),
+                            detail,
+                        ),
+                        Some(state),
+                    ));
+                }
+            }
+        }
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(Duration::from_secs(2));
+    }
+}
+
+fn body(planned: &Value) -> serde_json::Value {
+    json!({
+        "memoryMB": planned.get("memory_mb").as_f64().map(|v| v as i64),
+        "storageMB": planned.get("storage_mb").as_f64().map(|v| v as i64),
+    })
+}
+
+pub async fn create(client: &Client, planned: &Value) -> Result<Value, (Diagnostics, Option<Value>)> {
+    let name = planned.get("name").as_str().unwrap_or_default().to_owned();
+    let limit = timeout(planned, "create", CREATE_TIMEOUT).map_err(|d| (d, None))?;
+    let mut request = body(planned);
+    request["name"] = json!(name);
+    request["persistence"] = json!(planned.get("persistence").as_bool());
+    client
+        .call(Method::POST, "/queue-services", Some(&request))
+        .await
+        .map_err(|e| (e.into(), None))?;
+    wait_ready(client, &name, planned, limit).await
+}
+
+pub async fn update(client: &Client, planned: &Value) -> Result<Value, (Diagnostics, Option<Value>)> {
+    let name = planned.get("name").as_str().unwrap_or_default().to_owned();
+    let limit = timeout(planned, "create", CREATE_TIMEOUT).map_err(|d| (d, None))?;
+    client
+        .call(Method::PATCH, &path(&name), Some(&body(planned)))
+        .await
+        .map_err(|e| (e.into(), None))?;
+    wait_ready(client, &name, planned, limit).await
+}
+
+pub async fn read(client: &Client, prior: &Value) -> Result<Option<Value>, Diagnostics> {
+    let Some(name) = prior.get("name").as_str().or(prior.get("id").as_str()) else {
+        return Ok(None);
+    };
+    match client.call(Method::GET, &path(name), None).await {
+        Ok(view) => Ok(Some(state_of(&view, prior))),
+        Err(e) if e.is_not_found() => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+pub async fn delete(client: &Client, prior: &Value) -> Result<(), Diagnostics> {
+    let name = prior.get("name").as_str().unwrap_or_default();
+    let limit = timeout(prior, "delete", DELETE_TIMEOUT)?;
+    match client.call(Method::DELETE, &path(name), None).await {
+        Ok(_) => {}
+        Err(e) if e.is_not_found() => return Ok(()),
+        Err(e) => return Err(e.into()),
+    }
+    let started = Instant::now();
+    loop {
+        match client.call(Method::GET, &path(name), None).await {
+            Err(e) if e.is_not_found() => return Ok(()),
+            Err(e) => return Err(e.into()),
+            Ok(_) if started.elapsed() >= limit => {
+                return Err(Diagnostics::error(
+                    format!("Timed out waiting for queue service {name:?} to be deleted"),
+                    "",
+                ));
+            }
+            Ok(_) => tokio::time::sleep(Duration::from_millis(500)).await,
+        }
+    }
+}
+
+/// `terraform import sless_queue_service.x NAME`: the rest comes from Read.
+pub fn import(id: &str) -> Value {
+    Value::Object(BTreeMap::from([
+        ("id".into(), Value::str(id)),
+        ("name".into(), Value::str(id)),
+    ]))
+    .conform(&schema().ty())
+}
