@@ -232,15 +232,36 @@ fn path(name: &str) -> String {
     format!("/dataflows/{name}")
 }
 
-pub async fn create(client: &Client, planned: &Value) -> Result<Value, Diagnostics> {
-    let view = client.call(Method::POST, "/dataflows", Some(&body(planned))).await?;
+/// Waits until the platform has taken the spec up (left Pending), so the
+/// phase in state is the one the next refresh sees too.
+async fn settled(
+    client: &Client,
+    name: &str,
+    mut view: serde_json::Value,
+    planned: &Value,
+) -> Result<Value, Diagnostics> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while view["phase"] == "Pending" && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        view = client.call(Method::GET, &path(name), None).await?;
+    }
+    if view["phase"] == "Failed" {
+        let message = view["message"].as_str().unwrap_or("no message").to_owned();
+        return Err(Diagnostics::error(format!("Dataflow {name:?} failed"), message));
+    }
     Ok(state_of(&view, planned))
+}
+
+pub async fn create(client: &Client, planned: &Value) -> Result<Value, Diagnostics> {
+    let name = planned.get("name").as_str().unwrap_or_default();
+    let view = client.call(Method::POST, "/dataflows", Some(&body(planned))).await?;
+    settled(client, name, view, planned).await
 }
 
 pub async fn update(client: &Client, planned: &Value) -> Result<Value, Diagnostics> {
     let name = planned.get("name").as_str().unwrap_or_default();
     let view = client.call(Method::PUT, &path(name), Some(&body(planned))).await?;
-    Ok(state_of(&view, planned))
+    settled(client, name, view, planned).await
 }
 
 pub async fn read(client: &Client, prior: &Value) -> Result<Option<Value>, Diagnostics> {

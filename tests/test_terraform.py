@@ -1,0 +1,253 @@
+"""The Terraform provider with the real Terraform CLI (1.0.3, protocol 6),
+offline through `dev_overrides`, against a `sless dev` started here."""
+
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import tempfile
+import textwrap
+
+import pytest
+
+from conftest import TARGET, TOKENS, sqs_client
+
+PROVIDER_DIR = TARGET / "debug"
+
+
+@pytest.fixture
+def tf(sless):
+    if not (PROVIDER_DIR / "terraform-provider-sless").exists():
+        pytest.fail("terraform-provider-sless is missing: run `cargo build` first")
+    if not shutil.which("terraform"):
+        pytest.fail("terraform is missing: pip install -r tests/requirements.txt")
+    work = pathlib.Path(tempfile.mkdtemp(prefix="sless-tf-"))
+    rc = work / "cli.tfrc"
+    rc.write_text(textwrap.dedent(f"""
+        provider_installation {{
+          dev_overrides {{
+            "kube5s/sless" = "{PROVIDER_DIR}"
+          }}
+          direct {{}}
+        }}
+    """))
+    yield Terraform(work, rc, sless)
+    shutil.rmtree(work, ignore_errors=True)
+
+
+class Terraform:
+    def __init__(self, work, rc, sless):
+        self.work, self.rc, self.sless = work, rc, sless
+        self.env = dict(os.environ, TF_CLI_CONFIG_FILE=str(rc), CHECKPOINT_DISABLE="1", TF_IN_AUTOMATION="1",
+                        TF_INPUT="0", SLESS_ENDPOINT=sless.api, SLESS_TOKEN=TOKENS["a"])
+
+    def write(self, body, provider='provider "sless" {}'):
+        (self.work / "main.tf").write_text(textwrap.dedent("""
+            terraform {
+              required_providers {
+                sless = { source = "kube5s/sless" }
+              }
+            }
+        """) + provider + "\n" + textwrap.dedent(body))
+
+    def run(self, *args, check=True, env=None):
+        out = subprocess.run(["terraform", *args, "-no-color"], cwd=self.work, env={**self.env, **(env or {})},
+                             capture_output=True, text=True, timeout=300)
+        if check and out.returncode != 0:
+            raise AssertionError(f"terraform {' '.join(args)} failed:\n{out.stdout}\n{out.stderr}")
+        return out
+
+    def apply(self, **kw):
+        return self.run("apply", "-auto-approve", **kw)
+
+    def plan_exit(self):
+        return self.run("plan", "-detailed-exitcode", check=False)
+
+    def outputs(self):
+        return json.loads(self.run("output", "-json").stdout)
+
+
+def assert_no_resource_changes(plan):
+    """After `state rm` and import, outputs are re-saved on the next apply;
+    the resource itself must match its configuration."""
+    assert plan.returncode in (0, 2), plan.stderr
+    for action in ("will be created", "will be updated", "must be replaced", "will be destroyed"):
+        assert action not in plan.stdout, plan.stdout
+
+
+QUEUE = """
+resource "sless_queue_service" "main" {
+  name      = "%s"
+  memory_mb = %d
+  timeouts {
+    create = "2m"
+  }
+}
+output "endpoint"   { value = sless_queue_service.main.endpoint }
+output "access_key" {
+  value     = sless_queue_service.main.access_key
+  sensitive = true
+}
+output "secret_key" {
+  value     = sless_queue_service.main.secret_key
+  sensitive = true
+}
+"""
+
+
+def test_queue_service_lifecycle(tf):
+    tf.write(QUEUE % ("tf-queues", 128))
+    tf.apply()
+    out = tf.outputs()
+    assert out["endpoint"]["value"].endswith("/sqs/a")
+    assert out["access_key"]["sensitive"] and out["secret_key"]["sensitive"]
+    shown = tf.run("show").stdout
+    assert "SQSAKa_" not in shown and "(sensitive value)" in shown, "keys stay sensitive"
+    # The outputs work with the unmodified AWS SDK.
+    view = {"endpoint": out["endpoint"]["value"], "accessKey": out["access_key"]["value"],
+            "secretKey": out["secret_key"]["value"]}
+    sqs = sqs_client(view)
+    url = sqs.create_queue(QueueName="from-terraform")["QueueUrl"]
+    sqs.send_message(QueueUrl=url, MessageBody="hi")
+    assert sqs.receive_message(QueueUrl=url, WaitTimeSeconds=2)["Messages"][0]["Body"] == "hi"
+
+    assert tf.plan_exit().returncode == 0, "a second plan shows no changes"
+
+    tf.write(QUEUE % ("tf-queues", 256))
+    plan = tf.plan_exit()
+    assert plan.returncode == 2 and "update in-place" in plan.stdout, plan.stdout
+    tf.apply()
+    assert tf.sless.rest("a", "GET", "/queue-services/tf-queues").json()["memoryMB"] == 256
+    assert tf.outputs()["access_key"]["value"] == view["accessKey"], "keys survive an in-place update"
+
+    tf.write(QUEUE % ("tf-renamed", 256))
+    plan = tf.plan_exit()
+    assert "forces replacement" in plan.stdout, plan.stdout
+    tf.apply()
+    assert tf.sless.rest("a", "GET", "/queue-services/tf-queues").status_code == 404
+    assert tf.sless.rest("a", "GET", "/queue-services/tf-renamed").json()["phase"] == "Ready"
+
+    # Deleted outside Terraform: the next plan recreates it.
+    assert tf.sless.rest("a", "DELETE", "/queue-services/tf-renamed").status_code == 204
+    plan = tf.plan_exit()
+    assert plan.returncode == 2 and "will be created" in plan.stdout, plan.stdout
+    tf.apply()
+
+    # Import by name, then destroy. (A timeouts block lives only in
+    # configuration, so an import cannot bring it back: leave it out.)
+    tf.write((QUEUE % ("tf-renamed", 256)).replace('timeouts {\n    create = "2m"\n  }', ""))
+    tf.run("state", "rm", "sless_queue_service.main")
+    tf.run("import", "sless_queue_service.main", "tf-renamed")
+    assert_no_resource_changes(tf.plan_exit())
+    tf.apply()
+    assert tf.plan_exit().returncode == 0
+    tf.run("destroy", "-auto-approve")
+    assert tf.sless.rest("a", "GET", "/queue-services/tf-renamed").status_code == 404
+
+
+DATAFLOW = """
+resource "sless_dataflow" "orders" {
+  name   = "orders-to-dwh"
+  source = {
+    type   = "postgresql"
+    config = %s
+  }
+  sink = {
+    type   = "postgresql"
+    config = jsonencode({ connectionString = "postgres://127.0.0.1/test", table = "orders_copy", autoCreateTable = true })
+  }
+  transformations = [
+    { type = "mask", config = jsonencode({ fields = ["card"], keepLength = true }) },
+  ]
+  channel_buffer_size = %d
+}
+data "sless_dataflow" "orders" {
+  name       = sless_dataflow.orders.name
+}
+output "phase"       { value = sless_dataflow.orders.phase }
+output "data_source" { value = data.sless_dataflow.orders.transformations[0].type }
+"""
+
+SOURCE_HAND_WRITTEN = r'"{ \"table\": \"orders\",   \"connectionString\": \"postgres://127.0.0.1/test\" }"'
+SOURCE_JSONENCODE = 'jsonencode({ connectionString = "postgres://127.0.0.1/test", table = "orders" })'
+
+
+def test_dataflow_lifecycle_json_normalisation_and_import(tf):
+    tf.write(DATAFLOW % (SOURCE_HAND_WRITTEN, 100))
+    tf.apply()
+    out = tf.outputs()
+    assert out["phase"]["value"] in ("Pending", "Provisioning")
+    assert out["data_source"]["value"] == "mask"
+    view = tf.sless.rest("a", "GET", "/dataflows/orders-to-dwh").json()
+    assert view["source"]["config"] == {"table": "orders", "connectionString": "postgres://127.0.0.1/test"}
+    # Key order and whitespace of the config string never show a diff.
+    assert tf.plan_exit().returncode == 0
+
+    tf.write(DATAFLOW % (SOURCE_JSONENCODE, 500))
+    plan = tf.plan_exit()
+    assert "update in-place" in plan.stdout and "channel_buffer_size" in plan.stdout, plan.stdout
+    tf.apply()
+    assert tf.sless.rest("a", "GET", "/dataflows/orders-to-dwh").json()["channelBufferSize"] == 500
+    assert tf.plan_exit().returncode == 0
+
+    tf.run("state", "rm", "sless_dataflow.orders")
+    tf.run("import", "sless_dataflow.orders", "orders-to-dwh")
+    assert_no_resource_changes(tf.plan_exit())
+    tf.run("destroy", "-auto-approve")
+    assert tf.sless.rest("a", "GET", "/dataflows/orders-to-dwh").status_code == 404
+
+
+def test_queue_service_data_source(tf, tenant_b):
+    tf.env["SLESS_TOKEN"] = TOKENS["b"]
+    tf.write("""
+        data "sless_queue_service" "existing" { name = "main" }
+        output "endpoint" { value = data.sless_queue_service.existing.endpoint }
+    """)
+    tf.apply()
+    assert tf.outputs()["endpoint"]["value"] == tenant_b["endpoint"]
+
+
+def test_errors_are_readable(tf):
+    tf.write(QUEUE % ("bad-token", 64))
+    out = tf.apply(check=False, env={"SLESS_TOKEN": "not-a-valid-token-at-all"})
+    assert out.returncode != 0
+    assert "401 unauthorized: invalid token" in out.stderr, out.stderr
+
+    out = tf.run("plan", check=False, env={"SLESS_ENDPOINT": ""})
+    assert out.returncode != 0 and "Missing sless API endpoint" in out.stderr, out.stderr
+
+    tf.write(QUEUE % ("too-big", 4096))
+    out = tf.run("plan", check=False)
+    assert out.returncode != 0 and "Invalid memory_mb" in out.stderr, out.stderr
+
+    tf.write("""
+        resource "sless_dataflow" "bad" {
+          name   = "bad-flow"
+          source = { type = "postgresql", config = jsonencode({ table = "t", connectionString = "c" }) }
+          sink   = { type = "postgresql", config = jsonencode({ table = "u", connectionString = "c" }) }
+          transformations = [{ type = "explode", config = jsonencode({}) }]
+        }
+    """)
+    out = tf.apply(check=False)
+    assert out.returncode != 0
+    assert "422 validation_failed" in out.stderr and "transformations[0].type" in out.stderr, out.stderr
+    assert tf.sless.rest("a", "GET", "/dataflows/bad-flow").status_code == 404, "a bad spec creates nothing"
+
+    tf.write("""
+        resource "sless_dataflow" "bad" {
+          name   = "bad-json"
+          source = { type = "postgresql", config = "{not json" }
+          sink   = { type = "postgresql", config = jsonencode({ table = "u", connectionString = "c" }) }
+        }
+    """)
+    out = tf.run("plan", check=False)
+    assert out.returncode != 0 and "Invalid source.config" in out.stderr, out.stderr
+
+
+def test_provider_block_overrides_the_environment(tf):
+    tf.write('output "ok" { value = data.sless_queue_service.b.name }\ndata "sless_queue_service" "b" { name = "main" }',
+             provider=f'provider "sless" {{\n  endpoint = "{tf.sless.api}"\n  token = "{TOKENS["b"]}"\n}}')
+    tf.sless.queue_service("b")
+    out = tf.apply(env={"SLESS_ENDPOINT": "http://127.0.0.1:1", "SLESS_TOKEN": "wrong-token-wrong-token"})
+    assert "Apply complete" in out.stdout
