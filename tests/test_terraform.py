@@ -251,3 +251,23 @@ def test_provider_block_overrides_the_environment(tf):
     tf.sless.queue_service("b")
     out = tf.apply(env={"SLESS_ENDPOINT": "http://127.0.0.1:1", "SLESS_TOKEN": "wrong-token-wrong-token"})
     assert "Apply complete" in out.stdout
+
+
+EXAMPLES = pathlib.Path(__file__).resolve().parent.parent / "examples"
+
+
+def test_examples_work_as_documented(tf):
+    (tf.work / "main.tf").write_text((EXAMPLES / "queue-service" / "main.tf").read_text())
+    tf.apply()
+    printed = subprocess.run(["python3", str(EXAMPLES / "boto3" / "send_receive.py"), str(tf.work)],
+                             env=tf.env, capture_output=True, text=True, timeout=120)
+    assert printed.returncode == 0, printed.stderr
+    assert printed.stdout.strip() == "hello from managed SQS"
+    tf.run("destroy", "-auto-approve")
+
+    (tf.work / "main.tf").write_text((EXAMPLES / "dataflow" / "main.tf").read_text())
+    tf.run("validate")
+    tf.apply()
+    assert tf.outputs()["phase"]["value"] != "Failed"
+    assert tf.plan_exit().returncode == 0
+    tf.run("destroy", "-auto-approve")
