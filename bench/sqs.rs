@@ -14,7 +14,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use axum::http::{HeaderMap, HeaderValue};
 use serde_json::{Value, json};
 use sless::controlplane::proto::{AccessKey, RoutingSnapshot, TenantRoute};
 use sless::controlplane::publisher::Debounce;
@@ -34,32 +33,8 @@ const REGION: &str = "us-east-1";
 /// A JSON-protocol request signed as an SDK signs it.
 fn signed(client: &reqwest::Client, url: &str, action: &str, body: &Value) -> reqwest::RequestBuilder {
     let body = body.to_string();
-    let rest = url.split_once("://").map_or(url, |(_, r)| r);
-    let (host, path) = rest
-        .split_once('/')
-        .map_or((rest, "/".to_owned()), |(h, p)| (h, format!("/{p}")));
-    let mut headers = HeaderMap::new();
-    for (name, value) in [
-        ("host", host.to_owned()),
-        ("content-type", "application/x-amz-json-1.0".to_owned()),
-        ("x-amz-target", format!("AmazonSQS.{action}")),
-        ("x-amz-date", sigv4::amz_date(std::time::SystemTime::now())),
-    ] {
-        headers.insert(name, HeaderValue::from_str(&value).expect("ASCII header"));
-    }
-    let request = sigv4::Request {
-        method: "POST",
-        path: &path,
-        query: None,
-        headers: &headers,
-        body: body.as_bytes(),
-    };
-    let authorization = sigv4::sign(&request, ACCESS, SECRET, REGION).expect("x-amz-date is set");
-    headers.remove("host");
-    headers.insert(
-        "authorization",
-        HeaderValue::from_str(&authorization).expect("ASCII header"),
-    );
+    let headers =
+        sigv4::signed_json_headers(url, action, body.as_bytes(), ACCESS, SECRET, REGION).expect("ASCII headers");
     client.post(url).headers(headers).body(body)
 }
 

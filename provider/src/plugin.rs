@@ -74,10 +74,7 @@ impl ClientCertVerifier for ExactClientCert {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        if dss.scheme == SignatureScheme::ECDSA_NISTP521_SHA512 {
-            return verify_p521(message, cert, dss);
-        }
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
+        self.verify(message, cert, dss, rustls::crypto::verify_tls12_signature)
     }
 
     fn verify_tls13_signature(
@@ -86,16 +83,36 @@ impl ClientCertVerifier for ExactClientCert {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        if dss.scheme == SignatureScheme::ECDSA_NISTP521_SHA512 {
-            return verify_p521(message, cert, dss);
-        }
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
+        self.verify(message, cert, dss, rustls::crypto::verify_tls13_signature)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
         let mut schemes = self.provider.signature_verification_algorithms.supported_schemes();
         schemes.push(SignatureScheme::ECDSA_NISTP521_SHA512);
         schemes
+    }
+}
+
+type Verify = fn(
+    &[u8],
+    &CertificateDer<'_>,
+    &DigitallySignedStruct,
+    &rustls::crypto::WebPkiSupportedAlgorithms,
+) -> Result<HandshakeSignatureValid, rustls::Error>;
+
+impl ExactClientCert {
+    fn verify(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+        ring: Verify,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        if dss.scheme == SignatureScheme::ECDSA_NISTP521_SHA512 {
+            verify_p521(message, cert, dss)
+        } else {
+            ring(message, cert, dss, &self.provider.signature_verification_algorithms)
+        }
     }
 }
 

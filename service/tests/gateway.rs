@@ -7,7 +7,6 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::http::{HeaderMap, HeaderValue};
 use common::cp::{Harness, config};
 use serde_json::{Value, json};
 use sless::controlplane::proto::{AccessKey, RoutingSnapshot, TenantRoute};
@@ -34,29 +33,7 @@ fn route(tenant: &str, backend: &str) -> TenantRoute {
 
 async fn call(url: &str, secret: &str, action: &str, body: Value) -> (u16, Value) {
     let body = body.to_string();
-    let rest = url.trim_start_matches("http://");
-    let (host, path) = rest.split_once('/').map(|(h, p)| (h, format!("/{p}"))).unwrap();
-    let mut headers = HeaderMap::new();
-    headers.insert("host", HeaderValue::from_str(host).unwrap());
-    headers.insert("content-type", HeaderValue::from_static("application/x-amz-json-1.0"));
-    headers.insert(
-        "x-amz-target",
-        HeaderValue::from_str(&format!("AmazonSQS.{action}")).unwrap(),
-    );
-    headers.insert(
-        "x-amz-date",
-        HeaderValue::from_str(&sigv4::amz_date(std::time::SystemTime::now())).unwrap(),
-    );
-    let request = sigv4::Request {
-        method: "POST",
-        path: &path,
-        query: None,
-        headers: &headers,
-        body: body.as_bytes(),
-    };
-    let authorization = sigv4::sign(&request, ACCESS, secret, "ru-msk-1").unwrap();
-    headers.remove("host");
-    headers.insert("authorization", HeaderValue::from_str(&authorization).unwrap());
+    let headers = sigv4::signed_json_headers(url, action, body.as_bytes(), ACCESS, secret, "ru-msk-1").unwrap();
     let response = reqwest::Client::new()
         .post(url)
         .headers(headers)

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use reqwest::Method;
 use serde_json::json;
 
-use super::check_name;
+use super::{check_name, delete_object, import_state, read_view};
 use crate::client::Client;
 use crate::cty::{Type, Value};
 use crate::diag::Diagnostics;
@@ -228,8 +228,10 @@ fn state_of(view: &serde_json::Value, previous: &Value) -> Value {
     Value::Object(m).conform(&schema().ty())
 }
 
+const COLLECTION: &str = "/dataflows";
+
 fn path(name: &str) -> String {
-    format!("/dataflows/{name}")
+    format!("{COLLECTION}/{name}")
 }
 
 /// Waits until the platform has taken the spec up (left Pending), so the
@@ -265,31 +267,18 @@ pub async fn update(client: &Client, planned: &Value) -> Result<Value, Diagnosti
 }
 
 pub async fn read(client: &Client, prior: &Value) -> Result<Option<Value>, Diagnostics> {
-    let Some(name) = prior.get("name").as_str().or(prior.get("id").as_str()) else {
-        return Ok(None);
-    };
-    match client.call(Method::GET, &path(name), None).await {
-        Ok(view) => Ok(Some(state_of(&view, prior))),
-        Err(e) if e.is_not_found() => Ok(None),
-        Err(e) => Err(e.into()),
-    }
+    Ok(read_view(client, COLLECTION, prior)
+        .await?
+        .map(|view| state_of(&view, prior)))
 }
 
 pub async fn delete(client: &Client, prior: &Value) -> Result<(), Diagnostics> {
-    let name = prior.get("name").as_str().unwrap_or_default();
-    match client.call(Method::DELETE, &path(name), None).await {
-        Ok(_) => Ok(()),
-        Err(e) if e.is_not_found() => Ok(()),
-        Err(e) => Err(e.into()),
-    }
+    delete_object(client, COLLECTION, prior).await.map(drop)
 }
 
+/// `terraform import sless_dataflow.x NAME`.
 pub fn import(id: &str) -> Value {
-    Value::Object(BTreeMap::from([
-        ("id".into(), Value::str(id)),
-        ("name".into(), Value::str(id)),
-    ]))
-    .conform(&schema().ty())
+    import_state(id, &schema().ty())
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use reqwest::Method;
 use serde_json::json;
 
-use super::{check_name, timeout};
+use super::{check_name, delete_object, import_state, read_view, timeout};
 use crate::client::Client;
 use crate::cty::{Type, Value};
 use crate::diag::Diagnostics;
@@ -135,8 +135,10 @@ fn state_of(view: &serde_json::Value, previous: &Value) -> Value {
     Value::Object(m).conform(&schema().ty())
 }
 
+const COLLECTION: &str = "/queue-services";
+
 fn path(name: &str) -> String {
-    format!("/queue-services/{name}")
+    format!("{COLLECTION}/{name}")
 }
 
 /// Polls until Ready; Failed or the deadline is an error that still carries
@@ -218,23 +220,16 @@ pub async fn update(client: &Client, planned: &Value) -> Result<Value, (Diagnost
 }
 
 pub async fn read(client: &Client, prior: &Value) -> Result<Option<Value>, Diagnostics> {
-    let Some(name) = prior.get("name").as_str().or(prior.get("id").as_str()) else {
-        return Ok(None);
-    };
-    match client.call(Method::GET, &path(name), None).await {
-        Ok(view) => Ok(Some(state_of(&view, prior))),
-        Err(e) if e.is_not_found() => Ok(None),
-        Err(e) => Err(e.into()),
-    }
+    Ok(read_view(client, COLLECTION, prior)
+        .await?
+        .map(|view| state_of(&view, prior)))
 }
 
 pub async fn delete(client: &Client, prior: &Value) -> Result<(), Diagnostics> {
     let name = prior.get("name").as_str().unwrap_or_default();
     let limit = timeout(prior, "delete", DELETE_TIMEOUT)?;
-    match client.call(Method::DELETE, &path(name), None).await {
-        Ok(_) => {}
-        Err(e) if e.is_not_found() => return Ok(()),
-        Err(e) => return Err(e.into()),
+    if !delete_object(client, COLLECTION, prior).await? {
+        return Ok(());
     }
     let started = Instant::now();
     loop {
@@ -254,9 +249,5 @@ pub async fn delete(client: &Client, prior: &Value) -> Result<(), Diagnostics> {
 
 /// `terraform import sless_queue_service.x NAME`: the rest comes from Read.
 pub fn import(id: &str) -> Value {
-    Value::Object(BTreeMap::from([
-        ("id".into(), Value::str(id)),
-        ("name".into(), Value::str(id)),
-    ]))
-    .conform(&schema().ty())
+    import_state(id, &schema().ty())
 }

@@ -267,6 +267,44 @@ pub fn sign(request: &Request<'_>, access_key: &str, secret: &str, region: &str)
     ))
 }
 
+/// The headers of an AWS JSON 1.0 request of `action` to `url` with `body`,
+/// signed now as an SDK signs them (for load tools and tests).
+pub fn signed_json_headers(
+    url: &str,
+    action: &str,
+    body: &[u8],
+    access_key: &str,
+    secret: &str,
+    region: &str,
+) -> Option<HeaderMap> {
+    use axum::http::HeaderValue;
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let (host, path) = rest
+        .split_once('/')
+        .map_or((rest, "/".to_owned()), |(h, p)| (h, format!("/{p}")));
+    let mut headers = HeaderMap::new();
+    for (name, value) in [
+        ("host", host.to_owned()),
+        ("content-type", "application/x-amz-json-1.0".to_owned()),
+        ("x-amz-target", format!("AmazonSQS.{action}")),
+        ("x-amz-date", amz_date(std::time::SystemTime::now())),
+    ] {
+        headers.insert(name, HeaderValue::from_str(&value).ok()?);
+    }
+    let request = Request {
+        method: "POST",
+        path: &path,
+        query: None,
+        headers: &headers,
+        body,
+    };
+    let authorization = sign(&request, access_key, secret, region)?;
+    // The HTTP client sets Host itself.
+    headers.remove("host");
+    headers.insert("authorization", HeaderValue::from_str(&authorization).ok()?);
+    Some(headers)
+}
+
 /// `SystemTime` → `YYYYMMDDTHHMMSSZ`.
 pub fn amz_date(time: std::time::SystemTime) -> String {
     humantime::format_rfc3339_seconds(time)
