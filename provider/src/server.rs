@@ -314,8 +314,8 @@ impl Provider for SlessProvider {
                 let result = match (queue, creating) {
                     (true, true) => queue_service::create(&client, &planned).await,
                     (true, false) => queue_service::update(&client, &planned).await,
-                    (false, true) => dataflow::create(&client, &planned).await.map_err(|d| (d, None)),
-                    (false, false) => dataflow::update(&client, &planned).await.map_err(|d| (d, None)),
+                    (false, true) => dataflow::create(&client, &planned).await,
+                    (false, false) => dataflow::update(&client, &planned).await,
                 };
                 match result {
                     Ok(state) => (state, Diagnostics::default()),

@@ -236,33 +236,45 @@ fn path(name: &str) -> String {
 
 /// Waits until the platform has taken the spec up (left Pending), so the
 /// phase in state is the one the next refresh sees too.
-async fn settled(
-    client: &Client,
-    name: &str,
-    mut view: serde_json::Value,
-    planned: &Value,
-) -> Result<Value, Diagnostics> {
+/// A failure that may still carry the state of what exists (recorded tainted).
+type Failure = (Diagnostics, Option<Value>);
+
+fn api_failure(e: crate::client::ApiError) -> Failure {
+    (e.into(), None)
+}
+
+async fn settled(client: &Client, name: &str, mut view: serde_json::Value, planned: &Value) -> Result<Value, Failure> {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     while view["phase"] == "Pending" && std::time::Instant::now() < deadline {
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-        view = client.call(Method::GET, &path(name), None).await?;
+        view = client.call(Method::GET, &path(name), None).await.map_err(api_failure)?;
     }
+    let state = state_of(&view, planned);
     if view["phase"] == "Failed" {
         let message = view["message"].as_str().unwrap_or("no message").to_owned();
-        return Err(Diagnostics::error(format!("Dataflow {name:?} failed"), message));
+        return Err((
+            Diagnostics::error(format!("Dataflow {name:?} failed"), message),
+            Some(state),
+        ));
     }
-    Ok(state_of(&view, planned))
+    Ok(state)
 }
 
-pub async fn create(client: &Client, planned: &Value) -> Result<Value, Diagnostics> {
+pub async fn create(client: &Client, planned: &Value) -> Result<Value, Failure> {
     let name = planned.get("name").as_str().unwrap_or_default();
-    let view = client.call(Method::POST, "/dataflows", Some(&body(planned))).await?;
+    let view = client
+        .call(Method::POST, COLLECTION, Some(&body(planned)))
+        .await
+        .map_err(api_failure)?;
     settled(client, name, view, planned).await
 }
 
-pub async fn update(client: &Client, planned: &Value) -> Result<Value, Diagnostics> {
+pub async fn update(client: &Client, planned: &Value) -> Result<Value, Failure> {
     let name = planned.get("name").as_str().unwrap_or_default();
-    let view = client.call(Method::PUT, &path(name), Some(&body(planned))).await?;
+    let view = client
+        .call(Method::PUT, &path(name), Some(&body(planned)))
+        .await
+        .map_err(api_failure)?;
     settled(client, name, view, planned).await
 }
 

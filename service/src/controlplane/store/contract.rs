@@ -323,23 +323,24 @@ async fn outcome_batches_count_once(store: impl ControlStore) {
 }
 
 async fn sessions_expire(store: impl ControlStore) {
-    let short = Duration::from_millis(300);
+    // Margins of 250 ms around each expiry, for loaded CI machines.
+    let short = Duration::from_millis(600);
     let epoch = store.open_session(&session("w", "s1"), short).await.unwrap();
     let s = snap(1, epoch);
     store.record_issued_snapshot(&issued("w", "s1", s), TTL).await.unwrap();
-    // Renewal by ACK extends the session.
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Renewal by ACK, then by a report, keeps the session past its first TTL.
+    tokio::time::sleep(Duration::from_millis(350)).await;
     store
         .acknowledge_snapshot(&ack("w", "s1", s, true), short)
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    tokio::time::sleep(Duration::from_millis(350)).await;
     store
         .replace_runtime(&report("w", "s1", 1, s, 0), short, short)
         .await
         .unwrap();
     assert!(store.session("w").await.unwrap().is_some());
-    tokio::time::sleep(Duration::from_millis(450)).await;
+    tokio::time::sleep(Duration::from_millis(900)).await;
     assert!(store.session("w").await.unwrap().is_none(), "expired");
     assert_eq!(
         store.replace_runtime(&report("w", "s1", 2, s, 0), short, short).await,
