@@ -6,7 +6,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::cp::{Harness, ack_of, config, next, register, register_request, report};
+use common::cp::{Harness, ack_of, config, next, register, register_request, report, watch};
 use prost::Message;
 use sha2::{Digest, Sha256};
 use sless::controlplane::proto::{self, RoutingSnapshot};
@@ -103,14 +103,7 @@ async fn snapshot_ack_and_runtime_semantics() {
     let h = harness().await;
     let mut c = h.client().await;
     let s = register(&mut c, "gw-1").await.session_id;
-    let mut stream = c
-        .watch_snapshots(proto::WatchSnapshotsRequest {
-            worker_id: "gw-1".into(),
-            session_id: s.clone(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let mut stream = watch(&mut c, "gw-1", &s).await;
     h.publish(&["tenant-a", "tenant-b"]);
     let d = next(&mut stream, WAIT).await.expect("a delivery").unwrap();
     let snap = d.snapshot.clone().unwrap();
@@ -216,14 +209,7 @@ async fn one_unacked_delivery_and_nacks_are_not_resent() {
     let h = harness().await;
     let mut c = h.client().await;
     let s = register(&mut c, "gw-1").await.session_id;
-    let mut stream = c
-        .watch_snapshots(proto::WatchSnapshotsRequest {
-            worker_id: "gw-1".into(),
-            session_id: s.clone(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let mut stream = watch(&mut c, "gw-1", &s).await;
     h.publish(&["a"]);
     let d1 = next(&mut stream, WAIT).await.unwrap().unwrap();
     h.publish(&["a", "b"]);
@@ -277,14 +263,7 @@ async fn a_new_registration_replaces_the_old_session_and_stream() {
     let h = harness().await;
     let mut c = h.client().await;
     let old = register(&mut c, "gw-1").await.session_id;
-    let mut stream = c
-        .watch_snapshots(proto::WatchSnapshotsRequest {
-            worker_id: "gw-1".into(),
-            session_id: old.clone(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let mut stream = watch(&mut c, "gw-1", &old).await;
     h.publish(&["a"]);
     let d = next(&mut stream, WAIT).await.unwrap().unwrap();
     c.acknowledge_snapshot(ack_of("gw-1", &old, &d, true)).await.unwrap();
@@ -307,14 +286,7 @@ async fn a_new_registration_replaces_the_old_session_and_stream() {
         code(c.report_runtime(report("gw-1", &new, 2, &d, 1)).await),
         Code::FailedPrecondition
     );
-    let mut stream = c
-        .watch_snapshots(proto::WatchSnapshotsRequest {
-            worker_id: "gw-1".into(),
-            session_id: new.clone(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let mut stream = watch(&mut c, "gw-1", &new).await;
     let d = next(&mut stream, WAIT)
         .await
         .expect("the current snapshot is delivered in full")
@@ -323,14 +295,7 @@ async fn a_new_registration_replaces_the_old_session_and_stream() {
     c.report_runtime(report("gw-1", &new, 1, &d, 1)).await.unwrap();
 
     // A second stream of the same worker replaces the first.
-    let mut second = c
-        .watch_snapshots(proto::WatchSnapshotsRequest {
-            worker_id: "gw-1".into(),
-            session_id: new.clone(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let mut second = watch(&mut c, "gw-1", &new).await;
     assert_eq!(
         next(&mut stream, WAIT).await.unwrap().unwrap_err().code(),
         Code::Aborted
@@ -339,15 +304,7 @@ async fn a_new_registration_replaces_the_old_session_and_stream() {
         next(&mut second, QUIET).await.is_none(),
         "already acknowledged: nothing to send"
     );
-    let unknown = c
-        .watch_snapshots(proto::WatchSnapshotsRequest {
-            worker_id: "gw-9".into(),
-            session_id: new,
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    let mut unknown = unknown;
+    let mut unknown = watch(&mut c, "gw-9", &new).await;
     assert_eq!(
         next(&mut unknown, WAIT).await.unwrap().unwrap_err().code(),
         Code::FailedPrecondition

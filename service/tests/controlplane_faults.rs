@@ -7,8 +7,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::cp::{Harness, ack_of, config, next, register, report};
-use sless::controlplane::proto;
+use common::cp::{Harness, ack_of, config, next, register, report, watch};
 use sless::controlplane::store::redis::RedisStore;
 use tonic::Code;
 
@@ -77,20 +76,13 @@ fn store(url: &str, namespace: &str) -> Arc<RedisStore> {
     Arc::new(RedisStore::new(url, namespace, Duration::from_millis(300)).unwrap())
 }
 
-fn watch(worker: &str, session: &str) -> proto::WatchSnapshotsRequest {
-    proto::WatchSnapshotsRequest {
-        worker_id: worker.into(),
-        session_id: session.into(),
-    }
-}
-
 #[tokio::test]
 async fn redis_restart_gives_unavailable_then_recovers_without_stale_writes() {
     let mut redis = RedisServer::start();
     let h = Harness::start(store(&redis.url(), "faults"), config(None)).await;
     let mut c = h.client().await;
     let s = register(&mut c, "gw-1").await.session_id;
-    let mut stream = c.watch_snapshots(watch("gw-1", &s)).await.unwrap().into_inner();
+    let mut stream = watch(&mut c, "gw-1", &s).await;
     h.publish(&["tenant-a"]);
     let d = next(&mut stream, WAIT).await.unwrap().unwrap();
     c.acknowledge_snapshot(ack_of("gw-1", &s, &d, true)).await.unwrap();
@@ -138,7 +130,7 @@ async fn redis_restart_gives_unavailable_then_recovers_without_stale_writes() {
             .code(),
         Code::FailedPrecondition
     );
-    let mut stream = c.watch_snapshots(watch("gw-1", &fresh)).await.unwrap().into_inner();
+    let mut stream = watch(&mut c, "gw-1", &fresh).await;
     let d = next(&mut stream, WAIT).await.unwrap().unwrap();
     c.acknowledge_snapshot(ack_of("gw-1", &fresh, &d, true)).await.unwrap();
     c.report_runtime(report("gw-1", &fresh, 1, &d, 1)).await.unwrap();
@@ -155,7 +147,7 @@ async fn two_controllers_share_state_and_the_stale_owner_is_fenced() {
 
     // A session made on A is served by B.
     let s = register(&mut ca, "gw-1").await.session_id;
-    let mut on_b = cb.watch_snapshots(watch("gw-1", &s)).await.unwrap().into_inner();
+    let mut on_b = watch(&mut cb, "gw-1", &s).await;
     b.publish(&["tenant-a"]);
     let d = next(&mut on_b, WAIT).await.unwrap().unwrap();
     assert_eq!(d.snapshot.as_ref().unwrap().ownership_epoch, b.epoch);
@@ -176,7 +168,7 @@ async fn two_controllers_share_state_and_the_stale_owner_is_fenced() {
 
     // A, fenced by B's newer epoch, cannot issue snapshots any more.
     let s2 = register(&mut ca, "gw-2").await.session_id;
-    let mut on_a = ca.watch_snapshots(watch("gw-2", &s2)).await.unwrap().into_inner();
+    let mut on_a = watch(&mut ca, "gw-2", &s2).await;
     a.publish(&["tenant-a"]);
     let refused = next(&mut on_a, WAIT).await.expect("the stream ends").unwrap_err();
     assert_eq!(refused.code(), Code::FailedPrecondition);

@@ -170,6 +170,18 @@ pub fn report(
     }
 }
 
+/// Opens `worker`'s snapshot stream for `session`.
+pub async fn watch(client: &mut Client, worker: &str, session: &str) -> tonic::Streaming<proto::SnapshotDelivery> {
+    client
+        .watch_snapshots(proto::WatchSnapshotsRequest {
+            worker_id: worker.into(),
+            session_id: session.into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+}
+
 /// Next message of a snapshot stream, within `within`.
 pub async fn next(
     stream: &mut tonic::Streaming<proto::SnapshotDelivery>,

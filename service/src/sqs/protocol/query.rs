@@ -52,44 +52,35 @@ fn entries(value: Value) -> impl Iterator<Item = Value> {
     }
 }
 
+/// A list of `{<key_field>: k, Value: v}` entries as the map `{k: v}`.
+fn keyed(value: Value, key_field: &str) -> Value {
+    Value::Object(
+        entries(value)
+            .filter_map(|e| {
+                Some((
+                    e.get(key_field)?.as_str()?.to_owned(),
+                    e.get("Value").cloned().unwrap_or_default(),
+                ))
+            })
+            .collect(),
+    )
+}
+
 /// Reshapes query-protocol names into the JSON protocol's.
 fn reshape(object: Map<String, Value>) -> Map<String, Value> {
     let mut out = Map::new();
     for (key, value) in object {
         match key.as_str() {
             "Attribute" => {
-                let map: Map<String, Value> = entries(value)
-                    .filter_map(|e| {
-                        Some((
-                            e.get("Name")?.as_str()?.to_owned(),
-                            e.get("Value").cloned().unwrap_or_default(),
-                        ))
-                    })
-                    .collect();
-                out.insert("Attributes".into(), Value::Object(map));
+                out.insert("Attributes".into(), keyed(value, "Name"));
             }
             "Tag" => {
-                let map: Map<String, Value> = entries(value)
-                    .filter_map(|e| {
-                        Some((
-                            e.get("Key")?.as_str()?.to_owned(),
-                            e.get("Value").cloned().unwrap_or_default(),
-                        ))
-                    })
-                    .collect();
-                out.insert("Tags".into(), Value::Object(map.clone()));
-                out.insert("tags".into(), Value::Object(map));
+                let tags = keyed(value, "Key");
+                out.insert("Tags".into(), tags.clone());
+                out.insert("tags".into(), tags);
             }
             "MessageAttribute" => {
-                let map: Map<String, Value> = entries(value)
-                    .filter_map(|e| {
-                        Some((
-                            e.get("Name")?.as_str()?.to_owned(),
-                            e.get("Value").cloned().unwrap_or_default(),
-                        ))
-                    })
-                    .collect();
-                out.insert("MessageAttributes".into(), Value::Object(map));
+                out.insert("MessageAttributes".into(), keyed(value, "Name"));
             }
             "AttributeName" | "MessageAttributeName" | "MessageSystemAttributeName" | "TagKey" => {
                 out.insert(format!("{key}s"), Value::Array(entries(value).collect()));
