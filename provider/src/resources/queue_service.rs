@@ -251,3 +251,93 @@ pub async fn delete(client: &Client, prior: &Value) -> Result<(), Diagnostics> {
 pub fn import(id: &str) -> Value {
     import_state(id, &schema().ty())
 }
+
+#[cfg(test)]
+mod tests {
+    use axum::Router;
+    use axum::routing::{get, post};
+    use serde_json::json;
+
+    use super::*;
+
+    /// A stand-in for the sless API whose queue service stays in `phase`.
+    async fn stub_api(phase: &'static str) -> String {
+        let view = move || {
+            json!({"name": "q", "memoryMB": 64, "storageMB": 512, "persistence": true, "phase": phase,
+                   "message": "the queue engine does not answer its health check", "endpoint": null,
+                   "accessKey": "AK", "secretKey": "SK", "createdAt": "2026-01-01T00:00:00Z"})
+        };
+        let app = Router::new()
+            .route(
+                "/api/v1/queue-services",
+                post(move || async move { (axum::http::StatusCode::CREATED, axum::Json(view())) }),
+            )
+            .route(
+                "/api/v1/queue-services/{name}",
+                get(move || async move { axum::Json(view()) }),
+            );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        format!("http://{addr}")
+    }
+
+    #[tokio::test]
+    async fn failed_on_create_is_an_error_with_the_server_message_and_keeps_state() {
+        let client = Client::new(&stub_api("Failed").await, "token-0123456789abcdef", false).unwrap();
+        let planned = planned("10m");
+        let (diags, state) = create(&client, &planned).await.unwrap_err();
+        assert_eq!(diags.0.len(), 1);
+        assert!(diags.0[0].summary.contains("failed"), "{:?}", diags.0[0]);
+        assert_eq!(diags.0[0].detail, "the queue engine does not answer its health check");
+        let state = state.expect("the object exists, so its state is recorded (tainted)");
+        assert_eq!(state.get("phase"), &Value::str("Failed"));
+        assert_eq!(state.get("access_key"), &Value::str("AK"));
+    }
+
+    fn planned(create_timeout: &str) -> Value {
+        Value::Object(BTreeMap::from([
+            ("name".into(), Value::str("q")),
+            ("memory_mb".into(), Value::Number(64.0)),
+            ("storage_mb".into(), Value::Number(512.0)),
+            ("persistence".into(), Value::Bool(true)),
+            (
+                "timeouts".into(),
+                Value::Object(BTreeMap::from([("create".into(), Value::str(create_timeout))])),
+            ),
+        ]))
+        .conform(&schema().ty())
+    }
+
+    #[tokio::test]
+    async fn a_service_that_never_gets_ready_times_out() {
+        let client = Client::new(&stub_api("Provisioning").await, "token-0123456789abcdef", false).unwrap();
+        let started = Instant::now();
+        let (diags, state) = create(&client, &planned("1s")).await.unwrap_err();
+        assert!(started.elapsed() < Duration::from_secs(5));
+        assert!(diags.0[0].summary.contains("Timed out"), "{:?}", diags.0[0]);
+        assert!(diags.0[0].detail.contains("still Provisioning"), "{:?}", diags.0[0]);
+        assert!(state.is_some());
+    }
+
+    #[tokio::test]
+    async fn timeouts_bound_the_wait() {
+        let planned = Value::Object(BTreeMap::from([(
+            "timeouts".into(),
+            Value::Object(BTreeMap::from([("create".into(), Value::str("soon"))])),
+        )]));
+        assert!(
+            timeout(&planned, "create", CREATE_TIMEOUT).is_err(),
+            "an invalid duration is a diagnostic"
+        );
+        let planned = Value::Object(BTreeMap::from([(
+            "timeouts".into(),
+            Value::Object(BTreeMap::from([("create".into(), Value::str("90s"))])),
+        )]));
+        assert_eq!(
+            timeout(&planned, "create", CREATE_TIMEOUT).unwrap(),
+            Duration::from_secs(90)
+        );
+        assert_eq!(timeout(&Value::Null, "delete", DELETE_TIMEOUT).unwrap(), DELETE_TIMEOUT);
+    }
+}
