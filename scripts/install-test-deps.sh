@@ -47,5 +47,7 @@ if ! python3 -m pip --version >/dev/null 2>&1; then
 fi
 log "installing Python test requirements"
 python3 -m pip install --quiet --disable-pip-version-check -r tests/requirements.txt
+# New console scripts (aws, terraform) need shims under pyenv.
+if command -v pyenv >/dev/null; then pyenv rehash; fi
 
 log "test dependencies ready"

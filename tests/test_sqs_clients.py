@@ -2,7 +2,10 @@
 
 import json
 import os
+import pathlib
+import shutil
 import subprocess
+import sysconfig
 import urllib.parse
 import uuid
 import xml.etree.ElementTree as ET
@@ -10,6 +13,7 @@ import xml.etree.ElementTree as ET
 from sigv4 import signed_post
 
 NS = "{http://queue.amazonaws.com/doc/2012-11-05/}"
+AWS = shutil.which("aws") or str(pathlib.Path(sysconfig.get_path("scripts")) / "aws")
 
 
 def aws(view, *args):
@@ -22,7 +26,7 @@ def aws(view, *args):
         AWS_SHARED_CREDENTIALS_FILE="/dev/null",
     )
     out = subprocess.run(
-        ["aws", "sqs", *args, "--endpoint-url", view["endpoint"], "--output", "json"],
+        [AWS, "sqs", *args, "--endpoint-url", view["endpoint"], "--output", "json"],
         env=env, capture_output=True, text=True, timeout=60,
     )
     return out

@@ -6,6 +6,7 @@ import os
 import pathlib
 import shutil
 import subprocess
+import sysconfig
 import tempfile
 import textwrap
 
@@ -14,13 +15,16 @@ import pytest
 from conftest import TARGET, TOKENS, sqs_client
 
 PROVIDER_DIR = TARGET / "debug"
+# The PyPI package installs its entry point beside the interpreter's scripts,
+# which a version manager's shims may not have picked up yet.
+TERRAFORM = shutil.which("terraform") or str(pathlib.Path(sysconfig.get_path("scripts")) / "terraform")
 
 
 @pytest.fixture
 def tf(sless):
     if not (PROVIDER_DIR / "terraform-provider-sless").exists():
         pytest.fail("terraform-provider-sless is missing: run `cargo build` first")
-    if not shutil.which("terraform"):
+    if not pathlib.Path(TERRAFORM).exists():
         pytest.fail("terraform is missing: pip install -r tests/requirements.txt")
     work = pathlib.Path(tempfile.mkdtemp(prefix="sless-tf-"))
     rc = work / "cli.tfrc"
@@ -52,7 +56,7 @@ class Terraform:
         """) + provider + "\n" + textwrap.dedent(body))
 
     def run(self, *args, check=True, env=None):
-        out = subprocess.run(["terraform", *args, "-no-color"], cwd=self.work, env={**self.env, **(env or {})},
+        out = subprocess.run([TERRAFORM, *args, "-no-color"], cwd=self.work, env={**self.env, **(env or {})},
                              capture_output=True, text=True, timeout=300)
         if check and out.returncode != 0:
             raise AssertionError(f"terraform {' '.join(args)} failed:\n{out.stdout}\n{out.stderr}")
@@ -260,7 +264,7 @@ def test_examples_work_as_documented(tf):
     (tf.work / "main.tf").write_text((EXAMPLES / "queue-service" / "main.tf").read_text())
     tf.apply()
     printed = subprocess.run(["python3", str(EXAMPLES / "boto3" / "send_receive.py"), str(tf.work)],
-                             env=tf.env, capture_output=True, text=True, timeout=120)
+                             env={**tf.env, "TERRAFORM": TERRAFORM}, capture_output=True, text=True, timeout=120)
     assert printed.returncode == 0, printed.stderr
     assert printed.stdout.strip() == "hello from managed SQS"
     tf.run("destroy", "-auto-approve")

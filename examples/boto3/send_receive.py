@@ -5,6 +5,7 @@ Run from examples/queue-service after `terraform apply`:
 """
 
 import json
+import os
 import subprocess
 import sys
 
@@ -12,7 +13,8 @@ import boto3
 
 
 def outputs(directory="."):
-    text = subprocess.run(["terraform", "output", "-json"], cwd=directory, check=True,
+    terraform = os.environ.get("TERRAFORM", "terraform")
+    text = subprocess.run([terraform, "output", "-json"], cwd=directory, check=True,
                           capture_output=True, text=True).stdout
     return {name: value["value"] for name, value in json.loads(text).items()}
 
