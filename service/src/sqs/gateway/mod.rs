@@ -31,11 +31,9 @@ impl Gateway {
     pub async fn bind(listen: SocketAddr, public_url: Option<String>, worker: WorkerConfig) -> std::io::Result<Self> {
         let listener = TcpListener::bind(listen).await?;
         let addr = listener.local_addr()?;
-        let http = reqwest::Client::builder()
+        let http = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
             .pool_max_idle_per_host(64)
-            .timeout(std::time::Duration::from_secs(30))
-            .build()
-            .map_err(std::io::Error::other)?;
+            .build_http();
         Ok(Self {
             addr,
             listener,

@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 
 use axum::body::Body;
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 
@@ -31,11 +31,17 @@ const FORWARDED: &[&str] = &[
 /// Response headers passed back to the client.
 const RETURNED: &[&str] = &["content-type", "x-amzn-requestid", "x-amzn-query-error"];
 
+/// Pooled HTTP/1.1 client to the engines.
+pub type BackendClient = hyper_util::client::legacy::Client<
+    hyper_util::client::legacy::connect::HttpConnector,
+    http_body_util::Full<Bytes>,
+>;
+
 #[derive(Clone)]
 pub struct GatewayState {
     pub table: SharedTable,
     pub counters: Arc<Counters>,
-    pub http: reqwest::Client,
+    pub http: BackendClient,
     /// Public base URL of the gateway, e.g. `http://127.0.0.1:9324`.
     pub public_url: String,
 }
@@ -144,9 +150,24 @@ pub async fn handle(State(state): State<GatewayState>, request: Request) -> Resp
     }
 }
 
+#[derive(Debug, thiserror::Error)]
+pub enum ForwardError {
+    #[error("bad backend request: {0}")]
+    Request(#[from] axum::http::Error),
+    #[error("backend unreachable: {0}")]
+    Connect(#[from] hyper_util::client::legacy::Error),
+    #[error("backend response broken: {0}")]
+    Body(#[from] hyper::Error),
+    #[error("backend did not answer within {0:?}")]
+    Timeout(std::time::Duration),
+}
+
+/// Longer than the longest long poll (20 s).
+const BACKEND_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
 #[allow(clippy::too_many_arguments)]
 async fn forward(
-    http: &reqwest::Client,
+    http: &BackendClient,
     backend: &str,
     rest: &str,
     query: Option<&str>,
@@ -154,22 +175,27 @@ async fn forward(
     headers: &HeaderMap,
     body: Bytes,
     public: &str,
-) -> Result<(StatusCode, Response, i64), reqwest::Error> {
+) -> Result<(StatusCode, Response, i64), ForwardError> {
+    use http_body_util::BodyExt;
     let mut url = format!("http://{backend}/{rest}");
     if let Some(q) = query {
         url.push('?');
         url.push_str(q);
     }
-    let mut request = http.request(method.clone(), url).body(body);
+    let mut request = axum::http::Request::builder().method(method.clone()).uri(url);
     for name in FORWARDED {
         if let Some(v) = headers.get(*name) {
             request = request.header(*name, v);
         }
     }
-    let upstream = request.send().await?;
-    let status = upstream.status();
-    let upstream_headers = upstream.headers().clone();
-    let bytes = upstream.bytes().await?;
+    let call = async {
+        let upstream = http.request(request.body(http_body_util::Full::new(body))?).await?;
+        let (parts, upstream_body) = upstream.into_parts();
+        Ok::<_, ForwardError>((parts, upstream_body.collect().await?.to_bytes()))
+    };
+    let (parts, bytes) = tokio::time::timeout(BACKEND_TIMEOUT, call)
+        .await
+        .map_err(|_| ForwardError::Timeout(BACKEND_TIMEOUT))??;
     // Engines name queues by their own address unless configured with the
     // public one (as ElasticMQ's node-address): clients must see the edge.
     let internal = format!("http://{backend}");
@@ -179,14 +205,11 @@ async fn forward(
         bytes
     };
     let len = i64::try_from(body.len()).unwrap_or(i64::MAX);
-    let mut response = (status, Body::from(body)).into_response();
+    let mut response = (parts.status, Body::from(body)).into_response();
     for name in RETURNED {
-        if let Some(v) = upstream_headers
-            .get(*name)
-            .and_then(|v| HeaderValue::from_bytes(v.as_bytes()).ok())
-        {
-            response.headers_mut().insert(*name, v);
+        if let Some(v) = parts.headers.get(*name) {
+            response.headers_mut().insert(*name, v.clone());
         }
     }
-    Ok((status, response, len))
+    Ok((parts.status, response, len))
 }
