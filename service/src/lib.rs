@@ -3,6 +3,7 @@
 
 pub mod api;
 pub mod controlplane;
+pub mod dataflow;
 pub mod dev;
 pub mod model;
 pub mod platform;

@@ -138,7 +138,17 @@ impl DataFlowSpec {
                     format!("{path}.config"),
                     format!("{} transformation configuration is required", t.kind),
                 )),
-                Some(config) => transform_config::validate(&t.kind, config, &format!("{path}.config"), &mut errors),
+                Some(config) => {
+                    let before = errors.0.len();
+                    transform_config::validate(&t.kind, config, &format!("{path}.config"), &mut errors);
+                    // Paths, conditions and formats are checked by building
+                    // the transformation the processor will run.
+                    if errors.0.len() == before
+                        && let Err(e) = crate::dataflow::transforms::build(t)
+                    {
+                        errors.push(FieldError::invalid(format!("{path}.config"), e.to_string()));
+                    }
+                }
             }
         }
         if let Some(resources) = &self.resources {
@@ -387,6 +397,32 @@ mod tests {
                 "transformations[5].config.routes[0].sink"
             ]
         );
+    }
+
+    #[test]
+    fn paths_conditions_and_formats_are_checked() {
+        let err = request(json!({
+            "source": pg("a"), "sink": pg("b"),
+            "transformations": [
+                {"type": "filter", "config": {"condition": "amount >"}},
+                {"type": "mask", "config": {"fields": ["card..number"]}},
+                {"type": "timestamp", "config": {"format": "whenever"}},
+                {"type": "router", "config": {"routes": [{"condition": "kind == 'a' &&", "sink": pg("x")}]}},
+                {"type": "select", "config": {"fields": ["$.user.email", "items[0].sku"]}}
+            ]
+        }))
+        .into_spec()
+        .unwrap_err();
+        assert_eq!(
+            fields_of(err.clone()),
+            [
+                "transformations[0].config",
+                "transformations[1].config",
+                "transformations[2].config",
+                "transformations[3].config"
+            ]
+        );
+        assert!(err.0[1].message.contains("card..number"), "{}", err.0[1].message);
     }
 
     #[test]

@@ -32,10 +32,8 @@ const FORWARDED: &[&str] = &[
 const RETURNED: &[&str] = &["content-type", "x-amzn-requestid", "x-amzn-query-error"];
 
 /// Pooled HTTP/1.1 client to the engines.
-pub type BackendClient = hyper_util::client::legacy::Client<
-    hyper_util::client::legacy::connect::HttpConnector,
-    http_body_util::Full<Bytes>,
->;
+pub type BackendClient =
+    hyper_util::client::legacy::Client<hyper_util::client::legacy::connect::HttpConnector, http_body_util::Full<Bytes>>;
 
 #[derive(Clone)]
 pub struct GatewayState {

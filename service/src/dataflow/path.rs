@@ -1,0 +1,221 @@
+//! Field paths.
+//!
+//! ```text
+//! path    := [ "$." | "$" ] segment ( "." segment | "[" index "]" )*
+//! segment := one or more characters other than . [ ] (a key of an object)
+//! index   := decimal digits (an element of an array)
+//! ```
+//!
+//! `user.address.city`, `$.items[0].price` and `items[0]` are paths. The
+//! leading `$.` of JSONPath is accepted everywhere, as upstream accepts it in
+//! some transformations and not others.
+
+use std::fmt;
+
+use serde_json::{Map, Value};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    Key(String),
+    Index(usize),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Path {
+    pub text: String,
+    pub steps: Vec<Step>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid field path {path:?}: {reason}")]
+pub struct PathError {
+    pub path: String,
+    pub reason: &'static str,
+}
+
+impl Path {
+    pub fn parse(text: &str) -> Result<Self, PathError> {
+        let err = |reason| PathError {
+            path: text.to_owned(),
+            reason,
+        };
+        let body = text
+            .strip_prefix("$.")
+            .or_else(|| text.strip_prefix('$'))
+            .unwrap_or(text);
+        if body.is_empty() {
+            return Err(err("it is empty"));
+        }
+        let mut steps = Vec::new();
+        let mut chars = body.chars().peekable();
+        let mut key = String::new();
+        let mut expect_key = true;
+        while let Some(c) = chars.next() {
+            match c {
+                '.' => {
+                    if key.is_empty() && expect_key {
+                        return Err(err("a segment is empty"));
+                    }
+                    if !key.is_empty() {
+                        steps.push(Step::Key(std::mem::take(&mut key)));
+                    }
+                    expect_key = true;
+                }
+                '[' => {
+                    if !key.is_empty() {
+                        steps.push(Step::Key(std::mem::take(&mut key)));
+                    } else if steps.is_empty() {
+                        return Err(err("it starts with an index"));
+                    }
+                    let mut digits = String::new();
+                    loop {
+                        match chars.next() {
+                            Some(']') => break,
+                            Some(d) if d.is_ascii_digit() => digits.push(d),
+                            _ => return Err(err("an index must be [digits]")),
+                        }
+                    }
+                    let index = digits.parse().map_err(|_| err("an index must be [digits]"))?;
+                    steps.push(Step::Index(index));
+                    expect_key = false;
+                    if let Some(next) = chars.peek()
+                        && *next != '.'
+                        && *next != '['
+                    {
+                        return Err(err("an index must be followed by . or ["));
+                    }
+                }
+                ']' => return Err(err("an unmatched ]")),
+                c => {
+                    key.push(c);
+                    expect_key = false;
+                }
+            }
+        }
+        if !key.is_empty() {
+            steps.push(Step::Key(key));
+        } else if expect_key {
+            return Err(err("a segment is empty"));
+        }
+        Ok(Self {
+            text: text.to_owned(),
+            steps,
+        })
+    }
+
+    /// The last key of the path (what `select` names its output field).
+    pub fn leaf_name(&self) -> String {
+        match self.steps.last() {
+            Some(Step::Key(k)) => k.clone(),
+            _ => self.text.clone(),
+        }
+    }
+
+    pub fn get<'a>(&self, value: &'a Value) -> Option<&'a Value> {
+        self.steps.iter().try_fold(value, |v, step| match step {
+            Step::Key(k) => v.as_object()?.get(k),
+            Step::Index(i) => v.as_array()?.get(*i),
+        })
+    }
+
+    /// Sets the value at the path, creating objects on the way; an index
+    /// must already exist. Returns whether it was set.
+    pub fn set(&self, value: &mut Value, new: Value) -> bool {
+        let Some((last, parents)) = self.steps.split_last() else {
+            return false;
+        };
+        let mut current = value;
+        for step in parents {
+            current = match step {
+                Step::Key(k) => {
+                    if !current.is_object() {
+                        return false;
+                    }
+                    let map = current.as_object_mut().expect("checked to be an object");
+                    map.entry(k.clone()).or_insert_with(|| Value::Object(Map::new()))
+                }
+                Step::Index(i) => match current.as_array_mut().and_then(|a| a.get_mut(*i)) {
+                    Some(v) => v,
+                    None => return false,
+                },
+            };
+        }
+        match (last, current) {
+            (Step::Key(k), Value::Object(map)) => {
+                map.insert(k.clone(), new);
+                true
+            }
+            (Step::Index(i), Value::Array(items)) if *i < items.len() => {
+                items[*i] = new;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Removes and returns the value at the path.
+    pub fn remove(&self, value: &mut Value) -> Option<Value> {
+        let (last, parents) = self.steps.split_last()?;
+        let mut current = value;
+        for step in parents {
+            current = match step {
+                Step::Key(k) => current.as_object_mut()?.get_mut(k)?,
+                Step::Index(i) => current.as_array_mut()?.get_mut(*i)?,
+            };
+        }
+        match last {
+            Step::Key(k) => current.as_object_mut()?.remove(k),
+            Step::Index(i) => {
+                let items = current.as_array_mut()?;
+                (*i < items.len()).then(|| items.remove(*i))
+            }
+        }
+    }
+}
+
+impl fmt::Display for Path {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn grammar() {
+        for (text, steps) in [
+            ("a", vec![Step::Key("a".into())]),
+            ("$.a.b", vec![Step::Key("a".into()), Step::Key("b".into())]),
+            ("$a", vec![Step::Key("a".into())]),
+            (
+                "items[2].price",
+                vec![Step::Key("items".into()), Step::Index(2), Step::Key("price".into())],
+            ),
+            ("m[0][1]", vec![Step::Key("m".into()), Step::Index(0), Step::Index(1)]),
+        ] {
+            assert_eq!(Path::parse(text).unwrap().steps, steps, "{text}");
+        }
+        for bad in ["", "$.", "a..b", ".a", "a.", "[0]", "a[x]", "a[1", "a]", "a[0]b"] {
+            assert!(Path::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn get_set_remove() {
+        let mut v = json!({"user": {"name": "ann", "tags": ["x", "y"]}});
+        let p = |s| Path::parse(s).unwrap();
+        assert_eq!(p("user.tags[1]").get(&v), Some(&json!("y")));
+        assert_eq!(p("user.missing").get(&v), None);
+        assert!(p("user.address.city").set(&mut v, json!("Oslo")));
+        assert_eq!(v["user"]["address"]["city"], "Oslo");
+        assert!(!p("user.tags[5]").set(&mut v, json!(1)), "indices are not created");
+        assert_eq!(p("$.user.name").remove(&mut v), Some(json!("ann")));
+        assert_eq!(p("user.tags[0]").remove(&mut v), Some(json!("x")));
+        assert_eq!(v["user"]["tags"], json!(["y"]));
+        assert_eq!(p("user.tags").leaf_name(), "tags");
+    }
+}

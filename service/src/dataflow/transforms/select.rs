@@ -1,0 +1,55 @@
+//! `select`: keeps only the listed fields, each named by its last key
+//! (`user.email` becomes `email`). When none of them exists the message is
+//! left as it is, as upstream does.
+
+use serde_json::{Map, Value};
+
+use super::{BuildError, Message, Transform};
+use crate::dataflow::path::Path;
+use crate::model::transform_config::FieldsConfig;
+
+pub struct Select {
+    fields: Vec<Path>,
+}
+
+impl Select {
+    pub fn new(config: &FieldsConfig) -> Result<Self, BuildError> {
+        Ok(Self {
+            fields: config.fields.iter().map(|f| Path::parse(f)).collect::<Result<_, _>>()?,
+        })
+    }
+}
+
+impl Transform for Select {
+    fn apply(&self, message: Message) -> Vec<Message> {
+        let selected: Map<String, Value> = self
+            .fields
+            .iter()
+            .filter_map(|f| f.get(&message.data).map(|v| (f.leaf_name(), v.clone())))
+            .collect();
+        if selected.is_empty() {
+            return vec![message];
+        }
+        vec![message.with_data(Value::Object(selected))]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn selects_by_leaf_name() {
+        let s = Select::new(&FieldsConfig {
+            fields: vec!["id".into(), "$.user.email".into(), "nope".into()],
+        })
+        .unwrap();
+        let out = s.apply(Message::new(
+            json!({"id": 1, "user": {"email": "a@b", "age": 3}, "x": 0}),
+        ));
+        assert_eq!(out[0].data, json!({"id": 1, "email": "a@b"}));
+        assert_eq!(s.apply(Message::new(json!({"x": 0})))[0].data, json!({"x": 0}));
+    }
+}
