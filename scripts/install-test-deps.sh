@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs and starts what the tests need, skipping whatever is already there:
-# a Rust toolchain (must exist), Redis on 127.0.0.1:6379, and the Python
-# clients of tests/requirements.txt.
+# a Rust toolchain (must exist), Redis on 127.0.0.1:6379, PostgreSQL on
+# 127.0.0.1:5432, and the Python clients of tests/requirements.txt.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -40,6 +40,32 @@ if ! redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
   done
   redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null
 fi
+# PostgreSQL: source and sink of the dataflow tests, on 127.0.0.1:5432 with
+# the role postgres and the database test, trusted from loopback.
+if ! command -v pg_ctlcluster >/dev/null; then
+  log "installing PostgreSQL"
+  apt_install postgresql postgresql-client
+fi
+if ! pg_isready -q -h 127.0.0.1 -p 5432; then
+  log "starting PostgreSQL"
+  cluster=$(ls /etc/postgresql | sort -V | tail -n 1)
+  conf=/etc/postgresql/$cluster/main
+  if ! grep -q "sless-tests" "$conf/pg_hba.conf"; then
+    printf '# sless-tests\nhost all all 127.0.0.1/32 trust\nhost all all ::1/128 trust\n' | \
+      cat - "$conf/pg_hba.conf" | as_root tee "$conf/pg_hba.conf.new" >/dev/null
+    as_root mv "$conf/pg_hba.conf.new" "$conf/pg_hba.conf"
+  fi
+  as_root pg_ctlcluster --skip-systemctl-redirect "$cluster" main start
+  for _ in $(seq 50); do
+    pg_isready -q -h 127.0.0.1 -p 5432 && break
+    sleep 0.2
+  done
+fi
+if ! psql "postgres://postgres@127.0.0.1/test" -qc 'SELECT 1' >/dev/null 2>&1; then
+  as_root su postgres -c "psql -qc 'CREATE DATABASE test'" >/dev/null 2>&1 || true
+fi
+psql "postgres://postgres@127.0.0.1/test" -qc 'SELECT 1' >/dev/null
+
 # Python clients for the end-to-end tests: boto3, awscli v1, moto (reference SQS).
 if ! python3 -m pip --version >/dev/null 2>&1; then
   log "installing pip"

@@ -12,6 +12,15 @@ impl Diagnostics {
         d
     }
 
+    pub fn push_warning(&mut self, summary: impl Into<String>, detail: impl Into<String>) {
+        self.0.push(proto::Diagnostic {
+            severity: proto::diagnostic::Severity::Warning as i32,
+            summary: summary.into(),
+            detail: detail.into(),
+            attribute: None,
+        });
+    }
+
     pub fn push_error(&mut self, summary: impl Into<String>, detail: impl Into<String>, attribute: Option<&str>) {
         self.0.push(proto::Diagnostic {
             severity: proto::diagnostic::Severity::Error as i32,

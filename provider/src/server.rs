@@ -312,13 +312,17 @@ impl Provider for SlessProvider {
             }
             (creating, false) => {
                 let result = match (queue, creating) {
-                    (true, true) => queue_service::create(&client, &planned).await,
-                    (true, false) => queue_service::update(&client, &planned).await,
+                    (true, true) => queue_service::create(&client, &planned)
+                        .await
+                        .map(|s| (s, Diagnostics::default())),
+                    (true, false) => queue_service::update(&client, &planned)
+                        .await
+                        .map(|s| (s, Diagnostics::default())),
                     (false, true) => dataflow::create(&client, &planned).await,
                     (false, false) => dataflow::update(&client, &planned).await,
                 };
                 match result {
-                    Ok(state) => (state, Diagnostics::default()),
+                    Ok((state, warnings)) => (state, warnings),
                     // An object that exists but failed is recorded (tainted).
                     Err((d, Some(state))) => (state, d),
                     Err((d, None)) => (if creating { Value::Null } else { prior }, d),

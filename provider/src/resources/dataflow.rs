@@ -243,24 +243,30 @@ fn api_failure(e: crate::client::ApiError) -> Failure {
     (e.into(), None)
 }
 
-async fn settled(client: &Client, name: &str, mut view: serde_json::Value, planned: &Value) -> Result<Value, Failure> {
+/// Waits until the platform has taken the spec up (left Pending and
+/// Provisioning), so the phase in state is the one the next refresh sees. A
+/// dataflow that fails to run (a source table missing, a database down) is
+/// created all the same, with a warning: it keeps retrying on the platform.
+async fn settled(
+    client: &Client,
+    name: &str,
+    mut view: serde_json::Value,
+    planned: &Value,
+) -> Result<(Value, Diagnostics), Failure> {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while view["phase"] == "Pending" && std::time::Instant::now() < deadline {
+    while matches!(view["phase"].as_str(), Some("Pending" | "Provisioning")) && std::time::Instant::now() < deadline {
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
         view = client.call(Method::GET, &path(name), None).await.map_err(api_failure)?;
     }
-    let state = state_of(&view, planned);
+    let mut diags = Diagnostics::default();
     if view["phase"] == "Failed" {
         let message = view["message"].as_str().unwrap_or("no message").to_owned();
-        return Err((
-            Diagnostics::error(format!("Dataflow {name:?} failed"), message),
-            Some(state),
-        ));
+        diags.push_warning(format!("Dataflow {name:?} is not running"), message);
     }
-    Ok(state)
+    Ok((state_of(&view, planned), diags))
 }
 
-pub async fn create(client: &Client, planned: &Value) -> Result<Value, Failure> {
+pub async fn create(client: &Client, planned: &Value) -> Result<(Value, Diagnostics), Failure> {
     let name = planned.get("name").as_str().unwrap_or_default();
     let view = client
         .call(Method::POST, COLLECTION, Some(&body(planned)))
@@ -269,7 +275,7 @@ pub async fn create(client: &Client, planned: &Value) -> Result<Value, Failure> 
     settled(client, name, view, planned).await
 }
 
-pub async fn update(client: &Client, planned: &Value) -> Result<Value, Failure> {
+pub async fn update(client: &Client, planned: &Value) -> Result<(Value, Diagnostics), Failure> {
     let name = planned.get("name").as_str().unwrap_or_default();
     let view = client
         .call(Method::PUT, &path(name), Some(&body(planned)))

@@ -1,8 +1,57 @@
-//! The DataFlow runtime's building blocks (seed 001): messages, the field
-//! path and condition grammar, and the transformations. Sources, sinks and
-//! the pipeline that runs them join these in the processor.
+//! The DataFlow runtime (seed 001): messages, the field path and condition
+//! grammar, transformations, sources, sinks, and the pipeline that runs
+//! them with at-least-once delivery.
 
+pub mod checkpoint;
 pub mod condition;
 pub mod message;
 pub mod path;
+pub mod pipeline;
+pub mod sinks;
+pub mod sources;
+mod sql;
 pub mod transforms;
+
+/// A connector's failure, split by whether retrying can help.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ConnectorError {
+    /// The spec cannot work as written.
+    #[error("{0}")]
+    Config(String),
+    /// The backend is unreachable or broke the connection: retry.
+    #[error("cannot connect: {0}")]
+    Connect(String),
+    /// The data was refused (a constraint, a type): retrying the same data
+    /// fails again, so it goes to the error sink.
+    #[error("data refused: {0}")]
+    Data(String),
+    /// Any other failure of a statement: retry.
+    #[error("{0}")]
+    Query(String),
+}
+
+impl ConnectorError {
+    fn connect(e: tokio_postgres::Error) -> Self {
+        Self::Connect(e.to_string())
+    }
+
+    /// SQLSTATE classes 22 (data exception) and 23 (integrity constraint)
+    /// are the data's fault; others are transient or configuration.
+    fn query(e: tokio_postgres::Error) -> Self {
+        match e.code().map(|c| c.code().to_owned()) {
+            Some(code) if code.starts_with("22") || code.starts_with("23") => Self::Data(
+                e.as_db_error()
+                    .map_or_else(|| e.to_string(), |d| d.message().to_owned()),
+            ),
+            Some(code) if code.starts_with("42") => Self::Config(
+                e.as_db_error()
+                    .map_or_else(|| e.to_string(), |d| d.message().to_owned()),
+            ),
+            _ if e.is_closed() => Self::Connect(e.to_string()),
+            _ => Self::Query(
+                e.as_db_error()
+                    .map_or_else(|| e.to_string(), |d| d.message().to_owned()),
+            ),
+        }
+    }
+}

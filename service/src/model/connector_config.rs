@@ -68,6 +68,11 @@ pub struct PostgresSourceConfig {
     pub query: Option<String>,
     /// Seconds between polls. Default 5.
     pub poll_interval: Option<u32>,
+    /// Rows read per poll. Default 1000.
+    pub batch_size: Option<u32>,
+    /// Column whose increasing values mark the read position (an id or a
+    /// change time). Default `id`.
+    pub incremental_column: Option<String>,
     pub connection_string_secret_ref: Option<SecretRef>,
     pub table_secret_ref: Option<SecretRef>,
 }

@@ -69,12 +69,25 @@ struct RunningEngine {
     server: EngineServer,
 }
 
+/// A dataflow's processor task, and what it last reported.
+struct RunningFlow {
+    generation: i64,
+    stop: tokio::sync::watch::Sender<bool>,
+    status: Arc<std::sync::Mutex<DataFlowStatus>>,
+}
+
+fn checkpoint_key(tenant: &str, name: &str) -> String {
+    format!("checkpoint/{tenant}/{name}")
+}
+
 pub struct LocalPlatform {
     store: Store,
     /// Queue journals live in `{data_dir}/queues/{tenant}.db`; kept on delete.
     data_dir: PathBuf,
     gateway: GatewayLink,
     engines: Mutex<HashMap<String, RunningEngine>>,
+    /// Processors by (tenant, name).
+    flows: std::sync::Mutex<HashMap<(String, String), RunningFlow>>,
     /// Tenant → (backend, first snapshot version that routes it there).
     route_versions: std::sync::Mutex<HashMap<String, (String, u64)>>,
     http: reqwest::Client,
@@ -128,6 +141,7 @@ impl LocalPlatform {
             data_dir,
             gateway,
             engines: Mutex::default(),
+            flows: std::sync::Mutex::default(),
             route_versions: std::sync::Mutex::default(),
             http: reqwest::Client::builder()
                 .timeout(Duration::from_secs(1))
@@ -196,6 +210,8 @@ impl LocalPlatform {
             pending |= self.reconcile_queue_service(q, backend, acked).await? != Phase::Ready;
         }
         let flows: Vec<DataFlowRecord> = self.store.list(DATAFLOW, None).await?;
+        self.stop_deleted_flows(&flows);
+        // Processors report through `wake`; dataflows need no polling.
         for f in flows {
             self.reconcile_dataflow(f).await?;
         }
@@ -338,11 +354,41 @@ impl LocalPlatform {
         Ok(phase)
     }
 
+    fn stop_deleted_flows(&self, flows: &[DataFlowRecord]) {
+        let mut running = self.flows.lock().unwrap_or_else(|p| p.into_inner());
+        running.retain(|(tenant, name), flow| {
+            let keep = flows.iter().any(|f| &f.tenant == tenant && &f.name == name);
+            if !keep {
+                flow.stop.send_replace(true);
+            }
+            keep
+        });
+    }
+
+    /// Runs each dataflow's processor as a task (restarted when its spec
+    /// changes) and reports the task's state as the dataflow's status.
     async fn reconcile_dataflow(&self, f: DataFlowRecord) -> Result<(), StoreError> {
-        let desired = DataFlowStatus {
-            phase: Phase::Provisioning,
-            message: Some("waiting for a processor: this build of sless dev has no dataflow runtime".into()),
+        let key = (f.tenant.clone(), f.name.clone());
+        let status = {
+            let mut running = self.flows.lock().unwrap_or_else(|p| p.into_inner());
+            let current = running
+                .get(&key)
+                .filter(|r| r.generation == f.generation)
+                .map(|r| r.status.clone());
+            match current {
+                Some(status) => status,
+                None => {
+                    if let Some(old) = running.remove(&key) {
+                        old.stop.send_replace(true);
+                    }
+                    let flow = self.start_flow(&f);
+                    let status = flow.status.clone();
+                    running.insert(key, flow);
+                    status
+                }
+            }
         };
+        let desired = status.lock().unwrap_or_else(|p| p.into_inner()).clone();
         if f.status != desired {
             self.store
                 .update_status(DATAFLOW, &f.tenant, &f.name, f.generation, &desired)
@@ -350,6 +396,58 @@ impl LocalPlatform {
             tracing::info!(tenant = %f.tenant, name = %f.name, phase = ?desired.phase, "dataflow reconciled");
         }
         Ok(())
+    }
+
+    fn start_flow(&self, f: &DataFlowRecord) -> RunningFlow {
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let status = Arc::new(std::sync::Mutex::new(DataFlowStatus {
+            phase: Phase::Provisioning,
+            message: Some("connecting the source and sinks".into()),
+        }));
+        let checkpoint = f.spec.checkpoint_persistence.then(|| {
+            (
+                Arc::new(self.store.clone()) as Arc<dyn crate::dataflow::checkpoint::CheckpointStore>,
+                checkpoint_key(&f.tenant, &f.name),
+            )
+        });
+        let (spec, report, wake) = (f.spec.clone(), status.clone(), self.wake.clone());
+        let label = format!("{}/{}", f.tenant, f.name);
+        tokio::spawn(async move {
+            let set = |phase, message: String| {
+                *report.lock().unwrap_or_else(|p| p.into_inner()) = DataFlowStatus {
+                    phase,
+                    message: Some(message),
+                };
+                wake.notify_one();
+            };
+            let mut delay = Duration::from_secs(1);
+            while !*stopped.borrow() {
+                match crate::dataflow::pipeline::Pipeline::connect(&spec, checkpoint.clone()).await {
+                    Ok(pipeline) => {
+                        set(Phase::Ready, "running".into());
+                        delay = Duration::from_secs(1);
+                        if let Err(e) = pipeline.run(stopped.clone()).await {
+                            set(Phase::Failed, format!("processor stopped: {e}; restarting"));
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(dataflow = %label, error = %e, "dataflow cannot start");
+                        set(Phase::Failed, format!("{e}; retrying"));
+                    }
+                }
+                let mut stopped = stopped.clone();
+                tokio::select! {
+                    () = tokio::time::sleep(delay) => {}
+                    _ = stopped.wait_for(|s| *s) => {}
+                }
+                delay = (delay * 2).min(Duration::from_secs(30));
+            }
+        });
+        RunningFlow {
+            generation: f.generation,
+            stop,
+            status,
+        }
     }
 
     async fn queue(&self, tenant: &DnsLabel, name: &DnsLabel) -> Result<QueueRecord> {
@@ -479,6 +577,10 @@ impl Platform for LocalPlatform {
         if !self.store.delete(DATAFLOW, tenant.as_str(), name.as_str()).await? {
             return Err(PlatformError::NotFound);
         }
+        // A new dataflow of the same name starts from the beginning.
+        self.store
+            .delete_setting(checkpoint_key(tenant.as_str(), name.as_str()))
+            .await?;
         self.wake.notify_one();
         Ok(())
     }

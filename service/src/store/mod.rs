@@ -215,6 +215,35 @@ impl Store {
         .await
     }
 
+    pub async fn setting(&self, key: String) -> Result<Option<String>, StoreError> {
+        self.run(move |c| {
+            Ok(
+                c.query_row("SELECT value FROM settings WHERE key = ?1", params![key], |r| r.get(0))
+                    .optional()?,
+            )
+        })
+        .await
+    }
+
+    pub async fn put_setting(&self, key: String, value: String) -> Result<(), StoreError> {
+        self.run(move |c| {
+            c.execute(
+                "INSERT INTO settings (key, value) VALUES (?1, ?2) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                params![key, value],
+            )?;
+            Ok(())
+        })
+        .await
+    }
+
+    pub async fn delete_setting(&self, key: String) -> Result<(), StoreError> {
+        self.run(move |c| {
+            c.execute("DELETE FROM settings WHERE key = ?1", params![key])?;
+            Ok(())
+        })
+        .await
+    }
+
     /// Stores `value` under `key` unless a value is there; returns the value
     /// that is stored afterwards.
     pub async fn setting_or_insert(&self, key: &'static str, value: String) -> Result<String, StoreError> {

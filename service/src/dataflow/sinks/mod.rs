@@ -1,0 +1,3 @@
+//! Sinks: where a dataflow writes to.
+
+pub mod postgres;

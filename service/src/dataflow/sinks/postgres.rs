@@ -1,0 +1,128 @@
+//! PostgreSQL sink. A table with a JSONB `data` column (what
+//! `autoCreateTable` makes) gets each message whole ("raw" mode); any other
+//! table gets message keys into columns of the same names. Batches are one
+//! statement; `upsertMode` updates on `conflictKey` (default: skip rows
+//! whose key exists, so a replayed batch does not duplicate).
+
+use serde_json::Value;
+
+use crate::dataflow::ConnectorError;
+use crate::dataflow::sql::{connect, quote};
+use crate::model::connector_config::PostgresSinkConfig;
+
+pub struct PostgresSink {
+    client: tokio_postgres::Client,
+    pub table: String,
+    table_quoted: String,
+    raw: bool,
+    columns: Vec<String>,
+    upsert_key: Option<Vec<String>>,
+}
+
+impl PostgresSink {
+    pub async fn connect(config: &PostgresSinkConfig) -> Result<Self, ConnectorError> {
+        let dsn = config
+            .connection_string
+            .as_deref()
+            .ok_or_else(|| ConnectorError::Config("connectionString is required".into()))?;
+        let table = config
+            .table
+            .clone()
+            .ok_or_else(|| ConnectorError::Config("table is required".into()))?;
+        let table_quoted = quote(&table)?;
+        let client = connect(dsn).await?;
+        if config.auto_create_table == Some(true) {
+            client
+                .batch_execute(&format!(
+                    "CREATE TABLE IF NOT EXISTS {table_quoted} (id BIGSERIAL PRIMARY KEY, data JSONB NOT NULL, \
+                     created_at TIMESTAMPTZ NOT NULL DEFAULT now())"
+                ))
+                .await
+                .map_err(ConnectorError::query)?;
+        }
+        let columns: Vec<(String, String)> = client
+            .query(
+                "SELECT attname::text, format_type(atttypid, atttypmod) FROM pg_attribute \
+                 WHERE attrelid = $1::text::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
+                &[&table_quoted],
+            )
+            .await
+            .map_err(ConnectorError::query)?
+            .iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect();
+        if columns.is_empty() {
+            return Err(ConnectorError::Config(format!(
+                "table {table:?} has no columns (does it exist?)"
+            )));
+        }
+        let raw = columns.iter().any(|(name, ty)| name == "data" && ty == "jsonb");
+        let upsert_key = match (config.upsert_mode, &config.conflict_key) {
+            (Some(true), Some(key)) => Some(key.split(',').map(|k| k.trim().to_owned()).collect()),
+            (Some(true), None) => return Err(ConnectorError::Config("upsertMode needs conflictKey".into())),
+            _ => None,
+        };
+        Ok(Self {
+            client,
+            table,
+            table_quoted,
+            raw,
+            columns: columns.into_iter().map(|(n, _)| n).collect(),
+            upsert_key,
+        })
+    }
+
+    /// Writes a batch in one statement.
+    pub async fn write(&self, batch: &[Value]) -> Result<(), ConnectorError> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let docs = Value::Array(batch.to_vec()).to_string();
+        let t = &self.table_quoted;
+        let sql = if self.raw {
+            format!("INSERT INTO {t} (data) SELECT value FROM jsonb_array_elements($1::text::jsonb)")
+        } else {
+            // Only columns some message has: the others keep their defaults.
+            let present: Vec<&String> = self
+                .columns
+                .iter()
+                .filter(|c| batch.iter().any(|m| m.get(c.as_str()).is_some()))
+                .collect();
+            if present.is_empty() {
+                return Err(ConnectorError::Data(format!(
+                    "no message key matches a column of {}",
+                    self.table
+                )));
+            }
+            let list = present
+                .iter()
+                .map(|c| format!("\"{c}\""))
+                .collect::<Vec<_>>()
+                .join(", ");
+            let conflict = match &self.upsert_key {
+                Some(key) => {
+                    let key_list = key.iter().map(|k| format!("\"{k}\"")).collect::<Vec<_>>().join(", ");
+                    let updates: Vec<String> = present
+                        .iter()
+                        .filter(|c| !key.contains(c))
+                        .map(|c| format!("\"{c}\" = EXCLUDED.\"{c}\""))
+                        .collect();
+                    if updates.is_empty() {
+                        format!("ON CONFLICT ({key_list}) DO NOTHING")
+                    } else {
+                        format!("ON CONFLICT ({key_list}) DO UPDATE SET {}", updates.join(", "))
+                    }
+                }
+                None => "ON CONFLICT DO NOTHING".into(),
+            };
+            format!(
+                "INSERT INTO {t} ({list}) SELECT {list} FROM jsonb_populate_recordset(NULL::{t}, $1::text::jsonb) {conflict}"
+            )
+        };
+        self.client
+            .execute(&sql, &[&docs])
+            .await
+            .map_err(ConnectorError::query)
+            .map(drop)
+    }
+}

@@ -1,0 +1,3 @@
+//! Sources: where a dataflow reads from.
+
+pub mod postgres;

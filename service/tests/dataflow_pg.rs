@@ -1,0 +1,208 @@
+//! Dataflows run by `sless dev` against a real PostgreSQL
+//! (`SLESS_TEST_PG`, default postgres://postgres@127.0.0.1/test).
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{DevServer, TOKEN_A, TempDir};
+use serde_json::{Value, json};
+
+fn dsn() -> String {
+    std::env::var("SLESS_TEST_PG").unwrap_or_else(|_| "postgres://postgres@127.0.0.1/test".into())
+}
+
+async fn db() -> tokio_postgres::Client {
+    let (client, conn) = tokio_postgres::connect(&dsn(), tokio_postgres::NoTls)
+        .await
+        .expect("PostgreSQL on 127.0.0.1:5432");
+    tokio::spawn(conn);
+    client
+}
+
+fn unique(prefix: &str) -> String {
+    format!("{prefix}_{}", rand::random::<u32>())
+}
+
+async fn count(db: &tokio_postgres::Client, sql: &str) -> i64 {
+    db.query_one(sql, &[]).await.map(|r| r.get(0)).unwrap_or(-1)
+}
+
+async fn wait_for(db: &tokio_postgres::Client, sql: &str, want: i64) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut got = -1;
+    while Instant::now() < deadline {
+        got = count(db, sql).await;
+        if got == want {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("{sql}: wanted {want}, got {got}");
+}
+
+fn pg(table: &str, extra: Value) -> Value {
+    let mut config = json!({"connectionString": dsn(), "table": table});
+    config
+        .as_object_mut()
+        .unwrap()
+        .extend(extra.as_object().unwrap().clone());
+    json!({"type": "postgresql", "config": config})
+}
+
+#[tokio::test]
+async fn pg_to_pg_with_transformations_incremental_reads_and_checkpoints() {
+    let db = db().await;
+    let (src, dst) = (unique("src"), unique("dst"));
+    db.batch_execute(&format!(
+        "CREATE TABLE {src} (id serial PRIMARY KEY, card text, \"firstName\" text, amount int);
+         INSERT INTO {src} (card, \"firstName\", amount) SELECT '4111' || g, 'n' || g, g FROM generate_series(1, 100) g;
+         CREATE TABLE {dst} (id int PRIMARY KEY, card text, first_name text, amount int, seen_at text);"
+    ))
+    .await
+    .unwrap();
+    let dir = TempDir::new("df-pg");
+    let server = DevServer::start(&dir.0);
+    let a = server.client(TOKEN_A);
+    let (status, body) = a
+        .post(
+            "/api/v1/dataflows",
+            json!({
+                "name": "copy",
+                "source": pg(&src, json!({"pollInterval": 1, "batchSize": 30})),
+                "sink": pg(&dst, json!({})),
+                "transformations": [
+                    {"type": "filter", "config": {"condition": "amount > 10"}},
+                    {"type": "mask", "config": {"fields": ["card"], "keepLength": true}},
+                    {"type": "snakeCase", "config": {}},
+                    {"type": "timestamp", "config": {"fieldName": "seen_at"}}
+                ]
+            }),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    wait_for(&db, &format!("SELECT count(*) FROM {dst}"), 90).await;
+    let row = db
+        .query_one(
+            &format!("SELECT card, first_name, amount, seen_at FROM {dst} WHERE id = 42"),
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, String>(0), "******");
+    assert_eq!(row.get::<_, String>(1), "n42");
+    assert_eq!(row.get::<_, i32>(2), 42);
+    assert!(row.get::<_, String>(3).ends_with('Z'));
+    assert_eq!(a.get("/api/v1/dataflows/copy").await.1["phase"], "Ready");
+
+    // New rows are read incrementally.
+    db.batch_execute(&format!(
+        "INSERT INTO {src} (card, \"firstName\", amount) SELECT 'c', 'm', 1000 + g FROM generate_series(1, 25) g"
+    ))
+    .await
+    .unwrap();
+    wait_for(&db, &format!("SELECT count(*) FROM {dst}"), 115).await;
+
+    // After kill -9 the checkpoint holds: rows added meanwhile arrive, once.
+    server.kill9();
+    db.batch_execute(&format!(
+        "INSERT INTO {src} (card, \"firstName\", amount) SELECT 'c', 'k', 2000 + g FROM generate_series(1, 5) g"
+    ))
+    .await
+    .unwrap();
+    let server = DevServer::start(&dir.0);
+    wait_for(&db, &format!("SELECT count(*) FROM {dst}"), 120).await;
+    assert_eq!(server.client(TOKEN_A).delete("/api/v1/dataflows/copy").await.0, 204);
+    db.batch_execute(&format!("DROP TABLE {src}; DROP TABLE {dst}"))
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn kill_9_mid_stream_loses_nothing_and_duplicates_at_most_one_batch() {
+    let db = db().await;
+    let (src, dst) = (unique("bulk"), unique("bulk_copy"));
+    db.batch_execute(&format!(
+        "CREATE TABLE {src} (id serial PRIMARY KEY, payload text);
+         INSERT INTO {src} (payload) SELECT repeat('x', 200) FROM generate_series(1, 20000);"
+    ))
+    .await
+    .unwrap();
+    let dir = TempDir::new("df-kill");
+    let server = DevServer::start(&dir.0);
+    let flow = json!({
+        "name": "bulk",
+        "source": pg(&src, json!({"batchSize": 50, "pollInterval": 1})),
+        "sink": pg(&dst, json!({"autoCreateTable": true})),
+        "channelBufferSize": 50
+    });
+    assert_eq!(server.client(TOKEN_A).post("/api/v1/dataflows", flow).await.0, 201);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let n = count(&db, &format!("SELECT count(*) FROM {dst}")).await;
+        if n > 0 {
+            assert!(n < 20000, "copied before the kill: make the table larger");
+            break;
+        }
+        assert!(Instant::now() < deadline, "nothing copied");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    server.kill9();
+    let _server = DevServer::start(&dir.0);
+    let distinct = format!("SELECT count(DISTINCT (data->>'id')) FROM {dst}");
+    wait_for(&db, &distinct, 20000).await;
+    let total = count(&db, &format!("SELECT count(*) FROM {dst}")).await;
+    assert!(total - 20000 <= 50, "{} duplicates: more than one batch", total - 20000);
+    db.batch_execute(&format!("DROP TABLE {src}; DROP TABLE {dst}"))
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn router_sinks_and_the_error_sink() {
+    let db = db().await;
+    let (src, sales, refunds, errors) = (unique("events"), unique("sales"), unique("refunds"), unique("errors"));
+    db.batch_execute(&format!(
+        "CREATE TABLE {src} (id serial PRIMARY KEY, kind text, amount int);
+         INSERT INTO {src} (kind, amount) VALUES ('sale', 10), ('refund', 5), ('sale', -3), ('sale', 7), ('refund', 1);
+         CREATE TABLE {sales} (id int PRIMARY KEY, kind text, amount int CHECK (amount >= 0));
+         CREATE TABLE {refunds} (id int PRIMARY KEY, kind text, amount int);"
+    ))
+    .await
+    .unwrap();
+    let dir = TempDir::new("df-route");
+    let server = DevServer::start(&dir.0);
+    let flow = json!({
+        "name": "split",
+        "source": pg(&src, json!({"pollInterval": 1})),
+        "sink": pg(&sales, json!({})),
+        "errors": pg(&errors, json!({"autoCreateTable": true})),
+        "transformations": [{"type": "router", "config": {"routes": [{"condition": "kind == 'refund'", "sink": pg(&refunds, json!({}))}]}}]
+    });
+    let (status, body) = server.client(TOKEN_A).post("/api/v1/dataflows", flow).await;
+    assert_eq!(status, 201, "{body}");
+    wait_for(&db, &format!("SELECT count(*) FROM {refunds}"), 2).await;
+    wait_for(&db, &format!("SELECT count(*) FROM {sales}"), 2).await;
+    wait_for(&db, &format!("SELECT count(*) FROM {errors}"), 1).await;
+    let envelope: String = db
+        .query_one(&format!("SELECT data::text FROM {errors}"), &[])
+        .await
+        .unwrap()
+        .get(0);
+    let envelope: Value = serde_json::from_str(&envelope).unwrap();
+    assert_eq!(envelope["original_message"]["amount"], -3);
+    assert_eq!(envelope["error"]["original_sink"], sales);
+    assert!(
+        envelope["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("check constraint"),
+        "{envelope}"
+    );
+    assert!(envelope["error"]["timestamp"].is_string() && envelope["error"]["metadata"].is_object());
+    db.batch_execute(&format!(
+        "DROP TABLE {src}; DROP TABLE {sales}; DROP TABLE {refunds}; DROP TABLE {errors}"
+    ))
+    .await
+    .unwrap();
+}
