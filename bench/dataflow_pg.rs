@@ -77,7 +77,7 @@ async fn main() -> anyhow::Result<()> {
     .map_err(|e| anyhow::anyhow!("{e}"))?;
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let started = Instant::now();
-    let pipeline = Pipeline::connect(&spec, None).await?;
+    let pipeline = Pipeline::connect(&spec, None, Default::default()).await?;
     let task = tokio::spawn(pipeline.run(stopped));
     while count(&db, "bench_flow").await? < ROWS {
         tokio::time::sleep(Duration::from_millis(20)).await;

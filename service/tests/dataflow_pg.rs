@@ -41,6 +41,18 @@ async fn wait_for(db: &tokio_postgres::Client, sql: &str, want: i64) {
     panic!("{sql}: wanted {want}, got {got}");
 }
 
+/// The dataflow's view once its counters satisfy `ready` (within 10 s).
+async fn settled_view(client: &common::Client, name: &str, ready: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let view = client.get(&format!("/api/v1/dataflows/{name}")).await.1;
+        if ready(&view["counters"]) || Instant::now() >= deadline {
+            return view;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 fn pg(table: &str, extra: Value) -> Value {
     let mut config = json!({"connectionString": dsn(), "table": table});
     config
@@ -93,7 +105,19 @@ async fn pg_to_pg_with_transformations_incremental_reads_and_checkpoints() {
     assert_eq!(row.get::<_, String>(1), "n42");
     assert_eq!(row.get::<_, i32>(2), 42);
     assert!(row.get::<_, String>(3).ends_with('Z'));
-    assert_eq!(a.get("/api/v1/dataflows/copy").await.1["phase"], "Ready");
+    // The counters are updated just after each write and checkpoint.
+    let view = settled_view(&a, "copy", |c| c["lastCheckpointAt"].is_string() && c["written"] == 90).await;
+    assert_eq!(view["phase"], "Ready");
+    let counters = &view["counters"];
+    assert_eq!(
+        (counters["read"].as_u64(), counters["written"].as_u64()),
+        (Some(100), Some(90)),
+        "{view}"
+    );
+    assert_eq!(
+        (counters["filtered"].as_u64(), counters["failed"].as_u64()),
+        (Some(10), Some(0))
+    );
 
     // New rows are read incrementally.
     db.batch_execute(&format!(
@@ -184,6 +208,19 @@ async fn router_sinks_and_the_error_sink() {
     wait_for(&db, &format!("SELECT count(*) FROM {refunds}"), 2).await;
     wait_for(&db, &format!("SELECT count(*) FROM {sales}"), 2).await;
     wait_for(&db, &format!("SELECT count(*) FROM {errors}"), 1).await;
+    let view = settled_view(&server.client(TOKEN_A), "split", |c| {
+        c["failed"] == 1 && c["written"] == 4
+    })
+    .await;
+    assert_eq!(
+        (
+            view["counters"]["written"].as_u64(),
+            view["counters"]["failed"].as_u64()
+        ),
+        (Some(4), Some(1)),
+        "{view}"
+    );
+    assert_eq!(view["counters"]["read"], 5);
     let envelope: String = db
         .query_one(&format!("SELECT data::text FROM {errors}"), &[])
         .await

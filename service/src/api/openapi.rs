@@ -19,7 +19,7 @@ use crate::model::{Phase, dataflow, queue_service};
     components(schemas(
         Phase, error::ErrorBody, error::ErrorDetail,
         queue_service::QueueServiceRequest, queue_service::QueueServiceView, queue_services::QueueServiceList,
-        dataflow::DataFlowRequest, dataflow::DataFlowView, dataflow::ConnectorSpec,
+        dataflow::DataFlowRequest, dataflow::DataFlowView, dataflow::DataFlowCounters, dataflow::ConnectorSpec,
         dataflow::TransformationSpec, dataflow::Resources, dataflows::DataFlowList,
     )),
     modifiers(&BearerAuth),

@@ -5,7 +5,8 @@
 //! being written: at-least-once, with duplicates bounded by one batch.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime};
 
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, watch};
@@ -17,10 +18,40 @@ use super::sinks::postgres::PostgresSink;
 use super::sources::postgres::{PostgresSource, Row};
 use super::transforms::{self, Transform, router::ROUTED_CONDITION};
 use crate::model::connector_config::{PostgresSinkConfig, PostgresSourceConfig};
-use crate::model::dataflow::{ConnectorSpec, DataFlowSpec};
+use crate::model::dataflow::{ConnectorSpec, DataFlowCounters, DataFlowSpec};
 use crate::model::transform_config::RouterConfig;
 
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+/// What a pipeline has done, shared with whoever reports on it.
+#[derive(Default)]
+pub struct Stats {
+    read: AtomicU64,
+    written: AtomicU64,
+    failed: AtomicU64,
+    filtered: AtomicU64,
+    last_checkpoint: std::sync::Mutex<Option<SystemTime>>,
+}
+
+impl Stats {
+    pub fn snapshot(&self) -> DataFlowCounters {
+        DataFlowCounters {
+            read: self.read.load(Ordering::Relaxed),
+            written: self.written.load(Ordering::Relaxed),
+            failed: self.failed.load(Ordering::Relaxed),
+            filtered: self.filtered.load(Ordering::Relaxed),
+            last_checkpoint_at: self
+                .last_checkpoint
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .map(|t| humantime::format_rfc3339_seconds(t).to_string()),
+        }
+    }
+
+    fn add(counter: &AtomicU64, n: usize) {
+        counter.fetch_add(n as u64, Ordering::Relaxed);
+    }
+}
 
 pub struct Pipeline {
     source: Arc<PostgresSource>,
@@ -31,6 +62,7 @@ pub struct Pipeline {
     checkpoint: Option<(Arc<dyn CheckpointStore>, String)>,
     buffer: usize,
     batch: usize,
+    stats: Arc<Stats>,
 }
 
 fn config<T: serde::de::DeserializeOwned>(c: &ConnectorSpec) -> Result<T, ConnectorError> {
@@ -52,6 +84,7 @@ impl Pipeline {
     pub async fn connect(
         spec: &DataFlowSpec,
         checkpoint: Option<(Arc<dyn CheckpointStore>, String)>,
+        stats: Arc<Stats>,
     ) -> Result<Self, ConnectorError> {
         let source_config = match spec.source.kind.as_str() {
             "postgresql" => config::<PostgresSourceConfig>(&spec.source)?,
@@ -92,6 +125,7 @@ impl Pipeline {
             checkpoint,
             buffer: spec.channel_buffer_size.max(1) as usize,
             batch,
+            stats,
         })
     }
 
@@ -131,8 +165,13 @@ impl Pipeline {
     async fn process(&self, rows: &[Row], shutdown: &mut watch::Receiver<bool>) -> Result<(), ConnectorError> {
         let mut main = Vec::new();
         let mut routed: Vec<Vec<Message>> = self.routes.iter().map(|_| Vec::new()).collect();
+        Stats::add(&self.stats.read, rows.len());
         for row in rows {
-            for out in transforms::apply_all(&self.transforms, Message::new(row.data.clone())) {
+            let outputs = transforms::apply_all(&self.transforms, Message::new(row.data.clone()));
+            if outputs.is_empty() {
+                Stats::add(&self.stats.filtered, 1);
+            }
+            for out in outputs {
                 match out
                     .metadata
                     .get(ROUTED_CONDITION)
@@ -152,6 +191,7 @@ impl Pipeline {
                 .save(key, &last.position)
                 .await
                 .map_err(|e| ConnectorError::Query(e.to_string()))?;
+            *self.stats.last_checkpoint.lock().unwrap_or_else(|p| p.into_inner()) = Some(SystemTime::now());
         }
         Ok(())
     }
@@ -172,7 +212,10 @@ impl Pipeline {
         let mut backoff = Backoff::default();
         loop {
             match sink.write(&data).await {
-                Ok(()) => return Ok(()),
+                Ok(()) => {
+                    Stats::add(&self.stats.written, data.len());
+                    return Ok(());
+                }
                 Err(ConnectorError::Data(_)) => break,
                 Err(ConnectorError::Config(e)) => return Err(ConnectorError::Config(e)),
                 Err(e) => backoff.wait(&e, shutdown).await?,
@@ -182,7 +225,10 @@ impl Pipeline {
             let mut backoff = Backoff::default();
             loop {
                 match sink.write(std::slice::from_ref(&message.data)).await {
-                    Ok(()) => break,
+                    Ok(()) => {
+                        Stats::add(&self.stats.written, 1);
+                        break;
+                    }
                     Err(ConnectorError::Data(reason)) if self.errors.is_some() => {
                         let envelope = json!({
                             "error": {
@@ -195,7 +241,10 @@ impl Pipeline {
                         });
                         if let Some(errors) = &self.errors {
                             Box::pin(self.write_reliably(errors, &[Message::new(envelope)], shutdown)).await?;
+                            // The envelope is not a written message of the flow.
+                            self.stats.written.fetch_sub(1, Ordering::Relaxed);
                         }
+                        Stats::add(&self.stats.failed, 1);
                         break;
                     }
                     Err(ConnectorError::Config(e)) => return Err(ConnectorError::Config(e)),

@@ -271,6 +271,25 @@ pub struct DataFlowView {
     pub message: Option<String>,
     /// RFC 3339.
     pub created_at: String,
+    /// What the running processor has done since it started; null when no
+    /// processor runs.
+    pub counters: Option<DataFlowCounters>,
+}
+
+/// Counters of a running processor.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DataFlowCounters {
+    /// Rows read from the source.
+    pub read: u64,
+    /// Messages written to the main sink or a route's sink.
+    pub written: u64,
+    /// Messages the sink refused, sent to the error sink.
+    pub failed: u64,
+    /// Rows a filter dropped (done, not lost).
+    pub filtered: u64,
+    /// When the read position was last saved, RFC 3339.
+    pub last_checkpoint_at: Option<String>,
 }
 
 #[cfg(test)]

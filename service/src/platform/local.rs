@@ -74,6 +74,7 @@ struct RunningFlow {
     generation: i64,
     stop: tokio::sync::watch::Sender<bool>,
     status: Arc<std::sync::Mutex<DataFlowStatus>>,
+    stats: Arc<crate::dataflow::pipeline::Stats>,
 }
 
 fn checkpoint_key(tenant: &str, name: &str) -> String {
@@ -117,7 +118,7 @@ fn queue_view(r: QueueRecord) -> QueueServiceView {
     }
 }
 
-fn dataflow_view(r: DataFlowRecord) -> DataFlowView {
+fn dataflow_view(r: DataFlowRecord, counters: Option<crate::model::dataflow::DataFlowCounters>) -> DataFlowView {
     DataFlowView {
         name: r.name,
         tenant_id: r.tenant,
@@ -131,6 +132,7 @@ fn dataflow_view(r: DataFlowRecord) -> DataFlowView {
         phase: r.status.phase,
         message: r.status.message,
         created_at: r.created_at,
+        counters,
     }
 }
 
@@ -410,7 +412,8 @@ impl LocalPlatform {
                 checkpoint_key(&f.tenant, &f.name),
             )
         });
-        let (spec, report, wake) = (f.spec.clone(), status.clone(), self.wake.clone());
+        let stats = Arc::new(crate::dataflow::pipeline::Stats::default());
+        let (spec, report, wake, task_stats) = (f.spec.clone(), status.clone(), self.wake.clone(), stats.clone());
         let label = format!("{}/{}", f.tenant, f.name);
         tokio::spawn(async move {
             let set = |phase, message: String| {
@@ -422,7 +425,8 @@ impl LocalPlatform {
             };
             let mut delay = Duration::from_secs(1);
             while !*stopped.borrow() {
-                match crate::dataflow::pipeline::Pipeline::connect(&spec, checkpoint.clone()).await {
+                match crate::dataflow::pipeline::Pipeline::connect(&spec, checkpoint.clone(), task_stats.clone()).await
+                {
                     Ok(pipeline) => {
                         set(Phase::Ready, "running".into());
                         delay = Duration::from_secs(1);
@@ -447,7 +451,19 @@ impl LocalPlatform {
             generation: f.generation,
             stop,
             status,
+            stats,
         }
+    }
+
+    /// The view of a dataflow, with its processor's live counters.
+    fn flow_view(&self, r: DataFlowRecord) -> DataFlowView {
+        let counters = self
+            .flows
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&(r.tenant.clone(), r.name.clone()))
+            .map(|f| f.stats.snapshot());
+        dataflow_view(r, counters)
     }
 
     async fn queue(&self, tenant: &DnsLabel, name: &DnsLabel) -> Result<QueueRecord> {
@@ -549,16 +565,16 @@ impl Platform for LocalPlatform {
         };
         self.store.insert(DATAFLOW, record.clone()).await?;
         self.wake.notify_one();
-        Ok(dataflow_view(record))
+        Ok(dataflow_view(record, None))
     }
 
     async fn get_dataflow(&self, tenant: &DnsLabel, name: &DnsLabel) -> Result<DataFlowView> {
-        self.dataflow(tenant, name).await.map(dataflow_view)
+        self.dataflow(tenant, name).await.map(|r| self.flow_view(r))
     }
 
     async fn list_dataflows(&self, tenant: &DnsLabel) -> Result<Vec<DataFlowView>> {
         let records: Vec<DataFlowRecord> = self.store.list(DATAFLOW, Some(tenant.as_str())).await?;
-        Ok(records.into_iter().map(dataflow_view).collect())
+        Ok(records.into_iter().map(|r| self.flow_view(r)).collect())
     }
 
     async fn update_dataflow(&self, tenant: &DnsLabel, name: &DnsLabel, spec: DataFlowSpec) -> Result<DataFlowView> {
