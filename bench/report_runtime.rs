@@ -14,7 +14,7 @@ use sless::controlplane::proto::{AccessKey, RoutingSnapshot, TenantRoute};
 use sless::controlplane::publisher::{self, Debounce};
 use sless::controlplane::store::ControlStore;
 use sless::controlplane::store::redis::RedisStore;
-use sless::controlplane::worker::{AckCommand, RegisterCommand, RuntimeCommand, Service, ServiceConfig};
+use sless::controlplane::worker::{AckCommand, RegisterCommand, Service, ServiceConfig};
 use tokio_stream::StreamExt;
 
 const CALLS: usize = 20_000;
@@ -35,7 +35,7 @@ fn counters() -> Vec<ProxyCounters> {
         .collect()
 }
 
-async fn service_rate(service: &Arc<Service>, command: &RuntimeCommand) -> anyhow::Result<f64> {
+async fn service_rate(service: &Arc<Service>, command: &RuntimeReport) -> anyhow::Result<f64> {
     let started = Instant::now();
     let mut tasks = Vec::new();
     for _ in 0..CONCURRENCY {
@@ -138,7 +138,7 @@ async fn main() -> anyhow::Result<()> {
 
     // The same full report each call: an idempotent replay runs the whole
     // script (all checks and the write) every time, in both measurements.
-    let command = RuntimeCommand {
+    let command = RuntimeReport {
         worker_id: "bench-worker".into(),
         session_id: session_id.clone(),
         sequence: 1,
@@ -147,15 +147,7 @@ async fn main() -> anyhow::Result<()> {
         counters: counters(),
     };
     service.report_runtime(command.clone()).await?;
-    let report = RuntimeReport {
-        worker_id: command.worker_id.clone(),
-        session_id: command.session_id.clone(),
-        sequence: command.sequence,
-        snapshot_version: command.snapshot_version,
-        ownership_epoch: command.ownership_epoch,
-        counters: counters(),
-    };
-    let (keys, args) = store.replace_runtime_call(&report, config.session_ttl, config.max_stale_age);
+    let (keys, args) = store.replace_runtime_call(&command, config.session_ttl, config.max_stale_age);
     let client = redis::Client::open(url.as_str())?;
     let mut conn = client.get_multiplexed_async_connection().await?;
     let sha: String = redis::cmd("SCRIPT")

@@ -72,6 +72,14 @@ pub struct Dev {
 
 const DEV_TOKEN_SETTING: &str = "dev-tenant-token";
 
+/// Resolves once `stop` turns true: each part's shutdown signal.
+fn stopped(stop: &tokio::sync::watch::Receiver<bool>) -> impl std::future::Future<Output = ()> + Send + 'static {
+    let mut rx = stop.clone();
+    async move {
+        let _ = rx.wait_for(|stop| *stop).await;
+    }
+}
+
 fn random_token() -> String {
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(crate::random::bytes::<32>())
 }
@@ -144,24 +152,9 @@ impl Dev {
     pub async fn run(self, shutdown: impl std::future::Future<Output = ()> + Send + 'static) -> Result<(), DevError> {
         self.platform.reconcile_now().await;
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-        let reconciler = {
-            let mut rx = stop_rx.clone();
-            tokio::spawn(self.platform.run(async move {
-                let _ = rx.wait_for(|stop| *stop).await;
-            }))
-        };
-        let control_plane = {
-            let mut rx = stop_rx.clone();
-            tokio::spawn(self.control_plane.serve(async move {
-                let _ = rx.wait_for(|stop| *stop).await;
-            }))
-        };
-        let gateway = {
-            let mut rx = stop_rx.clone();
-            tokio::spawn(self.gateway.run(async move {
-                let _ = rx.wait_for(|stop| *stop).await;
-            }))
-        };
+        let reconciler = tokio::spawn(self.platform.run(stopped(&stop_rx)));
+        let control_plane = tokio::spawn(self.control_plane.serve(stopped(&stop_rx)));
+        let gateway = tokio::spawn(self.gateway.run(stopped(&stop_rx)));
         let app = api::router(self.state);
         let served = axum::serve(self.listener, app)
             .with_graceful_shutdown(async move {

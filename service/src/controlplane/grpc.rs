@@ -9,9 +9,9 @@ use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status};
 
 use super::identity::{IdentityError, IdentityPolicy};
-use super::model::{OutcomeBatch, OutcomeCount, OutcomeKind, ProxyCounters};
+use super::model::{OutcomeBatch, OutcomeCount, OutcomeKind, ProxyCounters, RuntimeReport};
 use super::proto::{self, worker_control_plane_server::WorkerControlPlane};
-use super::worker::{AckCommand, RegisterCommand, RuntimeCommand, Service, ServiceError};
+use super::worker::{AckCommand, RegisterCommand, Service, ServiceError};
 
 pub struct GrpcControlPlane {
     service: Arc<Service>,
@@ -121,7 +121,7 @@ impl WorkerControlPlane for GrpcControlPlane {
         let r = request.into_inner();
         let decision = self
             .service
-            .report_runtime(RuntimeCommand {
+            .report_runtime(RuntimeReport {
                 worker_id: r.worker_id,
                 session_id: r.session_id,
                 sequence: r.sequence,

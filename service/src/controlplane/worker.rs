@@ -9,8 +9,7 @@ use std::time::Duration;
 use tokio::sync::{Notify, Semaphore, watch};
 
 use super::model::{
-    Acknowledgement, OutcomeBatch, OutcomeCount, PROTOCOL_VERSION, ProxyCounters, RuntimeReport, Session, SnapshotId,
-    random_id,
+    Acknowledgement, OutcomeBatch, OutcomeCount, PROTOCOL_VERSION, RuntimeReport, Session, SnapshotId, random_id,
 };
 use super::publisher::PublishedSnapshot;
 use super::store::{ControlStore, StoreError};
@@ -127,16 +126,6 @@ pub struct AckCommand {
     /// Length-checked, then dropped: never stored or logged.
     pub error_message: String,
     pub nonce: String,
-}
-
-#[derive(Debug, Clone)]
-pub struct RuntimeCommand {
-    pub worker_id: String,
-    pub session_id: String,
-    pub sequence: u64,
-    pub snapshot_version: u64,
-    pub ownership_epoch: u64,
-    pub counters: Vec<ProxyCounters>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -280,29 +269,21 @@ impl Service {
         Ok(())
     }
 
-    pub async fn report_runtime(&self, cmd: RuntimeCommand) -> Result<RuntimeDecision, ServiceError> {
-        validate::id(&cmd.worker_id, "worker_id")?;
-        validate::id(&cmd.session_id, "session_id")?;
+    /// Validates `report` (sorting its counters) and stores it.
+    pub async fn report_runtime(&self, mut report: RuntimeReport) -> Result<RuntimeDecision, ServiceError> {
+        validate::id(&report.worker_id, "worker_id")?;
+        validate::id(&report.session_id, "session_id")?;
         for (v, field) in [
-            (cmd.sequence, "sequence"),
-            (cmd.snapshot_version, "snapshot_version"),
-            (cmd.ownership_epoch, "ownership_epoch"),
+            (report.sequence, "sequence"),
+            (report.snapshot_version, "snapshot_version"),
+            (report.ownership_epoch, "ownership_epoch"),
         ] {
             validate::bounded(v, field)?;
         }
-        if cmd.sequence == 0 {
+        if report.sequence == 0 {
             return Err(ServiceError::InvalidArgument("sequence: must be positive".into()));
         }
-        let mut counters = cmd.counters;
-        validate::counters(&mut counters, self.config.max_runtime_counters)?;
-        let report = RuntimeReport {
-            worker_id: cmd.worker_id,
-            session_id: cmd.session_id,
-            sequence: cmd.sequence,
-            snapshot_version: cmd.snapshot_version,
-            ownership_epoch: cmd.ownership_epoch,
-            counters,
-        };
+        validate::counters(&mut report.counters, self.config.max_runtime_counters)?;
         match self
             .store
             .replace_runtime(&report, self.config.session_ttl, self.config.max_stale_age)
