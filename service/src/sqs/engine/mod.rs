@@ -698,7 +698,6 @@ impl Engine {
     async fn send_message_batch(&self, input: &Value) -> Result<Value, SqsError> {
         let name = Self::queue_name(input)?;
         let entries = batch_entries(input, "Entries")?;
-        let total: usize = entries.iter().map(|e| e.to_string().len()).sum();
         let bodies: usize = entries
             .iter()
             .map(|e| {
@@ -708,7 +707,7 @@ impl Engine {
             .sum();
         if bodies > MAX_MESSAGE_SIZE as usize {
             return Err(SqsError::batch_request_too_long(format!(
-                "Batch requests cannot be longer than {MAX_MESSAGE_SIZE} bytes. You have sent {total} bytes."
+                "Batch requests cannot be longer than {MAX_MESSAGE_SIZE} bytes. You have sent {bodies} bytes."
             )));
         }
         let (mut successful, mut failed, mut changes) = (Vec::new(), Vec::new(), Vec::new());
