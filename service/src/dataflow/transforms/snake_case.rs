@@ -35,9 +35,9 @@ pub fn to_snake_case(key: &str) -> String {
 }
 
 impl Transform for SnakeCase {
-    fn apply(&self, message: Message) -> Vec<Message> {
-        let data = rename_keys(message.data.clone(), self.deep, &to_snake_case);
-        vec![message.with_data(data)]
+    fn apply(&self, mut message: Message) -> Vec<Message> {
+        message.data = rename_keys(std::mem::take(&mut message.data), self.deep, &to_snake_case);
+        vec![message]
     }
 }
 
