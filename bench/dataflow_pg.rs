@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use serde_json::{Value, json};
-use sless::dataflow::pipeline::Pipeline;
+use sless::dataflow::pipeline::{Pipeline, PipelineContext};
 use sless::model::dataflow::DataFlowRequest;
 
 const ROWS: i64 = 100_000;
@@ -77,7 +77,11 @@ async fn main() -> anyhow::Result<()> {
     .map_err(|e| anyhow::anyhow!("{e}"))?;
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let started = Instant::now();
-    let pipeline = Pipeline::connect(&spec, None, Default::default()).await?;
+    let ctx = PipelineContext {
+        id: "bench/flow".into(),
+        checkpoint: None,
+    };
+    let pipeline = Pipeline::connect(&spec, &ctx, Default::default()).await?;
     let task = tokio::spawn(pipeline.run(stopped));
     while count(&db, "bench_flow").await? < ROWS {
         tokio::time::sleep(Duration::from_millis(20)).await;

@@ -5,62 +5,9 @@ mod common;
 
 use std::time::{Duration, Instant};
 
+use common::pg::{count, db, pg, settled_view, unique, wait_for};
 use common::{DevServer, TOKEN_A, TempDir};
 use serde_json::{Value, json};
-
-fn dsn() -> String {
-    std::env::var("SLESS_TEST_PG").unwrap_or_else(|_| "postgres://postgres@127.0.0.1/test".into())
-}
-
-async fn db() -> tokio_postgres::Client {
-    let (client, conn) = tokio_postgres::connect(&dsn(), tokio_postgres::NoTls)
-        .await
-        .expect("PostgreSQL on 127.0.0.1:5432");
-    tokio::spawn(conn);
-    client
-}
-
-fn unique(prefix: &str) -> String {
-    format!("{prefix}_{}", rand::random::<u32>())
-}
-
-async fn count(db: &tokio_postgres::Client, sql: &str) -> i64 {
-    db.query_one(sql, &[]).await.map(|r| r.get(0)).unwrap_or(-1)
-}
-
-async fn wait_for(db: &tokio_postgres::Client, sql: &str, want: i64) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let mut got = -1;
-    while Instant::now() < deadline {
-        got = count(db, sql).await;
-        if got == want {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("{sql}: wanted {want}, got {got}");
-}
-
-/// The dataflow's view once its counters satisfy `ready` (within 10 s).
-async fn settled_view(client: &common::Client, name: &str, ready: impl Fn(&Value) -> bool) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let view = client.get(&format!("/api/v1/dataflows/{name}")).await.1;
-        if ready(&view["counters"]) || Instant::now() >= deadline {
-            return view;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-fn pg(table: &str, extra: Value) -> Value {
-    let mut config = json!({"connectionString": dsn(), "table": table});
-    config
-        .as_object_mut()
-        .unwrap()
-        .extend(extra.as_object().unwrap().clone());
-    json!({"type": "postgresql", "config": config})
-}
 
 #[tokio::test]
 async fn pg_to_pg_with_transformations_incremental_reads_and_checkpoints() {

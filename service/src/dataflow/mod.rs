@@ -4,6 +4,7 @@
 
 pub mod checkpoint;
 pub mod condition;
+pub mod kafka_client;
 pub mod message;
 pub mod path;
 pub mod pipeline;
@@ -28,6 +29,16 @@ pub enum ConnectorError {
     /// Any other failure of a statement: retry.
     #[error("{0}")]
     Query(String),
+}
+
+/// Deserialises a connector or transformation `config`.
+fn config<T: serde::de::DeserializeOwned>(config: serde_json::Value) -> Result<T, ConnectorError> {
+    serde_json::from_value(config).map_err(|e| ConnectorError::Config(e.to_string()))
+}
+
+/// A checkpoint store failure: retrying may help.
+fn store_error(e: impl std::fmt::Display) -> ConnectorError {
+    ConnectorError::Query(format!("checkpoint store: {e}"))
 }
 
 impl ConnectorError {

@@ -1,8 +1,9 @@
-//! One dataflow: a reader task feeds rows through a channel bounded by
+//! One dataflow: a reader task feeds records through a channel bounded by
 //! `channelBufferSize` (backpressure) to the processor, which transforms a
 //! batch, writes every output (routes, main sink, error sink), and only then
-//! saves the read position. A crash re-reads at most the batch that was
-//! being written: at-least-once, with duplicates bounded by one batch.
+//! commits the batch to its source (a saved read position, Kafka offsets).
+//! A crash re-reads at most the batch that was being written: at-least-once,
+//! with duplicates bounded by one batch.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -14,14 +15,24 @@ use tokio::sync::{mpsc, watch};
 use super::ConnectorError;
 use super::checkpoint::CheckpointStore;
 use super::message::Message;
-use super::sinks::postgres::PostgresSink;
-use super::sources::postgres::{PostgresSource, Row};
+use super::sinks::{self, Sink};
+use super::sources::{self, Record, Source};
 use super::transforms::{self, Transform, router::ROUTED_CONDITION};
-use crate::model::connector_config::{PostgresSinkConfig, PostgresSourceConfig};
-use crate::model::dataflow::{ConnectorSpec, DataFlowCounters, DataFlowSpec};
+use crate::model::dataflow::{DataFlowCounters, DataFlowSpec};
 use crate::model::transform_config::RouterConfig;
 
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+/// Who a pipeline is, for what it keeps outside itself.
+#[derive(Clone)]
+pub struct PipelineContext {
+    /// `tenant/name` in `sless dev`, `namespace/name` in kubernetes: the
+    /// checkpoint key and the default Kafka consumer group.
+    pub id: String,
+    /// Where polling sources keep their read position; `None` when
+    /// `checkpointPersistence` is off.
+    pub checkpoint: Option<Arc<dyn CheckpointStore>>,
+}
 
 /// What a pipeline has done, shared with whoever reports on it.
 #[derive(Default)]
@@ -41,11 +52,14 @@ impl Stats {
             failed: self.failed.load(Ordering::Relaxed),
             filtered: self.filtered.load(Ordering::Relaxed),
             last_checkpoint_at: self
-                .last_checkpoint
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
+                .last_checkpoint()
                 .map(|t| humantime::format_rfc3339_seconds(t).to_string()),
         }
+    }
+
+    /// When a batch was last committed to the source.
+    pub fn last_checkpoint(&self) -> Option<SystemTime> {
+        *self.last_checkpoint.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn add(counter: &AtomicU64, n: usize) {
@@ -54,50 +68,23 @@ impl Stats {
 }
 
 pub struct Pipeline {
-    source: Arc<PostgresSource>,
+    source: Arc<dyn Source>,
     transforms: Vec<Box<dyn Transform>>,
-    main: PostgresSink,
-    routes: Vec<(String, PostgresSink)>,
-    errors: Option<PostgresSink>,
-    checkpoint: Option<(Arc<dyn CheckpointStore>, String)>,
+    main: Box<dyn Sink>,
+    routes: Vec<(String, Box<dyn Sink>)>,
+    errors: Option<Box<dyn Sink>>,
     buffer: usize,
     batch: usize,
     stats: Arc<Stats>,
 }
 
-fn config<T: serde::de::DeserializeOwned>(c: &ConnectorSpec) -> Result<T, ConnectorError> {
-    serde_json::from_value(c.config.clone().unwrap_or(Value::Null)).map_err(|e| ConnectorError::Config(e.to_string()))
-}
-
-async fn sink(c: &ConnectorSpec) -> Result<PostgresSink, ConnectorError> {
-    match c.kind.as_str() {
-        "postgresql" => PostgresSink::connect(&config::<PostgresSinkConfig>(c)?).await,
-        other => Err(ConnectorError::Config(format!(
-            "the {other} connector is not in this build yet"
-        ))),
-    }
-}
-
 impl Pipeline {
-    /// Connects every connector of `spec`. `checkpoint` is None when
-    /// `checkpointPersistence` is off.
+    /// Connects every connector of `spec`.
     pub async fn connect(
         spec: &DataFlowSpec,
-        checkpoint: Option<(Arc<dyn CheckpointStore>, String)>,
+        ctx: &PipelineContext,
         stats: Arc<Stats>,
     ) -> Result<Self, ConnectorError> {
-        let source_config = match spec.source.kind.as_str() {
-            "postgresql" => config::<PostgresSourceConfig>(&spec.source)?,
-            other => {
-                return Err(ConnectorError::Config(format!(
-                    "the {other} connector is not in this build yet"
-                )));
-            }
-        };
-        let batch = source_config
-            .batch_size
-            .unwrap_or(super::sources::postgres::DEFAULT_BATCH)
-            .max(1) as usize;
         let transforms = spec
             .transformations
             .iter()
@@ -105,56 +92,54 @@ impl Pipeline {
             .collect::<Result<Vec<_>, _>>()?;
         let mut routes = Vec::new();
         for t in spec.transformations.iter().filter(|t| t.kind == "router") {
-            let router: RouterConfig = serde_json::from_value(t.config.clone().unwrap_or(Value::Null))
-                .map_err(|e| ConnectorError::Config(e.to_string()))?;
+            let router: RouterConfig = super::config(t.config.clone().unwrap_or(Value::Null))?;
             for route in router.routes {
                 if let Some(s) = &route.sink {
-                    routes.push((route.condition, sink(s).await?));
+                    routes.push((route.condition, sinks::connect(s).await?));
                 }
             }
         }
+        let main = sinks::connect(&spec.sink).await?;
+        let errors = match &spec.errors {
+            Some(e) => Some(sinks::connect(e).await?),
+            None => None,
+        };
+        // The source last: a Kafka source joins its group only once the
+        // sinks can take what it is given.
+        let source = sources::connect(&spec.source, ctx).await?;
         Ok(Self {
-            source: Arc::new(PostgresSource::connect(&source_config).await?),
+            batch: source.batch_size().max(1),
+            source,
             transforms,
-            main: sink(&spec.sink).await?,
+            main,
             routes,
-            errors: match &spec.errors {
-                Some(e) => Some(sink(e).await?),
-                None => None,
-            },
-            checkpoint,
+            errors,
             buffer: spec.channel_buffer_size.max(1) as usize,
-            batch,
             stats,
         })
     }
 
-    /// Runs until `shutdown` is set (after finishing the batch in hand) or a
-    /// failure retrying cannot fix.
+    /// Runs until `shutdown` is set or a failure retrying cannot fix. At
+    /// shutdown the records already taken from the channel are written and
+    /// committed first; those still in the channel are read again next time.
     pub async fn run(self, mut shutdown: watch::Receiver<bool>) -> Result<(), ConnectorError> {
-        let start = match &self.checkpoint {
-            Some((store, key)) => store
-                .load(key)
-                .await
-                .map_err(|e| ConnectorError::Query(e.to_string()))?,
-            None => None,
-        };
-        let (tx, mut rx) = mpsc::channel::<Row>(self.buffer);
-        let reader = tokio::spawn(read_loop(self.source.clone(), start, tx, shutdown.clone()));
+        let (tx, mut rx) = mpsc::channel::<Record>(self.buffer);
+        let reader = tokio::spawn(read_loop(self.source.clone(), tx, shutdown.clone()));
         let outcome = loop {
             let first = tokio::select! {
-                row = rx.recv() => row,
+                biased;
                 _ = shutdown.wait_for(|s| *s) => None,
+                record = rx.recv() => record,
             };
             let Some(first) = first else { break Ok(()) };
-            let mut rows = vec![first];
-            while rows.len() < self.batch {
+            let mut records = vec![first];
+            while records.len() < self.batch {
                 match rx.try_recv() {
-                    Ok(row) => rows.push(row),
+                    Ok(record) => records.push(record),
                     Err(_) => break,
                 }
             }
-            if let Err(e) = self.process(&rows, &mut shutdown).await {
+            if let Err(e) = self.process(&records, &mut shutdown).await {
                 break Err(e);
             }
         };
@@ -162,12 +147,12 @@ impl Pipeline {
         outcome
     }
 
-    async fn process(&self, rows: &[Row], shutdown: &mut watch::Receiver<bool>) -> Result<(), ConnectorError> {
+    async fn process(&self, records: &[Record], shutdown: &mut watch::Receiver<bool>) -> Result<(), ConnectorError> {
         let mut main = Vec::new();
         let mut routed: Vec<Vec<Message>> = self.routes.iter().map(|_| Vec::new()).collect();
-        Stats::add(&self.stats.read, rows.len());
-        for row in rows {
-            let outputs = transforms::apply_all(&self.transforms, Message::new(row.data.clone()));
+        Stats::add(&self.stats.read, records.len());
+        for record in records {
+            let outputs = transforms::apply_all(&self.transforms, record.message.clone());
             if outputs.is_empty() {
                 Stats::add(&self.stats.filtered, 1);
             }
@@ -182,16 +167,18 @@ impl Pipeline {
                 }
             }
         }
-        self.write_reliably(&self.main, &main, shutdown).await?;
+        self.write_reliably(self.main.as_ref(), &main, shutdown).await?;
         for ((_, sink), messages) in self.routes.iter().zip(&routed) {
-            self.write_reliably(sink, messages, shutdown).await?;
+            self.write_reliably(sink.as_ref(), messages, shutdown).await?;
         }
-        if let (Some((store, key)), Some(last)) = (&self.checkpoint, rows.last()) {
-            store
-                .save(key, &last.position)
-                .await
-                .map_err(|e| ConnectorError::Query(e.to_string()))?;
-            *self.stats.last_checkpoint.lock().unwrap_or_else(|p| p.into_inner()) = Some(SystemTime::now());
+        // Every output of every record is written (a filtered record counts
+        // as done): the source may move past the batch. A failed commit
+        // loses nothing, the batch is only read again.
+        match self.source.commit(records).await {
+            Ok(()) => {
+                *self.stats.last_checkpoint.lock().unwrap_or_else(|p| p.into_inner()) = Some(SystemTime::now());
+            }
+            Err(error) => tracing::warn!(%error, "cannot commit the batch to the source; it will be read again"),
         }
         Ok(())
     }
@@ -201,19 +188,18 @@ impl Pipeline {
     /// message is retried with backoff: nothing is dropped silently.
     async fn write_reliably(
         &self,
-        sink: &PostgresSink,
+        sink: &dyn Sink,
         messages: &[Message],
         shutdown: &mut watch::Receiver<bool>,
     ) -> Result<(), ConnectorError> {
         if messages.is_empty() {
             return Ok(());
         }
-        let data: Vec<Value> = messages.iter().map(|m| m.data.clone()).collect();
         let mut backoff = Backoff::default();
         loop {
-            match sink.write(&data).await {
+            match sink.write(messages).await {
                 Ok(()) => {
-                    Stats::add(&self.stats.written, data.len());
+                    Stats::add(&self.stats.written, messages.len());
                     return Ok(());
                 }
                 Err(ConnectorError::Data(_)) => break,
@@ -224,7 +210,7 @@ impl Pipeline {
         for message in messages {
             let mut backoff = Backoff::default();
             loop {
-                match sink.write(std::slice::from_ref(&message.data)).await {
+                match sink.write(std::slice::from_ref(message)).await {
                     Ok(()) => {
                         Stats::add(&self.stats.written, 1);
                         break;
@@ -233,14 +219,14 @@ impl Pipeline {
                         let envelope = json!({
                             "error": {
                                 "message": reason,
-                                "timestamp": humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
-                                "original_sink": sink.table,
+                                "timestamp": humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
+                                "original_sink": sink.target(),
                                 "metadata": message.metadata,
                             },
                             "original_message": message.data,
                         });
                         if let Some(errors) = &self.errors {
-                            Box::pin(self.write_reliably(errors, &[Message::new(envelope)], shutdown)).await?;
+                            Box::pin(self.write_reliably(errors.as_ref(), &[Message::new(envelope)], shutdown)).await?;
                             // The envelope is not a written message of the flow.
                             self.stats.written.fetch_sub(1, Ordering::Relaxed);
                         }
@@ -256,28 +242,19 @@ impl Pipeline {
     }
 }
 
-/// Reads batches after `position`, forever, into `tx` (which blocks when
-/// the processor is behind).
-async fn read_loop(
-    source: Arc<PostgresSource>,
-    mut position: Option<String>,
-    tx: mpsc::Sender<Row>,
-    mut shutdown: watch::Receiver<bool>,
-) {
+/// Reads forever into `tx`, which blocks when the processor is behind.
+async fn read_loop(source: Arc<dyn Source>, tx: mpsc::Sender<Record>, mut shutdown: watch::Receiver<bool>) {
     let mut backoff = Backoff::default();
     loop {
-        match source.read(position.as_deref()).await {
-            Ok(rows) if rows.is_empty() => {
-                tokio::select! {
-                    () = tokio::time::sleep(source.poll_interval) => {}
-                    _ = shutdown.wait_for(|s| *s) => return,
-                }
-            }
-            Ok(rows) => {
+        let read = tokio::select! {
+            read = source.read() => read,
+            _ = shutdown.wait_for(|s| *s) => return,
+        };
+        match read {
+            Ok(records) => {
                 backoff = Backoff::default();
-                for row in rows {
-                    position = Some(row.position.clone());
-                    if tx.send(row).await.is_err() {
+                for record in records {
+                    if tx.send(record).await.is_err() {
                         return;
                     }
                 }
@@ -300,7 +277,7 @@ impl Default for Backoff {
 }
 
 impl Backoff {
-    /// Waits before a retry; fails at shutdown so no position is saved.
+    /// Waits before a retry; fails at shutdown so nothing is committed.
     async fn wait(
         &mut self,
         error: &ConnectorError,

@@ -77,8 +77,9 @@ struct RunningFlow {
     stats: Arc<crate::dataflow::pipeline::Stats>,
 }
 
-fn checkpoint_key(tenant: &str, name: &str) -> String {
-    format!("checkpoint/{tenant}/{name}")
+/// A dataflow's pipeline id: its checkpoint key and default consumer group.
+fn flow_id(tenant: &str, name: &str) -> String {
+    format!("{tenant}/{name}")
 }
 
 pub struct LocalPlatform {
@@ -406,12 +407,13 @@ impl LocalPlatform {
             phase: Phase::Provisioning,
             message: Some("connecting the source and sinks".into()),
         }));
-        let checkpoint = f.spec.checkpoint_persistence.then(|| {
-            (
-                Arc::new(self.store.clone()) as Arc<dyn crate::dataflow::checkpoint::CheckpointStore>,
-                checkpoint_key(&f.tenant, &f.name),
-            )
-        });
+        let ctx = crate::dataflow::pipeline::PipelineContext {
+            id: flow_id(&f.tenant, &f.name),
+            checkpoint: f
+                .spec
+                .checkpoint_persistence
+                .then(|| Arc::new(self.store.clone()) as Arc<dyn crate::dataflow::checkpoint::CheckpointStore>),
+        };
         let stats = Arc::new(crate::dataflow::pipeline::Stats::default());
         let (spec, report, wake, task_stats) = (f.spec.clone(), status.clone(), self.wake.clone(), stats.clone());
         let label = format!("{}/{}", f.tenant, f.name);
@@ -425,8 +427,7 @@ impl LocalPlatform {
             };
             let mut delay = Duration::from_secs(1);
             while !*stopped.borrow() {
-                match crate::dataflow::pipeline::Pipeline::connect(&spec, checkpoint.clone(), task_stats.clone()).await
-                {
+                match crate::dataflow::pipeline::Pipeline::connect(&spec, &ctx, task_stats.clone()).await {
                     Ok(pipeline) => {
                         set(Phase::Ready, "running".into());
                         delay = Duration::from_secs(1);
@@ -595,7 +596,10 @@ impl Platform for LocalPlatform {
         }
         // A new dataflow of the same name starts from the beginning.
         self.store
-            .delete_setting(checkpoint_key(tenant.as_str(), name.as_str()))
+            .delete_setting(crate::dataflow::checkpoint::setting_key(&flow_id(
+                tenant.as_str(),
+                name.as_str(),
+            )))
             .await?;
         self.wake.notify_one();
         Ok(())

@@ -3,6 +3,8 @@
 #![allow(dead_code)] // each test binary uses a different part of this helper
 
 pub mod cp;
+pub mod kafka;
+pub mod pg;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};

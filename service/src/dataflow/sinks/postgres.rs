@@ -4,15 +4,18 @@
 //! statement; `upsertMode` updates on `conflictKey` (default: skip rows
 //! whose key exists, so a replayed batch does not duplicate).
 
+use async_trait::async_trait;
 use serde_json::Value;
 
+use super::Sink;
 use crate::dataflow::ConnectorError;
+use crate::dataflow::message::Message;
 use crate::dataflow::sql::{connect, quote};
 use crate::model::connector_config::PostgresSinkConfig;
 
 pub struct PostgresSink {
     client: tokio_postgres::Client,
-    pub table: String,
+    table: String,
     table_quoted: String,
     raw: bool,
     columns: Vec<String>,
@@ -71,13 +74,21 @@ impl PostgresSink {
             upsert_key,
         })
     }
+}
+
+#[async_trait]
+impl Sink for PostgresSink {
+    fn target(&self) -> &str {
+        &self.table
+    }
 
     /// Writes a batch in one statement.
-    pub async fn write(&self, batch: &[Value]) -> Result<(), ConnectorError> {
-        if batch.is_empty() {
+    async fn write(&self, messages: &[Message]) -> Result<(), ConnectorError> {
+        if messages.is_empty() {
             return Ok(());
         }
-        let docs = Value::Array(batch.to_vec()).to_string();
+        let batch: Vec<&Value> = messages.iter().map(|m| &m.data).collect();
+        let docs = serde_json::to_string(&batch).map_err(|e| ConnectorError::Data(e.to_string()))?;
         let t = &self.table_quoted;
         let sql = if self.raw {
             format!("INSERT INTO {t} (data) SELECT value FROM jsonb_array_elements($1::text::jsonb)")

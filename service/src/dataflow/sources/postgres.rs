@@ -1,32 +1,34 @@
 //! PostgreSQL source: polls a table (or a query) for rows whose incremental
 //! column (an id or a change time) is past the read position, in order, a
-//! batch at a time.
+//! batch at a time. The position of the last written row is the checkpoint.
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde_json::Value;
+use async_trait::async_trait;
 
-use crate::dataflow::ConnectorError;
+use super::{DEFAULT_BATCH, Position, Record, Source};
+use crate::dataflow::checkpoint::CheckpointStore;
+use crate::dataflow::message::Message;
+use crate::dataflow::pipeline::PipelineContext;
 use crate::dataflow::sql::{connect, quote};
+use crate::dataflow::{ConnectorError, store_error};
 use crate::model::connector_config::PostgresSourceConfig;
 
 pub const DEFAULT_POLL: Duration = Duration::from_secs(5);
-pub const DEFAULT_BATCH: u32 = 1000;
 
 pub struct PostgresSource {
     client: tokio_postgres::Client,
     select: String,
-    pub poll_interval: Duration,
-}
-
-/// One row and its read position (the incremental column as text).
-pub struct Row {
-    pub data: Value,
-    pub position: String,
+    batch: usize,
+    poll_interval: Duration,
+    /// The incremental column of the last row read.
+    read_position: Mutex<Option<String>>,
+    checkpoint: Option<(Arc<dyn CheckpointStore>, String)>,
 }
 
 impl PostgresSource {
-    pub async fn connect(config: &PostgresSourceConfig) -> Result<Self, ConnectorError> {
+    pub async fn connect(config: &PostgresSourceConfig, ctx: &PipelineContext) -> Result<Self, ConnectorError> {
         let dsn = config
             .connection_string
             .as_deref()
@@ -50,22 +52,29 @@ impl PostgresSource {
             )));
         };
         let ty = col.type_().name().to_owned();
-        let batch = config.batch_size.unwrap_or(DEFAULT_BATCH).max(1);
+        let batch = config.batch_size.unwrap_or(DEFAULT_BATCH as u32).max(1);
         let select = format!(
             "SELECT row_to_json(q)::text, (q.{column})::text FROM {from} AS q \
              WHERE $1::text IS NULL OR q.{column} > $1::text::{ty} ORDER BY q.{column} LIMIT {batch}"
         );
+        let start = match &ctx.checkpoint {
+            Some(store) => store.load(&ctx.id).await.map_err(store_error)?,
+            None => None,
+        };
         Ok(Self {
             client,
             select,
+            batch: batch as usize,
             poll_interval: config
                 .poll_interval
                 .map_or(DEFAULT_POLL, |s| Duration::from_secs(u64::from(s.max(1)))),
+            read_position: Mutex::new(start),
+            checkpoint: ctx.checkpoint.clone().map(|store| (store, ctx.id.clone())),
         })
     }
 
     /// The next batch after `position` (from the start when `None`).
-    pub async fn read(&self, position: Option<&str>) -> Result<Vec<Row>, ConnectorError> {
+    async fn read_after(&self, position: Option<&str>) -> Result<Vec<Record>, ConnectorError> {
         let rows = self
             .client
             .query(&self.select, &[&position])
@@ -74,11 +83,50 @@ impl PostgresSource {
         rows.iter()
             .map(|r| {
                 let text: String = r.get(0);
-                Ok(Row {
-                    data: serde_json::from_str(&text).map_err(|e| ConnectorError::Data(e.to_string()))?,
-                    position: r.get::<_, Option<String>>(1).unwrap_or_default(),
+                Ok(Record {
+                    message: Message::new(
+                        serde_json::from_str(&text).map_err(|e| ConnectorError::Data(e.to_string()))?,
+                    ),
+                    position: Position::Column(r.get::<_, Option<String>>(1).unwrap_or_default()),
                 })
             })
             .collect()
+    }
+}
+
+#[async_trait]
+impl Source for PostgresSource {
+    fn batch_size(&self) -> usize {
+        self.batch
+    }
+
+    async fn read(&self) -> Result<Vec<Record>, ConnectorError> {
+        loop {
+            let after = self.read_position.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            let rows = self.read_after(after.as_deref()).await?;
+            if let Some(Record {
+                position: Position::Column(last),
+                ..
+            }) = rows.last()
+            {
+                *self.read_position.lock().unwrap_or_else(|p| p.into_inner()) = Some(last.clone());
+                return Ok(rows);
+            }
+            tokio::time::sleep(self.poll_interval).await;
+        }
+    }
+
+    async fn commit(&self, done: &[Record]) -> Result<(), ConnectorError> {
+        let (
+            Some((store, id)),
+            Some(Record {
+                position: Position::Column(last),
+                ..
+            }),
+        ) = (&self.checkpoint, done.last())
+        else {
+            return Ok(());
+        };
+        store.save(id, last).await.map_err(store_error)
     }
 }

@@ -1,0 +1,61 @@
+//! PostgreSQL helpers of the dataflow tests: a client of the test database
+//! (`SLESS_TEST_PG`, default postgres://postgres@127.0.0.1/test), counting
+//! and waiting, and connector specs.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+pub fn dsn() -> String {
+    std::env::var("SLESS_TEST_PG").unwrap_or_else(|_| "postgres://postgres@127.0.0.1/test".into())
+}
+
+pub async fn db() -> tokio_postgres::Client {
+    let (client, conn) = tokio_postgres::connect(&dsn(), tokio_postgres::NoTls)
+        .await
+        .expect("PostgreSQL on 127.0.0.1:5432");
+    tokio::spawn(conn);
+    client
+}
+
+pub fn unique(prefix: &str) -> String {
+    format!("{prefix}_{}", rand::random::<u32>())
+}
+
+pub async fn count(db: &tokio_postgres::Client, sql: &str) -> i64 {
+    db.query_one(sql, &[]).await.map(|r| r.get(0)).unwrap_or(-1)
+}
+
+pub async fn wait_for(db: &tokio_postgres::Client, sql: &str, want: i64) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut got = -1;
+    while Instant::now() < deadline {
+        got = count(db, sql).await;
+        if got == want {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("{sql}: wanted {want}, got {got}");
+}
+
+/// The dataflow's view once its counters satisfy `ready` (within 10 s).
+pub async fn settled_view(client: &super::Client, name: &str, ready: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let view = client.get(&format!("/api/v1/dataflows/{name}")).await.1;
+        if ready(&view["counters"]) || Instant::now() >= deadline {
+            return view;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+pub fn pg(table: &str, extra: Value) -> Value {
+    let mut config = json!({"connectionString": dsn(), "table": table});
+    config
+        .as_object_mut()
+        .unwrap()
+        .extend(extra.as_object().unwrap().clone());
+    json!({"type": "postgresql", "config": config})
+}
