@@ -7,6 +7,7 @@ pub mod dataflow;
 pub mod dev;
 pub mod model;
 pub mod platform;
+pub mod processor;
 pub mod random;
 pub mod sqs;
 pub mod store;

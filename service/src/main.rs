@@ -36,6 +36,29 @@ enum Command {
     Queue(QueueArgs),
     /// Run the SQS gateway: SigV4-verifying edge at /sqs/{tenant}, fed by the control plane.
     Gateway(GatewayArgs),
+    /// Run one dataflow (source -> transformations -> sinks) in this process,
+    /// as the kubernetes operator's Deployment does.
+    Processor(ProcessorArgs),
+}
+
+#[derive(clap::Args)]
+struct ProcessorArgs {
+    /// The dataflow spec as JSON (the operator's ConfigMap, secrets resolved).
+    #[arg(long, env = "SLESS_SPEC_PATH", default_value = "/etc/dataflow/spec.json")]
+    spec_path: PathBuf,
+    /// Namespace of the DataFlow: of its checkpoint ConfigMap and its metrics labels.
+    #[arg(long, env = "SLESS_NAMESPACE")]
+    namespace: String,
+    /// Name of the DataFlow.
+    #[arg(long, env = "SLESS_NAME")]
+    name: String,
+    /// Keep the read position in this file instead of the ConfigMap
+    /// dataflow-NAME-checkpoint (which needs in-cluster config or KUBECONFIG).
+    #[arg(long)]
+    checkpoint_file: Option<PathBuf>,
+    /// Address of /metrics (Prometheus), /healthz and /readyz.
+    #[arg(long, default_value = "0.0.0.0:9090")]
+    metrics_listen: SocketAddr,
 }
 
 #[derive(clap::Args)]
@@ -262,6 +285,22 @@ async fn gateway(args: GatewayArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+async fn processor(args: ProcessorArgs) -> anyhow::Result<()> {
+    use sless::processor::{ProcessorOptions, run};
+    run(
+        ProcessorOptions {
+            spec_path: args.spec_path,
+            namespace: args.namespace,
+            name: args.name,
+            checkpoint_file: args.checkpoint_file,
+            metrics_listen: args.metrics_listen,
+        },
+        shutdown_signal(),
+    )
+    .await
+    .context("dataflow processor failed")
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
@@ -271,5 +310,6 @@ async fn main() -> anyhow::Result<()> {
         Command::Serve(args) => serve(args).await,
         Command::Queue(args) => queue(args).await,
         Command::Gateway(args) => gateway(args).await,
+        Command::Processor(args) => processor(args).await,
     }
 }

@@ -65,6 +65,20 @@ async fn pg_to_pg_with_transformations_incremental_reads_and_checkpoints() {
         (counters["filtered"].as_u64(), counters["failed"].as_u64()),
         (Some(10), Some(0))
     );
+    // The same counters on /metrics, labelled by tenant and dataflow.
+    let metrics = reqwest::get(server.url("/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for series in [
+        r#"sless_dataflow_messages_written_total{namespace="a",dataflow="copy"} 90"#,
+        r#"sless_dataflow_messages_filtered_total{namespace="a",dataflow="copy"} 10"#,
+        r#"sless_dataflow_checkpoint_age_seconds{namespace="a",dataflow="copy"}"#,
+    ] {
+        assert!(metrics.contains(series), "{series} missing from {metrics}");
+    }
 
     // New rows are read incrementally.
     db.batch_execute(&format!(

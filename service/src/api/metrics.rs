@@ -55,10 +55,14 @@ impl Metrics {
         })
     }
 
-    fn render(&self) -> String {
+    /// The API's families, then those of the platform's running dataflows.
+    fn render(&self, flows: &[crate::dataflow::metrics::FlowSample]) -> String {
+        use prometheus_client::encoding::text;
         let mut out = String::new();
         // Writing into a String cannot fail.
-        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        let _ = text::encode_registry(&mut out, &self.registry)
+            .and_then(|()| crate::dataflow::metrics::encode(&mut out, flows))
+            .and_then(|()| text::encode_eof(&mut out));
         out
     }
 }
@@ -99,6 +103,6 @@ pub async fn serve(State(state): State<AppState>) -> impl IntoResponse {
             CONTENT_TYPE,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
-        state.metrics.render(),
+        state.metrics.render(&state.platform.dataflow_samples()),
     )
 }

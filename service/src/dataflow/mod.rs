@@ -6,11 +6,13 @@ pub mod checkpoint;
 pub mod condition;
 pub mod kafka_client;
 pub mod message;
+pub mod metrics;
 pub mod path;
 pub mod pipeline;
 pub mod sinks;
 pub mod sources;
 mod sql;
+pub mod supervisor;
 pub mod transforms;
 
 /// A connector's failure, split by whether retrying can help.

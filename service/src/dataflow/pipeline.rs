@@ -26,8 +26,8 @@ const MAX_BACKOFF: Duration = Duration::from_secs(30);
 /// Who a pipeline is, for what it keeps outside itself.
 #[derive(Clone)]
 pub struct PipelineContext {
-    /// `tenant/name` in `sless dev`, `namespace/name` in kubernetes: the
-    /// checkpoint key and the default Kafka consumer group.
+    /// `tenant/name` in `sless dev`, `namespace/name` in kubernetes: names
+    /// the default Kafka consumer group.
     pub id: String,
     /// Where polling sources keep their read position; `None` when
     /// `checkpointPersistence` is off.

@@ -14,6 +14,7 @@ use super::{Platform, PlatformError, Result, credentials, routing};
 use crate::controlplane::proto::RoutingSnapshot;
 use crate::controlplane::publisher::{PublishedSnapshot, SnapshotPublisher};
 use crate::controlplane::store::ControlStore;
+use crate::dataflow::checkpoint::{CheckpointStore, EmbeddedCheckpoint};
 use crate::model::Phase;
 use crate::model::dataflow::{DataFlowSpec, DataFlowStatus, DataFlowView};
 use crate::model::name::DnsLabel;
@@ -407,47 +408,29 @@ impl LocalPlatform {
             phase: Phase::Provisioning,
             message: Some("connecting the source and sinks".into()),
         }));
+        let id = flow_id(&f.tenant, &f.name);
         let ctx = crate::dataflow::pipeline::PipelineContext {
-            id: flow_id(&f.tenant, &f.name),
             checkpoint: f
                 .spec
                 .checkpoint_persistence
-                .then(|| Arc::new(self.store.clone()) as Arc<dyn crate::dataflow::checkpoint::CheckpointStore>),
+                .then(|| Arc::new(EmbeddedCheckpoint::new(self.store.clone(), &id)) as Arc<dyn CheckpointStore>),
+            id,
         };
         let stats = Arc::new(crate::dataflow::pipeline::Stats::default());
-        let (spec, report, wake, task_stats) = (f.spec.clone(), status.clone(), self.wake.clone(), stats.clone());
-        let label = format!("{}/{}", f.tenant, f.name);
-        tokio::spawn(async move {
-            let set = |phase, message: String| {
+        let (spec, report, wake) = (f.spec.clone(), status.clone(), self.wake.clone());
+        tokio::spawn(crate::dataflow::supervisor::supervise(
+            spec,
+            ctx,
+            stats.clone(),
+            stopped,
+            move |phase, message| {
                 *report.lock().unwrap_or_else(|p| p.into_inner()) = DataFlowStatus {
                     phase,
                     message: Some(message),
                 };
                 wake.notify_one();
-            };
-            let mut delay = Duration::from_secs(1);
-            while !*stopped.borrow() {
-                match crate::dataflow::pipeline::Pipeline::connect(&spec, &ctx, task_stats.clone()).await {
-                    Ok(pipeline) => {
-                        set(Phase::Ready, "running".into());
-                        delay = Duration::from_secs(1);
-                        if let Err(e) = pipeline.run(stopped.clone()).await {
-                            set(Phase::Failed, format!("processor stopped: {e}; restarting"));
-                        }
-                    }
-                    Err(e) => {
-                        tracing::warn!(dataflow = %label, error = %e, "dataflow cannot start");
-                        set(Phase::Failed, format!("{e}; retrying"));
-                    }
-                }
-                let mut stopped = stopped.clone();
-                tokio::select! {
-                    () = tokio::time::sleep(delay) => {}
-                    _ = stopped.wait_for(|s| *s) => {}
-                }
-                delay = (delay * 2).min(Duration::from_secs(30));
-            }
-        });
+            },
+        ));
         RunningFlow {
             generation: f.generation,
             stop,
@@ -596,7 +579,7 @@ impl Platform for LocalPlatform {
         }
         // A new dataflow of the same name starts from the beginning.
         self.store
-            .delete_setting(crate::dataflow::checkpoint::setting_key(&flow_id(
+            .delete_setting(EmbeddedCheckpoint::setting_key(&flow_id(
                 tenant.as_str(),
                 name.as_str(),
             )))
@@ -607,5 +590,18 @@ impl Platform for LocalPlatform {
 
     async fn ready(&self) -> Result<()> {
         Ok(self.store.ping().await?)
+    }
+
+    fn dataflow_samples(&self) -> Vec<crate::dataflow::metrics::FlowSample> {
+        self.flows
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .map(|((tenant, name), flow)| crate::dataflow::metrics::FlowSample {
+                namespace: tenant.clone(),
+                dataflow: name.clone(),
+                stats: flow.stats.clone(),
+            })
+            .collect()
     }
 }

@@ -56,4 +56,9 @@ pub trait Platform: Send + Sync {
 
     /// Whether the backend can serve requests (for `/readyz`).
     async fn ready(&self) -> Result<()>;
+
+    /// Live counters of the dataflows this process runs, for `/metrics`.
+    fn dataflow_samples(&self) -> Vec<crate::dataflow::metrics::FlowSample> {
+        Vec::new()
+    }
 }

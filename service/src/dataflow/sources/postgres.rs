@@ -24,7 +24,7 @@ pub struct PostgresSource {
     poll_interval: Duration,
     /// The incremental column of the last row read.
     read_position: Mutex<Option<String>>,
-    checkpoint: Option<(Arc<dyn CheckpointStore>, String)>,
+    checkpoint: Option<Arc<dyn CheckpointStore>>,
 }
 
 impl PostgresSource {
@@ -58,7 +58,7 @@ impl PostgresSource {
              WHERE $1::text IS NULL OR q.{column} > $1::text::{ty} ORDER BY q.{column} LIMIT {batch}"
         );
         let start = match &ctx.checkpoint {
-            Some(store) => store.load(&ctx.id).await.map_err(store_error)?,
+            Some(store) => store.load().await.map_err(store_error)?,
             None => None,
         };
         Ok(Self {
@@ -69,7 +69,7 @@ impl PostgresSource {
                 .poll_interval
                 .map_or(DEFAULT_POLL, |s| Duration::from_secs(u64::from(s.max(1)))),
             read_position: Mutex::new(start),
-            checkpoint: ctx.checkpoint.clone().map(|store| (store, ctx.id.clone())),
+            checkpoint: ctx.checkpoint.clone(),
         })
     }
 
@@ -118,7 +118,7 @@ impl Source for PostgresSource {
 
     async fn commit(&self, done: &[Record]) -> Result<(), ConnectorError> {
         let (
-            Some((store, id)),
+            Some(store),
             Some(Record {
                 position: Position::Column(last),
                 ..
@@ -127,6 +127,6 @@ impl Source for PostgresSource {
         else {
             return Ok(());
         };
-        store.save(id, last).await.map_err(store_error)
+        store.save(last).await.map_err(store_error)
     }
 }
