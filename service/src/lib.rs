@@ -3,9 +3,11 @@
 
 pub mod api;
 pub mod controlplane;
+pub mod crypto;
 pub mod dataflow;
 pub mod dev;
 pub mod model;
+pub mod operator;
 pub mod platform;
 pub mod processor;
 pub mod random;

@@ -39,6 +39,15 @@ enum Command {
     /// Run one dataflow (source -> transformations -> sinks) in this process,
     /// as the kubernetes operator's Deployment does.
     Processor(ProcessorArgs),
+    /// Print the CustomResourceDefinitions of QueueService and DataFlow as YAML.
+    Crds(CrdsArgs),
+}
+
+#[derive(clap::Args)]
+struct CrdsArgs {
+    /// Write one file per CRD into this directory instead of printing them.
+    #[arg(long)]
+    out: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -301,15 +310,33 @@ async fn processor(args: ProcessorArgs) -> anyhow::Result<()> {
     .context("dataflow processor failed")
 }
 
+fn crds(args: CrdsArgs) -> anyhow::Result<()> {
+    use sless::operator::crd::{definitions, render};
+    let mut stdout = std::io::stdout().lock();
+    for (file, crd) in definitions() {
+        let yaml = render(&crd)?;
+        match &args.out {
+            Some(dir) => {
+                let path = dir.join(file);
+                std::fs::write(&path, yaml).with_context(|| format!("cannot write {}", path.display()))?;
+            }
+            None => stdout.write_all(yaml.as_bytes())?,
+        }
+    }
+    Ok(())
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     init_tracing();
+    sless::crypto::install_default_provider();
     match cli.command {
         Command::Dev(args) => dev(args).await,
         Command::Serve(args) => serve(args).await,
         Command::Queue(args) => queue(args).await,
         Command::Gateway(args) => gateway(args).await,
         Command::Processor(args) => processor(args).await,
+        Command::Crds(args) => crds(args),
     }
 }

@@ -96,6 +96,7 @@ async fn serve(
         .tcp_keepalive(Some(Duration::from_secs(60)))
         .max_concurrent_streams(Some(MAX_CONCURRENT_STREAMS));
     if let Some(tls) = &config.tls {
+        crate::crypto::install_default_provider();
         builder = builder
             .tls_config(
                 ServerTlsConfig::new()

@@ -92,10 +92,8 @@ mod tests {
             text.contains(r#"sless_dataflow_messages_read_total{namespace="team-a",dataflow="orders"} 0"#),
             "{text}"
         );
-        assert!(
-            text.contains("# TYPE sless_dataflow_checkpoint_age_seconds gauge"),
-            "{text}"
-        );
+        // No batch committed yet: no age rather than a made-up one.
+        assert!(!text.contains("sless_dataflow_checkpoint_age_seconds{"), "{text}");
         assert!(text.ends_with("# EOF\n"));
     }
 }

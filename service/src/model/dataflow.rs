@@ -15,7 +15,7 @@ pub const MAX_CHANNEL_BUFFER_SIZE: u32 = 100_000;
 pub const MAX_TRANSFORMATIONS: usize = 64;
 
 /// A source, sink or error sink: its type and its type-specific config.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ConnectorSpec {
     /// `kafka` or `postgresql` (`trino`, `clickhouse`, `nessie`: not supported yet).
@@ -24,7 +24,14 @@ pub struct ConnectorSpec {
     /// The connector's settings, e.g. `{"connectionString": "...", "table": "orders"}`.
     #[serde(default)]
     #[schema(value_type = Object)]
+    #[schemars(schema_with = "open_object")]
     pub config: Option<serde_json::Value>,
+}
+
+/// The schema of a config: an object with any keys, checked by validation
+/// rather than by the Kubernetes schema.
+fn open_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({"type": "object", "x-kubernetes-preserve-unknown-fields": true})
 }
 
 impl ConnectorSpec {
@@ -69,7 +76,7 @@ impl ConnectorSpec {
 }
 
 /// One step of the pipeline.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TransformationSpec {
     /// timestamp, flatten, filter, mask, router, select, remove, snakeCase or camelCase.
@@ -78,11 +85,12 @@ pub struct TransformationSpec {
     /// The transformation's settings, e.g. `{"fields": ["card"]}` for mask.
     #[serde(default)]
     #[schema(value_type = Object)]
+    #[schemars(schema_with = "open_object")]
     pub config: Option<serde_json::Value>,
 }
 
 /// CPU and memory of the processor, as Kubernetes quantities (`500m`, `256Mi`).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Resources {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]

@@ -60,6 +60,7 @@ async fn connect(config: &WorkerConfig) -> Result<Client, Status> {
         .connect_timeout(Duration::from_secs(5))
         .tcp_keepalive(Some(Duration::from_secs(30)));
     if let Some(tls) = &config.tls {
+        crate::crypto::install_default_provider();
         endpoint = endpoint
             .tls_config(tls.clone())
             .map_err(|e| Status::invalid_argument(e.to_string()))?;
