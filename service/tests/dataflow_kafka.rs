@@ -7,7 +7,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::kafka::{Broker, kafka};
-use common::pg::{count, db, pg, unique, wait_for};
+use common::pg::{count, db, pg, unique, wait_for, wait_mid_stream};
 use common::{DevServer, TOKEN_A, TempDir};
 use serde_json::{Value, json};
 
@@ -79,23 +79,19 @@ async fn kafka_to_pg_commits_offsets_only_after_writing_and_survives_kill_9() {
         (Some("Ready"), Some("running"))
     );
 
-    // A kill -9 in the middle of a stream: nothing lost, duplicates bounded
-    // by one batch (1000 records for a Kafka source).
+    // A kill -9 in the middle of a stream (while it is still being
+    // produced): nothing lost, duplicates bounded by one batch (1000
+    // records for a Kafka source).
     let second: Vec<(String, Value)> = (200..6200)
         .map(|i| (format!("k{i}"), json!({"id": i, "pad": "x".repeat(100)})))
         .collect();
-    broker.produce(&topic, &second).await;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let n = count(&db, &distinct).await;
-        if n > 200 {
-            assert!(n < 6200, "copied everything before the kill: produce more");
-            break;
-        }
-        assert!(Instant::now() < deadline, "nothing of the second lot copied");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    server.kill9();
+    let kill_mid_stream = async {
+        let copied = wait_mid_stream(&db, &distinct, 200, 6200).await;
+        server.kill9();
+        copied
+    };
+    let ((), copied) = tokio::join!(broker.produce(&topic, &second), kill_mid_stream);
+    assert!(copied < 6200);
     let server = DevServer::start(&dir.0);
     wait_for(&db, &distinct, 6200).await;
     let total = count(&db, &format!("SELECT count(*) FROM {dst}")).await;

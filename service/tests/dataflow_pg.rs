@@ -3,9 +3,7 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
-
-use common::pg::{count, db, pg, settled_view, unique, wait_for};
+use common::pg::{count, db, pg, settled_view, unique, wait_for, wait_mid_stream};
 use common::{DevServer, TOKEN_A, TempDir};
 use serde_json::{Value, json};
 
@@ -122,16 +120,7 @@ async fn kill_9_mid_stream_loses_nothing_and_duplicates_at_most_one_batch() {
         "channelBufferSize": 50
     });
     assert_eq!(server.client(TOKEN_A).post("/api/v1/dataflows", flow).await.0, 201);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let n = count(&db, &format!("SELECT count(*) FROM {dst}")).await;
-        if n > 0 {
-            assert!(n < 20000, "copied before the kill: make the table larger");
-            break;
-        }
-        assert!(Instant::now() < deadline, "nothing copied");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    wait_mid_stream(&db, &format!("SELECT count(*) FROM {dst}"), 0, 20000).await;
     server.kill9();
     let _server = DevServer::start(&dir.0);
     let distinct = format!("SELECT count(DISTINCT (data->>'id')) FROM {dst}");

@@ -9,7 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::TempDir;
-use common::pg::{count, db, pg, unique, wait_for};
+use common::pg::{count, db, pg, unique, wait_for, wait_mid_stream};
 use serde_json::{Value, json};
 
 struct Processor {
@@ -94,11 +94,7 @@ async fn sigterm_writes_and_commits_the_batch_in_hand_so_a_restart_duplicates_no
     });
     let processor = Processor::start(&dir.0, &spec);
     let rows = format!("SELECT count(*) FROM {dst}");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while count(&db, &rows).await <= 0 {
-        assert!(Instant::now() < deadline, "nothing copied");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    wait_mid_stream(&db, &rows, 0, 50000).await;
     let (status, ready) = processor.get("/readyz").await;
     assert_eq!((status, ready.as_str()), (200, "running"));
     let (_, metrics) = processor.get("/metrics").await;

@@ -39,6 +39,21 @@ pub async fn wait_for(db: &tokio_postgres::Client, sql: &str, want: i64) {
     panic!("{sql}: wanted {want}, got {got}");
 }
 
+/// Waits until `sql` counts more than `above`, and checks it has not yet
+/// reached `total` (the work is still under way): the count seen.
+pub async fn wait_mid_stream(db: &tokio_postgres::Client, sql: &str, above: i64, total: i64) -> i64 {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let n = count(db, sql).await;
+        if n > above {
+            assert!(n < total, "{sql}: all {total} done already; make the stream longer");
+            return n;
+        }
+        assert!(Instant::now() < deadline, "{sql}: stuck at {n}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 /// The dataflow's view once its counters satisfy `ready` (within 10 s).
 pub async fn settled_view(client: &super::Client, name: &str, ready: impl Fn(&Value) -> bool) -> Value {
     let deadline = Instant::now() + Duration::from_secs(10);
