@@ -1,5 +1,8 @@
 //! Kubernetes mode (seeds 000 and 001): the custom resources QueueService
-//! and DataFlow. Their generated CustomResourceDefinitions are committed
-//! under `deploy/crds/` and printed by `sless crds`.
+//! and DataFlow, and their reconcilers. The generated
+//! CustomResourceDefinitions are committed under `deploy/crds/` and printed
+//! by `sless crds`.
 
+pub mod config;
 pub mod crd;
+pub mod queue_service;

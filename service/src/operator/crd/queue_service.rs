@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::model::queue_service::{DEFAULT_MEMORY_MB, DEFAULT_STORAGE_MB, MEMORY_MB, STORAGE_MB};
 
-#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[kube(
     group = "sless.kube5s.ru",
     version = "v1alpha1",
@@ -16,6 +16,8 @@ use crate::model::queue_service::{DEFAULT_MEMORY_MB, DEFAULT_STORAGE_MB, MEMORY_
     namespaced,
     status = "QueueServiceStatus",
     shortname = "qs",
+    derive = "Default",
+    derive = "PartialEq",
     printcolumn = r#"{"name":"TenantID","type":"string","jsonPath":".spec.tenantId"}"#,
     printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
     printcolumn = r#"{"name":"Endpoint","type":"string","jsonPath":".status.endpoint"}"#,
