@@ -15,7 +15,7 @@ pub const MAX_CHANNEL_BUFFER_SIZE: u32 = 100_000;
 pub const MAX_TRANSFORMATIONS: usize = 64;
 
 /// A source, sink or error sink: its type and its type-specific config.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ConnectorSpec {
     /// `kafka` or `postgresql` (`trino`, `clickhouse`, `nessie`: not supported yet).

@@ -12,6 +12,9 @@ pub struct OperatorConfig {
     pub elasticmq_image: String,
     /// TLS Secret of the SQS Ingress host.
     pub sqs_tls_secret: Option<String>,
+    /// Image of the dataflow processors (`sless processor`), unless a
+    /// DataFlow names its own.
+    pub processor_image: String,
     /// Create a tenant's namespace `sless-fn-{tenant}` when it is missing;
     /// off where the platform provisions tenant namespaces itself (then the
     /// operator needs no cluster-wide right to create namespaces).
@@ -24,6 +27,7 @@ impl Default for OperatorConfig {
             sqs_external_host: "sqs.kube5s.ru".into(),
             elasticmq_image: "softwaremill/elasticmq-native:1.7.1".into(),
             sqs_tls_secret: None,
+            processor_image: "ghcr.io/kube5s/sless:latest".into(),
             create_namespaces: true,
         }
     }

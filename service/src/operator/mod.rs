@@ -4,5 +4,8 @@
 //! by `sless crds`.
 
 pub mod config;
+pub mod context;
 pub mod crd;
+pub mod dataflow;
+mod objects;
 pub mod queue_service;

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use crate::model::ValidationErrors;
 use crate::model::dataflow::{ConnectorSpec, DataFlowRequest, DataFlowSpec, Resources, TransformationSpec};
 
-#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[kube(
     group = "dataflow.dataflow.io",
     version = "v1",
@@ -21,6 +21,8 @@ use crate::model::dataflow::{ConnectorSpec, DataFlowRequest, DataFlowSpec, Resou
     namespaced,
     status = "DataFlowStatus",
     shortname = "df",
+    derive = "Default",
+    derive = "PartialEq",
     printcolumn = r#"{"name":"Source","type":"string","jsonPath":".spec.source.type"}"#,
     printcolumn = r#"{"name":"Sink","type":"string","jsonPath":".spec.sink.type"}"#,
     printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,

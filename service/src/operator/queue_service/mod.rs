@@ -16,34 +16,17 @@ use std::time::Duration;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, PersistentVolumeClaim, Secret, Service};
 use k8s_openapi::api::networking::v1::Ingress;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::ResourceExt;
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
-use kube::{Client, Resource, ResourceExt};
-use serde::Serialize;
-use serde::de::DeserializeOwned;
 
-use super::config::{FIELD_MANAGER, OperatorConfig};
+use super::config::FIELD_MANAGER;
+pub use super::context::{Context, Error};
 use super::crd::queue_service::{QueueService, QueueServicePhase, QueueServiceStatus};
+use super::objects;
 
 pub const FINALIZER: &str = "sless.kube5s.ru/sqs-finalizer";
-
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("kubernetes API: {0}")]
-    Kube(#[from] kube::Error),
-    #[error("finalizer: {0}")]
-    Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
-    #[error("the QueueService has no namespace")]
-    NoNamespace,
-}
-
-/// What every reconcile shares.
-pub struct Context {
-    pub client: Client,
-    pub config: OperatorConfig,
-}
 
 pub async fn reconcile(qs: Arc<QueueService>, ctx: Arc<Context>) -> Result<Action, Error> {
     let namespace = qs.namespace().ok_or(Error::NoNamespace)?;
@@ -63,17 +46,6 @@ pub async fn reconcile(qs: Arc<QueueService>, ctx: Arc<Context>) -> Result<Actio
 pub fn error_policy(qs: Arc<QueueService>, error: &Error, _ctx: Arc<Context>) -> Action {
     tracing::warn!(name = %qs.name_any(), %error, "QueueService reconcile failed");
     Action::requeue(Duration::from_secs(15))
-}
-
-/// Applies `obj` server-side: creates it or brings our fields to it.
-async fn apply_object<K>(api: &Api<K>, obj: &K) -> Result<K, Error>
-where
-    K: Resource + Clone + DeserializeOwned + Serialize + std::fmt::Debug,
-{
-    let name = obj.meta().name.clone().unwrap_or_default();
-    Ok(api
-        .patch(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(obj))
-        .await?)
 }
 
 async fn apply(qs: &QueueService, api: &Api<QueueService>, ctx: &Context) -> Result<Action, Error> {
@@ -110,25 +82,25 @@ async fn apply(qs: &QueueService, api: &Api<QueueService>, ctx: &Context) -> Res
         let credentials = crate::platform::credentials::generate(tenant);
         secrets.create(&create, &builders::secret(qs, &credentials)).await?;
     }
-    apply_object(
+    objects::apply(
         &Api::namespaced(client.clone(), &ns),
         &builders::configmap(qs, &ctx.config),
     )
     .await?;
     if qs.spec.persistence {
-        apply_object(
+        objects::apply(
             &Api::<PersistentVolumeClaim>::namespaced(client.clone(), &ns),
             &builders::pvc(qs),
         )
         .await?;
     }
-    let deployment = apply_object(
+    let deployment = objects::apply(
         &Api::<Deployment>::namespaced(client.clone(), &ns),
         &builders::deployment(qs, &ctx.config),
     )
     .await?;
-    apply_object(&Api::<Service>::namespaced(client.clone(), &ns), &builders::service(qs)).await?;
-    apply_object(
+    objects::apply(&Api::<Service>::namespaced(client.clone(), &ns), &builders::service(qs)).await?;
+    objects::apply(
         &Api::<Ingress>::namespaced(client.clone(), &ns),
         &builders::ingress(qs, &ctx.config),
     )
@@ -166,19 +138,6 @@ fn observed_status(current: &QueueServiceStatus, available: bool, endpoint: &str
             "waiting for the queue engine to become available",
         ),
     };
-    let status = if phase == Ready { "True" } else { "False" };
-    let previous = current.conditions.iter().find(|c| c.type_ == "Ready");
-    let condition = Condition {
-        type_: "Ready".into(),
-        status: status.into(),
-        reason: reason.into(),
-        message: message.into(),
-        observed_generation: None,
-        // The transition time moves only when the condition's status does.
-        last_transition_time: previous
-            .filter(|c| c.status == status)
-            .map_or_else(|| Time(jiff_now()), |c| c.last_transition_time.clone()),
-    };
     QueueServiceStatus {
         phase: Some(phase),
         endpoint: if phase == Ready {
@@ -188,17 +147,18 @@ fn observed_status(current: &QueueServiceStatus, available: bool, endpoint: &str
         },
         secret_name: Some(builders::secret_name(tenant)),
         message: Some(message.into()),
-        conditions: vec![condition],
+        conditions: vec![objects::ready_condition(
+            &current.conditions,
+            phase == Ready,
+            reason,
+            message,
+        )],
         ready_at: match (&current.ready_at, phase) {
             (Some(at), _) => Some(at.clone()),
-            (None, Ready) => Some(Time(jiff_now())),
+            (None, Ready) => Some(objects::now()),
             (None, _) => None,
         },
     }
-}
-
-fn jiff_now() -> k8s_openapi::jiff::Timestamp {
-    k8s_openapi::jiff::Timestamp::now()
 }
 
 async fn patch_status(api: &Api<QueueService>, qs: &QueueService, status: &QueueServiceStatus) -> Result<(), Error> {
@@ -214,30 +174,13 @@ async fn cleanup(qs: &QueueService, ctx: &Context) -> Result<Action, Error> {
     let tenant = &qs.spec.tenant_id;
     let ns = builders::namespace_name(tenant);
     let client = &ctx.client;
-    delete::<Deployment>(client, &ns, &builders::deployment_name(tenant)).await?;
-    delete::<Service>(client, &ns, &builders::service_name(tenant)).await?;
-    delete::<Ingress>(client, &ns, &builders::ingress_name(tenant)).await?;
-    delete::<ConfigMap>(client, &ns, &builders::configmap_name(tenant)).await?;
-    delete::<Secret>(client, &ns, &builders::secret_name(tenant)).await?;
+    objects::delete::<Deployment>(client, &ns, &builders::deployment_name(tenant)).await?;
+    objects::delete::<Service>(client, &ns, &builders::service_name(tenant)).await?;
+    objects::delete::<Ingress>(client, &ns, &builders::ingress_name(tenant)).await?;
+    objects::delete::<ConfigMap>(client, &ns, &builders::configmap_name(tenant)).await?;
+    objects::delete::<Secret>(client, &ns, &builders::secret_name(tenant)).await?;
     tracing::info!(name = %qs.name_any(), %tenant, "QueueService removed; its PVC is kept");
     Ok(Action::await_change())
-}
-
-async fn delete<K>(client: &Client, ns: &str, name: &str) -> Result<(), Error>
-where
-    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
-        + Clone
-        + DeserializeOwned
-        + std::fmt::Debug,
-{
-    match Api::<K>::namespaced(client.clone(), ns)
-        .delete(name, &DeleteParams::default())
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
-        Err(e) => Err(e.into()),
-    }
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@ use k8s_openapi::api::networking::v1::Ingress;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 
 use super::*;
+use crate::operator::config::OperatorConfig;
 use crate::operator::crd::queue_service::QueueServiceSpec;
 
 const NS: &str = "sless-fn-acme";

@@ -1,0 +1,58 @@
+//! Writing children: server-side apply under the operator's field manager,
+//! delete that tolerates absence, and the `Ready` condition of a status.
+
+use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::{Client, Resource};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::config::FIELD_MANAGER;
+use super::context::Error;
+
+/// Applies `obj` server-side: creates it or brings our fields to it.
+pub async fn apply<K>(api: &Api<K>, obj: &K) -> Result<K, Error>
+where
+    K: Resource + Clone + DeserializeOwned + Serialize + std::fmt::Debug,
+{
+    let name = obj.meta().name.clone().unwrap_or_default();
+    Ok(api
+        .patch(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(obj))
+        .await?)
+}
+
+/// Deletes `name` in `ns`; an absent object is fine.
+pub async fn delete<K>(client: &Client, ns: &str, name: &str) -> Result<(), Error>
+where
+    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    match Api::<K>::namespaced(client.clone(), ns)
+        .delete(name, &DeleteParams::default())
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The `Ready` condition; its transition time moves only when its status does.
+pub fn ready_condition(previous: &[Condition], ready: bool, reason: &str, message: &str) -> Condition {
+    let status = if ready { "True" } else { "False" };
+    Condition {
+        type_: "Ready".into(),
+        status: status.into(),
+        reason: reason.into(),
+        message: message.into(),
+        observed_generation: None,
+        last_transition_time: previous
+            .iter()
+            .find(|c| c.type_ == "Ready" && c.status == status)
+            .map_or_else(now, |c| c.last_transition_time.clone()),
+    }
+}
+
+pub fn now() -> Time {
+    Time(k8s_openapi::jiff::Timestamp::now())
+}
