@@ -9,3 +9,4 @@ pub mod crd;
 pub mod dataflow;
 mod objects;
 pub mod queue_service;
+pub mod webhook;

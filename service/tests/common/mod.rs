@@ -5,6 +5,7 @@
 pub mod cp;
 pub mod kafka;
 pub mod pg;
+pub mod tls;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};

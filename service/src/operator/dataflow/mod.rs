@@ -65,19 +65,24 @@ fn configs_mut(spec: &mut DataFlowSpec) -> Vec<(&mut Value, String)> {
     out
 }
 
+/// The Secrets a spec's references name, once each; refused when one
+/// leaves `namespace`. Shared with the admission webhook.
+pub fn referenced_secrets(spec: &DataFlowSpec, namespace: &str) -> Result<Vec<String>, secrets::ResolveError> {
+    let mut spec = spec.clone();
+    let configs = configs_mut(&mut spec);
+    let shared: Vec<(&Value, String)> = configs.iter().map(|(c, p)| (&**c, p.clone())).collect();
+    secrets::secret_names(&shared, namespace)
+}
+
 /// The spec with its secret references replaced by values, or why not.
 async fn resolve(
     ctx: &Context,
     namespace: &str,
     mut spec: DataFlowSpec,
 ) -> Result<Result<DataFlowSpec, String>, Error> {
-    let names = {
-        let configs = configs_mut(&mut spec);
-        let shared: Vec<(&Value, String)> = configs.iter().map(|(c, p)| (&**c, p.clone())).collect();
-        match secrets::secret_names(&shared, namespace) {
-            Ok(names) => names,
-            Err(e) => return Ok(Err(e.to_string())),
-        }
+    let names = match referenced_secrets(&spec, namespace) {
+        Ok(names) => names,
+        Err(e) => return Ok(Err(e.to_string())),
     };
     let api: Api<Secret> = Api::namespaced(ctx.client.clone(), namespace);
     let mut values = BTreeMap::new();
