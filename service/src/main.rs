@@ -29,8 +29,9 @@ enum Command {
     /// Run the whole platform in one process on this machine: REST API and
     /// local platform, with state in an embedded store. No Kubernetes, no Redis.
     Dev(DevArgs),
-    /// Production mode: the worker control plane with its state in Redis, for
-    /// several replicas. (The kubernetes platform joins it in a later build.)
+    /// Production mode: the worker control plane with its state in Redis and
+    /// the kubernetes operator (QueueService and DataFlow controllers under a
+    /// leader Lease, the DataFlow admission webhook), for several replicas.
     Serve(ServeArgs),
     /// Run one SQS-compatible queue engine: a tenant's queue backend.
     Queue(QueueArgs),
@@ -157,6 +158,55 @@ struct ServeArgs {
     redis_timeout: std::time::Duration,
     #[command(flatten)]
     control_plane: ControlPlaneArgs,
+    #[command(flatten)]
+    operator: OperatorArgs,
+}
+
+#[derive(clap::Args)]
+struct OperatorArgs {
+    /// Kubeconfig of the cluster; without it the in-cluster service account
+    /// (or ~/.kube/config) is used.
+    #[arg(long, env = "KUBECONFIG")]
+    kubeconfig: Option<PathBuf>,
+    /// Public host of the SQS endpoints: https://HOST/sqs/{tenant}.
+    #[arg(long, env = "SQS_EXTERNAL_HOST", default_value = "sqs.kube5s.ru")]
+    sqs_external_host: String,
+    /// TLS Secret of the SQS Ingress host, if the Ingress terminates TLS.
+    #[arg(long, env = "SQS_TLS_SECRET")]
+    sqs_tls_secret: Option<String>,
+    /// Image of a tenant's queue engine.
+    #[arg(
+        long,
+        env = "SQS_ELASTICMQ_IMAGE",
+        default_value = "softwaremill/elasticmq-native:1.7.1"
+    )]
+    elasticmq_image: String,
+    /// Image of the dataflow processors (sless processor).
+    #[arg(long, env = "PROCESSOR_IMAGE", default_value = "ghcr.io/kube5s/sless:latest")]
+    processor_image: String,
+    /// Create a tenant's namespace sless-fn-TENANT when missing (false where
+    /// the platform provisions tenant namespaces).
+    #[arg(long, env = "SLESS_CREATE_NAMESPACES", default_value_t = true, action = clap::ArgAction::Set)]
+    create_namespaces: bool,
+    /// Namespace of the leader-election Lease (the operator's own).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "sless-system")]
+    lease_namespace: String,
+    /// This replica's identity in the Lease (default: a random id).
+    #[arg(long, env = "POD_NAME")]
+    pod_name: Option<String>,
+    /// Address of the DataFlow admission webhook (HTTPS); served when
+    /// --webhook-cert and --webhook-key are given.
+    #[arg(long, default_value = "0.0.0.0:9443")]
+    webhook_listen: SocketAddr,
+    /// PEM certificate of the webhook.
+    #[arg(long, requires = "webhook_key")]
+    webhook_cert: Option<PathBuf>,
+    /// PEM private key of the webhook.
+    #[arg(long, requires = "webhook_cert")]
+    webhook_key: Option<PathBuf>,
+    /// Address of the operator's /metrics and /healthz.
+    #[arg(long, default_value = "0.0.0.0:9091")]
+    metrics_listen: SocketAddr,
 }
 
 fn init_tracing() {
@@ -226,20 +276,100 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Production mode. This build serves the worker control plane on Redis;
-/// the kubernetes platform and its REST API join it in a later build.
+/// Production mode: the control plane on Redis, the operator on the
+/// cluster, the webhook and the operator's metrics, until a signal.
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    use sless::operator::config::OperatorConfig;
+    use sless::operator::runner::{OperatorMetrics, OperatorOptions};
     let config = args
         .control_plane
         .validate()
         .context("invalid control plane configuration")?;
     let store =
         RedisStore::new(&args.redis_url, &args.redis_namespace, args.redis_timeout).context("invalid --redis-url")?;
+    let op = args.operator;
+    let kube_config = match &op.kubeconfig {
+        Some(path) => {
+            let file = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("cannot read the kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default()).await?
+        }
+        None => kube::Config::infer()
+            .await
+            .context("no Kubernetes configuration: run in a cluster, set KUBECONFIG or pass --kubeconfig")?,
+    };
+    let client = kube::Client::try_from(kube_config).context("cannot make a Kubernetes client")?;
     let control_plane = ControlPlane::start(config, std::sync::Arc::new(store), Debounce::default())
         .await
         .context("cannot start the control plane")?;
-    tracing::warn!("the kubernetes platform is not part of this build: serving the worker control plane only");
-    control_plane.serve(shutdown_signal()).await?;
+
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let until = |mut stopped: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = stopped.wait_for(|s| *s).await;
+    };
+    let mut registry = prometheus_client::registry::Registry::default();
+    let metrics = OperatorMetrics::register(&mut registry);
+    let operator = tokio::spawn(sless::operator::runner::run(
+        client,
+        OperatorOptions {
+            config: OperatorConfig {
+                sqs_external_host: op.sqs_external_host,
+                elasticmq_image: op.elasticmq_image,
+                sqs_tls_secret: op.sqs_tls_secret,
+                processor_image: op.processor_image,
+                create_namespaces: op.create_namespaces,
+            },
+            lease_namespace: op.lease_namespace,
+            identity: op.pod_name.unwrap_or_else(sless::controlplane::model::random_id),
+        },
+        metrics,
+        stopped.clone(),
+    ));
+    let webhook = match (&op.webhook_cert, &op.webhook_key) {
+        (Some(cert), Some(key)) => {
+            let webhook = sless::operator::webhook::Webhook::bind(op.webhook_listen, cert, key)
+                .await
+                .context("cannot start the admission webhook")?;
+            tracing::info!(addr = %webhook.addr, "DataFlow admission webhook serving");
+            Some(tokio::spawn(webhook.serve(until(stopped.clone()))))
+        }
+        _ => None,
+    };
+    let registry = std::sync::Arc::new(registry);
+    let app = axum::Router::new()
+        .route(
+            "/metrics",
+            axum::routing::get(move || {
+                let registry = registry.clone();
+                async move {
+                    let mut out = String::new();
+                    // Writing into a String cannot fail.
+                    let _ = prometheus_client::encoding::text::encode(&mut out, &registry);
+                    out
+                }
+            }),
+        )
+        .route("/healthz", axum::routing::get(|| async { "ok" }));
+    let listener = tokio::net::TcpListener::bind(op.metrics_listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", op.metrics_listen))?;
+    let metrics_server = tokio::spawn(
+        axum::serve(listener, app)
+            .with_graceful_shutdown(until(stopped.clone()))
+            .into_future(),
+    );
+    tracing::info!(metrics = %op.metrics_listen, "sless serve running");
+    let stopping = until(stopped);
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        stop.send_replace(true);
+    });
+    control_plane.serve(stopping).await?;
+    operator.await?.context("operator failed")?;
+    if let Some(webhook) = webhook {
+        webhook.await??;
+    }
+    metrics_server.await??;
     Ok(())
 }
 

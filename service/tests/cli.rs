@@ -12,6 +12,10 @@ fn every_subcommand_has_help() {
         (vec!["--help"], "dev"),
         (vec!["dev", "--help"], "--data-dir"),
         (vec!["serve", "--help"], "--redis-url"),
+        (vec!["serve", "--help"], "--kubeconfig"),
+        (vec!["serve", "--help"], "--webhook-cert"),
+        (vec!["processor", "--help"], "--spec-path"),
+        (vec!["crds", "--help"], "--out"),
         (vec!["queue", "--help"], "--data-dir"),
         (vec!["gateway", "--help"], "--control-plane"),
     ] {
@@ -38,5 +42,25 @@ fn bad_tenant_flag_is_a_clear_error() {
     assert!(!out.status.success());
     let err = String::from_utf8(out.stderr).unwrap();
     assert!(err.contains("at least 16 characters"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn serve_names_a_missing_kubeconfig() {
+    let out = sless(&[
+        "serve",
+        "--redis-url",
+        "redis://127.0.0.1:6379",
+        "--kubeconfig",
+        "/nonexistent/kubeconfig",
+        "--metrics-listen",
+        "127.0.0.1:0",
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        err.contains("cannot read the kubeconfig /nonexistent/kubeconfig"),
+        "{err}"
+    );
     assert!(!err.contains("panicked"), "{err}");
 }

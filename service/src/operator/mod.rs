@@ -7,6 +7,8 @@ pub mod config;
 pub mod context;
 pub mod crd;
 pub mod dataflow;
+pub mod leader;
 mod objects;
 pub mod queue_service;
+pub mod runner;
 pub mod webhook;
