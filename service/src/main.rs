@@ -164,6 +164,17 @@ struct ServeArgs {
 
 #[derive(clap::Args)]
 struct OperatorArgs {
+    /// Address of the REST API (/api/v1), backed by the custom resources.
+    #[arg(long, env = "SLESS_LISTEN", default_value = "0.0.0.0:9090")]
+    listen: SocketAddr,
+    /// TOML file of tenants and their API tokens: [[tenant]] id = "acme",
+    /// token_sha256 = "<hex>" (or token = "..."). A tenant's objects live in
+    /// the namespace sless-fn-ID.
+    #[arg(long, env = "SLESS_TENANTS_FILE")]
+    tenants_file: Option<PathBuf>,
+    /// Extra tenant as ID=TOKEN (token at least 16 characters); repeatable.
+    #[arg(long = "tenant", value_name = "ID=TOKEN")]
+    tenants: Vec<String>,
     /// Kubeconfig of the cluster; without it the in-cluster service account
     /// (or ~/.kube/config) is used.
     #[arg(long, env = "KUBECONFIG")]
@@ -299,6 +310,24 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             .context("no Kubernetes configuration: run in a cluster, set KUBECONFIG or pass --kubeconfig")?,
     };
     let client = kube::Client::try_from(kube_config).context("cannot make a Kubernetes client")?;
+    let mut tenants = sless::tenants::Tenants::default();
+    if let Some(path) = &op.tenants_file {
+        tenants.add_file(path)?;
+    }
+    for flag in &op.tenants {
+        tenants.add_flag(flag)?;
+    }
+    let api_state = sless::api::AppState {
+        platform: std::sync::Arc::new(sless::platform::kubernetes::KubePlatform::new(
+            client.clone(),
+            op.create_namespaces,
+        )),
+        tenants: std::sync::Arc::new(tenants),
+        metrics: sless::api::metrics::Metrics::new(),
+    };
+    let api_listener = tokio::net::TcpListener::bind(op.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", op.listen))?;
     let control_plane = ControlPlane::start(config, std::sync::Arc::new(store), Debounce::default())
         .await
         .context("cannot start the control plane")?;
@@ -358,7 +387,12 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             .with_graceful_shutdown(until(stopped.clone()))
             .into_future(),
     );
-    tracing::info!(metrics = %op.metrics_listen, "sless serve running");
+    let api = tokio::spawn(
+        axum::serve(api_listener, sless::api::router(api_state))
+            .with_graceful_shutdown(until(stopped.clone()))
+            .into_future(),
+    );
+    tracing::info!(api = %op.listen, metrics = %op.metrics_listen, "sless serve running");
     let stopping = until(stopped);
     tokio::spawn(async move {
         shutdown_signal().await;
@@ -370,6 +404,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         webhook.await??;
     }
     metrics_server.await??;
+    api.await??;
     Ok(())
 }
 

@@ -14,6 +14,7 @@ fn every_subcommand_has_help() {
         (vec!["serve", "--help"], "--redis-url"),
         (vec!["serve", "--help"], "--kubeconfig"),
         (vec!["serve", "--help"], "--webhook-cert"),
+        (vec!["serve", "--help"], "--tenants-file"),
         (vec!["processor", "--help"], "--spec-path"),
         (vec!["crds", "--help"], "--out"),
         (vec!["queue", "--help"], "--data-dir"),

@@ -3,6 +3,7 @@
 //! kubernetes backend (`sless serve`) keeps the specs as custom resources.
 
 pub mod credentials;
+pub mod kubernetes;
 pub mod local;
 pub mod routing;
 
