@@ -32,7 +32,7 @@ enum Command {
     /// Production mode: the worker control plane with its state in Redis and
     /// the kubernetes operator (QueueService and DataFlow controllers under a
     /// leader Lease, the DataFlow admission webhook), for several replicas.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Run one SQS-compatible queue engine: a tenant's queue backend.
     Queue(QueueArgs),
     /// Run the SQS gateway: SigV4-verifying edge at /sqs/{tenant}, fed by the control plane.
@@ -498,7 +498,7 @@ async fn main() -> anyhow::Result<()> {
     sless::crypto::install_default_provider();
     match cli.command {
         Command::Dev(args) => dev(args).await,
-        Command::Serve(args) => serve(args).await,
+        Command::Serve(args) => serve(*args).await,
         Command::Queue(args) => queue(args).await,
         Command::Gateway(args) => gateway(args).await,
         Command::Processor(args) => processor(args).await,
