@@ -28,7 +28,7 @@ struct Cli {
 enum Command {
     /// Run the whole platform in one process on this machine: REST API and
     /// local platform, with state in an embedded store. No Kubernetes, no Redis.
-    Dev(DevArgs),
+    Dev(Box<DevArgs>),
     /// Production mode: the worker control plane with its state in Redis and
     /// the kubernetes operator (QueueService and DataFlow controllers under a
     /// leader Lease, the DataFlow admission webhook), for several replicas.
@@ -497,7 +497,7 @@ async fn main() -> anyhow::Result<()> {
     init_tracing();
     sless::crypto::install_default_provider();
     match cli.command {
-        Command::Dev(args) => dev(args).await,
+        Command::Dev(args) => dev(*args).await,
         Command::Serve(args) => serve(*args).await,
         Command::Queue(args) => queue(args).await,
         Command::Gateway(args) => gateway(args).await,
