@@ -117,10 +117,7 @@ pub async fn run(
         &opts.identity,
         LEASE_DURATION,
     );
-    let ctx = Arc::new(Context {
-        client,
-        config: opts.config,
-    });
+    let ctx = Arc::new(Context::new(client, opts.config));
     loop {
         // A candidate until it holds the Lease.
         loop {

@@ -31,6 +31,7 @@ pub const FINALIZER: &str = "dataflow.dataflow.io/finalizer";
 pub async fn reconcile(df: Arc<DataFlow>, ctx: Arc<Context>) -> Result<Action, Error> {
     let namespace = df.namespace().ok_or(Error::NoNamespace)?;
     let api: Api<DataFlow> = Api::namespaced(ctx.client.clone(), &namespace);
+    let key = format!("{namespace}/{}", df.name_any());
     finalizer(&api, FINALIZER, df, |event| async {
         match event {
             Finalizer::Apply(df) => apply(&df, &api, &ctx, &namespace).await,
@@ -39,11 +40,15 @@ pub async fn reconcile(df: Arc<DataFlow>, ctx: Arc<Context>) -> Result<Action, E
     })
     .await
     .map_err(|e| Error::Finalizer(Box::new(e)))
+    .inspect(|_| ctx.backoff.succeeded(&key))
 }
 
-pub fn error_policy(df: Arc<DataFlow>, error: &Error, _ctx: Arc<Context>) -> Action {
-    tracing::warn!(name = %df.name_any(), %error, "DataFlow reconcile failed");
-    Action::requeue(Duration::from_secs(15))
+/// Retries with a backoff per object (5 s doubling to 5 min).
+pub fn error_policy(df: Arc<DataFlow>, error: &Error, ctx: Arc<Context>) -> Action {
+    let key = format!("{}/{}", df.namespace().unwrap_or_default(), df.name_any());
+    let retry = ctx.backoff.failed(&key);
+    tracing::warn!(name = %df.name_any(), %error, ?retry, "DataFlow reconcile failed");
+    Action::requeue(retry)
 }
 
 /// Every config of a spec that may hold secret references, with its path.

@@ -44,10 +44,7 @@ async fn setup(spec: Value) -> (Api<DataFlow>, Arc<Context>) {
     let mut df = DataFlow::new("orders", serde_json::from_value(spec).unwrap());
     df.metadata.finalizers = Some(vec![OTHER.into()]);
     api.create(&PostParams::default(), &df).await.unwrap();
-    let ctx = Arc::new(Context {
-        client,
-        config: OperatorConfig::default(),
-    });
+    let ctx = Arc::new(Context::new(client, OperatorConfig::default()));
     (api, ctx)
 }
 

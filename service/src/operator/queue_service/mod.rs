@@ -31,6 +31,7 @@ pub const FINALIZER: &str = "sless.kube5s.ru/sqs-finalizer";
 pub async fn reconcile(qs: Arc<QueueService>, ctx: Arc<Context>) -> Result<Action, Error> {
     let namespace = qs.namespace().ok_or(Error::NoNamespace)?;
     let api: Api<QueueService> = Api::namespaced(ctx.client.clone(), &namespace);
+    let key = format!("{namespace}/{}", qs.name_any());
     finalizer(&api, FINALIZER, qs, |event| async {
         match event {
             Finalizer::Apply(qs) => apply(&qs, &api, &ctx).await,
@@ -39,13 +40,15 @@ pub async fn reconcile(qs: Arc<QueueService>, ctx: Arc<Context>) -> Result<Actio
     })
     .await
     .map_err(|e| Error::Finalizer(Box::new(e)))
+    .inspect(|_| ctx.backoff.succeeded(&key))
 }
 
-/// Retries a failed reconcile after a pause; the controller's own backoff
-/// queue spreads repeated failures.
-pub fn error_policy(qs: Arc<QueueService>, error: &Error, _ctx: Arc<Context>) -> Action {
-    tracing::warn!(name = %qs.name_any(), %error, "QueueService reconcile failed");
-    Action::requeue(Duration::from_secs(15))
+/// Retries with a backoff per object (5 s doubling to 5 min).
+pub fn error_policy(qs: Arc<QueueService>, error: &Error, ctx: Arc<Context>) -> Action {
+    let key = format!("{}/{}", qs.namespace().unwrap_or_default(), qs.name_any());
+    let retry = ctx.backoff.failed(&key);
+    tracing::warn!(name = %qs.name_any(), %error, ?retry, "QueueService reconcile failed");
+    Action::requeue(retry)
 }
 
 async fn apply(qs: &QueueService, api: &Api<QueueService>, ctx: &Context) -> Result<Action, Error> {

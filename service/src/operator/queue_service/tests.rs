@@ -42,16 +42,16 @@ async fn setup() -> (Api<QueueService>, Arc<Context>) {
     let mut qs = qs;
     qs.metadata.finalizers = Some(vec![OTHER.into()]);
     api.create(&PostParams::default(), &qs).await.unwrap();
-    let ctx = Arc::new(Context {
+    let ctx = Arc::new(Context::new(
         client,
         // The fake cannot route Namespace objects (/api/v1/namespaces is
         // read as a namespaced path): the tenant namespace is taken as
         // provisioned, as on platforms that make it themselves.
-        config: OperatorConfig {
+        OperatorConfig {
             create_namespaces: false,
             ..OperatorConfig::default()
         },
-    });
+    ));
     (api, ctx)
 }
 
