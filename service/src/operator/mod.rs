@@ -8,7 +8,7 @@ pub mod context;
 pub mod crd;
 pub mod dataflow;
 pub mod leader;
-mod objects;
+pub mod objects;
 pub mod queue_service;
 pub mod runner;
 pub mod webhook;

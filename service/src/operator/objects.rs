@@ -53,6 +53,18 @@ pub fn ready_condition(previous: &[Condition], ready: bool, reason: &str, messag
     }
 }
 
+/// A Secret's values as text, `stringData` over `data`.
+pub fn secret_strings(secret: k8s_openapi::api::core::v1::Secret) -> std::collections::BTreeMap<String, String> {
+    let mut values: std::collections::BTreeMap<String, String> = secret
+        .data
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(k, v)| (k, String::from_utf8_lossy(&v.0).into_owned()))
+        .collect();
+    values.extend(secret.string_data.unwrap_or_default());
+    values
+}
+
 pub fn now() -> Time {
     Time(k8s_openapi::jiff::Timestamp::now())
 }

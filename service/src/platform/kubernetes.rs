@@ -82,16 +82,7 @@ impl KubePlatform {
             .get_opt(&secret_name(tenant.as_str()))
             .await
             .map_err(api_error)?
-            .map(|s| {
-                let mut keys: std::collections::BTreeMap<String, String> = s
-                    .data
-                    .unwrap_or_default()
-                    .into_iter()
-                    .map(|(k, v)| (k, String::from_utf8_lossy(&v.0).into_owned()))
-                    .collect();
-                keys.extend(s.string_data.unwrap_or_default());
-                keys
-            })
+            .map(crate::operator::objects::secret_strings)
             .unwrap_or_default();
         Ok(QueueServiceView {
             name: qs.name_any(),
@@ -179,14 +170,7 @@ impl Platform for KubePlatform {
         self.ensure_namespace(tenant).await?;
         let api = self.queues(tenant);
         if let Some(other) = api.list(&ListParams::default()).await.map_err(api_error)?.items.first() {
-            if other.name_any() == name.as_str() {
-                return Err(PlatformError::AlreadyExists);
-            }
-            return Err(PlatformError::Conflict(format!(
-                "tenant {tenant} already has queue service {:?}: a tenant has one queue service, \
-                 served at /sqs/{tenant}; it holds any number of queues",
-                other.name_any()
-            )));
+            return Err(super::one_queue_service(tenant, &other.name_any(), name.as_str()));
         }
         let qs = QueueService::new(
             name.as_str(),

@@ -476,14 +476,7 @@ impl Platform for LocalPlatform {
         let _guard = self.create_lock.lock().await;
         let existing: Vec<QueueRecord> = self.store.list(QUEUE_SERVICE, Some(tenant.as_str())).await?;
         if let Some(other) = existing.first() {
-            if other.name == name.as_str() {
-                return Err(PlatformError::AlreadyExists);
-            }
-            return Err(PlatformError::Conflict(format!(
-                "tenant {tenant} already has queue service {:?}: a tenant has one queue service, \
-                 served at /sqs/{tenant}; it holds any number of queues",
-                other.name
-            )));
+            return Err(super::one_queue_service(tenant, &other.name, name.as_str()));
         }
         let record = QueueRecord {
             tenant: tenant.to_string(),

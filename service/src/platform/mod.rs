@@ -29,6 +29,18 @@ pub enum PlatformError {
 
 pub type Result<T, E = PlatformError> = std::result::Result<T, E>;
 
+/// Why `requested` cannot be created when the tenant has `existing`: a
+/// tenant has one queue service (seed 000 serves it at `/sqs/{tenant}`).
+pub fn one_queue_service(tenant: &DnsLabel, existing: &str, requested: &str) -> PlatformError {
+    if existing == requested {
+        return PlatformError::AlreadyExists;
+    }
+    PlatformError::Conflict(format!(
+        "tenant {tenant} already has queue service {existing:?}: a tenant has one queue service, \
+         served at /sqs/{tenant}; it holds any number of queues"
+    ))
+}
+
 /// Every call is scoped to one tenant: an object of another tenant is
 /// `NotFound`, exactly as if it did not exist.
 #[async_trait]

@@ -95,14 +95,7 @@ async fn resolve(
         let Some(secret) = api.get_opt(&name).await? else {
             return Ok(Err(format!("secret {name} not found in {namespace}")));
         };
-        let mut data: BTreeMap<String, String> = secret
-            .data
-            .unwrap_or_default()
-            .into_iter()
-            .map(|(k, v)| (k, String::from_utf8_lossy(&v.0).into_owned()))
-            .collect();
-        data.extend(secret.string_data.unwrap_or_default());
-        values.insert(name, data);
+        values.insert(name, objects::secret_strings(secret));
     }
     for (config, path) in configs_mut(&mut spec) {
         if let Err(e) = secrets::resolve(config, &path, namespace, &values) {
