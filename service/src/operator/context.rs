@@ -1,10 +1,17 @@
 //! What every reconcile shares, and the reconcilers' error.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::fmt::Debug;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use kube::Client;
+use k8s_openapi::NamespaceResourceScope;
+use kube::runtime::controller::Action;
+use kube::runtime::finalizer::{Event, finalizer};
+use kube::{Api, Client, Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 
 use super::config::OperatorConfig;
 
@@ -22,6 +29,47 @@ impl Context {
             backoff: Backoff::default(),
         }
     }
+}
+
+/// The backoff key of an object: its kind, namespace and name (two kinds
+/// share one `Context`, and may share a name).
+fn backoff_key<K: Resource<DynamicType = ()>>(obj: &K) -> String {
+    format!(
+        "{}/{}/{}",
+        K::kind(&()),
+        obj.namespace().unwrap_or_default(),
+        obj.name_any()
+    )
+}
+
+/// Runs `reconcile` for a namespaced object behind `finalizer_name`
+/// (`kube::runtime::finalizer`): it gets the object's Api and an Apply or
+/// Cleanup event. A success resets the object's backoff.
+pub async fn reconcile_finalized<K, F, Fut>(
+    obj: Arc<K>,
+    ctx: &Context,
+    finalizer_name: &str,
+    reconcile: F,
+) -> Result<Action, Error>
+where
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope> + Clone + DeserializeOwned + Serialize + Debug,
+    F: FnOnce(Api<K>, Event<K>) -> Fut,
+    Fut: Future<Output = Result<Action, Error>>,
+{
+    let namespace = obj.namespace().ok_or(Error::NoNamespace)?;
+    let api: Api<K> = Api::namespaced(ctx.client.clone(), &namespace);
+    let key = backoff_key(&*obj);
+    finalizer(&api, finalizer_name, obj, |event| reconcile(api.clone(), event))
+        .await
+        .map_err(|e| Error::Finalizer(Box::new(e)))
+        .inspect(|_| ctx.backoff.succeeded(&key))
+}
+
+/// The error policy of both controllers: retry with the object's backoff.
+pub fn error_policy<K: Resource<DynamicType = ()>>(obj: Arc<K>, error: &Error, ctx: Arc<Context>) -> Action {
+    let retry = ctx.backoff.failed(&backoff_key(&*obj));
+    tracing::warn!(kind = %K::kind(&()), name = %obj.name_any(), %error, ?retry, "reconcile failed");
+    Action::requeue(retry)
 }
 
 const FIRST_RETRY: Duration = Duration::from_secs(5);
@@ -68,5 +116,27 @@ mod tests {
         assert_eq!(b.failed("ns/b").as_secs(), 5, "another object has its own count");
         b.succeeded("ns/a");
         assert_eq!(b.failed("ns/a").as_secs(), 5);
+    }
+
+    #[tokio::test]
+    async fn objects_of_two_kinds_with_one_name_back_off_apart() {
+        use crate::operator::crd::dataflow::DataFlow;
+        use crate::operator::crd::queue_service::QueueService;
+        let client = kube_fake_client::ClientBuilder::new().build().await.unwrap();
+        let ctx = Arc::new(Context::new(client, OperatorConfig::default()));
+        let mut qs = QueueService::new("main", Default::default());
+        qs.metadata.namespace = Some("ns".into());
+        let mut df = DataFlow::new("main", Default::default());
+        df.metadata.namespace = Some("ns".into());
+        let (qs, df) = (Arc::new(qs), Arc::new(df));
+        assert_eq!(
+            error_policy(qs.clone(), &Error::NoNamespace, ctx.clone()),
+            Action::requeue(FIRST_RETRY)
+        );
+        assert_eq!(
+            error_policy(qs, &Error::NoNamespace, ctx.clone()),
+            Action::requeue(FIRST_RETRY * 2)
+        );
+        assert_eq!(error_policy(df, &Error::NoNamespace, ctx), Action::requeue(FIRST_RETRY));
     }
 }

@@ -23,7 +23,7 @@ use prometheus_client::registry::Registry;
 use tokio::sync::watch;
 
 use super::config::OperatorConfig;
-use super::context::{Context, Error};
+use super::context::{Context, Error, error_policy};
 use super::crd::dataflow::DataFlow;
 use super::crd::queue_service::QueueService;
 use super::leader::LeaderElector;
@@ -177,7 +177,7 @@ async fn controllers(ctx: Arc<Context>, metrics: Arc<OperatorMetrics>, stopped: 
                 let m = m.clone();
                 async move { m.timed("queueservice", queue_service::reconcile(obj, ctx)).await }
             },
-            queue_service::error_policy,
+            error_policy,
             ctx.clone(),
         )
         .for_each(|_| async {});
@@ -191,7 +191,7 @@ async fn controllers(ctx: Arc<Context>, metrics: Arc<OperatorMetrics>, stopped: 
                 let m = m.clone();
                 async move { m.timed("dataflow", dataflow::reconcile(obj, ctx)).await }
             },
-            dataflow::error_policy,
+            error_policy,
             ctx,
         )
         .for_each(|_| async {});

@@ -17,10 +17,11 @@ use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
-use kube::runtime::finalizer::{Event as Finalizer, finalizer};
+use kube::runtime::finalizer::Event as Finalizer;
 use serde_json::Value;
 
-pub use super::context::{Context, Error};
+use super::context::reconcile_finalized;
+pub use super::context::{Context, Error, error_policy};
 use super::crd::dataflow::{DataFlow, DataFlowPhase, DataFlowStatus};
 use super::objects;
 use crate::dataflow::checkpoint::configmap::configmap_name as checkpoint_name;
@@ -29,26 +30,14 @@ use crate::model::dataflow::DataFlowSpec;
 pub const FINALIZER: &str = "dataflow.dataflow.io/finalizer";
 
 pub async fn reconcile(df: Arc<DataFlow>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let namespace = df.namespace().ok_or(Error::NoNamespace)?;
-    let api: Api<DataFlow> = Api::namespaced(ctx.client.clone(), &namespace);
-    let key = format!("{namespace}/{}", df.name_any());
-    finalizer(&api, FINALIZER, df, |event| async {
+    let ctx = &*ctx;
+    reconcile_finalized(df, ctx, FINALIZER, |api, event| async move {
         match event {
-            Finalizer::Apply(df) => apply(&df, &api, &ctx, &namespace).await,
-            Finalizer::Cleanup(df) => cleanup(&df, &ctx, &namespace).await,
+            Finalizer::Apply(df) => apply(&df, &api, ctx).await,
+            Finalizer::Cleanup(df) => cleanup(&df, ctx).await,
         }
     })
     .await
-    .map_err(|e| Error::Finalizer(Box::new(e)))
-    .inspect(|_| ctx.backoff.succeeded(&key))
-}
-
-/// Retries with a backoff per object (5 s doubling to 5 min).
-pub fn error_policy(df: Arc<DataFlow>, error: &Error, ctx: Arc<Context>) -> Action {
-    let key = format!("{}/{}", df.namespace().unwrap_or_default(), df.name_any());
-    let retry = ctx.backoff.failed(&key);
-    tracing::warn!(name = %df.name_any(), %error, ?retry, "DataFlow reconcile failed");
-    Action::requeue(retry)
 }
 
 /// Every config of a spec that may hold secret references, with its path.
@@ -105,7 +94,8 @@ async fn resolve(
     Ok(Ok(spec))
 }
 
-async fn apply(df: &DataFlow, api: &Api<DataFlow>, ctx: &Context, ns: &str) -> Result<Action, Error> {
+async fn apply(df: &DataFlow, api: &Api<DataFlow>, ctx: &Context) -> Result<Action, Error> {
+    let ns = &df.namespace().ok_or(Error::NoNamespace)?;
     let name = df.name_any();
     let current = df.status.clone().unwrap_or_default();
     // A refused spec leaves the children as they are: the processor keeps
@@ -213,7 +203,8 @@ async fn remove_checkpoint(client: &kube::Client, ns: &str, name: &str) -> Resul
     objects::delete::<ServiceAccount>(client, ns, &account).await
 }
 
-async fn cleanup(df: &DataFlow, ctx: &Context, ns: &str) -> Result<Action, Error> {
+async fn cleanup(df: &DataFlow, ctx: &Context) -> Result<Action, Error> {
+    let ns = &df.namespace().ok_or(Error::NoNamespace)?;
     let name = df.name_any();
     objects::delete::<Deployment>(&ctx.client, ns, &builders::deployment_name(&name)).await?;
     objects::delete::<ConfigMap>(&ctx.client, ns, &builders::spec_name(&name)).await?;

@@ -19,36 +19,25 @@ use k8s_openapi::api::networking::v1::Ingress;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
-use kube::runtime::finalizer::{Event as Finalizer, finalizer};
+use kube::runtime::finalizer::Event as Finalizer;
 
 use super::config::FIELD_MANAGER;
-pub use super::context::{Context, Error};
+use super::context::reconcile_finalized;
+pub use super::context::{Context, Error, error_policy};
 use super::crd::queue_service::{QueueService, QueueServicePhase, QueueServiceStatus};
 use super::objects;
 
 pub const FINALIZER: &str = "sless.kube5s.ru/sqs-finalizer";
 
 pub async fn reconcile(qs: Arc<QueueService>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let namespace = qs.namespace().ok_or(Error::NoNamespace)?;
-    let api: Api<QueueService> = Api::namespaced(ctx.client.clone(), &namespace);
-    let key = format!("{namespace}/{}", qs.name_any());
-    finalizer(&api, FINALIZER, qs, |event| async {
+    let ctx = &*ctx;
+    reconcile_finalized(qs, ctx, FINALIZER, |api, event| async move {
         match event {
-            Finalizer::Apply(qs) => apply(&qs, &api, &ctx).await,
-            Finalizer::Cleanup(qs) => cleanup(&qs, &ctx).await,
+            Finalizer::Apply(qs) => apply(&qs, &api, ctx).await,
+            Finalizer::Cleanup(qs) => cleanup(&qs, ctx).await,
         }
     })
     .await
-    .map_err(|e| Error::Finalizer(Box::new(e)))
-    .inspect(|_| ctx.backoff.succeeded(&key))
-}
-
-/// Retries with a backoff per object (5 s doubling to 5 min).
-pub fn error_policy(qs: Arc<QueueService>, error: &Error, ctx: Arc<Context>) -> Action {
-    let key = format!("{}/{}", qs.namespace().unwrap_or_default(), qs.name_any());
-    let retry = ctx.backoff.failed(&key);
-    tracing::warn!(name = %qs.name_any(), %error, ?retry, "QueueService reconcile failed");
-    Action::requeue(retry)
 }
 
 async fn apply(qs: &QueueService, api: &Api<QueueService>, ctx: &Context) -> Result<Action, Error> {
