@@ -7,6 +7,8 @@ use std::sync::Arc;
 use base64::Engine;
 use tokio::net::TcpListener;
 
+use crate::shutdown::stopped;
+
 use crate::api::{self, AppState, metrics::Metrics};
 use crate::controlplane::config::ControlPlaneConfig;
 use crate::controlplane::publisher::Debounce;
@@ -71,14 +73,6 @@ pub struct Dev {
 }
 
 const DEV_TOKEN_SETTING: &str = "dev-tenant-token";
-
-/// Resolves once `stop` turns true: each part's shutdown signal.
-fn stopped(stop: &tokio::sync::watch::Receiver<bool>) -> impl std::future::Future<Output = ()> + Send + 'static {
-    let mut rx = stop.clone();
-    async move {
-        let _ = rx.wait_for(|stop| *stop).await;
-    }
-}
 
 fn random_token() -> String {
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(crate::random::bytes::<32>())

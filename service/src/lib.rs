@@ -11,6 +11,7 @@ pub mod operator;
 pub mod platform;
 pub mod processor;
 pub mod random;
+pub mod shutdown;
 pub mod sqs;
 pub mod store;
 pub mod tenants;

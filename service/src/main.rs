@@ -11,6 +11,7 @@ use sless::controlplane::publisher::Debounce;
 use sless::controlplane::server::ControlPlane;
 use sless::controlplane::store::redis::RedisStore;
 use sless::dev::{Dev, DevOptions};
+use sless::shutdown::stopped;
 use tracing_subscriber::EnvFilter;
 
 #[derive(Parser)]
@@ -332,10 +333,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .await
         .context("cannot start the control plane")?;
 
-    let (stop, stopped) = tokio::sync::watch::channel(false);
-    let until = |mut stopped: tokio::sync::watch::Receiver<bool>| async move {
-        let _ = stopped.wait_for(|s| *s).await;
-    };
+    let (stop, stop_rx) = tokio::sync::watch::channel(false);
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = OperatorMetrics::register(&mut registry);
     let operator = tokio::spawn(sless::operator::runner::run(
@@ -352,7 +350,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             identity: op.pod_name.unwrap_or_else(sless::controlplane::model::random_id),
         },
         metrics,
-        stopped.clone(),
+        stop_rx.clone(),
     ));
     let webhook = match (&op.webhook_cert, &op.webhook_key) {
         (Some(cert), Some(key)) => {
@@ -360,7 +358,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 .await
                 .context("cannot start the admission webhook")?;
             tracing::info!(addr = %webhook.addr, "DataFlow admission webhook serving");
-            Some(tokio::spawn(webhook.serve(until(stopped.clone()))))
+            Some(tokio::spawn(webhook.serve(stopped(&stop_rx))))
         }
         _ => None,
     };
@@ -384,16 +382,16 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .with_context(|| format!("cannot listen on {}", op.metrics_listen))?;
     let metrics_server = tokio::spawn(
         axum::serve(listener, app)
-            .with_graceful_shutdown(until(stopped.clone()))
+            .with_graceful_shutdown(stopped(&stop_rx))
             .into_future(),
     );
     let api = tokio::spawn(
         axum::serve(api_listener, sless::api::router(api_state))
-            .with_graceful_shutdown(until(stopped.clone()))
+            .with_graceful_shutdown(stopped(&stop_rx))
             .into_future(),
     );
     tracing::info!(api = %op.listen, metrics = %op.metrics_listen, "sless serve running");
-    let stopping = until(stopped);
+    let stopping = stopped(&stop_rx);
     tokio::spawn(async move {
         shutdown_signal().await;
         stop.send_replace(true);

@@ -155,14 +155,11 @@ pub async fn run(opts: ProcessorOptions, shutdown: impl Future<Output = ()>) -> 
             *phase.lock().unwrap_or_else(|e| e.into_inner()) = (p, message);
         },
     ));
-    let mut server_stopped = stop.subscribe();
-    let server = tokio::spawn(async move {
+    let server = tokio::spawn(
         axum::serve(listener, app)
-            .with_graceful_shutdown(async move {
-                let _ = server_stopped.wait_for(|s| *s).await;
-            })
-            .await
-    });
+            .with_graceful_shutdown(crate::shutdown::stopped(&stop.subscribe()))
+            .into_future(),
+    );
     shutdown.await;
     stop.send_replace(true);
     if let Err(e) = flow.await {

@@ -164,14 +164,11 @@ pub async fn run(
 
 async fn controllers(ctx: Arc<Context>, metrics: Arc<OperatorMetrics>, stopped: watch::Receiver<bool>) {
     let client = ctx.client.clone();
-    let until = |mut stopped: watch::Receiver<bool>| async move {
-        let _ = stopped.wait_for(|s| *s).await;
-    };
     let config = watcher::Config::default;
     let m = metrics.clone();
     let queues = Controller::new(Api::<QueueService>::all(client.clone()), config())
         .owns(Api::<Deployment>::all(client.clone()), config())
-        .graceful_shutdown_on(until(stopped.clone()))
+        .graceful_shutdown_on(crate::shutdown::stopped(&stopped))
         .run(
             move |obj, ctx| {
                 let m = m.clone();
@@ -185,7 +182,7 @@ async fn controllers(ctx: Arc<Context>, metrics: Arc<OperatorMetrics>, stopped: 
     let flows = Controller::new(Api::<DataFlow>::all(client.clone()), config())
         .owns(Api::<Deployment>::all(client.clone()), config())
         .owns(Api::<ConfigMap>::all(client), config())
-        .graceful_shutdown_on(until(stopped))
+        .graceful_shutdown_on(crate::shutdown::stopped(&stopped))
         .run(
             move |obj, ctx| {
                 let m = m.clone();
