@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs and starts what the tests need, skipping whatever is already there:
-# a Rust toolchain (must exist), Redis on 127.0.0.1:6379, PostgreSQL on
-# 127.0.0.1:5432, and the Python clients of tests/requirements.txt.
+# a Rust toolchain (must exist), librdkafka's build prerequisites, Redis on
+# 127.0.0.1:6379, PostgreSQL on 127.0.0.1:5432, and the Python clients of
+# tests/requirements.txt.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,6 +25,14 @@ apt_install() {
   fi
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
 }
+
+# Build prerequisites of librdkafka (bundled C source, built by the rdkafka
+# crate): make, pkg-config and the OpenSSL and zlib headers.
+if ! command -v make >/dev/null || ! command -v pkg-config >/dev/null \
+  || ! pkg-config --exists openssl zlib 2>/dev/null; then
+  log "installing build prerequisites"
+  apt_install make pkg-config libssl-dev zlib1g-dev
+fi
 
 # Redis: the control plane's shared store, and redis-benchmark for bench/.
 if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null; then
