@@ -33,6 +33,15 @@ fn api_error(e: kube::Error) -> PlatformError {
     }
 }
 
+/// The items of a list; a tenant whose namespace does not exist yet has none.
+fn listed<K: Clone>(list: Result<kube::api::ObjectList<K>, kube::Error>) -> Result<Vec<K>> {
+    match list.map_err(api_error) {
+        Ok(list) => Ok(list.items),
+        Err(PlatformError::NotFound) => Ok(Vec::new()),
+        Err(other) => Err(other),
+    }
+}
+
 fn params() -> PostParams {
     PostParams {
         field_manager: Some(FIELD_MANAGER.into()),
@@ -191,13 +200,8 @@ impl Platform for KubePlatform {
     }
 
     async fn list_queue_services(&self, tenant: &DnsLabel) -> Result<Vec<QueueServiceView>> {
-        let items = self.queues(tenant).list(&ListParams::default()).await;
         let mut views = Vec::new();
-        // A tenant without a namespace yet has nothing.
-        for qs in items.map(|l| l.items).or_else(|e| match api_error(e) {
-            PlatformError::NotFound => Ok(Vec::new()),
-            other => Err(other),
-        })? {
+        for qs in listed(self.queues(tenant).list(&ListParams::default()).await)? {
             views.push(self.queue_view(tenant, qs).await?);
         }
         Ok(views)
@@ -241,13 +245,8 @@ impl Platform for KubePlatform {
     }
 
     async fn list_dataflows(&self, tenant: &DnsLabel) -> Result<Vec<DataFlowView>> {
-        match self.flows(tenant).list(&ListParams::default()).await {
-            Ok(list) => Ok(list.items.into_iter().map(|df| flow_view(tenant, df)).collect()),
-            Err(e) => match api_error(e) {
-                PlatformError::NotFound => Ok(Vec::new()),
-                other => Err(other),
-            },
-        }
+        let flows = listed(self.flows(tenant).list(&ListParams::default()).await)?;
+        Ok(flows.into_iter().map(|df| flow_view(tenant, df)).collect())
     }
 
     async fn update_dataflow(&self, tenant: &DnsLabel, name: &DnsLabel, spec: DataFlowSpec) -> Result<DataFlowView> {
