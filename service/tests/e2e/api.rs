@@ -1,8 +1,6 @@
 //! The REST API through a real `sless dev` process over a loopback socket.
 
-mod common;
-
-use common::{DevServer, TOKEN_A, TOKEN_B, TempDir, pg_dataflow};
+use crate::common::{DevServer, TOKEN_A, TOKEN_B, TempDir, pg_dataflow};
 use serde_json::{Value, json};
 
 fn error_code(body: &Value) -> &str {

@@ -2,12 +2,10 @@
 //! services and their queue engines, on its worker control plane (real gRPC
 //! on loopback).
 
-mod common;
-
 use std::time::Duration;
 
-use common::cp::{ack_of, next, register};
-use common::{DevServer, TOKEN_A, TOKEN_B, TempDir};
+use crate::common::cp::{ack_of, next, register};
+use crate::common::{DevServer, TOKEN_A, TOKEN_B, TempDir};
 use prost::Message;
 use serde_json::json;
 use sless::controlplane::proto::worker_control_plane_client::WorkerControlPlaneClient;

@@ -1,8 +1,6 @@
 //! State survives `kill -9` of `sless dev`.
 
-mod common;
-
-use common::{DevServer, TOKEN_A, TempDir, pg_dataflow};
+use crate::common::{DevServer, TOKEN_A, TempDir, pg_dataflow};
 use serde_json::json;
 
 #[tokio::test]

@@ -1,12 +1,10 @@
 //! The worker control plane over real gRPC sockets with the generated client
 //! (in-memory store; the Redis store passes the same contract suite).
 
-mod common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::cp::{Harness, ack_of, config, next, register, register_request, report, watch};
+use crate::common::cp::{Harness, ack_of, config, next, register, register_request, report, watch};
 use prost::Message;
 use sha2::{Digest, Sha256};
 use sless::controlplane::proto::{self, RoutingSnapshot};

@@ -3,11 +3,9 @@
 //! OpenAPI schemas by `kubernetes-validate` (strict; installed by
 //! scripts/install-test-deps.sh), the same check as the manifests in deploy/.
 
-mod common;
-
 use std::process::Command;
 
-use common::TempDir;
+use crate::common::TempDir;
 use serde_json::json;
 use sless::operator::config::OperatorConfig;
 use sless::operator::crd::dataflow::DataFlow;

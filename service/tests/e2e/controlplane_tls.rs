@@ -2,12 +2,10 @@
 //! for each run: the worker id comes from the SPIFFE URI SAN of the client
 //! certificate.
 
-mod common;
-
 use std::sync::Arc;
 
-use common::cp::{Harness, config, register_request};
-use common::tls::Ca;
+use crate::common::cp::{Harness, config, register_request};
+use crate::common::tls::Ca;
 use sless::controlplane::config::TlsMaterial;
 use sless::controlplane::identity::IdentityPolicy;
 use sless::controlplane::proto::worker_control_plane_client::WorkerControlPlaneClient;

@@ -1,7 +1,5 @@
 //! Runs the real `sless` binary on a loopback port for black-box tests.
 
-#![allow(dead_code)] // each test binary uses a different part of this helper
-
 pub mod cp;
 pub mod kafka;
 pub mod pg;

@@ -2,12 +2,10 @@
 //! snapshots (and NACKs a bad one), verifies signatures, proxies to the
 //! tenant's engine and reports outcomes — over real sockets throughout.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::cp::{Harness, config};
+use crate::common::cp::{Harness, config};
 use serde_json::{Value, json};
 use sless::controlplane::proto::{AccessKey, RoutingSnapshot, TenantRoute};
 use sless::controlplane::store::ControlStore;

@@ -1,10 +1,8 @@
 //! The DataFlow admission webhook over real HTTPS, with a certificate made
 //! at test time, answering AdmissionReviews as the API server sends them.
 
-mod common;
-
-use common::TempDir;
-use common::tls::Ca;
+use crate::common::TempDir;
+use crate::common::tls::Ca;
 use serde_json::{Value, json};
 use sless::operator::webhook::{DATAFLOW_PATH, Webhook};
 

@@ -1,10 +1,8 @@
 //! Dataflows run by `sless dev` against a real PostgreSQL
 //! (`SLESS_TEST_PG`, default postgres://postgres@127.0.0.1/test).
 
-mod common;
-
-use common::pg::{count, db, pg, settled_view, unique, wait_for, wait_mid_stream};
-use common::{DevServer, TOKEN_A, TempDir};
+use crate::common::pg::{count, db, pg, settled_view, unique, wait_for, wait_mid_stream};
+use crate::common::{DevServer, TOKEN_A, TempDir};
 use serde_json::{Value, json};
 
 #[tokio::test]

@@ -2,14 +2,12 @@
 //! spec from a file, the position in a checkpoint file, metrics and probes
 //! on HTTP, and a graceful SIGTERM.
 
-mod common;
-
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::TempDir;
-use common::pg::{count, db, pg, unique, wait_for, wait_mid_stream};
+use crate::common::TempDir;
+use crate::common::pg::{count, db, pg, unique, wait_for, wait_mid_stream};
 use serde_json::{Value, json};
 
 struct Processor {

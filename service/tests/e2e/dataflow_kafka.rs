@@ -2,13 +2,11 @@
 //! Kafka-protocol broker (Tansu, started per test on a loopback port) and a
 //! real PostgreSQL.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::kafka::{Broker, kafka};
-use common::pg::{count, db, pg, unique, wait_for, wait_mid_stream};
-use common::{DevServer, TOKEN_A, TempDir};
+use crate::common::kafka::{Broker, kafka};
+use crate::common::pg::{count, db, pg, unique, wait_for, wait_mid_stream};
+use crate::common::{DevServer, TOKEN_A, TempDir};
 use serde_json::{Value, json};
 
 async fn wait_committed(broker: &Broker, group: &str, topic: &str, partitions: i32, want: i64) {
