@@ -74,8 +74,30 @@ struct RunningEngine {
 struct RunningFlow {
     generation: i64,
     stop: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
     status: Arc<std::sync::Mutex<DataFlowStatus>>,
     stats: Arc<crate::dataflow::pipeline::Stats>,
+}
+
+/// How long a stopping processor may take to write and commit the batch in
+/// hand before it is aborted (which loses nothing: the batch is read again).
+const FLOW_STOP_TIMEOUT: Duration = Duration::from_secs(10);
+
+impl RunningFlow {
+    fn signal_stop(&self) {
+        self.stop.send_replace(true);
+    }
+
+    /// Waits until the stopped processor has committed what it wrote, so
+    /// that no later commit of it can overwrite a newer position.
+    async fn finished(mut self) {
+        self.signal_stop();
+        if tokio::time::timeout(FLOW_STOP_TIMEOUT, &mut self.task).await.is_err() {
+            tracing::warn!("dataflow processor did not stop in time; aborting it");
+            self.task.abort();
+            let _ = self.task.await;
+        }
+    }
 }
 
 /// A dataflow's pipeline id: its checkpoint key and default consumer group.
@@ -91,6 +113,9 @@ pub struct LocalPlatform {
     engines: Mutex<HashMap<String, RunningEngine>>,
     /// Processors by (tenant, name).
     flows: std::sync::Mutex<HashMap<(String, String), RunningFlow>>,
+    /// Held while processors are started or stopped, so that a delete or a
+    /// shutdown never races a reconcile pass starting the same dataflow.
+    flow_lifecycle: Mutex<()>,
     /// Tenant → (backend, first snapshot version that routes it there).
     route_versions: std::sync::Mutex<HashMap<String, (String, u64)>>,
     http: reqwest::Client,
@@ -146,6 +171,7 @@ impl LocalPlatform {
             gateway,
             engines: Mutex::default(),
             flows: std::sync::Mutex::default(),
+            flow_lifecycle: Mutex::default(),
             route_versions: std::sync::Mutex::default(),
             http: reqwest::Client::builder()
                 .timeout(Duration::from_secs(1))
@@ -164,7 +190,8 @@ impl LocalPlatform {
         }
     }
 
-    /// Runs the reconcile loop until `shutdown` resolves.
+    /// Runs the reconcile loop until `shutdown` resolves, then stops every
+    /// dataflow processor once it has written and committed its batch.
     pub async fn run(self: Arc<Self>, shutdown: impl std::future::Future<Output = ()>) {
         tokio::pin!(shutdown);
         loop {
@@ -176,10 +203,23 @@ impl LocalPlatform {
                 }
             };
             tokio::select! {
-                () = &mut shutdown => return,
+                () = &mut shutdown => break,
                 () = self.wake.notified() => {}
                 () = tokio::time::sleep(if pending { RESYNC_PENDING } else { RESYNC }) => {}
             }
+        }
+        let _lifecycle = self.flow_lifecycle.lock().await;
+        let flows: Vec<RunningFlow> = self
+            .flows
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .drain()
+            .map(|(_, flow)| flow)
+            .collect();
+        // Signal all first, so they finish their batches side by side.
+        flows.iter().for_each(RunningFlow::signal_stop);
+        for flow in flows {
+            flow.finished().await;
         }
     }
 
@@ -213,8 +253,9 @@ impl LocalPlatform {
                 .unwrap_or_else(|| Err("queue engine not started".into()));
             pending |= self.reconcile_queue_service(q, backend, acked).await? != Phase::Ready;
         }
+        let _lifecycle = self.flow_lifecycle.lock().await;
         let flows: Vec<DataFlowRecord> = self.store.list(DATAFLOW, None).await?;
-        self.stop_deleted_flows(&flows);
+        self.stop_deleted_flows(&flows).await;
         // Processors report through `wake`; dataflows need no polling.
         for f in flows {
             self.reconcile_dataflow(f).await?;
@@ -358,38 +399,44 @@ impl LocalPlatform {
         Ok(phase)
     }
 
-    fn stop_deleted_flows(&self, flows: &[DataFlowRecord]) {
-        let mut running = self.flows.lock().unwrap_or_else(|p| p.into_inner());
-        running.retain(|(tenant, name), flow| {
-            let keep = flows.iter().any(|f| &f.tenant == tenant && &f.name == name);
-            if !keep {
-                flow.stop.send_replace(true);
-            }
-            keep
-        });
+    async fn stop_deleted_flows(&self, flows: &[DataFlowRecord]) {
+        let deleted: Vec<RunningFlow> = {
+            let mut running = self.flows.lock().unwrap_or_else(|p| p.into_inner());
+            let gone: Vec<_> = running
+                .keys()
+                .filter(|(tenant, name)| !flows.iter().any(|f| &f.tenant == tenant && &f.name == name))
+                .cloned()
+                .collect();
+            gone.iter().filter_map(|key| running.remove(key)).collect()
+        };
+        for flow in deleted {
+            flow.finished().await;
+        }
     }
 
     /// Runs each dataflow's processor as a task (restarted when its spec
     /// changes) and reports the task's state as the dataflow's status.
     async fn reconcile_dataflow(&self, f: DataFlowRecord) -> Result<(), StoreError> {
         let key = (f.tenant.clone(), f.name.clone());
-        let status = {
+        let (current, replaced) = {
             let mut running = self.flows.lock().unwrap_or_else(|p| p.into_inner());
-            let current = running
-                .get(&key)
-                .filter(|r| r.generation == f.generation)
-                .map(|r| r.status.clone());
-            match current {
-                Some(status) => status,
-                None => {
-                    if let Some(old) = running.remove(&key) {
-                        old.stop.send_replace(true);
-                    }
-                    let flow = self.start_flow(&f);
-                    let status = flow.status.clone();
-                    running.insert(key, flow);
-                    status
+            match running.get(&key) {
+                Some(r) if r.generation == f.generation => (Some(r.status.clone()), None),
+                _ => (None, running.remove(&key)),
+            }
+        };
+        let status = match current {
+            Some(status) => status,
+            None => {
+                // The old processor commits its last batch before the new
+                // one reads the position.
+                if let Some(old) = replaced {
+                    old.finished().await;
                 }
+                let flow = self.start_flow(&f);
+                let status = flow.status.clone();
+                self.flows.lock().unwrap_or_else(|p| p.into_inner()).insert(key, flow);
+                status
             }
         };
         let desired = status.lock().unwrap_or_else(|p| p.into_inner()).clone();
@@ -418,7 +465,7 @@ impl LocalPlatform {
         };
         let stats = Arc::new(crate::dataflow::pipeline::Stats::default());
         let (spec, report, wake) = (f.spec.clone(), status.clone(), self.wake.clone());
-        tokio::spawn(crate::dataflow::supervisor::supervise(
+        let task = tokio::spawn(crate::dataflow::supervisor::supervise(
             spec,
             ctx,
             stats.clone(),
@@ -434,6 +481,7 @@ impl LocalPlatform {
         RunningFlow {
             generation: f.generation,
             stop,
+            task,
             status,
             stats,
         }
@@ -567,10 +615,20 @@ impl Platform for LocalPlatform {
     }
 
     async fn delete_dataflow(&self, tenant: &DnsLabel, name: &DnsLabel) -> Result<()> {
+        let _lifecycle = self.flow_lifecycle.lock().await;
         if !self.store.delete(DATAFLOW, tenant.as_str(), name.as_str()).await? {
             return Err(PlatformError::NotFound);
         }
-        // A new dataflow of the same name starts from the beginning.
+        let running = self
+            .flows
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&(tenant.to_string(), name.to_string()));
+        if let Some(flow) = running {
+            flow.finished().await;
+        }
+        // A new dataflow of the same name starts from the beginning: its
+        // processor has stopped, so nothing writes this position again.
         self.store
             .delete_setting(EmbeddedCheckpoint::setting_key(&flow_id(
                 tenant.as_str(),

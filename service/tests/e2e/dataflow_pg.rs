@@ -131,6 +131,95 @@ async fn kill_9_mid_stream_loses_nothing_and_duplicates_at_most_one_batch() {
 }
 
 #[tokio::test]
+async fn sigterm_of_dev_commits_the_batch_in_hand_so_a_restart_duplicates_nothing() {
+    let db = db().await;
+    let (src, dst) = (unique("graceful"), unique("graceful_copy"));
+    db.batch_execute(&format!(
+        "CREATE TABLE {src} (id serial PRIMARY KEY, payload text);
+         INSERT INTO {src} (payload) SELECT repeat('x', 200) FROM generate_series(1, 50000);"
+    ))
+    .await
+    .unwrap();
+    let dir = TempDir::new("df-term");
+    let server = DevServer::start(&dir.0);
+    let flow = json!({
+        "name": "graceful",
+        "source": pg(&src, json!({"batchSize": 50, "pollInterval": 1})),
+        // Raw JSONB rows have no key: a re-written batch shows as duplicates.
+        "sink": pg(&dst, json!({"autoCreateTable": true})),
+        "channelBufferSize": 50
+    });
+    assert_eq!(server.client(TOKEN_A).post("/api/v1/dataflows", flow).await.0, 201);
+    let rows = format!("SELECT count(*) FROM {dst}");
+    wait_mid_stream(&db, &rows, 0, 50000).await;
+    let status = server.terminate();
+    assert!(status.success(), "{status}");
+    let written = count(&db, &rows).await;
+    assert!(
+        written < 50000,
+        "copied everything before SIGTERM: make the table larger"
+    );
+
+    let _server = DevServer::start(&dir.0);
+    wait_for(&db, &format!("SELECT count(DISTINCT (data->>'id')) FROM {dst}"), 50000).await;
+    assert_eq!(count(&db, &rows).await, 50000, "a graceful stop duplicated rows");
+    db.batch_execute(&format!("DROP TABLE {src}; DROP TABLE {dst}"))
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_deleted_dataflow_stops_writing_and_its_successor_starts_from_the_beginning() {
+    let db = db().await;
+    let (src, first, second) = (unique("reborn"), unique("reborn_a"), unique("reborn_b"));
+    db.batch_execute(&format!(
+        "CREATE TABLE {src} (id serial PRIMARY KEY, payload text);
+         INSERT INTO {src} (payload) SELECT repeat('x', 200) FROM generate_series(1, 20000);"
+    ))
+    .await
+    .unwrap();
+    let dir = TempDir::new("df-reborn");
+    let server = DevServer::start(&dir.0);
+    let a = server.client(TOKEN_A);
+    let flow = |sink: &str| {
+        json!({
+            "name": "reborn",
+            "source": pg(&src, json!({"batchSize": 50, "pollInterval": 1})),
+            "sink": pg(sink, json!({"autoCreateTable": true})),
+            "channelBufferSize": 50
+        })
+    };
+    assert_eq!(a.post("/api/v1/dataflows", flow(&first)).await.0, 201);
+    let rows = format!("SELECT count(*) FROM {first}");
+    wait_mid_stream(&db, &rows, 0, 20000).await;
+    // DELETE answers once the processor has stopped.
+    assert_eq!(a.delete("/api/v1/dataflows/reborn").await.0, 204);
+    let stopped_at = count(&db, &rows).await;
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    assert_eq!(count(&db, &rows).await, stopped_at, "a deleted dataflow kept writing");
+    assert!(
+        stopped_at < 20000,
+        "copied everything before the delete: make the table larger"
+    );
+
+    assert_eq!(a.post("/api/v1/dataflows", flow(&second)).await.0, 201);
+    wait_for(
+        &db,
+        &format!("SELECT count(DISTINCT (data->>'id')) FROM {second}"),
+        20000,
+    )
+    .await;
+    assert_eq!(
+        count(&db, &format!("SELECT min((data->>'id')::int)::int8 FROM {second}")).await,
+        1,
+        "the new dataflow resumed from its predecessor's position"
+    );
+    db.batch_execute(&format!("DROP TABLE {src}; DROP TABLE {first}; DROP TABLE {second}"))
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
 async fn router_sinks_and_the_error_sink() {
     let db = db().await;
     let (src, sales, refunds, errors) = (unique("events"), unique("sales"), unique("refunds"), unique("errors"));

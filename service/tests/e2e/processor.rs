@@ -53,16 +53,7 @@ impl Processor {
 
     /// SIGTERM, then the exit status.
     fn terminate(mut self) -> std::process::ExitStatus {
-        let pid = self.child.id().to_string();
-        assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
-            }
-            assert!(Instant::now() < deadline, "the processor ignored SIGTERM");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        crate::common::terminate(&mut self.child)
     }
 }
 

@@ -7,7 +7,7 @@ pub mod tls;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 
 pub const TOKEN_A: &str = "tenant-a-token-0123456789";
 pub const TOKEN_B: &str = "tenant-b-token-0123456789";
@@ -26,6 +26,20 @@ impl TempDir {
 impl Drop for TempDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Sends SIGTERM and waits (at most 20 s) for the process to exit.
+pub fn terminate(child: &mut Child) -> ExitStatus {
+    let pid = child.id().to_string();
+    assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        assert!(std::time::Instant::now() < deadline, "SIGTERM ignored");
+        std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
 
@@ -88,6 +102,11 @@ impl DevServer {
     pub fn kill9(mut self) {
         self.child.kill().unwrap();
         self.child.wait().unwrap();
+    }
+
+    /// SIGTERM, then the exit status.
+    pub fn terminate(mut self) -> ExitStatus {
+        terminate(&mut self.child)
     }
 
     pub fn url(&self, path: &str) -> String {
