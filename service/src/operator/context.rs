@@ -7,26 +7,62 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::runtime::controller::Action;
+use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
 use kube::runtime::finalizer::{Event, finalizer};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::config::OperatorConfig;
+use super::config::{FIELD_MANAGER, OperatorConfig};
 
 pub struct Context {
     pub client: Client,
     pub config: OperatorConfig,
     pub backoff: Backoff,
+    recorder: Recorder,
 }
 
+/// The most an Event's note may hold (the API's limit is 1 kB).
+const EVENT_NOTE_BYTES: usize = 1024;
+
 impl Context {
-    pub fn new(client: Client, config: OperatorConfig) -> Self {
+    /// `instance` names this replica in the Events it publishes (its pod).
+    pub fn new(client: Client, config: OperatorConfig, instance: Option<String>) -> Self {
+        let reporter = Reporter {
+            controller: FIELD_MANAGER.into(),
+            instance,
+        };
         Self {
+            recorder: Recorder::new(client.clone(), reporter),
             client,
             config,
             backoff: Backoff::default(),
+        }
+    }
+
+    /// Publishes a phase change of `obj` as an Event (what `kubectl describe`
+    /// shows), from its new `Ready` condition. A Warning unless `healthy`.
+    /// An Event is a courtesy: failing to publish it is logged, not retried.
+    pub async fn publish_phase<K: Resource<DynamicType = ()>>(&self, obj: &K, healthy: bool, ready: &Condition) {
+        let mut note = ready.message.clone();
+        if note.len() > EVENT_NOTE_BYTES {
+            let cut = (0..=EVENT_NOTE_BYTES)
+                .rev()
+                .find(|&i| note.is_char_boundary(i))
+                .unwrap_or(0);
+            note.truncate(cut);
+        }
+        let event = KubeEvent {
+            type_: if healthy { EventType::Normal } else { EventType::Warning },
+            reason: ready.reason.clone(),
+            note: Some(note),
+            action: "Reconcile".into(),
+            secondary: None,
+        };
+        if let Err(error) = self.recorder.publish(&event, &obj.object_ref(&())).await {
+            tracing::warn!(kind = %K::kind(&()), name = %obj.meta().name.as_deref().unwrap_or_default(), %error, "cannot publish an event");
         }
     }
 }
@@ -104,6 +140,27 @@ pub enum Error {
     NoNamespace,
 }
 
+/// The Events published on objects of `kind` in `ns`, oldest first:
+/// (type, reason, how often, reporting instance). A repeat of an Event is
+/// counted in its series, as `kubectl describe` shows it.
+#[cfg(test)]
+pub async fn published_events(client: &Client, ns: &str, kind: &str) -> Vec<(String, String, i32, String)> {
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), ns);
+    let mut list = events.list(&Default::default()).await.unwrap().items;
+    list.sort_by_key(|e| e.event_time.as_ref().map(|t| t.0));
+    list.into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.kind.as_deref()) == Some(kind))
+        .map(|e| {
+            (
+                e.type_.unwrap_or_default(),
+                e.reason.unwrap_or_default(),
+                e.series.map_or(1, |s| s.count),
+                e.reporting_instance.unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -123,7 +180,7 @@ mod tests {
         use crate::operator::crd::dataflow::DataFlow;
         use crate::operator::crd::queue_service::QueueService;
         let client = kube_fake_client::ClientBuilder::new().build().await.unwrap();
-        let ctx = Arc::new(Context::new(client, OperatorConfig::default()));
+        let ctx = Arc::new(Context::new(client, OperatorConfig::default(), None));
         let mut qs = QueueService::new("main", Default::default());
         qs.metadata.namespace = Some("ns".into());
         let mut df = DataFlow::new("main", Default::default());

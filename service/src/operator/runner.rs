@@ -117,7 +117,7 @@ pub async fn run(
         &opts.identity,
         LEASE_DURATION,
     );
-    let ctx = Arc::new(Context::new(client, opts.config));
+    let ctx = Arc::new(Context::new(client, opts.config, Some(opts.identity.clone())));
     loop {
         // A candidate until it holds the Lease.
         loop {

@@ -148,6 +148,11 @@ async fn apply(df: &DataFlow, api: &Api<DataFlow>, ctx: &Context) -> Result<Acti
         )
         .await?;
         tracing::info!(%ns, %name, ?phase, "DataFlow reconciled");
+        // A new phase, or another reason to be in it (a different error).
+        if Some(phase) != current.phase || desired.message != current.message {
+            ctx.publish_phase(df, phase != DataFlowPhase::Error, &desired.conditions[0])
+                .await;
+        }
     }
     Ok(match phase {
         DataFlowPhase::Running => Action::requeue(Duration::from_secs(300)),

@@ -44,7 +44,7 @@ async fn setup(spec: Value) -> (Api<DataFlow>, Arc<Context>) {
     let mut df = DataFlow::new("orders", serde_json::from_value(spec).unwrap());
     df.metadata.finalizers = Some(vec![OTHER.into()]);
     api.create(&PostParams::default(), &df).await.unwrap();
-    let ctx = Arc::new(Context::new(client, OperatorConfig::default()));
+    let ctx = Arc::new(Context::new(client, OperatorConfig::default(), None));
     (api, ctx)
 }
 
@@ -54,6 +54,15 @@ fn flow(sink_config: Value) -> Value {
         "sink": {"type": "postgresql", "config": sink_config},
         "transformations": [{"type": "mask", "config": {"fields": ["card"]}}]
     })
+}
+
+/// The Events published on the DataFlow, oldest first: (type, reason, count).
+async fn events(ctx: &Context) -> Vec<(String, String, i32)> {
+    let events = crate::operator::context::published_events(&ctx.client, NS, "DataFlow").await;
+    events
+        .into_iter()
+        .map(|(type_, reason, count, _)| (type_, reason, count))
+        .collect()
 }
 
 async fn run(api: &Api<DataFlow>, ctx: &Arc<Context>) {
@@ -154,6 +163,16 @@ async fn a_lost_processor_is_an_error_until_it_is_back() {
     set_ready(&ctx, 1).await;
     run(&api, &ctx).await;
     assert_eq!(status(&api).await.phase, Some(DataFlowPhase::Running));
+    let events = events(&ctx).await;
+    let (normal, warning) = ("Normal".to_owned(), "Warning".to_owned());
+    assert_eq!(
+        events,
+        [
+            (normal.clone(), "Starting".into(), 1),
+            (normal, "Running".into(), 2),
+            (warning, "Unavailable".into(), 1),
+        ]
+    );
 }
 
 #[tokio::test]
@@ -180,6 +199,8 @@ async fn a_secret_of_another_namespace_or_an_invalid_spec_is_an_error_with_the_r
         message.starts_with("invalid spec: transformations[0].type"),
         "{message}"
     );
+    // Each new reason to fail is published again.
+    assert_eq!(events(&ctx).await, [("Warning".into(), "Invalid".into(), 2)]);
 }
 
 #[tokio::test]

@@ -108,6 +108,10 @@ async fn apply(qs: &QueueService, api: &Api<QueueService>, ctx: &Context) -> Res
     if desired != current {
         patch_status(api, qs, &desired).await?;
         tracing::info!(name = %qs.name_any(), %tenant, phase = ?desired.phase, "QueueService reconciled");
+        if desired.phase != current.phase {
+            let healthy = desired.phase != Some(QueueServicePhase::Failed);
+            ctx.publish_phase(qs, healthy, &desired.conditions[0]).await;
+        }
     }
     Ok(Action::requeue(match desired.phase {
         Some(QueueServicePhase::Ready) => Duration::from_secs(300),

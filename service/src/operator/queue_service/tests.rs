@@ -51,8 +51,19 @@ async fn setup() -> (Api<QueueService>, Arc<Context>) {
             create_namespaces: false,
             ..OperatorConfig::default()
         },
+        Some("sless-operator-0".into()),
     ));
     (api, ctx)
+}
+
+/// The Events published on the QueueService, oldest first: (type, reason, count).
+async fn events(ctx: &Context) -> Vec<(String, String, i32)> {
+    let events = crate::operator::context::published_events(&ctx.client, NS, "QueueService").await;
+    events
+        .into_iter()
+        .inspect(|(.., instance)| assert_eq!(instance, "sless-operator-0"))
+        .map(|(type_, reason, count, _)| (type_, reason, count))
+        .collect()
 }
 
 /// One reconcile of the object as it is stored now.
@@ -150,6 +161,14 @@ async fn create_then_available_then_ready_and_a_rerun_changes_nothing() {
         .unwrap();
     assert_eq!(again.string_data, secret.string_data);
     assert_eq!(again.data, secret.data);
+    // One Event per phase change, none for the re-run.
+    assert_eq!(
+        events(&ctx).await,
+        [
+            ("Normal".into(), "Provisioning".into(), 1),
+            ("Normal".into(), "Available".into(), 1)
+        ]
+    );
 }
 
 #[tokio::test]
@@ -173,6 +192,15 @@ async fn a_lost_deployment_fails_and_recovers() {
     let recovered = status(&api).await;
     assert_eq!(recovered.phase, Some(QueueServicePhase::Ready));
     assert_eq!(recovered.ready_at, ready_at, "readyAt is the first time it was Ready");
+    // Ready twice: one Event, seen twice.
+    assert_eq!(
+        events(&ctx).await,
+        [
+            ("Normal".into(), "Provisioning".into(), 1),
+            ("Normal".into(), "Available".into(), 2),
+            ("Warning".into(), "Unavailable".into(), 1)
+        ]
+    );
 }
 
 #[tokio::test]
