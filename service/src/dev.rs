@@ -146,8 +146,11 @@ impl Dev {
     pub async fn run(self, shutdown: impl std::future::Future<Output = ()> + Send + 'static) -> Result<(), DevError> {
         self.platform.reconcile_now().await;
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        // The control plane stops last: its worker, the gateway, would
+        // otherwise see it go and try to reconnect while stopping.
+        let (stop_cp_tx, stop_cp_rx) = tokio::sync::watch::channel(false);
         let reconciler = tokio::spawn(self.platform.run(stopped(&stop_rx)));
-        let control_plane = tokio::spawn(self.control_plane.serve(stopped(&stop_rx)));
+        let control_plane = tokio::spawn(self.control_plane.serve(stopped(&stop_cp_rx)));
         let gateway = tokio::spawn(self.gateway.run(stopped(&stop_rx)));
         let app = api::router(self.state);
         let served = axum::serve(self.listener, app)
@@ -157,7 +160,9 @@ impl Dev {
             })
             .await;
         let _ = reconciler.await;
-        match gateway.await {
+        let gateway = gateway.await;
+        let _ = stop_cp_tx.send(true);
+        match gateway {
             Ok(result) => result.map_err(DevError::Gateway)?,
             Err(e) => tracing::error!(error = %e, "gateway task failed"),
         }
