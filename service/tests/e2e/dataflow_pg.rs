@@ -1,7 +1,7 @@
 //! Dataflows run by `sless dev` against a real PostgreSQL
 //! (`SLESS_TEST_PG`, default postgres://postgres@127.0.0.1/test).
 
-use crate::common::pg::{count, db, pg, settled_view, unique, wait_for, wait_mid_stream};
+use crate::common::pg::{bulk_table, count, db, pg, settled_view, unique, wait_for, wait_mid_stream};
 use crate::common::{DevServer, TOKEN_A, TempDir};
 use serde_json::{Value, json};
 
@@ -102,13 +102,8 @@ async fn pg_to_pg_with_transformations_incremental_reads_and_checkpoints() {
 #[tokio::test]
 async fn kill_9_mid_stream_loses_nothing_and_duplicates_at_most_one_batch() {
     let db = db().await;
-    let (src, dst) = (unique("bulk"), unique("bulk_copy"));
-    db.batch_execute(&format!(
-        "CREATE TABLE {src} (id serial PRIMARY KEY, payload text);
-         INSERT INTO {src} (payload) SELECT repeat('x', 200) FROM generate_series(1, 20000);"
-    ))
-    .await
-    .unwrap();
+    let src = bulk_table(&db, "bulk", 20000).await;
+    let dst = unique("bulk_copy");
     let dir = TempDir::new("df-kill");
     let server = DevServer::start(&dir.0);
     let flow = json!({
@@ -133,13 +128,8 @@ async fn kill_9_mid_stream_loses_nothing_and_duplicates_at_most_one_batch() {
 #[tokio::test]
 async fn sigterm_of_dev_commits_the_batch_in_hand_so_a_restart_duplicates_nothing() {
     let db = db().await;
-    let (src, dst) = (unique("graceful"), unique("graceful_copy"));
-    db.batch_execute(&format!(
-        "CREATE TABLE {src} (id serial PRIMARY KEY, payload text);
-         INSERT INTO {src} (payload) SELECT repeat('x', 200) FROM generate_series(1, 50000);"
-    ))
-    .await
-    .unwrap();
+    let src = bulk_table(&db, "graceful", 50000).await;
+    let dst = unique("graceful_copy");
     let dir = TempDir::new("df-term");
     let server = DevServer::start(&dir.0);
     let flow = json!({
@@ -171,13 +161,8 @@ async fn sigterm_of_dev_commits_the_batch_in_hand_so_a_restart_duplicates_nothin
 #[tokio::test]
 async fn a_deleted_dataflow_stops_writing_and_its_successor_starts_from_the_beginning() {
     let db = db().await;
-    let (src, first, second) = (unique("reborn"), unique("reborn_a"), unique("reborn_b"));
-    db.batch_execute(&format!(
-        "CREATE TABLE {src} (id serial PRIMARY KEY, payload text);
-         INSERT INTO {src} (payload) SELECT repeat('x', 200) FROM generate_series(1, 20000);"
-    ))
-    .await
-    .unwrap();
+    let src = bulk_table(&db, "reborn", 20000).await;
+    let (first, second) = (unique("reborn_a"), unique("reborn_b"));
     let dir = TempDir::new("df-reborn");
     let server = DevServer::start(&dir.0);
     let a = server.client(TOKEN_A);

@@ -7,7 +7,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::common::TempDir;
-use crate::common::pg::{count, db, pg, unique, wait_for, wait_mid_stream};
+use crate::common::pg::{bulk_table, count, db, pg, unique, wait_for, wait_mid_stream};
 use serde_json::{Value, json};
 
 struct Processor {
@@ -67,13 +67,8 @@ impl Drop for Processor {
 #[tokio::test]
 async fn sigterm_writes_and_commits_the_batch_in_hand_so_a_restart_duplicates_nothing() {
     let db = db().await;
-    let (src, dst) = (unique("proc_src"), unique("proc_dst"));
-    db.batch_execute(&format!(
-        "CREATE TABLE {src} (id serial PRIMARY KEY, payload text);
-         INSERT INTO {src} (payload) SELECT repeat('p', 100) FROM generate_series(1, 50000);"
-    ))
-    .await
-    .unwrap();
+    let src = bulk_table(&db, "proc_src", 50000).await;
+    let dst = unique("proc_dst");
     let dir = TempDir::new("processor");
     let spec = json!({
         "source": pg(&src, json!({"batchSize": 50, "pollInterval": 1})),

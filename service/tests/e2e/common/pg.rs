@@ -22,6 +22,19 @@ pub fn unique(prefix: &str) -> String {
     format!("{prefix}_{}", rand::random::<u32>())
 }
 
+/// A new table `{prefix}_N` of `rows` rows (`id serial`, a 200-byte
+/// `payload`): a source long enough to be stopped mid-stream.
+pub async fn bulk_table(db: &tokio_postgres::Client, prefix: &str, rows: i64) -> String {
+    let table = unique(prefix);
+    db.batch_execute(&format!(
+        "CREATE TABLE {table} (id serial PRIMARY KEY, payload text);
+         INSERT INTO {table} (payload) SELECT repeat('x', 200) FROM generate_series(1, {rows});"
+    ))
+    .await
+    .unwrap();
+    table
+}
+
 pub async fn count(db: &tokio_postgres::Client, sql: &str) -> i64 {
     db.query_one(sql, &[]).await.map(|r| r.get(0)).unwrap_or(-1)
 }
