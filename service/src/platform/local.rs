@@ -84,18 +84,25 @@ struct RunningFlow {
 const FLOW_STOP_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl RunningFlow {
-    fn signal_stop(&self) {
-        self.stop.send_replace(true);
-    }
-
     /// Waits until the stopped processor has committed what it wrote, so
     /// that no later commit of it can overwrite a newer position.
     async fn finished(mut self) {
-        self.signal_stop();
+        self.stop.send_replace(true);
         if tokio::time::timeout(FLOW_STOP_TIMEOUT, &mut self.task).await.is_err() {
             tracing::warn!("dataflow processor did not stop in time; aborting it");
             self.task.abort();
             let _ = self.task.await;
+        }
+    }
+
+    /// [`Self::finished`] for several: all are signalled first, so they
+    /// finish their batches side by side.
+    async fn all_finished(flows: Vec<RunningFlow>) {
+        for flow in &flows {
+            flow.stop.send_replace(true);
+        }
+        for flow in flows {
+            flow.finished().await;
         }
     }
 }
@@ -216,11 +223,7 @@ impl LocalPlatform {
             .drain()
             .map(|(_, flow)| flow)
             .collect();
-        // Signal all first, so they finish their batches side by side.
-        flows.iter().for_each(RunningFlow::signal_stop);
-        for flow in flows {
-            flow.finished().await;
-        }
+        RunningFlow::all_finished(flows).await;
     }
 
     /// One pass over everything; returns whether something is not Ready yet.
@@ -400,18 +403,14 @@ impl LocalPlatform {
     }
 
     async fn stop_deleted_flows(&self, flows: &[DataFlowRecord]) {
-        let deleted: Vec<RunningFlow> = {
-            let mut running = self.flows.lock().unwrap_or_else(|p| p.into_inner());
-            let gone: Vec<_> = running
-                .keys()
-                .filter(|(tenant, name)| !flows.iter().any(|f| &f.tenant == tenant && &f.name == name))
-                .cloned()
-                .collect();
-            gone.iter().filter_map(|key| running.remove(key)).collect()
-        };
-        for flow in deleted {
-            flow.finished().await;
-        }
+        let deleted: Vec<RunningFlow> = self
+            .flows
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extract_if(|(tenant, name), _| !flows.iter().any(|f| &f.tenant == tenant && &f.name == name))
+            .map(|(_, flow)| flow)
+            .collect();
+        RunningFlow::all_finished(deleted).await;
     }
 
     /// Runs each dataflow's processor as a task (restarted when its spec
