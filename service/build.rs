@@ -6,6 +6,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let file = "controlplane/v1/controlplane.proto";
     println!("cargo:rerun-if-changed={proto_root}/{file}");
     let descriptors = protox::compile([file], [proto_root])?;
-    tonic_prost_build::configure().compile_fds(descriptors)?;
+    // A message that does not decode is InvalidArgument (see codec.rs).
+    tonic_prost_build::configure()
+        .codec_path("crate::controlplane::codec::Codec")
+        .compile_fds(descriptors)?;
     Ok(())
 }

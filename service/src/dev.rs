@@ -80,7 +80,7 @@ fn random_token() -> String {
 
 impl Dev {
     pub async fn prepare(opts: DevOptions) -> Result<Self, DevError> {
-        let store = Store::open(&opts.data_dir)?;
+        let store = Store::open(&opts.data_dir).await?;
         // The dev tenant's token is generated once and kept, so a restart
         // does not invalidate the environment of a running terraform.
         let dev_token = store.setting_or_insert(DEV_TOKEN_SETTING, random_token()).await?;
@@ -152,7 +152,7 @@ impl Dev {
         let reconciler = tokio::spawn(self.platform.run(stopped(&stop_rx)));
         let control_plane = tokio::spawn(self.control_plane.serve(stopped(&stop_cp_rx)));
         let gateway = tokio::spawn(self.gateway.run(stopped(&stop_rx)));
-        let app = api::router(self.state);
+        let app = api::router(self.state.clone()).merge(api::metrics_router(self.state));
         let served = axum::serve(self.listener, app)
             .with_graceful_shutdown(async move {
                 shutdown.await;

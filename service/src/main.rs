@@ -98,6 +98,10 @@ struct GatewayArgs {
     /// Server name to verify in the control plane's certificate (default: its host).
     #[arg(long)]
     tls_domain: Option<String>,
+    /// The region request signatures must be scoped to (a signature for
+    /// another region or another service than sqs is refused).
+    #[arg(long, default_value = sless::sqs::DEFAULT_REGION)]
+    region: String,
 }
 
 #[derive(clap::Args)]
@@ -112,7 +116,7 @@ struct QueueArgs {
     #[arg(long, default_value = "000000000000")]
     account_id: String,
     /// Region in queue ARNs.
-    #[arg(long, default_value = "ru-msk-1")]
+    #[arg(long, default_value = sless::sqs::DEFAULT_REGION)]
     region: String,
     /// Public base URL of queue URLs (default: http://LISTEN).
     #[arg(long)]
@@ -216,7 +220,9 @@ struct OperatorArgs {
     /// PEM private key of the webhook.
     #[arg(long, requires = "webhook_cert")]
     webhook_key: Option<PathBuf>,
-    /// Address of the operator's /metrics and /healthz.
+    /// Address of /metrics (the API's and the operator's; it names tenants
+    /// and dataflows, so keep it on an internal port) and /healthz. The
+    /// REST API listener serves no metrics.
     #[arg(long, default_value = "0.0.0.0:9091")]
     metrics_listen: SocketAddr,
 }
@@ -320,14 +326,18 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     for flag in &op.tenants {
         tenants.add_flag(flag)?;
     }
+    let mut operator_metrics = None;
     let api_state = sless::api::AppState {
         platform: std::sync::Arc::new(sless::platform::kubernetes::KubePlatform::new(
             client.clone(),
             op.create_namespaces,
         )),
         tenants: std::sync::Arc::new(tenants),
-        metrics: sless::api::metrics::Metrics::new(),
+        metrics: sless::api::metrics::Metrics::with(|registry| {
+            operator_metrics = Some(OperatorMetrics::register(registry));
+        }),
     };
+    let metrics = operator_metrics.context("the operator's metrics were registered")?;
     let api_listener = tokio::net::TcpListener::bind(op.listen)
         .await
         .with_context(|| format!("cannot listen on {}", op.listen))?;
@@ -336,8 +346,6 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .context("cannot start the control plane")?;
 
     let (stop, stop_rx) = tokio::sync::watch::channel(false);
-    let mut registry = prometheus_client::registry::Registry::default();
-    let metrics = OperatorMetrics::register(&mut registry);
     let operator = tokio::spawn(sless::operator::runner::run(
         client,
         OperatorOptions {
@@ -364,21 +372,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         }
         _ => None,
     };
-    let registry = std::sync::Arc::new(registry);
-    let app = axum::Router::new()
-        .route(
-            "/metrics",
-            axum::routing::get(move || {
-                let registry = registry.clone();
-                async move {
-                    let mut out = String::new();
-                    // Writing into a String cannot fail.
-                    let _ = prometheus_client::encoding::text::encode(&mut out, &registry);
-                    out
-                }
-            }),
-        )
-        .route("/healthz", axum::routing::get(|| async { "ok" }));
+    // The API's and the operator's metrics name tenants: internal port only.
+    let app = sless::api::metrics_router(api_state.clone()).route("/healthz", axum::routing::get(|| async { "ok" }));
     let listener = tokio::net::TcpListener::bind(op.metrics_listen)
         .await
         .with_context(|| format!("cannot listen on {}", op.metrics_listen))?;
@@ -411,19 +406,19 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
 async fn queue(args: QueueArgs) -> anyhow::Result<()> {
     use sless::sqs::engine::{Engine, EngineConfig, server::EngineServer};
     let journal = args.data_dir.as_ref().map(|d| d.join("queues.db"));
-    let engine = Engine::open(
-        EngineConfig {
-            account_id: args.account_id,
-            region: args.region,
-            base_url: args.base_url.unwrap_or_else(|| format!("http://{}", args.listen)),
-        },
-        journal.as_deref(),
-    )
-    .context("cannot open the queue journal")?;
+    let config = EngineConfig {
+        account_id: args.account_id,
+        region: args.region,
+        base_url: args.base_url.unwrap_or_else(|| format!("http://{}", args.listen)),
+    };
+    let durable = journal.is_some();
+    let engine = tokio::task::spawn_blocking(move || Engine::open(config, journal.as_deref()))
+        .await?
+        .context("cannot open the queue journal")?;
     let server = EngineServer::start(engine, args.listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
-    tracing::info!(addr = %server.addr, durable = journal.is_some(), "queue engine serving");
+    tracing::info!(addr = %server.addr, durable, "queue engine serving");
     shutdown_signal().await;
     Ok(())
 }
@@ -453,7 +448,8 @@ async fn gateway(args: GatewayArgs) -> anyhow::Result<()> {
     };
     let gateway = Gateway::bind(args.listen, args.public_url, worker)
         .await
-        .with_context(|| format!("cannot listen on {}", args.listen))?;
+        .with_context(|| format!("cannot listen on {}", args.listen))?
+        .with_region(args.region);
     tracing::info!(addr = %gateway.addr, public_url = gateway.public_url(), "SQS gateway serving");
     gateway.run(shutdown_signal()).await?;
     Ok(())

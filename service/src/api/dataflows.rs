@@ -2,7 +2,9 @@
 
 use axum::Extension;
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::State;
+
+use super::path::ApiPath;
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use serde::Serialize;
@@ -84,7 +86,7 @@ pub async fn list(
 pub async fn get(
     State(state): State<AppState>,
     Extension(Tenant(tenant)): Extension<Tenant>,
-    Path(name): Path<String>,
+    ApiPath(name): ApiPath,
 ) -> Result<Json<DataFlowView>, ApiError> {
     let label = path_name(&name, what(&name))?;
     state
@@ -132,7 +134,7 @@ async fn update(
 pub async fn put(
     State(state): State<AppState>,
     Extension(Tenant(tenant)): Extension<Tenant>,
-    Path(name): Path<String>,
+    ApiPath(name): ApiPath,
     ApiJson(body): ApiJson<DataFlowRequest>,
 ) -> Result<Json<DataFlowView>, ApiError> {
     update(state, tenant, name, body, false).await
@@ -148,7 +150,7 @@ pub async fn put(
 pub async fn patch(
     State(state): State<AppState>,
     Extension(Tenant(tenant)): Extension<Tenant>,
-    Path(name): Path<String>,
+    ApiPath(name): ApiPath,
     ApiJson(body): ApiJson<DataFlowRequest>,
 ) -> Result<Json<DataFlowView>, ApiError> {
     update(state, tenant, name, body, true).await
@@ -162,7 +164,7 @@ pub async fn patch(
 pub async fn delete(
     State(state): State<AppState>,
     Extension(Tenant(tenant)): Extension<Tenant>,
-    Path(name): Path<String>,
+    ApiPath(name): ApiPath,
 ) -> Result<StatusCode, ApiError> {
     let label = path_name(&name, what(&name))?;
     state

@@ -36,7 +36,15 @@ pub struct Metrics {
 
 impl Metrics {
     pub fn new() -> Arc<Self> {
-        let mut registry = Registry::with_prefix("sless_api");
+        Self::with(|_| {})
+    }
+
+    /// The API's families under `sless_api_`, beside those `register` adds
+    /// (the operator's, in `sless serve`), all served on one `/metrics`.
+    pub fn with(register: impl FnOnce(&mut Registry)) -> Arc<Self> {
+        let mut root = Registry::default();
+        register(&mut root);
+        let registry = root.sub_registry_with_prefix("sless_api");
         let requests = Family::<RequestLabels, Counter>::default();
         let latency = Family::<RouteLabels, Histogram>::new_with_constructor(|| {
             // 0.5 ms … ~16 s.
@@ -49,7 +57,7 @@ impl Metrics {
             latency.clone(),
         );
         Arc::new(Self {
-            registry,
+            registry: root,
             requests,
             latency,
         })
@@ -67,6 +75,22 @@ impl Metrics {
     }
 }
 
+/// A closed set of label values: a client can send any method name, and
+/// each new one would be a new series.
+fn method_label(method: &axum::http::Method) -> &'static str {
+    use axum::http::Method;
+    match *method {
+        Method::GET => "GET",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::PATCH => "PATCH",
+        Method::DELETE => "DELETE",
+        Method::HEAD => "HEAD",
+        Method::OPTIONS => "OPTIONS",
+        _ => "other",
+    }
+}
+
 /// Records every request under its route template, never its raw path, so
 /// object names do not become label values.
 pub async fn track(State(state): State<AppState>, req: Request, next: Next) -> Response {
@@ -74,7 +98,7 @@ pub async fn track(State(state): State<AppState>, req: Request, next: Next) -> R
         .extensions()
         .get::<MatchedPath>()
         .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
-    let method = req.method().to_string();
+    let method = method_label(req.method()).to_owned();
     let started = Instant::now();
     let response = next.run(req).await;
     state

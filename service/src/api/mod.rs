@@ -6,6 +6,7 @@ pub mod error;
 pub mod json;
 pub mod metrics;
 pub mod openapi;
+pub mod path;
 pub mod queue_services;
 
 use std::sync::Arc;
@@ -56,12 +57,18 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/openapi.json", get(openapi::serve))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics::serve))
         .fallback(|| async { ApiError::NoRoute })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(middleware::from_fn_with_state(state.clone(), metrics::track))
         .layer(DefaultBodyLimit::max(json::BODY_LIMIT))
         .with_state(state)
+}
+
+/// `/metrics`. It names every tenant and dataflow, so it belongs on an
+/// internal port: `sless serve` gives it a listener of its own; `sless dev`
+/// serves it beside the API on loopback.
+pub fn metrics_router(state: AppState) -> Router {
+    Router::new().route("/metrics", get(metrics::serve)).with_state(state)
 }
 
 async fn readyz(State(state): State<AppState>) -> Result<&'static str, (StatusCode, &'static str)> {

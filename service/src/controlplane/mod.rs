@@ -1,6 +1,7 @@
 //! The worker control plane (seed 002): gateway workers register, receive
 //! routing snapshots, acknowledge them and report runtime and outcomes.
 
+pub mod codec;
 pub mod config;
 pub mod grpc;
 pub mod identity;

@@ -21,13 +21,25 @@ use serde_json::Value;
 
 use super::path::{Path, PathError};
 
+/// Longest condition text accepted.
+pub const MAX_LENGTH: usize = 4096;
+/// Deepest nesting of parentheses. Parsing, evaluating and dropping recurse
+/// only per level of parentheses (an `&&`/`||` chain is one flat list and a
+/// run of `!` folds into one), so this bounds the stack any stored condition
+/// can use.
+pub const MAX_DEPTH: usize = 16;
+/// Most comparisons (and bare paths) in one condition.
+pub const MAX_TERMS: usize = 128;
+
 #[derive(Debug, Clone, PartialEq)]
 pub enum Condition {
     Truthy(Path),
     Compare(Path, Op, Value),
     Not(Box<Condition>),
-    And(Box<Condition>, Box<Condition>),
-    Or(Box<Condition>, Box<Condition>),
+    /// Every member holds (`a && b && …`).
+    All(Vec<Condition>),
+    /// Some member holds (`a || b || …`).
+    Any(Vec<Condition>),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,11 +58,19 @@ pub enum ConditionError {
     Path(#[from] PathError),
     #[error("invalid condition {condition:?}: {reason}")]
     Syntax { condition: String, reason: String },
+    #[error("the condition is {0} bytes long; at most {MAX_LENGTH} are allowed")]
+    TooLong(usize),
+    #[error("the condition nests parentheses deeper than {MAX_DEPTH} levels")]
+    TooDeep,
+    #[error("the condition has more than {MAX_TERMS} comparisons")]
+    TooManyTerms,
 }
 
 struct Parser<'a> {
     text: &'a str,
     pos: usize,
+    depth: usize,
+    terms: usize,
 }
 
 impl<'a> Parser<'a> {
@@ -81,36 +101,59 @@ impl<'a> Parser<'a> {
     }
 
     fn or(&mut self) -> Result<Condition, ConditionError> {
-        let mut left = self.and()?;
+        let mut members = vec![self.and()?];
         while self.eat("||") {
-            left = Condition::Or(Box::new(left), Box::new(self.and()?));
+            members.push(self.and()?);
         }
-        Ok(left)
+        Ok(flatten(members, Condition::Any))
     }
 
     fn and(&mut self) -> Result<Condition, ConditionError> {
-        let mut left = self.unary()?;
+        let mut members = vec![self.unary()?];
         while self.eat("&&") {
-            left = Condition::And(Box::new(left), Box::new(self.unary()?));
+            members.push(self.unary()?);
         }
-        Ok(left)
+        Ok(flatten(members, Condition::All))
     }
 
     fn unary(&mut self) -> Result<Condition, ConditionError> {
-        if self.eat("!") && !self.rest().starts_with('=') {
-            return Ok(Condition::Not(Box::new(self.unary()?)));
+        // A run of `!` is counted, not recursed into.
+        let mut negations = 0usize;
+        loop {
+            self.skip_ws();
+            if self.rest().starts_with('!') && !self.rest().starts_with("!=") {
+                self.pos += 1;
+                negations += 1;
+            } else {
+                break;
+            }
         }
-        if self.eat("(") {
+        let inner = if self.eat("(") {
+            self.depth += 1;
+            if self.depth > MAX_DEPTH {
+                return Err(ConditionError::TooDeep);
+            }
             let inner = self.or()?;
             if !self.eat(")") {
                 return Err(self.err("missing )"));
             }
-            return Ok(inner);
-        }
-        self.comparison()
+            self.depth -= 1;
+            inner
+        } else {
+            self.comparison()?
+        };
+        Ok(if negations % 2 == 1 {
+            Condition::Not(Box::new(inner))
+        } else {
+            inner
+        })
     }
 
     fn comparison(&mut self) -> Result<Condition, ConditionError> {
+        self.terms += 1;
+        if self.terms > MAX_TERMS {
+            return Err(ConditionError::TooManyTerms);
+        }
         self.skip_ws();
         let rest = self.rest();
         let end = rest
@@ -176,9 +219,26 @@ impl<'a> Parser<'a> {
     }
 }
 
+/// One member stays itself; several become one n-ary node.
+fn flatten(mut members: Vec<Condition>, node: fn(Vec<Condition>) -> Condition) -> Condition {
+    if members.len() == 1 {
+        members.remove(0)
+    } else {
+        node(members)
+    }
+}
+
 impl Condition {
     pub fn parse(text: &str) -> Result<Self, ConditionError> {
-        let mut parser = Parser { text, pos: 0 };
+        if text.len() > MAX_LENGTH {
+            return Err(ConditionError::TooLong(text.len()));
+        }
+        let mut parser = Parser {
+            text,
+            pos: 0,
+            depth: 0,
+            terms: 0,
+        };
         let condition = parser.or()?;
         parser.skip_ws();
         if !parser.rest().is_empty() {
@@ -187,6 +247,7 @@ impl Condition {
         Ok(condition)
     }
 
+    /// Recurses once per level of parentheses at most ([`MAX_DEPTH`]).
     pub fn eval(&self, data: &Value) -> bool {
         match self {
             Self::Truthy(path) => path.get(data).is_some_and(truthy),
@@ -195,8 +256,8 @@ impl Condition {
                 Some(value) => compare(value, *op, literal),
             },
             Self::Not(c) => !c.eval(data),
-            Self::And(a, b) => a.eval(data) && b.eval(data),
-            Self::Or(a, b) => a.eval(data) || b.eval(data),
+            Self::All(members) => members.iter().all(|c| c.eval(data)),
+            Self::Any(members) => members.iter().any(|c| c.eval(data)),
         }
     }
 }
@@ -290,6 +351,50 @@ mod tests {
             ("kind < 'p'", true),
         ] {
             assert_eq!(eval(c, &d), expected, "{c}");
+        }
+    }
+
+    #[test]
+    fn long_chains_and_runs_of_not_are_flat() {
+        let d = json!({"a": 1});
+        let chain = vec!["a"; MAX_TERMS].join(" && ");
+        assert!(eval(&chain, &d));
+        let Condition::All(members) = Condition::parse(&chain).unwrap() else {
+            panic!("a chain of && is one node");
+        };
+        assert_eq!(members.len(), MAX_TERMS);
+        // Far more `!` than any stack would take if each were a call.
+        let nots = format!("{}a", "!".repeat(MAX_LENGTH - 1));
+        assert_eq!(
+            Condition::parse(&nots).unwrap(),
+            Condition::Not(Box::new(Condition::parse("a").unwrap()))
+        );
+        assert!(!eval(&format!("{}a", "!".repeat(1001)), &d));
+        assert!(eval(&format!("{}a", "!".repeat(1000)), &d));
+        assert!(eval("a != 2 && !(a == 2)", &d));
+    }
+
+    #[test]
+    fn what_a_tenant_can_store_is_bounded() {
+        let nested = |n: usize| format!("{}a{}", "(".repeat(n), ")".repeat(n));
+        assert!(eval(&nested(MAX_DEPTH), &json!({"a": 1})));
+        assert_eq!(Condition::parse(&nested(MAX_DEPTH + 1)), Err(ConditionError::TooDeep));
+        // What crashed the process: 520 parentheses, 1,600 `!` with them.
+        assert_eq!(Condition::parse(&nested(520)), Err(ConditionError::TooDeep));
+        assert_eq!(
+            Condition::parse(&format!("{}(a)", "!(".repeat(800))),
+            Err(ConditionError::TooDeep)
+        );
+        let chain = vec!["a"; MAX_TERMS + 1].join(" && ");
+        assert_eq!(Condition::parse(&chain), Err(ConditionError::TooManyTerms));
+        let huge = vec!["a"; 20_000].join(" && ");
+        assert_eq!(Condition::parse(&huge), Err(ConditionError::TooLong(huge.len())));
+        for e in [
+            ConditionError::TooDeep,
+            ConditionError::TooManyTerms,
+            ConditionError::TooLong(5000),
+        ] {
+            assert!(e.to_string().contains("condition"), "{e}");
         }
     }
 

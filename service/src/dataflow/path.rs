@@ -14,6 +14,12 @@ use std::fmt;
 
 use serde_json::{Map, Value};
 
+/// Longest path text accepted.
+pub const MAX_LENGTH: usize = 512;
+/// Most steps in a path: `set` creates objects along it, so this also bounds
+/// how deep a transformation can nest a message.
+pub const MAX_STEPS: usize = 32;
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Step {
     Key(String),
@@ -45,6 +51,12 @@ impl Path {
             .unwrap_or(text);
         if body.is_empty() {
             return Err(err("it is empty"));
+        }
+        if text.len() > MAX_LENGTH {
+            return Err(PathError {
+                path: format!("{}…", text.chars().take(32).collect::<String>()),
+                reason: "it is longer than 512 bytes",
+            });
         }
         let mut steps = Vec::new();
         let mut chars = body.chars().peekable();
@@ -96,6 +108,9 @@ impl Path {
             steps.push(Step::Key(key));
         } else if expect_key {
             return Err(err("a segment is empty"));
+        }
+        if steps.len() > MAX_STEPS {
+            return Err(err("it has more than 32 steps"));
         }
         Ok(Self {
             text: text.to_owned(),
@@ -202,6 +217,15 @@ mod tests {
         for bad in ["", "$.", "a..b", ".a", "a.", "[0]", "a[x]", "a[1", "a]", "a[0]b"] {
             assert!(Path::parse(bad).is_err(), "{bad}");
         }
+        let steps = |n: usize| vec!["a"; n].join(".");
+        assert!(Path::parse(&steps(MAX_STEPS)).is_ok());
+        assert_eq!(
+            Path::parse(&steps(MAX_STEPS + 1)).unwrap_err().reason,
+            "it has more than 32 steps"
+        );
+        let long = "k".repeat(MAX_LENGTH + 1);
+        let e = Path::parse(&long).unwrap_err();
+        assert!(e.path.len() < 40, "the error does not echo the whole path");
     }
 
     #[test]

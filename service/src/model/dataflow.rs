@@ -154,7 +154,9 @@ impl DataFlowSpec {
                     if errors.0.len() == before
                         && let Err(e) = crate::dataflow::transforms::build(t)
                     {
-                        errors.push(FieldError::invalid(format!("{path}.config"), e.to_string()));
+                        let (field, message) = e.field();
+                        let field = field.map_or(format!("{path}.config"), |f| format!("{path}.config.{f}"));
+                        errors.push(FieldError::invalid(field, message));
                     }
                 }
             }
@@ -443,10 +445,10 @@ mod tests {
         assert_eq!(
             fields_of(err.clone()),
             [
-                "transformations[0].config",
-                "transformations[1].config",
-                "transformations[2].config",
-                "transformations[3].config"
+                "transformations[0].config.condition",
+                "transformations[1].config.fields[0]",
+                "transformations[2].config.format",
+                "transformations[3].config.routes[0].condition"
             ]
         );
         assert!(err.0[1].message.contains("card..number"), "{}", err.0[1].message);

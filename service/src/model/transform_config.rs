@@ -6,6 +6,11 @@ use super::connector_config::{self, Role};
 use super::dataflow::ConnectorSpec;
 use super::{FieldError, ValidationErrors};
 
+/// Most routes of one router.
+pub const MAX_ROUTES: usize = 32;
+/// Most fields of one mask, select or remove.
+pub const MAX_FIELDS: usize = 256;
+
 pub const TYPES: &[&str] = &[
     "timestamp",
     "flatten",
@@ -100,6 +105,13 @@ pub fn validate(kind: &str, config: &serde_json::Value, path: &str, errors: &mut
                 "at least one field is required",
             ));
         }
+        if fields.len() > MAX_FIELDS {
+            errors.push(FieldError::invalid(
+                format!("{path}.fields"),
+                format!("at most {MAX_FIELDS} fields are allowed (got {})", fields.len()),
+            ));
+            return;
+        }
         for (i, f) in fields.iter().enumerate() {
             non_empty(f, &format!("fields[{i}]"), errors);
         }
@@ -136,6 +148,13 @@ pub fn validate(kind: &str, config: &serde_json::Value, path: &str, errors: &mut
                         format!("{path}.routes"),
                         "at least one route is required",
                     ));
+                }
+                if c.routes.len() > MAX_ROUTES {
+                    errors.push(FieldError::invalid(
+                        format!("{path}.routes"),
+                        format!("at most {MAX_ROUTES} routes are allowed (got {})", c.routes.len()),
+                    ));
+                    return;
                 }
                 for (i, route) in c.routes.iter().enumerate() {
                     let route_path = format!("{path}.routes[{i}]");

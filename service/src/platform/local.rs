@@ -30,8 +30,6 @@ const DATAFLOW: &str = "dataflow";
 const RESYNC: Duration = Duration::from_secs(5);
 /// …and how often while an object is still on its way to Ready.
 const RESYNC_PENDING: Duration = Duration::from_millis(200);
-/// Region of queue ARNs (seed 000's `aws.region`).
-pub const REGION: &str = "ru-msk-1";
 
 /// Stored status of a local queue service: its status plus its keys.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -299,10 +297,13 @@ impl LocalPlatform {
             .then(|| self.data_dir.join("queues").join(format!("{}.db", q.tenant)));
         let config = EngineConfig {
             account_id: q.tenant.clone(),
-            region: REGION.into(),
+            region: crate::sqs::DEFAULT_REGION.into(),
             base_url: self.endpoint(&q.tenant),
         };
-        let engine = Engine::open(config, journal.as_deref())
+        // Replaying a journal reads the disk: off the async runtime.
+        let engine = tokio::task::spawn_blocking(move || Engine::open(config, journal.as_deref()))
+            .await
+            .map_err(|e| format!("cannot open the message store: {e}"))?
             .map_err(|e| format!("cannot open the message store: {}", e.message))?;
         let server = EngineServer::start(engine, std::net::SocketAddr::from(([127, 0, 0, 1], 0)))
             .await

@@ -4,3 +4,7 @@
 pub mod engine;
 pub mod gateway;
 pub mod protocol;
+
+/// Region of queue ARNs (seed 000's `aws.region`) and the only region a
+/// request's signature may be scoped to, unless configured otherwise.
+pub const DEFAULT_REGION: &str = "ru-msk-1";

@@ -61,8 +61,14 @@ CREATE TABLE IF NOT EXISTS settings (
 ";
 
 impl Store {
-    /// Opens (creating if needed) the database under `data_dir`.
-    pub fn open(data_dir: &Path) -> Result<Self, StoreError> {
+    /// Opens (creating if needed) the database under `data_dir`, off the
+    /// async runtime (opening may recover a WAL).
+    pub async fn open(data_dir: &Path) -> Result<Self, StoreError> {
+        let data_dir = data_dir.to_owned();
+        tokio::task::spawn_blocking(move || Self::open_blocking(&data_dir)).await?
+    }
+
+    fn open_blocking(data_dir: &Path) -> Result<Self, StoreError> {
         let dir_err = |source| StoreError::DataDir {
             path: data_dir.display().to_string(),
             source,
@@ -311,7 +317,7 @@ mod tests {
     #[tokio::test]
     async fn crud_and_generation_fencing() {
         let dir = tempdir();
-        let store = Store::open(&dir).unwrap();
+        let store = Store::open(&dir).await.unwrap();
         store.insert("k", record("t1", "a", 1)).await.unwrap();
         store.insert("k", record("t2", "a", 2)).await.unwrap();
         assert!(matches!(
@@ -336,7 +342,7 @@ mod tests {
         drop(store);
 
         // Reopening sees what was committed.
-        let store = Store::open(&dir).unwrap();
+        let store = Store::open(&dir).await.unwrap();
         assert_eq!(
             store.list::<u32, String>("k", None).await.unwrap(),
             vec![record("t2", "a", 2)]

@@ -379,3 +379,34 @@ async fn oversized_messages_are_refused() {
     );
     register(&mut c, "gw-1").await;
 }
+
+/// Bytes that are not a RegisterWorkerRequest (field 1 is a varint there,
+/// length-delimited here) are the caller's fault: INVALID_ARGUMENT, not
+/// INTERNAL.
+#[tokio::test]
+async fn a_malformed_message_is_invalid_argument() {
+    #[derive(Clone, PartialEq, prost::Message)]
+    struct NotARegistration {
+        #[prost(string, tag = "1")]
+        junk: String,
+    }
+    let h = harness().await;
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", h.addr))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut grpc = tonic::client::Grpc::new(channel);
+    grpc.ready().await.unwrap();
+    let status = grpc
+        .unary::<_, proto::RegisterWorkerResponse, _>(
+            tonic::Request::new(NotARegistration { junk: "x".repeat(40) }),
+            "/sless.controlplane.v1.WorkerControlPlane/RegisterWorker"
+                .parse()
+                .unwrap(),
+            tonic_prost::ProstCodec::default(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+}

@@ -5,6 +5,7 @@
 mod common;
 
 mod api;
+mod attacks;
 mod cli;
 mod controlplane;
 mod controlplane_faults;

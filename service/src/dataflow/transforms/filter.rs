@@ -12,7 +12,7 @@ pub struct Filter {
 impl Filter {
     pub fn new(config: &FilterConfig) -> Result<Self, BuildError> {
         Ok(Self {
-            condition: Condition::parse(&config.condition)?,
+            condition: Condition::parse(&config.condition).map_err(|e| BuildError::at("condition", e))?,
         })
     }
 }

@@ -16,7 +16,7 @@ pub struct Flatten {
 impl Flatten {
     pub fn new(config: &FlattenConfig) -> Result<Self, BuildError> {
         Ok(Self {
-            field: Path::parse(&config.field)?,
+            field: Path::parse(&config.field).map_err(|e| BuildError::at("field", e))?,
         })
     }
 }

@@ -17,7 +17,7 @@ pub struct Mask {
 impl Mask {
     pub fn new(config: &MaskConfig) -> Result<Self, BuildError> {
         Ok(Self {
-            fields: config.fields.iter().map(|f| Path::parse(f)).collect::<Result<_, _>>()?,
+            fields: super::paths(&config.fields)?,
             mask: config
                 .mask_char
                 .as_deref()

@@ -33,6 +33,27 @@ pub enum BuildError {
     Condition(#[from] ConditionError),
     #[error(transparent)]
     Format(#[from] timestamp::FormatError),
+    /// The error of one field of the config, e.g. `routes[2].condition`.
+    #[error("{field}: {source}")]
+    At { field: String, source: Box<BuildError> },
+}
+
+impl BuildError {
+    fn at(field: impl Into<String>, source: impl Into<BuildError>) -> Self {
+        Self::At {
+            field: field.into(),
+            source: Box::new(source.into()),
+        }
+    }
+
+    /// The config field the error is about (relative to `config`) and the
+    /// error without it.
+    pub fn field(&self) -> (Option<&str>, String) {
+        match self {
+            Self::At { field, source } => (Some(field), source.to_string()),
+            other => (None, other.to_string()),
+        }
+    }
 }
 
 fn parse<T: serde::de::DeserializeOwned>(spec: &TransformationSpec) -> Result<T, BuildError> {
@@ -44,6 +65,15 @@ fn parse<T: serde::de::DeserializeOwned>(spec: &TransformationSpec) -> Result<T,
         kind: spec.kind.clone(),
         source,
     })
+}
+
+/// The paths of a `fields` list; an error names the entry.
+fn paths(fields: &[String]) -> Result<Vec<super::path::Path>, BuildError> {
+    fields
+        .iter()
+        .enumerate()
+        .map(|(i, f)| super::path::Path::parse(f).map_err(|e| BuildError::at(format!("fields[{i}]"), e)))
+        .collect()
 }
 
 /// Builds a transformation from its spec; every path, condition and format

@@ -11,7 +11,7 @@ pub struct Remove {
 impl Remove {
     pub fn new(config: &FieldsConfig) -> Result<Self, BuildError> {
         Ok(Self {
-            fields: config.fields.iter().map(|f| Path::parse(f)).collect::<Result<_, _>>()?,
+            fields: super::paths(&config.fields)?,
         })
     }
 }

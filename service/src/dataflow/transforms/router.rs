@@ -19,7 +19,12 @@ impl Router {
             routes: config
                 .routes
                 .iter()
-                .map(|r| Ok((r.condition.clone(), Condition::parse(&r.condition)?)))
+                .enumerate()
+                .map(|(i, r)| {
+                    let condition = Condition::parse(&r.condition)
+                        .map_err(|e| BuildError::at(format!("routes[{i}].condition"), e))?;
+                    Ok((r.condition.clone(), condition))
+                })
                 .collect::<Result<_, BuildError>>()?,
         })
     }

@@ -15,7 +15,7 @@ pub struct Select {
 impl Select {
     pub fn new(config: &FieldsConfig) -> Result<Self, BuildError> {
         Ok(Self {
-            fields: config.fields.iter().map(|f| Path::parse(f)).collect::<Result<_, _>>()?,
+            fields: super::paths(&config.fields)?,
         })
     }
 }

@@ -143,8 +143,9 @@ pub struct Timestamp {
 impl Timestamp {
     pub fn new(config: &TimestampConfig) -> Result<Self, BuildError> {
         Ok(Self {
-            field: Path::parse(config.field_name.as_deref().unwrap_or("created_at"))?,
-            format: parse_format(config.format.as_deref())?,
+            field: Path::parse(config.field_name.as_deref().unwrap_or("created_at"))
+                .map_err(|e| BuildError::at("fieldName", e))?,
+            format: parse_format(config.format.as_deref()).map_err(|e| BuildError::at("format", e))?,
         })
     }
 

@@ -143,9 +143,15 @@ pub fn configmap(qs: &QueueService, config: &OperatorConfig) -> ConfigMap {
     }
 }
 
+/// The message volume. It has no owner reference: on a real cluster the
+/// garbage collector would delete it with its QueueService, and seed 000
+/// keeps a tenant's messages until an operator deletes them.
 pub fn pvc(qs: &QueueService) -> PersistentVolumeClaim {
     PersistentVolumeClaim {
-        metadata: meta(qs, pvc_name(&qs.spec.tenant_id)),
+        metadata: ObjectMeta {
+            owner_references: None,
+            ..meta(qs, pvc_name(&qs.spec.tenant_id))
+        },
         spec: Some(PersistentVolumeClaimSpec {
             access_modes: Some(vec!["ReadWriteOnce".into()]),
             resources: Some(VolumeResourceRequirements {
@@ -366,6 +372,20 @@ mod tests {
                 ("sqs-ing-acme", "sless-fn-acme"),
             ]
         );
+    }
+
+    /// kube-fake-client has no garbage collector, so a reconcile test cannot
+    /// see an owned PVC vanish: the built object is checked instead.
+    #[test]
+    fn the_message_volume_is_never_owned_so_deleting_the_queue_service_keeps_it() {
+        let same_namespace = qs("sless-fn-acme", true);
+        assert!(
+            deployment(&same_namespace, &OperatorConfig::default())
+                .metadata
+                .owner_references
+                .is_some()
+        );
+        assert_eq!(pvc(&same_namespace).metadata.owner_references, None);
     }
 
     #[test]

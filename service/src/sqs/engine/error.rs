@@ -49,6 +49,7 @@ errors! {
     access_denied => "AccessDenied", "AccessDenied";
     invalid_client_token_id => "InvalidClientTokenId", "InvalidClientTokenId";
     signature_does_not_match => "SignatureDoesNotMatch", "SignatureDoesNotMatch";
+    content_sha256_mismatch => "XAmzContentSHA256Mismatch", "XAmzContentSHA256Mismatch";
     missing_authentication_token => "MissingAuthenticationToken", "MissingAuthenticationToken";
 }
 

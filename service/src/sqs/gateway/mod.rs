@@ -42,9 +42,16 @@ impl Gateway {
                 counters: Arc::new(Counters::default()),
                 http,
                 public_url: public_url.unwrap_or_else(|| format!("http://{addr}")),
+                region: crate::sqs::DEFAULT_REGION.to_owned(),
             },
             worker,
         })
+    }
+
+    /// Accepts only signatures scoped to `region` (default [`crate::sqs::DEFAULT_REGION`]).
+    pub fn with_region(mut self, region: impl Into<String>) -> Self {
+        self.state.region = region.into();
+        self
     }
 
     pub fn public_url(&self) -> &str {
@@ -68,6 +75,7 @@ impl Gateway {
         let table = self.state.table.clone();
         let app = Router::new()
             .route("/sqs/{tenant}", any(proxy::handle))
+            .route("/sqs/{tenant}/", any(proxy::handle))
             .route("/sqs/{tenant}/{*rest}", any(proxy::handle))
             .route(
                 "/healthz",

@@ -42,6 +42,8 @@ pub struct GatewayState {
     pub http: BackendClient,
     /// Public base URL of the gateway, e.g. `http://127.0.0.1:9324`.
     pub public_url: String,
+    /// The region signatures must be scoped to.
+    pub region: String,
 }
 
 fn error(protocol: Protocol, e: SqsError) -> Response {
@@ -51,9 +53,12 @@ fn error(protocol: Protocol, e: SqsError) -> Response {
 fn auth_error(e: AuthError) -> SqsError {
     match e {
         AuthError::Missing => SqsError::missing_authentication_token(e.to_string()).forbidden(),
-        AuthError::Malformed(_) | AuthError::Expired | AuthError::Mismatch => {
-            SqsError::signature_does_not_match(e.to_string()).forbidden()
-        }
+        AuthError::ContentSha256Mismatch => SqsError::content_sha256_mismatch(e.to_string()),
+        AuthError::Malformed(_)
+        | AuthError::Expired
+        | AuthError::Mismatch
+        | AuthError::WrongRegion(_)
+        | AuthError::WrongService => SqsError::signature_does_not_match(e.to_string()).forbidden(),
     }
 }
 
@@ -94,7 +99,7 @@ pub async fn handle(State(state): State<GatewayState>, request: Request) -> Resp
         headers: &parts.headers,
         body: &body,
     };
-    if let Err(e) = sigv4::verify(&signed, &auth, secret, now) {
+    if let Err(e) = sigv4::verify(&signed, &auth, secret, &state.region, now) {
         state.counters.outcome(tenant, OutcomeKind::AuthFailed);
         return error(protocol, auth_error(e));
     }

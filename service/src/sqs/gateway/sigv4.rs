@@ -25,7 +25,20 @@ pub enum AuthError {
     Expired,
     #[error("The request signature we calculated does not match the signature you provided.")]
     Mismatch,
+    #[error("Credential should be scoped to a valid region, not '{0}'.")]
+    WrongRegion(String),
+    #[error("Credential should be scoped to correct service: 'sqs'.")]
+    WrongService,
+    #[error("The provided 'x-amz-content-sha256' header does not match what was computed.")]
+    ContentSha256Mismatch,
 }
+
+/// The only service a signature may be scoped to.
+const SERVICE: &str = "sqs";
+/// Longest `Authorization` header parsed; real ones are a few hundred bytes.
+const MAX_AUTHORIZATION: usize = 4096;
+/// Most signed headers.
+const MAX_SIGNED_HEADERS: usize = 64;
 
 /// The parsed `Authorization` header.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,6 +57,9 @@ pub fn parse_authorization(headers: &HeaderMap) -> Result<Authorization, AuthErr
         .ok_or(AuthError::Missing)?
         .to_str()
         .map_err(|_| AuthError::Malformed("not ASCII"))?;
+    if value.len() > MAX_AUTHORIZATION {
+        return Err(AuthError::Malformed("the header is too long"));
+    }
     let rest = value
         .strip_prefix(ALGORITHM)
         .ok_or(AuthError::Malformed("only AWS4-HMAC-SHA256 is supported"))?;
@@ -68,6 +84,9 @@ pub fn parse_authorization(headers: &HeaderMap) -> Result<Authorization, AuthErr
         .split(';')
         .map(str::to_owned)
         .collect();
+    if signed_headers.len() > MAX_SIGNED_HEADERS {
+        return Err(AuthError::Malformed("too many signed headers"));
+    }
     if !signed_headers.iter().any(|h| h == "host") {
         return Err(AuthError::Malformed("the host header must be signed"));
     }
@@ -183,15 +202,12 @@ pub struct Request<'a> {
 }
 
 /// The signing key and string to sign of `request`, as `auth` describes it.
+/// The payload hash is always the body's own: a header claiming another
+/// would let a captured signature carry any body. (SQS, unlike S3, has no
+/// unsigned payloads: a client that signed `UNSIGNED-PAYLOAD` gets a
+/// signature mismatch.)
 fn signing_input(request: &Request<'_>, auth: &Authorization, secret: &str, amz_date: &str) -> (Vec<u8>, String) {
-    let payload_hash = match request
-        .headers
-        .get("x-amz-content-sha256")
-        .and_then(|v| v.to_str().ok())
-    {
-        Some(h) if h != "UNSIGNED-PAYLOAD" => h.to_owned(),
-        _ => hex(&Sha256::digest(request.body)),
-    };
+    let payload_hash = hex(&Sha256::digest(request.body));
     let mut canonical_headers = String::new();
     for name in &auth.signed_headers {
         canonical_headers.push_str(&format!("{name}:{}\n", canonical_header_value(request.headers, name)));
@@ -216,8 +232,35 @@ fn signing_input(request: &Request<'_>, auth: &Authorization, secret: &str, amz_
     (hmac(&k_service, b"aws4_request"), string_to_sign)
 }
 
-/// Verifies `auth` over `request` with `secret`, at time `now` (Unix seconds).
-pub fn verify(request: &Request<'_>, auth: &Authorization, secret: &str, now: i64) -> Result<(), AuthError> {
+/// Verifies `auth` over `request` with `secret`, at time `now` (Unix
+/// seconds), for a signature scoped to `region` and SQS.
+pub fn verify(
+    request: &Request<'_>,
+    auth: &Authorization,
+    secret: &str,
+    region: &str,
+    now: i64,
+) -> Result<(), AuthError> {
+    if auth.service != SERVICE {
+        return Err(AuthError::WrongService);
+    }
+    if auth.region != region {
+        return Err(AuthError::WrongRegion(auth.region.chars().take(32).collect()));
+    }
+    // A declared payload hash must be the body's (as AWS checks it).
+    if let Some(declared) = request.headers.get("x-amz-content-sha256")
+        && declared.as_bytes() != b"UNSIGNED-PAYLOAD"
+        && !declared
+            .to_str()
+            .is_ok_and(|d| d.eq_ignore_ascii_case(&hex(&Sha256::digest(request.body))))
+    {
+        return Err(AuthError::ContentSha256Mismatch);
+    }
+    verify_signature(request, auth, secret, now)
+}
+
+/// The time and signature checks of [`verify`], whatever the scope.
+fn verify_signature(request: &Request<'_>, auth: &Authorization, secret: &str, now: i64) -> Result<(), AuthError> {
     let amz_date = request
         .headers
         .get("x-amz-date")
@@ -358,15 +401,33 @@ mod tests {
         assert_eq!(auth.access_key, "AKIDEXAMPLE");
         let now = parse_amz_date("20150830T123600Z").unwrap();
         let secret = "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY";
-        verify(&request, &auth, secret, now).unwrap();
-        assert_eq!(verify(&request, &auth, "wrong", now), Err(AuthError::Mismatch));
-        assert_eq!(verify(&request, &auth, secret, now + 901), Err(AuthError::Expired));
-        assert_eq!(verify(&request, &auth, secret, now - 901), Err(AuthError::Expired));
+        // The published example is scoped to IAM: the gateway refuses that
+        // scope, and its signature checks hold for it.
+        assert_eq!(
+            verify(&request, &auth, secret, "us-east-1", now),
+            Err(AuthError::WrongService)
+        );
+        verify_signature(&request, &auth, secret, now).unwrap();
+        assert_eq!(
+            verify_signature(&request, &auth, "wrong", now),
+            Err(AuthError::Mismatch)
+        );
+        assert_eq!(
+            verify_signature(&request, &auth, secret, now + 901),
+            Err(AuthError::Expired)
+        );
+        assert_eq!(
+            verify_signature(&request, &auth, secret, now - 901),
+            Err(AuthError::Expired)
+        );
         let other_path = Request {
             path: "/sqs/other",
             ..request
         };
-        assert_eq!(verify(&other_path, &auth, secret, now), Err(AuthError::Mismatch));
+        assert_eq!(
+            verify_signature(&other_path, &auth, secret, now),
+            Err(AuthError::Mismatch)
+        );
     }
 
     #[test]
@@ -394,7 +455,48 @@ mod tests {
         };
         let auth = parse_authorization(&headers).unwrap();
         let secs = i64::try_from(now.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs()).unwrap();
-        verify(&request, &auth, "SK", secs).unwrap();
+        verify(&request, &auth, "SK", "ru-msk-1", secs).unwrap();
+        assert_eq!(
+            verify(&request, &auth, "SK", "eu-west-1", secs),
+            Err(AuthError::WrongRegion("ru-msk-1".into()))
+        );
+    }
+
+    /// A captured request re-sent with another body: the signature covers
+    /// the body's own hash, whatever `x-amz-content-sha256` claims.
+    #[test]
+    fn the_signature_binds_the_body() {
+        let now = std::time::SystemTime::now();
+        let secs = i64::try_from(now.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs()).unwrap();
+        let body = br#"{"QueueUrl":"q","MessageBody":"pay 1"}"#;
+        let mut headers =
+            signed_json_headers("http://h/sqs/acme", "SendMessage", body, "AK", "SK", "ru-msk-1").unwrap();
+        headers.insert("host", HeaderValue::from_static("h"));
+        let auth = parse_authorization(&headers).unwrap();
+        let at = |headers: &HeaderMap, body: &[u8]| {
+            let request = Request {
+                method: "POST",
+                path: "/sqs/acme",
+                query: None,
+                headers,
+                body,
+            };
+            verify(&request, &auth, "SK", "ru-msk-1", secs)
+        };
+        at(&headers, body).unwrap();
+        let forged = br#"{"QueueUrl":"q","MessageBody":"pay 1000"}"#;
+        assert_eq!(at(&headers, forged), Err(AuthError::Mismatch));
+        // An unsigned header naming the original body's hash changes nothing…
+        let original = hex(&Sha256::digest(body));
+        headers.insert("x-amz-content-sha256", HeaderValue::from_str(&original).unwrap());
+        assert_eq!(at(&headers, forged), Err(AuthError::ContentSha256Mismatch));
+        // …nor does UNSIGNED-PAYLOAD.
+        headers.insert("x-amz-content-sha256", HeaderValue::from_static("UNSIGNED-PAYLOAD"));
+        assert_eq!(at(&headers, forged), Err(AuthError::Mismatch));
+        at(&headers, body).unwrap();
+        // A correct declared hash is accepted.
+        headers.insert("x-amz-content-sha256", HeaderValue::from_str(&original).unwrap());
+        at(&headers, body).unwrap();
     }
 
     #[test]

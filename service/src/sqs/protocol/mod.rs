@@ -18,6 +18,7 @@ pub enum Protocol {
 }
 
 /// A decoded request: protocol, action and input.
+#[derive(Debug)]
 pub struct Decoded {
     pub protocol: Protocol,
     pub action: String,

@@ -12,6 +12,13 @@ use super::{Decoded, Protocol};
 use crate::sqs::engine::error::SqsError;
 
 const NAMESPACE: &str = "http://queue.amazonaws.com/doc/2012-11-05/";
+/// Most dotted segments in a parameter name: SQS's deepest,
+/// `SendMessageBatchRequestEntry.N.MessageAttribute.N.Value.StringListValue.N`,
+/// has seven. The parameter tree recurses per segment, so this bounds it.
+const MAX_NAME_SEGMENTS: usize = 8;
+/// Most parameters in one request (a full batch with every attribute has a
+/// few hundred).
+const MAX_PARAMETERS: usize = 4096;
 
 /// A parameter tree: dotted keys nest, numeric segments make lists.
 #[derive(Default)]
@@ -106,13 +113,23 @@ pub fn decode(query_string: Option<&str>, body: &Bytes) -> Result<Decoded, SqsEr
     let mut root = Node::default();
     let mut action = None;
     let pairs = form_urlencoded::parse(query_string.unwrap_or_default().as_bytes()).chain(form_urlencoded::parse(body));
-    for (key, value) in pairs {
+    for (count, (key, value)) in pairs.enumerate() {
+        if count >= MAX_PARAMETERS {
+            return Err(SqsError::malformed_request(format!(
+                "A request has at most {MAX_PARAMETERS} parameters."
+            )));
+        }
         match key.as_ref() {
             "Action" => action = Some(value.into_owned()),
             "Version" | "AWSAccessKeyId" | "Signature" | "SignatureMethod" | "SignatureVersion" | "Timestamp" => {}
             k if k.starts_with("X-Amz-") => {}
             k => {
                 let path: Vec<&str> = k.split('.').collect();
+                if path.len() > MAX_NAME_SEGMENTS {
+                    return Err(SqsError::malformed_request(format!(
+                        "A parameter name has at most {MAX_NAME_SEGMENTS} dotted parts."
+                    )));
+                }
                 root.insert(&path, value.into_owned());
             }
         }
@@ -252,6 +269,20 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn deep_or_numerous_parameters_are_refused_not_recursed_into() {
+        // 100,000 segments overflowed the stack of the engine before.
+        let deep = Bytes::from(format!("Action=SendMessage&{}=x", vec!["a"; 100_000].join(".")));
+        assert_eq!(decode(None, &deep).unwrap_err().code, "MalformedQueryString");
+        let deepest_real = Bytes::from(
+            "Action=SendMessageBatch&SendMessageBatchRequestEntry.1.MessageAttribute.1.Value.StringListValue.1=v",
+        );
+        decode(None, &deepest_real).unwrap();
+        let many: String = (0..=MAX_PARAMETERS).map(|i| format!("&P{i}=x")).collect();
+        let many = Bytes::from(format!("Action=ListQueues{many}"));
+        assert_eq!(decode(None, &many).unwrap_err().code, "MalformedQueryString");
+    }
 
     #[test]
     fn dotted_parameters_become_json_shapes() {
