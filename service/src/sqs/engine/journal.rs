@@ -4,6 +4,8 @@
 //! changes are on disk.
 
 use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 
 use rusqlite::{Connection, params};
@@ -34,7 +36,13 @@ type Request = (Vec<Change>, oneshot::Sender<Result<(), String>>);
 
 pub struct Journal {
     tx: mpsc::Sender<Request>,
+    /// Makes every commit fail while set (tests inject journal failures).
+    #[cfg(test)]
+    failing: Arc<AtomicBool>,
 }
+
+/// A submitted write: [`Pending::committed`] resolves once it is durable.
+pub struct Pending(oneshot::Receiver<Result<(), String>>);
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS queues (name TEXT PRIMARY KEY, meta TEXT NOT NULL) WITHOUT ROWID;
@@ -85,20 +93,44 @@ impl Journal {
             .collect::<Result<Vec<_>, SqsError>>()?
         };
         let (tx, rx) = mpsc::channel::<Request>();
+        let failing = Arc::new(AtomicBool::new(false));
         std::thread::Builder::new()
             .name("sqs-journal".into())
-            .spawn(move || writer(conn, rx))
+            .spawn({
+                let failing = failing.clone();
+                move || writer(conn, rx, &failing)
+            })
             .map_err(sql_error)?;
-        Ok((Self { tx }, queues, messages))
+        Ok((
+            Self {
+                tx,
+                #[cfg(test)]
+                failing,
+            },
+            queues,
+            messages,
+        ))
     }
 
-    /// Returns once `changes` are durable.
-    pub async fn write(&self, changes: Vec<Change>) -> Result<(), SqsError> {
+    /// Queues `changes` behind everything submitted before: the journal
+    /// commits in submission order, so the engine submits under its lock.
+    pub fn submit(&self, changes: Vec<Change>) -> Pending {
         let (done, wait) = oneshot::channel();
-        self.tx
-            .send((changes, done))
-            .map_err(|_| SqsError::internal("queue journal stopped"))?;
-        match wait.await {
+        // A stopped writer drops `done`, which `committed` reports.
+        let _ = self.tx.send((changes, done));
+        Pending(wait)
+    }
+
+    #[cfg(test)]
+    pub fn fail_commits(&self, fail: bool) {
+        self.failing.store(fail, Ordering::SeqCst);
+    }
+}
+
+impl Pending {
+    /// Returns once the changes are durable, or the error that kept them out.
+    pub async fn committed(self) -> Result<(), SqsError> {
+        match self.0.await {
             Ok(Ok(())) => Ok(()),
             Ok(Err(e)) => {
                 tracing::error!(error = %e, "queue journal write failed");
@@ -145,7 +177,7 @@ fn json<T: serde::Serialize>(value: &T) -> String {
     serde_json::to_string(value).unwrap_or_default()
 }
 
-fn writer(mut conn: Connection, rx: mpsc::Receiver<Request>) {
+fn writer(mut conn: Connection, rx: mpsc::Receiver<Request>, failing: &AtomicBool) {
     while let Ok(first) = rx.recv() {
         let mut group = vec![first];
         let mut count = group[0].0.len();
@@ -159,6 +191,9 @@ fn writer(mut conn: Connection, rx: mpsc::Receiver<Request>) {
             }
         }
         let result = (|| {
+            if failing.load(Ordering::SeqCst) {
+                return Err(rusqlite::Error::InvalidQuery);
+            }
             let tx = conn.transaction()?;
             for (changes, _) in &group {
                 for change in changes {

@@ -1,6 +1,14 @@
 //! An SQS-compatible queue engine: one tenant's queues, in memory, made
 //! durable by an optional journal (see [`journal`]). Actions take and return
 //! the JSON protocol's shapes; [`super::protocol`] adapts the query protocol.
+//!
+//! Durability before visibility: an action submits its changes to the
+//! journal while it holds the state lock (so the journal commits in the
+//! order the engine decided), and a change that adds (a message, a queue, an
+//! attribute, a deletion) reaches memory only once committed. Changes that
+//! hide (a receive taking messages, a queue being deleted) apply at once and
+//! are undone when the commit fails, so a failed write leaves the engine as
+//! it was. Queue-level actions are serialised by `meta`.
 
 pub mod attributes;
 pub mod error;
@@ -20,7 +28,7 @@ use tokio::sync::Notify;
 
 use attributes::{MAX_MESSAGE_SIZE, QueueAttributes, string_map, validate_queue_name};
 use error::SqsError;
-use journal::{Change, Journal};
+use journal::{Change, Journal, Pending};
 use message::{MessageAttributes, attributes_json, attributes_md5, attributes_size, md5_hex, validate_body};
 
 pub const MAX_BATCH: usize = 10;
@@ -90,6 +98,46 @@ impl Message {
     fn in_flight(&self, now: u64) -> bool {
         self.receipt.is_some() && self.visible_at_ms > now
     }
+
+    fn delivery(&self) -> Delivery {
+        Delivery {
+            visible_at_ms: self.visible_at_ms,
+            receive_count: self.receive_count,
+            first_receive_ms: self.first_receive_ms,
+            received_ms: self.received_ms,
+            receipt: self.receipt.clone(),
+        }
+    }
+
+    fn restore(&mut self, d: Delivery) {
+        self.visible_at_ms = d.visible_at_ms;
+        self.receive_count = d.receive_count;
+        self.first_receive_ms = d.first_receive_ms;
+        self.received_ms = d.received_ms;
+        self.receipt = d.receipt;
+    }
+}
+
+/// A message's receive state, kept to undo a receive whose commit failed.
+struct Delivery {
+    visible_at_ms: u64,
+    receive_count: u32,
+    first_receive_ms: Option<u64>,
+    received_ms: u64,
+    receipt: Option<String>,
+}
+
+/// What one receive attempt took and journaled.
+struct Received {
+    messages: Vec<Value>,
+    incarnation: u64,
+    /// Each taken message's sequence, the receipt it was given, and its state before.
+    taken: Vec<(u64, String, Delivery)>,
+    /// Messages taken out for the dead-letter queue, by their old sequence.
+    moved: Vec<(u64, Message)>,
+    /// The dead-letter queue (name, incarnation) and what it receives.
+    dead_letters: Option<((String, u64), Vec<Put>)>,
+    pending: Option<Pending>,
 }
 
 /// The durable part of a queue.
@@ -105,6 +153,13 @@ pub struct StoredQueue {
 
 struct Queue {
     meta: StoredQueue,
+    /// Unique per creation: a change decided for one queue is never applied
+    /// to a later queue of the same name.
+    incarnation: u64,
+    /// Messages below this sequence were purged (their late commits are dropped).
+    purge_floor: u64,
+    /// Its deletion is being committed: absent to every action.
+    deleting: bool,
     messages: BTreeMap<u64, Message>,
     /// Deduplication id → (expiry, message id, sequence number).
     dedup: HashMap<String, (u64, String, Option<String>)>,
@@ -112,9 +167,12 @@ struct Queue {
 }
 
 impl Queue {
-    fn new(meta: StoredQueue) -> Self {
+    fn new(meta: StoredQueue, incarnation: u64) -> Self {
         Self {
             meta,
+            incarnation,
+            purge_floor: 0,
+            deleting: false,
             messages: BTreeMap::new(),
             dedup: HashMap::new(),
             notify: Arc::new(Notify::new()),
@@ -143,10 +201,43 @@ struct State {
     next_seq: u64,
 }
 
+fn no_such_queue() -> SqsError {
+    SqsError::queue_does_not_exist("The specified queue does not exist.")
+}
+
+impl State {
+    fn queue(&self, name: &str) -> Option<&Queue> {
+        self.queues.get(name).filter(|q| !q.deleting)
+    }
+
+    fn queue_mut(&mut self, name: &str) -> Option<&mut Queue> {
+        self.queues.get_mut(name).filter(|q| !q.deleting)
+    }
+
+    /// The queue `name` if it is still the creation `incarnation`.
+    fn incarnation_mut(&mut self, name: &str, incarnation: u64) -> Option<&mut Queue> {
+        self.queue_mut(name).filter(|q| q.incarnation == incarnation)
+    }
+
+    fn take_seq(&mut self) -> u64 {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        seq
+    }
+}
+
+/// A message decided under the lock, made visible once committed.
+struct Put {
+    seq: u64,
+    message: StoredMessage,
+}
+
 pub struct Engine {
     config: EngineConfig,
     state: Mutex<State>,
     journal: Option<Journal>,
+    /// Serialises queue-level actions (create, delete, purge, attributes, tags).
+    meta: tokio::sync::Mutex<()>,
 }
 
 fn str_param<'a>(input: &'a Value, name: &str) -> Option<&'a str> {
@@ -272,7 +363,8 @@ impl Engine {
             Some(path) => {
                 let (journal, queues, messages) = Journal::open(path)?;
                 for q in queues {
-                    state.queues.insert(q.name.clone(), Queue::new(q));
+                    let incarnation = state.take_seq();
+                    state.queues.insert(q.name.clone(), Queue::new(q, incarnation));
                 }
                 for (queue, seq, stored) in messages {
                     if let Some(q) = state.queues.get_mut(&queue) {
@@ -287,6 +379,7 @@ impl Engine {
             config,
             state: Mutex::new(state),
             journal,
+            meta: tokio::sync::Mutex::new(()),
         }))
     }
 
@@ -298,11 +391,53 @@ impl Engine {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    async fn persist(&self, changes: Vec<Change>) -> Result<(), SqsError> {
+    /// Submits `changes` to the journal; call it under the state lock.
+    fn submit(&self, changes: Vec<Change>) -> Option<Pending> {
         match &self.journal {
-            Some(journal) if !changes.is_empty() => journal.write(changes).await,
-            _ => Ok(()),
+            Some(journal) if !changes.is_empty() => Some(journal.submit(changes)),
+            _ => None,
         }
+    }
+
+    async fn committed(pending: Option<Pending>) -> Result<(), SqsError> {
+        match pending {
+            Some(p) => p.committed().await,
+            None => Ok(()),
+        }
+    }
+
+    /// Makes committed messages visible in queue `name` (unless it was
+    /// deleted or purged past them meanwhile).
+    fn deliver(&self, name: &str, incarnation: u64, puts: Vec<Put>) {
+        let mut state = self.lock();
+        if let Some(q) = state.incarnation_mut(name, incarnation) {
+            for put in puts.into_iter().filter(|p| p.seq >= q.purge_floor) {
+                q.messages.insert(put.seq, Message::new(put.message));
+            }
+            q.notify.notify_waiters();
+        }
+    }
+
+    /// Commits a new version of queue `name`'s metadata made by `change`,
+    /// then applies it. Holds `meta`, so nothing else changes the queue.
+    async fn update_meta(
+        &self,
+        name: &str,
+        change: impl FnOnce(&mut StoredQueue, u64) -> Result<(), SqsError>,
+    ) -> Result<(), SqsError> {
+        let _meta = self.meta.lock().await;
+        let (meta, pending) = {
+            let state = self.lock();
+            let mut meta = state.queue(name).ok_or_else(no_such_queue)?.meta.clone();
+            change(&mut meta, now_ms())?;
+            let pending = self.submit(vec![Change::PutQueue(meta.clone())]);
+            (meta, pending)
+        };
+        Self::committed(pending).await?;
+        if let Some(q) = self.lock().queue_mut(name) {
+            q.meta = meta;
+        }
+        Ok(())
     }
 
     fn queue_url(&self, name: &str) -> String {
@@ -360,9 +495,10 @@ impl Engine {
         attributes.apply(&given, true, fifo)?;
         let tags = string_map(input.get("tags"))?;
         let url = self.queue_url(name);
-        let change = {
-            let mut state = self.lock();
-            if let Some(existing) = state.queues.get(name) {
+        let _meta = self.meta.lock().await;
+        let (meta, pending) = {
+            let state = self.lock();
+            if let Some(existing) = state.queue(name) {
                 let mut wanted = QueueAttributes::default();
                 wanted.apply(&given, true, fifo)?;
                 let same = given.iter().all(|(k, v)| existing.meta.attributes.0.get(k) == Some(v));
@@ -382,16 +518,19 @@ impl Engine {
                 created_s: now,
                 modified_s: now,
             };
-            state.queues.insert(name.to_owned(), Queue::new(meta.clone()));
-            Change::PutQueue(meta)
+            let pending = self.submit(vec![Change::PutQueue(meta.clone())]);
+            (meta, pending)
         };
-        self.persist(vec![change]).await?;
+        Self::committed(pending).await?;
+        let mut state = self.lock();
+        let incarnation = state.take_seq();
+        state.queues.insert(name.to_owned(), Queue::new(meta, incarnation));
         Ok(json!({"QueueUrl": url}))
     }
 
     fn get_queue_url(&self, input: &Value) -> Result<Value, SqsError> {
         let name = required(input, "QueueName")?;
-        if self.lock().queues.contains_key(name) {
+        if self.lock().queue(name).is_some() {
             Ok(json!({"QueueUrl": self.queue_url(name)}))
         } else {
             Err(SqsError::queue_does_not_exist("The specified queue does not exist."))
@@ -408,9 +547,9 @@ impl Engine {
         let names: Vec<String> = self
             .lock()
             .queues
-            .keys()
-            .filter(|n| n.starts_with(prefix) && n.as_str() > after)
-            .cloned()
+            .iter()
+            .filter(|(n, q)| !q.deleting && n.starts_with(prefix) && n.as_str() > after)
+            .map(|(n, _)| n.clone())
             .collect();
         let page: Vec<String> = names.iter().take(max).map(|n| self.queue_url(n)).collect();
         let mut out = json!({});
@@ -425,31 +564,52 @@ impl Engine {
 
     fn with_queue<R>(&self, name: &str, f: impl FnOnce(&mut Queue, u64) -> Result<R, SqsError>) -> Result<R, SqsError> {
         let mut state = self.lock();
-        let q = state
-            .queues
-            .get_mut(name)
-            .ok_or_else(|| SqsError::queue_does_not_exist("The specified queue does not exist."))?;
+        let q = state.queue_mut(name).ok_or_else(no_such_queue)?;
         f(q, now_ms())
     }
 
     async fn delete_queue(&self, input: &Value) -> Result<Value, SqsError> {
         let name = Self::queue_name(input)?;
-        let removed = self.lock().queues.remove(&name);
-        let Some(q) = removed else {
-            return Err(SqsError::queue_does_not_exist("The specified queue does not exist."));
+        let _meta = self.meta.lock().await;
+        let pending = {
+            let mut state = self.lock();
+            let q = state.queue_mut(&name).ok_or_else(no_such_queue)?;
+            // Gone for every action from now on, so nothing new is journaled
+            // for it behind its deletion.
+            q.deleting = true;
+            q.notify.notify_waiters();
+            self.submit(vec![Change::DeleteQueue(name.clone())])
         };
-        q.notify.notify_waiters();
-        self.persist(vec![Change::DeleteQueue(name)]).await?;
-        Ok(json!({}))
+        let committed = Self::committed(pending).await;
+        let mut state = self.lock();
+        match committed {
+            Ok(()) => {
+                state.queues.remove(&name);
+                Ok(json!({}))
+            }
+            Err(e) => {
+                if let Some(q) = state.queues.get_mut(&name) {
+                    q.deleting = false;
+                }
+                Err(e)
+            }
+        }
     }
 
     async fn purge_queue(&self, input: &Value) -> Result<Value, SqsError> {
         let name = Self::queue_name(input)?;
-        self.with_queue(&name, |q, _| {
-            q.messages.clear();
-            Ok(())
-        })?;
-        self.persist(vec![Change::PurgeQueue(name)]).await?;
+        let _meta = self.meta.lock().await;
+        let (floor, pending) = {
+            let state = self.lock();
+            state.queue(&name).ok_or_else(no_such_queue)?;
+            // Every message journaled before the purge has a lower sequence.
+            (state.next_seq, self.submit(vec![Change::PurgeQueue(name.clone())]))
+        };
+        Self::committed(pending).await?;
+        if let Some(q) = self.lock().queue_mut(&name) {
+            q.purge_floor = floor;
+            q.messages.retain(|seq, _| *seq >= floor);
+        }
         Ok(json!({}))
     }
 
@@ -505,19 +665,19 @@ impl Engine {
     async fn set_queue_attributes(&self, input: &Value) -> Result<Value, SqsError> {
         let name = Self::queue_name(input)?;
         let given = string_map(input.get("Attributes"))?;
-        let meta = self.with_queue(&name, |q, now| {
-            let fifo = q.meta.fifo;
-            q.meta.attributes.apply(&given, false, fifo)?;
-            q.meta.modified_s = now / 1000;
-            Ok(q.meta.clone())
-        })?;
-        self.persist(vec![Change::PutQueue(meta)]).await?;
+        self.update_meta(&name, |meta, now| {
+            let fifo = meta.fifo;
+            meta.attributes.apply(&given, false, fifo)?;
+            meta.modified_s = now / 1000;
+            Ok(())
+        })
+        .await?;
         Ok(json!({}))
     }
 
     async fn tag_queue(&self, input: &Value, add: bool) -> Result<Value, SqsError> {
         let name = Self::queue_name(input)?;
-        let meta = self.with_queue(&name, |q, _| {
+        self.update_meta(&name, |meta, _| {
             if add {
                 let tags = string_map(input.get("Tags"))?;
                 if tags.is_empty() {
@@ -525,20 +685,20 @@ impl Engine {
                         "The request must contain the parameter Tags.",
                     ));
                 }
-                if q.meta.tags.len() + tags.len() > 50 {
+                if meta.tags.len() + tags.len() > 50 {
                     return Err(SqsError::invalid_parameter_value(
                         "Too many tags added for queue (at most 50).",
                     ));
                 }
-                q.meta.tags.extend(tags);
+                meta.tags.extend(tags);
             } else {
                 for key in list_param(input, "TagKeys") {
-                    q.meta.tags.remove(key);
+                    meta.tags.remove(key);
                 }
             }
-            Ok(q.meta.clone())
-        })?;
-        self.persist(vec![Change::PutQueue(meta)]).await?;
+            Ok(())
+        })
+        .await?;
         Ok(json!({}))
     }
 
@@ -557,35 +717,28 @@ impl Engine {
         let name = Self::queue_name(input)?;
         let arn = self.queue_arn(&name);
         let state = self.lock();
-        if !state.queues.contains_key(&name) {
-            return Err(SqsError::queue_does_not_exist("The specified queue does not exist."));
-        }
+        state.queue(&name).ok_or_else(no_such_queue)?;
         let urls: Vec<String> = state
             .queues
             .values()
             .filter(|q| {
-                q.meta
-                    .attributes
-                    .redrive_policy()
-                    .is_some_and(|p| p.dead_letter_target_arn == arn)
+                !q.deleting
+                    && q.meta
+                        .attributes
+                        .redrive_policy()
+                        .is_some_and(|p| p.dead_letter_target_arn == arn)
             })
             .map(|q| self.queue_url(&q.meta.name))
             .collect();
         Ok(json!({"queueUrls": urls}))
     }
 
-    /// Validates one message and enqueues it (under the state lock).
-    fn enqueue(
-        &self,
-        state: &mut State,
-        queue: &str,
-        entry: &Value,
-    ) -> Result<(Value, Option<Change>, Arc<Notify>), SqsError> {
+    /// Validates one message and decides its sequence (under the state
+    /// lock); `None` for a duplicate within the deduplication window. The
+    /// deduplication id is reserved at once ([`Self::forget_dedup`] undoes it).
+    fn enqueue(&self, state: &mut State, queue: &str, entry: &Value) -> Result<(Value, Option<Put>), SqsError> {
         let next_seq = state.next_seq;
-        let q = state
-            .queues
-            .get_mut(queue)
-            .ok_or_else(|| SqsError::queue_does_not_exist("The specified queue does not exist."))?;
+        let q = state.queue_mut(queue).ok_or_else(no_such_queue)?;
         let now = now_ms();
         let body = required(entry, "MessageBody")?;
         validate_body(body)?;
@@ -649,7 +802,7 @@ impl Engine {
             if let Some(seq) = seq {
                 out["SequenceNumber"] = json!(seq);
             }
-            return Ok((out, None, q.notify.clone()));
+            return Ok((out, None));
         }
         let delay_ms = delay.unwrap_or_else(|| u64::from(q.meta.attributes.number("DelaySeconds"))) * 1000;
         let seq = next_seq;
@@ -673,25 +826,68 @@ impl Engine {
             q.dedup
                 .insert(d, (now + DEDUP_WINDOW_MS, stored.id.clone(), sequence_number));
         }
-        let change = Change::PutMessage {
-            queue: queue.to_owned(),
-            seq,
-            message: stored.clone(),
-        };
-        q.messages.insert(seq, Message::new(stored));
-        let notify = q.notify.clone();
         state.next_seq += 1;
-        Ok((out, Some(change), notify))
+        Ok((out, Some(Put { seq, message: stored })))
+    }
+
+    /// Journals `puts` of queue `name` (under the state lock).
+    fn submit_puts(&self, name: &str, puts: &[Put]) -> Option<Pending> {
+        self.submit(
+            puts.iter()
+                .map(|p| Change::PutMessage {
+                    queue: name.to_owned(),
+                    seq: p.seq,
+                    message: p.message.clone(),
+                })
+                .collect(),
+        )
+    }
+
+    /// After a failed commit: the deduplication ids `puts` reserved are free again.
+    fn forget_dedup(&self, name: &str, incarnation: u64, puts: &[Put]) {
+        let mut state = self.lock();
+        if let Some(q) = state.incarnation_mut(name, incarnation) {
+            for put in puts {
+                if let Some(d) = &put.message.dedup_id
+                    && q.dedup.get(d).is_some_and(|(_, id, _)| *id == put.message.id)
+                {
+                    q.dedup.remove(d);
+                }
+            }
+        }
+    }
+
+    /// Commits `puts`, then makes them visible; a failed commit changes nothing.
+    async fn commit_puts(
+        &self,
+        name: &str,
+        incarnation: u64,
+        puts: Vec<Put>,
+        pending: Option<Pending>,
+    ) -> Result<(), SqsError> {
+        match Self::committed(pending).await {
+            Ok(()) => {
+                self.deliver(name, incarnation, puts);
+                Ok(())
+            }
+            Err(e) => {
+                self.forget_dedup(name, incarnation, &puts);
+                Err(e)
+            }
+        }
     }
 
     async fn send_message(&self, input: &Value) -> Result<Value, SqsError> {
         let name = Self::queue_name(input)?;
-        let (out, change, notify) = {
+        let (out, puts, incarnation, pending) = {
             let mut state = self.lock();
-            self.enqueue(&mut state, &name, input)?
+            let (out, put) = self.enqueue(&mut state, &name, input)?;
+            let puts: Vec<Put> = put.into_iter().collect();
+            let incarnation = state.queue(&name).map_or(0, |q| q.incarnation);
+            let pending = self.submit_puts(&name, &puts);
+            (out, puts, incarnation, pending)
         };
-        self.persist(change.into_iter().collect()).await?;
-        notify.notify_waiters();
+        self.commit_puts(&name, incarnation, puts, pending).await?;
         Ok(out)
     }
 
@@ -710,53 +906,44 @@ impl Engine {
                 "Batch requests cannot be longer than {MAX_MESSAGE_SIZE} bytes. You have sent {bodies} bytes."
             )));
         }
-        let (mut successful, mut failed, mut changes) = (Vec::new(), Vec::new(), Vec::new());
-        let mut notify = None;
-        {
+        let (mut successful, mut failed, mut puts) = (Vec::new(), Vec::new(), Vec::new());
+        let (incarnation, pending) = {
             let mut state = self.lock();
-            if !state.queues.contains_key(&name) {
-                return Err(SqsError::queue_does_not_exist("The specified queue does not exist."));
-            }
+            let incarnation = state.queue(&name).ok_or_else(no_such_queue)?.incarnation;
             for entry in entries {
                 let id = str_param(entry, "Id").unwrap_or_default();
                 match self.enqueue(&mut state, &name, entry) {
-                    Ok((mut out, change, n)) => {
+                    Ok((mut out, put)) => {
                         out["Id"] = json!(id);
                         successful.push(out);
-                        changes.extend(change);
-                        notify = Some(n);
+                        puts.extend(put);
                     }
                     Err(e) => failed.push(batch_failure(id, &e)),
                 }
             }
-        }
-        self.persist(changes).await?;
-        if let Some(n) = notify {
-            n.notify_waiters();
-        }
+            (incarnation, self.submit_puts(&name, &puts))
+        };
+        self.commit_puts(&name, incarnation, puts, pending).await?;
         Ok(json!({"Successful": successful, "Failed": failed}))
     }
 
-    /// One receive attempt: takes up to `max` visible messages.
-    fn try_receive(&self, name: &str, max: usize, visibility_ms: u64) -> Result<(Vec<Value>, Vec<Change>), SqsError> {
+    /// One receive attempt: takes up to `max` visible messages (at once, so
+    /// no other receive takes them) and journals expiries and dead-letter
+    /// moves before the lock is released.
+    fn try_receive(&self, name: &str, max: usize, visibility_ms: u64) -> Result<Received, SqsError> {
         let mut state = self.lock();
         let now = now_ms();
-        let (policy, fifo) = {
-            let q = state
-                .queues
-                .get(name)
-                .ok_or_else(|| SqsError::queue_does_not_exist("The specified queue does not exist."))?;
-            (q.meta.attributes.redrive_policy(), q.meta.fifo)
+        let (policy, fifo, incarnation) = {
+            let q = state.queue(name).ok_or_else(no_such_queue)?;
+            (q.meta.attributes.redrive_policy(), q.meta.fifo, q.incarnation)
         };
-        let dlq_name = policy
+        let dlq = policy
             .as_ref()
-            .and_then(|p| p.dead_letter_target_arn.rsplit(':').next().map(str::to_owned))
-            .filter(|n| n != name && state.queues.contains_key(n));
+            .and_then(|p| p.dead_letter_target_arn.rsplit(':').next())
+            .filter(|n| *n != name)
+            .and_then(|n| state.queue(n).map(|q| (n.to_owned(), q.incarnation)));
         let mut changes = Vec::new();
-        let q = state
-            .queues
-            .get_mut(name)
-            .ok_or_else(|| SqsError::queue_does_not_exist("The specified queue does not exist."))?;
+        let q = state.queue_mut(name).ok_or_else(no_such_queue)?;
         for seq in q.expire(now) {
             changes.push(Change::DeleteMessage {
                 queue: name.to_owned(),
@@ -786,54 +973,95 @@ impl Engine {
             } else if m.visible_at_ms > now {
                 continue;
             }
-            if let (Some(p), Some(_)) = (&policy, &dlq_name)
+            if let (Some(p), Some(_)) = (&policy, &dlq)
                 && m.receive_count >= p.max_receive_count
             {
                 to_dead_letter.push(*seq);
                 continue;
             }
+            let before = m.delivery();
             m.receive_count += 1;
             m.first_receive_ms.get_or_insert(now);
             m.received_ms = now;
             m.visible_at_ms = now + visibility_ms;
             let receipt = receipt_for(*seq);
             m.receipt = Some(receipt.clone());
-            taken.push((*seq, receipt));
+            taken.push((*seq, receipt, before));
         }
         let moved: Vec<(u64, Message)> = to_dead_letter
             .iter()
             .filter_map(|seq| q.messages.remove(seq).map(|m| (*seq, m)))
             .collect();
-        let mut out = Vec::new();
-        for (seq, receipt) in taken {
-            if let Some(m) = q.messages.get(&seq) {
-                out.push(Self::message_json(m, receipt, &self.config.account_id));
+        let messages = taken
+            .iter()
+            .filter_map(|(seq, receipt, _)| {
+                let m = q.messages.get(seq)?;
+                Some(Self::message_json(m, receipt.clone(), &self.config.account_id))
+            })
+            .collect();
+        let mut dead_letters = Vec::new();
+        if let Some((dlq_name, _)) = &dlq {
+            for (old_seq, m) in &moved {
+                let mut stored = m.stored.clone();
+                stored.receive_count = m.receive_count;
+                stored.visible_at_ms = now;
+                changes.push(Change::DeleteMessage {
+                    queue: name.to_owned(),
+                    seq: *old_seq,
+                });
+                let seq = state.take_seq();
+                changes.push(Change::PutMessage {
+                    queue: dlq_name.clone(),
+                    seq,
+                    message: stored.clone(),
+                });
+                dead_letters.push(Put { seq, message: stored });
             }
         }
-        if let Some(dlq) = dlq_name {
-            let mut next_seq = state.next_seq;
-            if let Some(target) = state.queues.get_mut(&dlq) {
-                for (old_seq, m) in moved {
-                    let mut stored = m.stored;
-                    stored.receive_count = m.receive_count;
-                    stored.visible_at_ms = now;
-                    changes.push(Change::DeleteMessage {
-                        queue: name.to_owned(),
-                        seq: old_seq,
-                    });
-                    changes.push(Change::PutMessage {
-                        queue: dlq.clone(),
-                        seq: next_seq,
-                        message: stored.clone(),
-                    });
-                    target.messages.insert(next_seq, Message::new(stored));
-                    next_seq += 1;
+        Ok(Received {
+            messages,
+            incarnation,
+            taken,
+            moved,
+            dead_letters: dlq.map(|d| (d, dead_letters)),
+            pending: self.submit(changes),
+        })
+    }
+
+    /// Waits for a receive's changes to commit: then its dead letters reach
+    /// their queue; if the commit fails, everything it took is put back.
+    async fn finish_receive(&self, name: &str, received: Received) -> Result<Vec<Value>, SqsError> {
+        let Received {
+            messages,
+            incarnation,
+            taken,
+            moved,
+            dead_letters,
+            pending,
+        } = received;
+        match Self::committed(pending).await {
+            Ok(()) => {
+                if let Some(((dlq, dlq_incarnation), puts)) = dead_letters {
+                    self.deliver(&dlq, dlq_incarnation, puts);
                 }
-                target.notify.notify_waiters();
+                Ok(messages)
             }
-            state.next_seq = next_seq;
+            Err(e) => {
+                let mut state = self.lock();
+                if let Some(q) = state.incarnation_mut(name, incarnation) {
+                    for (seq, receipt, before) in taken {
+                        if let Some(m) = q.messages.get_mut(&seq)
+                            && m.receipt.as_deref() == Some(receipt.as_str())
+                        {
+                            m.restore(before);
+                        }
+                    }
+                    q.messages.extend(moved);
+                    q.notify.notify_waiters();
+                }
+                Err(e)
+            }
         }
-        Ok((out, changes))
     }
 
     fn message_json(m: &Message, receipt: String, account: &str) -> Value {
@@ -929,8 +1157,8 @@ impl Engine {
             let waiter = notify.notified();
             tokio::pin!(waiter);
             waiter.as_mut().enable();
-            let (messages, changes) = self.try_receive(&name, max, visibility * 1000)?;
-            self.persist(changes).await?;
+            let received = self.try_receive(&name, max, visibility * 1000)?;
+            let messages = self.finish_receive(&name, received).await?;
             if !messages.is_empty() || tokio::time::Instant::now() >= deadline {
                 let messages: Vec<Value> = messages
                     .into_iter()
@@ -950,47 +1178,78 @@ impl Engine {
         }
     }
 
-    /// Removes the message a receipt handle names (if it is still there).
-    fn remove_by_receipt(&self, name: &str, handle: &str) -> Result<Option<Change>, SqsError> {
+    /// The sequence of the message a receipt handle names, if it is still
+    /// there under that receipt. Deleting a message that is gone, or with a
+    /// superseded receipt, succeeds without effect, as in SQS.
+    fn held_by_receipt(q: &Queue, handle: &str) -> Result<Option<u64>, SqsError> {
         let seq = receipt_seq(handle)?;
-        self.with_queue(name, |q, _| match q.messages.get(&seq) {
-            Some(m) if m.receipt.as_deref() == Some(handle) => {
+        Ok(q.messages
+            .get(&seq)
+            .filter(|m| m.receipt.as_deref() == Some(handle))
+            .map(|_| seq))
+    }
+
+    /// Commits the deletion of `seqs` from queue `name`, then removes them.
+    async fn commit_deletes(
+        &self,
+        name: &str,
+        incarnation: u64,
+        seqs: Vec<u64>,
+        pending: Option<Pending>,
+    ) -> Result<(), SqsError> {
+        Self::committed(pending).await?;
+        if let Some(q) = self.lock().incarnation_mut(name, incarnation) {
+            for seq in seqs {
                 q.messages.remove(&seq);
-                Ok(Some(Change::DeleteMessage {
-                    queue: name.to_owned(),
-                    seq,
-                }))
             }
-            // Deleting a message that is gone, or with a superseded
-            // receipt, succeeds without effect, as in SQS.
-            _ => Ok(None),
-        })
+        }
+        Ok(())
+    }
+
+    fn submit_deletes(&self, name: &str, seqs: &[u64]) -> Option<Pending> {
+        self.submit(
+            seqs.iter()
+                .map(|seq| Change::DeleteMessage {
+                    queue: name.to_owned(),
+                    seq: *seq,
+                })
+                .collect(),
+        )
     }
 
     async fn delete_message(&self, input: &Value) -> Result<Value, SqsError> {
         let name = Self::queue_name(input)?;
         let handle = required(input, "ReceiptHandle")?;
-        let change = self.remove_by_receipt(&name, handle)?;
-        self.persist(change.into_iter().collect()).await?;
+        let (incarnation, seqs, pending) = {
+            let state = self.lock();
+            let q = state.queue(&name).ok_or_else(no_such_queue)?;
+            let seqs: Vec<u64> = Self::held_by_receipt(q, handle)?.into_iter().collect();
+            (q.incarnation, seqs.clone(), self.submit_deletes(&name, &seqs))
+        };
+        self.commit_deletes(&name, incarnation, seqs, pending).await?;
         Ok(json!({}))
     }
 
     async fn delete_message_batch(&self, input: &Value) -> Result<Value, SqsError> {
         let name = Self::queue_name(input)?;
         let entries = batch_entries(input, "Entries")?;
-        let (mut successful, mut failed, mut changes) = (Vec::new(), Vec::new(), Vec::new());
-        for entry in entries {
-            let id = str_param(entry, "Id").unwrap_or_default();
-            match required(entry, "ReceiptHandle").and_then(|h| self.remove_by_receipt(&name, h)) {
-                Ok(change) => {
-                    changes.extend(change);
-                    successful.push(json!({"Id": id}));
+        let (mut successful, mut failed, mut seqs) = (Vec::new(), Vec::new(), Vec::new());
+        let (incarnation, pending) = {
+            let state = self.lock();
+            let q = state.queue(&name).ok_or_else(no_such_queue)?;
+            for entry in entries {
+                let id = str_param(entry, "Id").unwrap_or_default();
+                match required(entry, "ReceiptHandle").and_then(|h| Self::held_by_receipt(q, h)) {
+                    Ok(seq) => {
+                        seqs.extend(seq);
+                        successful.push(json!({"Id": id}));
+                    }
+                    Err(e) => failed.push(batch_failure(id, &e)),
                 }
-                Err(e) if e.shape == "QueueDoesNotExist" => return Err(e),
-                Err(e) => failed.push(batch_failure(id, &e)),
             }
-        }
-        self.persist(changes).await?;
+            (q.incarnation, self.submit_deletes(&name, &seqs))
+        };
+        self.commit_deletes(&name, incarnation, seqs, pending).await?;
         Ok(json!({"Successful": successful, "Failed": failed}))
     }
 
@@ -1051,3 +1310,6 @@ impl Engine {
         Ok(json!({"Successful": successful, "Failed": failed}))
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,206 @@
+//! The engine's durability contract with an injected journal failure: a
+//! change is visible only once committed, and a failed commit leaves the
+//! engine (and the journal, so the next start) as it was.
+
+use serde_json::{Value, json};
+
+use super::*;
+
+struct Journaled {
+    path: std::path::PathBuf,
+    engine: Arc<Engine>,
+}
+
+fn config() -> EngineConfig {
+    EngineConfig {
+        account_id: "acme".into(),
+        region: "ru-msk-1".into(),
+        base_url: "http://engine".into(),
+    }
+}
+
+impl Journaled {
+    fn new() -> Self {
+        let path = std::env::temp_dir()
+            .join(format!("sless-engine-{}-{}", std::process::id(), rand::random::<u64>()))
+            .join("queues.db");
+        let engine = Engine::open(config(), Some(&path)).unwrap();
+        Self { path, engine }
+    }
+
+    /// A restart: the engine as its journal has it.
+    fn reopen(&mut self) {
+        self.engine = Engine::open(config(), Some(&self.path)).unwrap();
+    }
+
+    fn fail_commits(&self, fail: bool) {
+        self.engine.journal.as_ref().unwrap().fail_commits(fail);
+    }
+
+    async fn call(&self, action: &str, input: Value) -> Result<Value, SqsError> {
+        self.engine.handle(action, &input).await
+    }
+
+    async fn ok(&self, action: &str, input: Value) -> Value {
+        self.call(action, input)
+            .await
+            .unwrap_or_else(|e| panic!("{action}: {e}"))
+    }
+
+    async fn queues(&self) -> Value {
+        self.ok("ListQueues", json!({})).await["QueueUrls"].clone()
+    }
+
+    async fn receive(&self, queue: &str) -> Vec<Value> {
+        let out = self
+            .ok(
+                "ReceiveMessage",
+                json!({"QueueUrl": queue, "MaxNumberOfMessages": 10, "VisibilityTimeout": 0}),
+            )
+            .await;
+        out["Messages"].as_array().cloned().unwrap_or_default()
+    }
+}
+
+const Q: &str = "http://engine/acme/jobs";
+
+fn failed(result: Result<Value, SqsError>) -> SqsError {
+    let e = result.expect_err("the commit was made to fail");
+    assert_eq!(e.status, 500, "{e}");
+    e
+}
+
+#[tokio::test]
+async fn a_message_whose_commit_failed_is_never_received() {
+    let mut j = Journaled::new();
+    j.ok("CreateQueue", json!({"QueueName": "jobs"})).await;
+    j.fail_commits(true);
+    failed(
+        j.call("SendMessage", json!({"QueueUrl": Q, "MessageBody": "lost"}))
+            .await,
+    );
+    failed(
+        j.call(
+            "SendMessageBatch",
+            json!({"QueueUrl": Q, "Entries": [{"Id": "a", "MessageBody": "x"}, {"Id": "b", "MessageBody": "y"}]}),
+        )
+        .await,
+    );
+    j.fail_commits(false);
+    assert!(j.receive(Q).await.is_empty(), "nothing uncommitted is received");
+    j.ok("SendMessage", json!({"QueueUrl": Q, "MessageBody": "kept"})).await;
+    j.reopen();
+    let bodies: Vec<_> = j.receive(Q).await.iter().map(|m| m["Body"].clone()).collect();
+    assert_eq!(bodies, [json!("kept")]);
+}
+
+#[tokio::test]
+async fn a_fifo_retry_after_a_failed_commit_is_not_taken_for_a_duplicate() {
+    let j = Journaled::new();
+    j.ok(
+        "CreateQueue",
+        json!({"QueueName": "jobs.fifo", "Attributes": {"FifoQueue": "true"}}),
+    )
+    .await;
+    let fifo = "http://engine/acme/jobs.fifo";
+    let send = json!({"QueueUrl": fifo, "MessageBody": "m", "MessageGroupId": "g", "MessageDeduplicationId": "d1"});
+    j.fail_commits(true);
+    failed(j.call("SendMessage", send.clone()).await);
+    j.fail_commits(false);
+    j.ok("SendMessage", send).await;
+    assert_eq!(j.receive(fifo).await.len(), 1, "the retry was enqueued");
+}
+
+#[tokio::test]
+async fn queue_changes_whose_commit_failed_leave_the_queue_as_it_was() {
+    let mut j = Journaled::new();
+    j.ok("CreateQueue", json!({"QueueName": "jobs"})).await;
+    j.ok("SendMessage", json!({"QueueUrl": Q, "MessageBody": "m"})).await;
+    j.fail_commits(true);
+    failed(j.call("CreateQueue", json!({"QueueName": "other"})).await);
+    failed(j.call("DeleteQueue", json!({"QueueUrl": Q})).await);
+    failed(j.call("PurgeQueue", json!({"QueueUrl": Q})).await);
+    failed(
+        j.call(
+            "SetQueueAttributes",
+            json!({"QueueUrl": Q, "Attributes": {"DelaySeconds": "30"}}),
+        )
+        .await,
+    );
+    failed(j.call("TagQueue", json!({"QueueUrl": Q, "Tags": {"team": "a"}})).await);
+    j.fail_commits(false);
+    for check in 0..2 {
+        assert_eq!(j.queues().await, json!([Q]), "check {check}");
+        let attrs = j
+            .ok("GetQueueAttributes", json!({"QueueUrl": Q, "AttributeNames": ["All"]}))
+            .await;
+        assert_eq!(attrs["Attributes"]["DelaySeconds"], "0");
+        assert_eq!(j.ok("ListQueueTags", json!({"QueueUrl": Q})).await, json!({}));
+        assert_eq!(j.receive(Q).await.len(), 1, "not purged");
+        // The deleted queue did not come back after a restart: it was never deleted.
+        j.reopen();
+    }
+    j.ok("DeleteQueue", json!({"QueueUrl": Q})).await;
+    j.reopen();
+    assert_eq!(j.queues().await, Value::Null);
+}
+
+#[tokio::test]
+async fn a_delete_whose_commit_failed_keeps_the_message() {
+    let mut j = Journaled::new();
+    j.ok("CreateQueue", json!({"QueueName": "jobs"})).await;
+    j.ok("SendMessage", json!({"QueueUrl": Q, "MessageBody": "m"})).await;
+    let receipt = j.receive(Q).await[0]["ReceiptHandle"].clone();
+    j.fail_commits(true);
+    failed(
+        j.call("DeleteMessage", json!({"QueueUrl": Q, "ReceiptHandle": receipt}))
+            .await,
+    );
+    failed(
+        j.call(
+            "DeleteMessageBatch",
+            json!({"QueueUrl": Q, "Entries": [{"Id": "a", "ReceiptHandle": receipt}]}),
+        )
+        .await,
+    );
+    j.fail_commits(false);
+    assert_eq!(j.receive(Q).await.len(), 1);
+    j.reopen();
+    let again = j.receive(Q).await;
+    assert_eq!(again.len(), 1);
+    j.ok(
+        "DeleteMessage",
+        json!({"QueueUrl": Q, "ReceiptHandle": again[0]["ReceiptHandle"]}),
+    )
+    .await;
+    j.reopen();
+    assert!(j.receive(Q).await.is_empty());
+}
+
+#[tokio::test]
+async fn a_dead_letter_move_whose_commit_failed_is_undone() {
+    let j = Journaled::new();
+    let dlq = j.ok("CreateQueue", json!({"QueueName": "dead"})).await["QueueUrl"].clone();
+    let policy = json!({"deadLetterTargetArn": "arn:aws:sqs:ru-msk-1:acme:dead", "maxReceiveCount": 1}).to_string();
+    j.ok(
+        "CreateQueue",
+        json!({"QueueName": "jobs", "Attributes": {"RedrivePolicy": policy}}),
+    )
+    .await;
+    j.ok("SendMessage", json!({"QueueUrl": Q, "MessageBody": "m"})).await;
+    assert_eq!(j.receive(Q).await.len(), 1);
+    // The second receive moves it to the dead-letter queue: make that fail.
+    j.fail_commits(true);
+    let taken = j
+        .call(
+            "ReceiveMessage",
+            json!({"QueueUrl": Q, "MaxNumberOfMessages": 10, "VisibilityTimeout": 0}),
+        )
+        .await;
+    failed(taken);
+    j.fail_commits(false);
+    assert!(j.receive(dlq.as_str().unwrap()).await.is_empty(), "not moved");
+    // Still in its queue; the next receive moves it.
+    assert!(j.receive(Q).await.is_empty());
+    assert_eq!(j.receive(dlq.as_str().unwrap()).await.len(), 1);
+}
