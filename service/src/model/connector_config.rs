@@ -73,6 +73,10 @@ pub struct PostgresSourceConfig {
     /// Column whose increasing values mark the read position (an id or a
     /// change time). Default `id`.
     pub incremental_column: Option<String>,
+    /// A unique column that orders rows sharing an `incrementalColumn`
+    /// value (a change time), so none is skipped at a batch boundary.
+    /// Default `id`.
+    pub id_column: Option<String>,
     pub connection_string_secret_ref: Option<SecretRef>,
     pub table_secret_ref: Option<SecretRef>,
 }

@@ -265,3 +265,68 @@ async fn router_sinks_and_the_error_sink() {
     .await
     .unwrap();
 }
+
+/// Rows sharing a change time across a batch boundary, and two transactions
+/// that commit in the reverse order of their ids: every row arrives. The
+/// position was the change time alone (`> $1`), which skipped both.
+#[tokio::test]
+async fn no_row_is_skipped_at_ties_or_when_transactions_commit_out_of_order() {
+    let db = db().await;
+    let (src, dst) = (unique("ties"), unique("ties_dst"));
+    db.batch_execute(&format!(
+        "CREATE TABLE {src} (id serial PRIMARY KEY, changed timestamptz NOT NULL, v text);
+         INSERT INTO {src} (changed, v) VALUES
+           ('2026-01-01T00:00:01Z', 'a'), ('2026-01-01T00:00:02Z', 'b'),
+           ('2026-01-01T00:00:03Z', 't1'), ('2026-01-01T00:00:03Z', 't2'), ('2026-01-01T00:00:03Z', 't3'),
+           ('2026-01-01T00:00:04Z', 'c');
+         CREATE TABLE {dst} (id int PRIMARY KEY, v text);"
+    ))
+    .await
+    .unwrap();
+    let dir = TempDir::new("df-ties");
+    let server = DevServer::start(&dir.0);
+    let a = server.client(TOKEN_A);
+    let (status, body) = a
+        .post(
+            "/api/v1/dataflows",
+            json!({
+                "name": "ties",
+                // A batch of 3 ends inside the three rows changed at :03.
+                "source": pg(&src, json!({"pollInterval": 1, "batchSize": 3, "incrementalColumn": "changed"})),
+                "sink": pg(&dst, json!({})),
+                "transformations": [{"type": "remove", "config": {"fields": ["changed"]}}]
+            }),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    wait_for(&db, &format!("SELECT count(*) FROM {dst}"), 6).await;
+
+    // Transaction 1 takes id 7 and stays open; transaction 2 takes id 8 and
+    // commits first, both later in change time than everything read.
+    let mut slow = crate::common::pg::db().await;
+    let t1 = slow.transaction().await.unwrap();
+    t1.execute(
+        &format!("INSERT INTO {src} (changed, v) VALUES ('2026-01-01T00:00:05Z', 'slow')"),
+        &[],
+    )
+    .await
+    .unwrap();
+    db.execute(
+        &format!("INSERT INTO {src} (changed, v) VALUES ('2026-01-01T00:00:06Z', 'fast')"),
+        &[],
+    )
+    .await
+    .unwrap();
+    // Several polls pass while transaction 1 is open: the fast row must wait
+    // behind it, not be read past it.
+    tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
+    assert_eq!(count(&db, &format!("SELECT count(*) FROM {dst}")).await, 6);
+    t1.commit().await.unwrap();
+    wait_for(&db, &format!("SELECT count(*) FROM {dst}"), 8).await;
+    let rows = db
+        .query(&format!("SELECT v FROM {dst} ORDER BY id"), &[])
+        .await
+        .unwrap();
+    let values: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
+    assert_eq!(values, ["a", "b", "t1", "t2", "t3", "c", "slow", "fast"]);
+}

@@ -17,7 +17,7 @@ use crate::model::dataflow::ConnectorSpec;
 /// Where a record sits in its source, so the source can resume after it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Position {
-    /// A polling source's incremental column, as text.
+    /// A polling source's row position, as its checkpoint text.
     Column(String),
     /// A Kafka record.
     Offset { partition: i32, offset: i64 },

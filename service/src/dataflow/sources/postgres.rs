@@ -1,11 +1,23 @@
-//! PostgreSQL source: polls a table (or a query) for rows whose incremental
-//! column (an id or a change time) is past the read position, in order, a
-//! batch at a time. The position of the last written row is the checkpoint.
+//! PostgreSQL source: polls a table (or a query) for rows past the read
+//! position, in order, a batch at a time. The position of the last written
+//! row is the checkpoint.
+//!
+//! The position is total: the incremental column's value, and when that is
+//! not unique (a change time) the `idColumn`'s value of the same row, so rows
+//! sharing a change time are never split and skipped at a batch boundary.
+//!
+//! A table source reads only rows written by transactions older than every
+//! transaction still running (the snapshot's xmin). A transaction that took
+//! an id before a row already read and commits after it would otherwise be
+//! skipped for ever; the price is that one long-running writing transaction
+//! holds the source back until it ends. A `query` source cannot see row
+//! versions and has no such guard (documented).
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
 
 use super::{DEFAULT_BATCH, Position, Record, Source};
 use crate::dataflow::checkpoint::CheckpointStore;
@@ -17,14 +29,58 @@ use crate::model::connector_config::PostgresSourceConfig;
 
 pub const DEFAULT_POLL: Duration = Duration::from_secs(5);
 
+/// Where reading goes on: after this row.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct RowPosition {
+    value: String,
+    /// The id of the row, when the incremental column is not the id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    id: Option<String>,
+}
+
+impl RowPosition {
+    /// A checkpoint as saved: the plain value where the incremental column
+    /// is unique (and in checkpoints of before ids were kept), else JSON.
+    fn parse(text: &str) -> Self {
+        serde_json::from_str(text).unwrap_or_else(|_| Self {
+            value: text.to_owned(),
+            id: None,
+        })
+    }
+
+    fn text(&self) -> String {
+        match self.id {
+            None => self.value.clone(),
+            // A struct of strings serialises infallibly.
+            Some(_) => serde_json::to_string(self).unwrap_or_default(),
+        }
+    }
+}
+
 pub struct PostgresSource {
     client: tokio_postgres::Client,
     select: String,
+    /// Whether `select` takes the row's id beside the incremental value.
+    paired: bool,
     batch: usize,
     poll_interval: Duration,
-    /// The incremental column of the last row read.
-    read_position: Mutex<Option<String>>,
+    /// The position of the last row read.
+    read_position: Mutex<Option<RowPosition>>,
     checkpoint: Option<Arc<dyn CheckpointStore>>,
+}
+
+/// The type name of `column` in what `from` returns.
+async fn column_type(client: &tokio_postgres::Client, from: &str, column: &str) -> Result<String, ConnectorError> {
+    let probe = client
+        .prepare(&format!("SELECT * FROM {from} AS q LIMIT 0"))
+        .await
+        .map_err(ConnectorError::query)?;
+    probe
+        .columns()
+        .iter()
+        .find(|c| c.name() == column)
+        .map(|c| c.type_().name().to_owned())
+        .ok_or_else(|| ConnectorError::Config(format!("the source has no column {column:?} to read incrementally")))
 }
 
 impl PostgresSource {
@@ -34,36 +90,47 @@ impl PostgresSource {
             .as_deref()
             .ok_or_else(|| ConnectorError::Config("connectionString is required".into()))?;
         let column_name = config.incremental_column.clone().unwrap_or_else(|| "id".into());
+        let id_name = config.id_column.clone().unwrap_or_else(|| "id".into());
         let column = quote(&column_name)?;
-        let from = match (&config.query, &config.table) {
-            (Some(query), _) => format!("({query})"),
-            (None, Some(table)) => quote(table)?,
+        let id = quote(&id_name)?;
+        let (from, guard) = match (&config.query, &config.table) {
+            (Some(query), _) => (format!("({query})"), ""),
+            (None, Some(table)) => (
+                quote(table)?,
+                // Written before every running transaction began (xid ages
+                // compare across wraparound; frozen rows are the oldest).
+                " AND age(q.xmin) > age((pg_snapshot_xmin(pg_current_snapshot())::text::bigint % 4294967296)::text::xid)",
+            ),
             (None, None) => return Err(ConnectorError::Config("table or query is required".into())),
         };
         let client = connect(dsn).await?;
-        // The column's type, so positions compare as that type, not as text.
-        let probe = client
-            .prepare(&format!("SELECT * FROM {from} AS q LIMIT 0"))
-            .await
-            .map_err(ConnectorError::query)?;
-        let Some(col) = probe.columns().iter().find(|c| c.name() == column_name) else {
-            return Err(ConnectorError::Config(format!(
-                "the source has no column {column_name:?} to read incrementally"
-            )));
-        };
-        let ty = col.type_().name().to_owned();
+        // Positions compare as the columns' types, not as text.
+        let ty = column_type(&client, &from, &column_name).await?;
         let batch = config.batch_size.unwrap_or(DEFAULT_BATCH as u32).max(1);
-        let select = format!(
-            "SELECT row_to_json(q)::text, (q.{column})::text FROM {from} AS q \
-             WHERE $1::text IS NULL OR q.{column} > $1::text::{ty} ORDER BY q.{column} LIMIT {batch}"
-        );
+        let xmin = if config.query.is_some() { "" } else { ", t.xmin" };
+        let select = if column_name == id_name {
+            format!(
+                "SELECT row_to_json(q)::text, (q.{column})::text, NULL FROM (SELECT *{xmin} FROM {from} AS t) AS q \
+                 WHERE ($1::text IS NULL OR q.{column} > $1::text::{ty}){guard} ORDER BY q.{column} LIMIT {batch}"
+            )
+        } else {
+            let id_ty = column_type(&client, &from, &id_name).await?;
+            format!(
+                "SELECT row_to_json(q)::text, (q.{column})::text, (q.{id})::text \
+                 FROM (SELECT *{xmin} FROM {from} AS t) AS q \
+                 WHERE ($1::text IS NULL OR q.{column} > $1::text::{ty} \
+                        OR (q.{column} = $1::text::{ty} AND $2::text IS NOT NULL AND q.{id} > $2::text::{id_ty})){guard} \
+                 ORDER BY q.{column}, q.{id} LIMIT {batch}"
+            )
+        };
         let start = match &ctx.checkpoint {
-            Some(store) => store.load().await.map_err(store_error)?,
+            Some(store) => store.load().await.map_err(store_error)?.map(|t| RowPosition::parse(&t)),
             None => None,
         };
         Ok(Self {
             client,
             select,
+            paired: column_name != id_name,
             batch: batch as usize,
             poll_interval: config
                 .poll_interval
@@ -74,21 +141,35 @@ impl PostgresSource {
     }
 
     /// The next batch after `position` (from the start when `None`).
-    async fn read_after(&self, position: Option<&str>) -> Result<Vec<Record>, ConnectorError> {
-        let rows = self
-            .client
-            .query(&self.select, &[&position])
-            .await
-            .map_err(ConnectorError::query)?;
+    async fn read_after(&self, position: Option<&RowPosition>) -> Result<Vec<(Record, RowPosition)>, ConnectorError> {
+        let value = position.map(|p| p.value.as_str());
+        let id = position.and_then(|p| p.id.as_deref());
+        let rows = if self.paired {
+            self.client.query(&self.select, &[&value, &id]).await
+        } else {
+            self.client.query(&self.select, &[&value]).await
+        }
+        .map_err(ConnectorError::query)?;
         rows.iter()
             .map(|r| {
                 let text: String = r.get(0);
-                Ok(Record {
-                    message: Message::new(
-                        serde_json::from_str(&text).map_err(|e| ConnectorError::Data(e.to_string()))?,
-                    ),
-                    position: Position::Column(r.get::<_, Option<String>>(1).unwrap_or_default()),
-                })
+                let mut data: serde_json::Value =
+                    serde_json::from_str(&text).map_err(|e| ConnectorError::Data(e.to_string()))?;
+                // The guard's system column is no part of the message.
+                if let Some(object) = data.as_object_mut() {
+                    object.remove("xmin");
+                }
+                let position = RowPosition {
+                    value: r.get::<_, Option<String>>(1).unwrap_or_default(),
+                    id: r.get(2),
+                };
+                Ok((
+                    Record {
+                        message: Message::new(data),
+                        position: Position::Column(position.text()),
+                    },
+                    position,
+                ))
             })
             .collect()
     }
@@ -103,14 +184,10 @@ impl Source for PostgresSource {
     async fn read(&self) -> Result<Vec<Record>, ConnectorError> {
         loop {
             let after = self.read_position.lock().unwrap_or_else(|p| p.into_inner()).clone();
-            let rows = self.read_after(after.as_deref()).await?;
-            if let Some(Record {
-                position: Position::Column(last),
-                ..
-            }) = rows.last()
-            {
+            let rows = self.read_after(after.as_ref()).await?;
+            if let Some((_, last)) = rows.last() {
                 *self.read_position.lock().unwrap_or_else(|p| p.into_inner()) = Some(last.clone());
-                return Ok(rows);
+                return Ok(rows.into_iter().map(|(record, _)| record).collect());
             }
             tokio::time::sleep(self.poll_interval).await;
         }
@@ -128,5 +205,27 @@ impl Source for PostgresSource {
             return Ok(());
         };
         store.save(last).await.map_err(store_error)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RowPosition;
+
+    #[test]
+    fn positions_round_trip_and_old_checkpoints_still_load() {
+        for position in [
+            RowPosition {
+                value: "42".into(),
+                id: None,
+            },
+            RowPosition {
+                value: "2026-01-01 00:00:03+00".into(),
+                id: Some("7".into()),
+            },
+        ] {
+            assert_eq!(RowPosition::parse(&position.text()), position);
+        }
+        assert_eq!(RowPosition::parse("42").text(), "42");
     }
 }
