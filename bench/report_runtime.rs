@@ -115,6 +115,7 @@ async fn main() -> anyhow::Result<()> {
                 access_key_id: "AK".into(),
                 secret_access_key: "SK".into(),
             }],
+            ..Default::default()
         }],
     });
     let mut deliveries = service.watch("bench-worker".into(), session_id.clone())?;

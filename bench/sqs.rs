@@ -178,7 +178,7 @@ async fn gateway_vs_direct() -> anyhow::Result<()> {
         },
         None,
     )?;
-    let engine_server = EngineServer::start(engine, "127.0.0.1:0".parse()?).await?;
+    let engine_server = EngineServer::start(engine, "127.0.0.1:0".parse()?, None).await?;
     let mut config = sless::controlplane::config::ControlPlaneArgs {
         listen: "127.0.0.1:0".parse()?,
         heartbeat_interval: Duration::from_secs(10),
@@ -216,6 +216,7 @@ async fn gateway_vs_direct() -> anyhow::Result<()> {
                 access_key_id: ACCESS.into(),
                 secret_access_key: SECRET.into(),
             }],
+            ..Default::default()
         }],
     });
     tokio::spawn(control_plane.serve(std::future::pending()));

@@ -11,6 +11,7 @@ use crate::shutdown::stopped;
 
 use crate::api::{self, AppState, metrics::Metrics};
 use crate::controlplane::config::ControlPlaneConfig;
+use crate::controlplane::local_pki::LocalPki;
 use crate::controlplane::publisher::Debounce;
 use crate::controlplane::server::{ControlPlane, ServerError};
 use crate::controlplane::store::memory::MemoryStore;
@@ -35,6 +36,12 @@ pub enum DevError {
     ControlPlane(#[from] ServerError),
     #[error("SQS gateway failed: {0}")]
     Gateway(std::io::Error),
+    #[error(
+        "sless dev makes its control plane's certificates at each start; --control-plane-tls mtls is for sless serve"
+    )]
+    OwnTls,
+    #[error(transparent)]
+    Pki(#[from] crate::controlplane::local_pki::PkiError),
 }
 
 /// The gateway's worker id in dev: queue services are Ready once it ACKs.
@@ -97,16 +104,24 @@ impl Dev {
             source,
         })?;
         let api_addr = listener.local_addr().map_err(DevError::Serve)?;
-        let control_plane =
-            ControlPlane::start(opts.control_plane, Arc::new(MemoryStore::new()), Debounce::default()).await?;
+        // mTLS on loopback too, with certificates of this run only: the
+        // snapshots carry every tenant's keys.
+        let mut config = opts.control_plane;
+        if config.tls.is_some() {
+            return Err(DevError::OwnTls);
+        }
+        let pki = LocalPki::new(GATEWAY_WORKER_ID)?;
+        config.tls = Some(pki.server);
+        config.identity = pki.identity;
+        let control_plane = ControlPlane::start(config, Arc::new(MemoryStore::new()), Debounce::default()).await?;
         let gateway = Gateway::bind(
             opts.gateway_listen,
             opts.gateway_public_url,
             WorkerConfig {
-                control_plane: format!("http://{}", control_plane.local_addr),
+                control_plane: format!("https://{}", control_plane.local_addr),
                 worker_id: GATEWAY_WORKER_ID.into(),
                 instance_id: crate::controlplane::model::random_id(),
-                tls: None,
+                tls: Some(pki.worker),
             },
         )
         .await

@@ -121,6 +121,11 @@ struct QueueArgs {
     /// Public base URL of queue URLs (default: http://LISTEN).
     #[arg(long)]
     base_url: Option<String>,
+    /// Serve only requests carrying this token in x-sless-engine-token (the
+    /// gateway's, from the routing snapshot). Without it the engine serves
+    /// anyone who reaches it: keep it on loopback or behind a network policy.
+    #[arg(long, env = "SLESS_ENGINE_TOKEN", hide_env_values = true)]
+    token: Option<String>,
 }
 
 #[derive(clap::Args)]
@@ -415,7 +420,7 @@ async fn queue(args: QueueArgs) -> anyhow::Result<()> {
     let engine = tokio::task::spawn_blocking(move || Engine::open(config, journal.as_deref()))
         .await?
         .context("cannot open the queue journal")?;
-    let server = EngineServer::start(engine, args.listen)
+    let server = EngineServer::start(engine, args.listen, args.token)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
     tracing::info!(addr = %server.addr, durable, "queue engine serving");

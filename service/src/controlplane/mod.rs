@@ -5,6 +5,7 @@ pub mod codec;
 pub mod config;
 pub mod grpc;
 pub mod identity;
+pub mod local_pki;
 pub mod model;
 pub mod proto;
 pub mod publisher;

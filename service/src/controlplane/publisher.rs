@@ -134,6 +134,7 @@ mod tests {
                     tenant: t.to_string(),
                     backend_address: format!("127.0.0.1:1{}", t.len()),
                     keys: vec![],
+                    ..Default::default()
                 })
                 .collect(),
         }

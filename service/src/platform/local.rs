@@ -63,9 +63,10 @@ pub struct GatewayLink {
     pub public_url: String,
 }
 
-/// A tenant's running queue engine.
+/// A tenant's running queue engine and the token it takes from the gateway.
 struct RunningEngine {
     server: EngineServer,
+    token: String,
 }
 
 /// A dataflow's processor task, and what it last reported.
@@ -229,12 +230,11 @@ impl LocalPlatform {
         let queues: Vec<QueueRecord> = self.store.list(QUEUE_SERVICE, None).await?;
         let backends = self.ensure_engines(&queues).await;
         self.gateway.publisher.publish(routing::snapshot(queues.iter().map(|q| {
+            let backend = backends.get(&q.tenant).and_then(|b| b.as_ref().ok());
             routing::Route {
                 tenant: &q.tenant,
-                backend_address: backends
-                    .get(&q.tenant)
-                    .and_then(|b| b.as_ref().ok())
-                    .map(String::as_str),
+                backend_address: backend.map(|(address, _)| address.as_str()),
+                backend_token: backend.map(|(_, token)| token.as_str()),
                 credentials: &q.status.credentials,
             }
         })));
@@ -251,7 +251,8 @@ impl LocalPlatform {
             let backend = backends
                 .get(&q.tenant)
                 .cloned()
-                .unwrap_or_else(|| Err("queue engine not started".into()));
+                .unwrap_or_else(|| Err("queue engine not started".into()))
+                .map(|(address, _)| address);
             pending |= self.reconcile_queue_service(q, backend, acked).await? != Phase::Ready;
         }
         let _lifecycle = self.flow_lifecycle.lock().await;
@@ -265,8 +266,9 @@ impl LocalPlatform {
     }
 
     /// Starts an engine for every queue service without one and stops those
-    /// of deleted services. Returns each tenant's backend address or error.
-    async fn ensure_engines(&self, queues: &[QueueRecord]) -> HashMap<String, Result<String, String>> {
+    /// of deleted services. Returns each tenant's backend address and token,
+    /// or the error.
+    async fn ensure_engines(&self, queues: &[QueueRecord]) -> HashMap<String, Result<(String, String), String>> {
         let mut engines = self.engines.lock().await;
         engines.retain(|tenant, _| queues.iter().any(|q| &q.tenant == tenant));
         let mut backends = HashMap::new();
@@ -284,7 +286,10 @@ impl LocalPlatform {
                 }
             }
             if let Some(running) = engines.get(&q.tenant) {
-                backends.insert(q.tenant.clone(), Ok(running.server.addr.to_string()));
+                backends.insert(
+                    q.tenant.clone(),
+                    Ok((running.server.addr.to_string(), running.token.clone())),
+                );
             }
         }
         backends
@@ -305,10 +310,17 @@ impl LocalPlatform {
             .await
             .map_err(|e| format!("cannot open the message store: {e}"))?
             .map_err(|e| format!("cannot open the message store: {}", e.message))?;
-        let server = EngineServer::start(engine, std::net::SocketAddr::from(([127, 0, 0, 1], 0)))
-            .await
-            .map_err(|e| format!("cannot start the queue engine: {e}"))?;
-        Ok(RunningEngine { server })
+        // Only the gateway, which learns it from the routing snapshot, can
+        // reach the engine's loopback port.
+        let token = crate::controlplane::model::random_id();
+        let server = EngineServer::start(
+            engine,
+            std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
+            Some(token.clone()),
+        )
+        .await
+        .map_err(|e| format!("cannot start the queue engine: {e}"))?;
+        Ok(RunningEngine { server, token })
     }
 
     fn endpoint(&self, tenant: &str) -> String {

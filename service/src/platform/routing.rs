@@ -9,6 +9,8 @@ use crate::model::queue_service::Credentials;
 pub struct Route<'a> {
     pub tenant: &'a str,
     pub backend_address: Option<&'a str>,
+    /// The secret the engine expects from the gateway.
+    pub backend_token: Option<&'a str>,
     pub credentials: &'a Credentials,
 }
 
@@ -19,6 +21,7 @@ pub fn snapshot<'a>(routes: impl IntoIterator<Item = Route<'a>>) -> RoutingSnaps
             .map(|r| TenantRoute {
                 tenant: r.tenant.to_owned(),
                 backend_address: r.backend_address.unwrap_or_default().to_owned(),
+                backend_token: r.backend_token.unwrap_or_default().to_owned(),
                 keys: vec![AccessKey {
                     access_key_id: r.credentials.access_key.clone(),
                     secret_access_key: r.credentials.secret_key.clone(),
@@ -42,16 +45,19 @@ mod tests {
             Route {
                 tenant: "a",
                 backend_address: Some("127.0.0.1:9324"),
+                backend_token: Some("t0k3n"),
                 credentials: &creds,
             },
             Route {
                 tenant: "b",
                 backend_address: None,
+                backend_token: None,
                 credentials: &creds,
             },
         ]);
         assert_eq!(table.routes.len(), 2);
         assert_eq!(table.routes[0].backend_address, "127.0.0.1:9324");
+        assert_eq!(table.routes[0].backend_token, "t0k3n");
         assert_eq!(table.routes[1].backend_address, "", "not provisioned yet");
         assert_eq!(table.routes[0].keys[0].access_key_id, "SQSAKa_12345678");
     }

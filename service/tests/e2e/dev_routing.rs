@@ -1,70 +1,133 @@
-//! `sless dev` publishes the gateway routing table, built from the queue
-//! services and their queue engines, on its worker control plane (real gRPC
-//! on loopback).
+//! `sless dev` routes each tenant's queue service through its SQS gateway:
+//! the routing table reaches the gateway over the worker control plane, which
+//! speaks mTLS even on loopback with certificates made at each start, so no
+//! other local process can register a worker and read the table's keys.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use crate::common::cp::{ack_of, next, register};
+use crate::common::cp::register_request;
+use crate::common::tls::Ca;
 use crate::common::{DevServer, TOKEN_A, TOKEN_B, TempDir};
-use prost::Message;
-use serde_json::json;
+use serde_json::{Value, json};
 use sless::controlplane::proto::worker_control_plane_client::WorkerControlPlaneClient;
-use sless::controlplane::proto::{RoutingSnapshot, WatchSnapshotsRequest};
+use sless::sqs::gateway::sigv4;
+
+async fn ready(client: &crate::common::Client) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let (_, view) = client.get("/api/v1/queue-services").await;
+        let view = view["items"][0].clone();
+        if view["phase"] == "Ready" {
+            return view;
+        }
+        assert!(Instant::now() < deadline, "not Ready: {view}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// (status, body) of a signed JSON-protocol call at `endpoint` with `view`'s
+/// keys (or another view's).
+async fn call(endpoint: &str, keys: &Value, action: &str, body: Value) -> (u16, String) {
+    let body = body.to_string();
+    let headers = sigv4::signed_json_headers(
+        endpoint,
+        action,
+        body.as_bytes(),
+        keys["accessKey"].as_str().unwrap(),
+        keys["secretKey"].as_str().unwrap(),
+        "ru-msk-1",
+    )
+    .unwrap();
+    let response = reqwest::Client::new()
+        .post(endpoint)
+        .headers(headers)
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    (response.status().as_u16(), response.text().await.unwrap())
+}
 
 #[tokio::test]
 async fn queue_services_become_gateway_routes() {
     let dir = TempDir::new("routing");
     let server = DevServer::start(&dir.0);
     let (a, b) = (server.client(TOKEN_A), server.client(TOKEN_B));
-    let (_, qa) = a.post("/api/v1/queue-services", json!({"name": "main"})).await;
-    let (_, qb) = b.post("/api/v1/queue-services", json!({"name": "other"})).await;
+    a.post("/api/v1/queue-services", json!({"name": "main"})).await;
+    b.post("/api/v1/queue-services", json!({"name": "other"})).await;
+    let (qa, qb) = (ready(&a).await, ready(&b).await);
+    let (ea, eb) = (qa["endpoint"].as_str().unwrap(), qb["endpoint"].as_str().unwrap());
+    assert!(ea.ends_with("/sqs/a") && eb.ends_with("/sqs/b"), "{ea} {eb}");
 
-    let mut c = WorkerControlPlaneClient::connect(format!("http://{}", server.control_plane))
-        .await
-        .unwrap();
-    let session = register(&mut c, "gateway-1").await.session_id;
-    let mut stream = c
-        .watch_snapshots(WatchSnapshotsRequest {
-            worker_id: "gateway-1".into(),
-            session_id: session.clone(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    let wait = Duration::from_secs(10);
-    let mut delivery = next(&mut stream, wait).await.unwrap().unwrap();
-    let mut table = RoutingSnapshot::decode(&delivery.payload[..]).unwrap();
-    // The first table may predate the second queue service; ACK and wait.
-    while table.routes.len() < 2 {
-        c.acknowledge_snapshot(ack_of("gateway-1", &session, &delivery, true))
-            .await
-            .unwrap();
-        delivery = next(&mut stream, wait).await.unwrap().unwrap();
-        table = RoutingSnapshot::decode(&delivery.payload[..]).unwrap();
-    }
-    let tenants: Vec<_> = table.routes.iter().map(|r| r.tenant.as_str()).collect();
-    assert_eq!(tenants, ["a", "b"]);
-    assert_eq!(table.routes[0].keys[0].access_key_id, qa["accessKey"].as_str().unwrap());
-    assert_eq!(
-        table.routes[0].keys[0].secret_access_key,
-        qa["secretKey"].as_str().unwrap()
-    );
-    assert_eq!(table.routes[1].keys[0].access_key_id, qb["accessKey"].as_str().unwrap());
-    // Each tenant has its own queue engine, which answers.
-    let (ea, eb) = (&table.routes[0].backend_address, &table.routes[1].backend_address);
-    assert!(!ea.is_empty() && ea != eb, "{ea} {eb}");
-    let health = reqwest::get(format!("http://{ea}/health")).await.unwrap();
-    assert_eq!(health.status(), 200);
-    c.acknowledge_snapshot(ack_of("gateway-1", &session, &delivery, true))
-        .await
-        .unwrap();
+    // Each tenant has its own queue engine, reached with its own keys.
+    assert_eq!(call(ea, &qa, "CreateQueue", json!({"QueueName": "jobs"})).await.0, 200);
+    let (status, listed) = call(eb, &qb, "ListQueues", json!({})).await;
+    assert_eq!(status, 200);
+    assert!(!listed.contains("jobs"), "{listed}");
+    // Another tenant's keys are an unknown key at this path.
+    let (status, refused) = call(ea, &qb, "ListQueues", json!({})).await;
+    assert_eq!(status, 403);
+    assert!(refused.contains("InvalidClientTokenId"), "{refused}");
 
-    // Deleting a queue service removes its route.
+    // Deleting a queue service removes its route: its keys stop working.
     assert_eq!(b.delete("/api/v1/queue-services/other").await.0, 204);
-    let delivery = next(&mut stream, wait).await.unwrap().unwrap();
-    let table = RoutingSnapshot::decode(&delivery.payload[..]).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (status, text) = call(eb, &qb, "ListQueues", json!({})).await;
+        if status == 403 && text.contains("InvalidClientTokenId") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "still routed: {status} {text}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(call(ea, &qa, "ListQueues", json!({})).await.0, 200);
+}
+
+/// Any local process could register a worker over plaintext and watch
+/// snapshots with every tenant's secret keys before.
+#[tokio::test]
+async fn no_other_local_process_can_join_the_control_plane() {
+    let dir = TempDir::new("cp-auth");
+    let server = DevServer::start(&dir.0);
+    // Plaintext: no TLS handshake, no call.
+    let plaintext = async {
+        let mut client = WorkerControlPlaneClient::connect(format!("http://{}", server.control_plane)).await?;
+        client
+            .register_worker(register_request("intruder"))
+            .await
+            .map_err(Into::into)
+    };
+    let result: Result<_, Box<dyn std::error::Error>> = plaintext.await;
+    assert!(result.is_err(), "a plaintext worker registered");
+    // TLS with a certificate of the intruder's own CA, claiming dev's
+    // gateway's SPIFFE id: the handshake fails.
+    let ca = Ca::new("intruder CA");
+    let (cert, key) = ca.issue(&[], &["spiffe://sless.local/dev/worker/dev-gateway"]);
+    let tls = tonic::transport::ClientTlsConfig::new()
+        .ca_certificate(tonic::transport::Certificate::from_pem(&ca.pem))
+        .identity(tonic::transport::Identity::from_pem(cert, key))
+        .domain_name("localhost");
+    let channel = tonic::transport::Endpoint::from_shared(format!("https://{}", server.control_plane))
+        .unwrap()
+        .tls_config(tls)
+        .unwrap()
+        .connect()
+        .await;
+    if let Ok(channel) = channel {
+        let mut client = WorkerControlPlaneClient::new(channel);
+        assert!(
+            client.register_worker(register_request("dev-gateway")).await.is_err(),
+            "a worker with a foreign certificate registered"
+        );
+    }
+    // Dev's own gateway is unaffected.
+    let a = server.client(TOKEN_A);
+    a.post("/api/v1/queue-services", json!({"name": "main"})).await;
+    let view = ready(&a).await;
     assert_eq!(
-        table.routes.iter().map(|r| r.tenant.as_str()).collect::<Vec<_>>(),
-        ["a"]
+        call(view["endpoint"].as_str().unwrap(), &view, "ListQueues", json!({}))
+            .await
+            .0,
+        200
     );
 }

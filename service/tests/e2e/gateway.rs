@@ -26,8 +26,11 @@ fn route(tenant: &str, backend: &str) -> TenantRoute {
             access_key_id: format!("SQSAK{tenant}_AAAAAAAA"),
             secret_access_key: SECRET.into(),
         }],
+        backend_token: ENGINE_TOKEN.into(),
     }
 }
+
+const ENGINE_TOKEN: &str = "engine-token-of-the-test";
 
 async fn call(url: &str, secret: &str, action: &str, body: Value) -> (u16, Value) {
     let body = body.to_string();
@@ -71,7 +74,9 @@ async fn gateway_applies_snapshots_verifies_proxies_and_reports() {
         None,
     )
     .unwrap();
-    let engine_server = EngineServer::start(engine, engine_addr).await.unwrap();
+    let engine_server = EngineServer::start(engine, engine_addr, Some(ENGINE_TOKEN.into()))
+        .await
+        .unwrap();
     let gateway = Gateway::bind(
         "127.0.0.1:0".parse().unwrap(),
         None,
@@ -106,6 +111,21 @@ async fn gateway_applies_snapshots_verifies_proxies_and_reports() {
     let acme = format!("{base}/sqs/acme");
     let (status, created) = call(&acme, SECRET, "CreateQueue", json!({"QueueName": "jobs"})).await;
     assert_eq!(status, 200, "{created}");
+    // The engine serves only its gateway: a direct request without (or
+    // with a wrong) token is refused, however it is signed.
+    for token in [None, Some("guess")] {
+        let mut direct = reqwest::Client::new()
+            .post(format!("http://{engine_addr}/"))
+            .header("x-amz-target", "AmazonSQS.ListQueues")
+            .header("content-type", "application/x-amz-json-1.0")
+            .body("{}");
+        if let Some(t) = token {
+            direct = direct.header("x-sless-engine-token", t);
+        }
+        let response = direct.send().await.unwrap();
+        assert_eq!(response.status(), 403, "{token:?}");
+        assert!(response.text().await.unwrap().contains("AccessDenied"));
+    }
     assert_eq!(
         created["QueueUrl"],
         format!("{acme}/acme/jobs"),

@@ -16,7 +16,7 @@ use super::sigv4::{self, AuthError};
 use super::table::SharedTable;
 use crate::controlplane::model::OutcomeKind;
 use crate::sqs::engine::error::SqsError;
-use crate::sqs::engine::server::request_id;
+use crate::sqs::engine::server::{ENGINE_TOKEN, request_id};
 use crate::sqs::protocol::{self, Protocol};
 
 const BODY_LIMIT: usize = 2 * 1024 * 1024;
@@ -103,7 +103,11 @@ pub async fn handle(State(state): State<GatewayState>, request: Request) -> Resp
         state.counters.outcome(tenant, OutcomeKind::AuthFailed);
         return error(protocol, auth_error(e));
     }
-    let Some(backend) = table.routes.get(tenant).and_then(|r| r.backend.clone()) else {
+    let Some((backend, token)) = table
+        .routes
+        .get(tenant)
+        .and_then(|r| Some((r.backend.clone()?, r.token.clone())))
+    else {
         state.counters.outcome(tenant, OutcomeKind::BackendError);
         return error(protocol, SqsError::unavailable("The queue service is not ready yet."));
     };
@@ -116,6 +120,7 @@ pub async fn handle(State(state): State<GatewayState>, request: Request) -> Resp
     let result = forward(
         &state.http,
         &backend,
+        token.as_ref(),
         rest,
         parts.uri.query(),
         &parts.method,
@@ -172,6 +177,7 @@ const BACKEND_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 async fn forward(
     http: &BackendClient,
     backend: &str,
+    token: Option<&axum::http::HeaderValue>,
     rest: &str,
     query: Option<&str>,
     method: &axum::http::Method,
@@ -190,6 +196,9 @@ async fn forward(
         if let Some(v) = headers.get(*name) {
             request = request.header(*name, v);
         }
+    }
+    if let Some(token) = token {
+        request = request.header(ENGINE_TOKEN, token);
     }
     let call = async {
         let upstream = http.request(request.body(http_body_util::Full::new(body))?).await?;

@@ -12,7 +12,12 @@ use crate::model::name::DnsLabel;
 pub struct Route {
     /// `host:port` of the tenant's queue engine, if it runs.
     pub backend: Option<String>,
+    /// What the engine expects in `x-sless-engine-token`, if anything.
+    pub token: Option<axum::http::HeaderValue>,
 }
+
+/// Longest engine token accepted.
+const MAX_TOKEN: usize = 256;
 
 #[derive(Debug, Default)]
 pub struct RoutingTable {
@@ -65,7 +70,23 @@ impl RoutingTable {
                     )));
                 }
             }
-            if table.routes.insert(route.tenant.clone(), Route { backend }).is_some() {
+            let token = match route.backend_token.as_str() {
+                "" => None,
+                t if t.len() <= MAX_TOKEN && t.bytes().all(|b| b.is_ascii_graphic()) => {
+                    axum::http::HeaderValue::from_str(t).ok()
+                }
+                _ => {
+                    return Err(InvalidSnapshot(format!(
+                        "tenant {}: the backend token is not up to {MAX_TOKEN} printable characters",
+                        route.tenant
+                    )));
+                }
+            };
+            if table
+                .routes
+                .insert(route.tenant.clone(), Route { backend, token })
+                .is_some()
+            {
                 return Err(InvalidSnapshot(format!("tenant {} appears twice", route.tenant)));
             }
         }
@@ -100,6 +121,7 @@ mod tests {
                 access_key_id: key.into(),
                 secret_access_key: "s".into(),
             }],
+            ..Default::default()
         }
     }
 

@@ -98,6 +98,7 @@ pub fn table(tenants: &[&str]) -> RoutingSnapshot {
                     access_key_id: format!("SQSAK{t}_abcdefgh"),
                     secret_access_key: "c2VjcmV0".into(),
                 }],
+                ..Default::default()
             })
             .collect(),
     }
