@@ -42,6 +42,18 @@ pub struct Stats {
     failed: AtomicU64,
     filtered: AtomicU64,
     last_checkpoint: std::sync::Mutex<Option<SystemTime>>,
+    refusal: std::sync::Mutex<Option<Refusal>>,
+}
+
+/// A message a sink refuses while there is no error sink to take it: the
+/// pipeline retries it (nothing is dropped) and the dataflow shows why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    /// The sink's target (a table, a topic).
+    pub target: String,
+    pub reason: String,
+    /// Refusals of the message so far.
+    pub count: u64,
 }
 
 impl Stats {
@@ -60,6 +72,25 @@ impl Stats {
     /// When a batch was last committed to the source.
     pub fn last_checkpoint(&self) -> Option<SystemTime> {
         *self.last_checkpoint.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The message being refused now, if any.
+    pub fn refusal(&self) -> Option<Refusal> {
+        self.refusal.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn refused(&self, target: &str, reason: &str) {
+        let mut refusal = self.refusal.lock().unwrap_or_else(|p| p.into_inner());
+        let count = refusal.as_ref().map_or(0, |r| r.count) + 1;
+        *refusal = Some(Refusal {
+            target: target.to_owned(),
+            reason: reason.to_owned(),
+            count,
+        });
+    }
+
+    fn accepted(&self) {
+        *self.refusal.lock().unwrap_or_else(|p| p.into_inner()) = None;
     }
 
     fn add(counter: &AtomicU64, n: usize) {
@@ -213,6 +244,7 @@ impl Pipeline {
                 match sink.write(std::slice::from_ref(message)).await {
                     Ok(()) => {
                         Stats::add(&self.stats.written, 1);
+                        self.stats.accepted();
                         break;
                     }
                     Err(ConnectorError::Data(reason)) if self.errors.is_some() => {
@@ -234,7 +266,12 @@ impl Pipeline {
                         break;
                     }
                     Err(ConnectorError::Config(e)) => return Err(ConnectorError::Config(e)),
-                    Err(e) => backoff.wait(&e, shutdown).await?,
+                    Err(e) => {
+                        if let ConnectorError::Data(reason) = &e {
+                            self.stats.refused(sink.target(), reason);
+                        }
+                        backoff.wait(&e, shutdown).await?;
+                    }
                 }
             }
         }

@@ -8,9 +8,19 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use super::pipeline::{Pipeline, PipelineContext, Stats};
+use super::pipeline::{Pipeline, PipelineContext, Refusal, Stats};
 use crate::model::Phase;
 use crate::model::dataflow::DataFlowSpec;
+
+/// How often a running flow's refusals are looked at.
+const REFUSAL_CHECK: Duration = Duration::from_millis(500);
+
+fn refusal_message(r: &Refusal) -> String {
+    format!(
+        "{} refuses a message ({}) and there is no error sink: retrying it; refused {} time(s) so far",
+        r.target, r.reason, r.count
+    )
+}
 
 pub async fn supervise(
     spec: DataFlowSpec,
@@ -25,7 +35,27 @@ pub async fn supervise(
             Ok(pipeline) => {
                 report(Phase::Ready, "running".into());
                 delay = Duration::from_secs(1);
-                if let Err(e) = pipeline.run(stopped.clone()).await {
+                let run = pipeline.run(stopped.clone());
+                tokio::pin!(run);
+                // A refused message stalls the flow without failing it: show it.
+                let mut shown: Option<Refusal> = None;
+                let mut check = tokio::time::interval(REFUSAL_CHECK);
+                let outcome = loop {
+                    tokio::select! {
+                        outcome = &mut run => break outcome,
+                        _ = check.tick() => {
+                            let now = stats.refusal();
+                            if now != shown {
+                                match &now {
+                                    Some(r) => report(Phase::Failed, refusal_message(r)),
+                                    None => report(Phase::Ready, "running".into()),
+                                }
+                                shown = now;
+                            }
+                        }
+                    }
+                };
+                if let Err(e) = outcome {
                     tracing::warn!(dataflow = %ctx.id, error = %e, "dataflow stopped");
                     report(Phase::Failed, format!("processor stopped: {e}; restarting"));
                 }

@@ -330,3 +330,55 @@ async fn no_row_is_skipped_at_ties_or_when_transactions_commit_out_of_order() {
     let values: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
     assert_eq!(values, ["a", "b", "t1", "t2", "t3", "c", "slow", "fast"]);
 }
+
+/// Without an error sink a refused message is retried, never dropped; the
+/// dataflow showed `Ready` all along before. Now it shows the refusal (and
+/// how often) while it retries, and `Ready` again once the sink accepts.
+#[tokio::test]
+async fn a_message_the_sink_refuses_shows_on_the_dataflow_while_it_is_retried() {
+    let db = db().await;
+    let (src, dst) = (unique("refused"), unique("refused_dst"));
+    db.batch_execute(&format!(
+        "CREATE TABLE {src} (id serial PRIMARY KEY, amount int);
+         INSERT INTO {src} (amount) VALUES (1), (-5), (3);
+         CREATE TABLE {dst} (id int PRIMARY KEY, amount int CONSTRAINT positive CHECK (amount > 0));"
+    ))
+    .await
+    .unwrap();
+    let dir = TempDir::new("df-refused");
+    let server = DevServer::start(&dir.0);
+    let a = server.client(TOKEN_A);
+    let (status, body) = a
+        .post(
+            "/api/v1/dataflows",
+            json!({"name": "refused", "source": pg(&src, json!({"pollInterval": 1})), "sink": pg(&dst, json!({}))}),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let view = loop {
+        let (_, view) = a.get("/api/v1/dataflows/refused").await;
+        if view["phase"] == "Failed" && view["message"].as_str().is_some_and(|m| m.contains("refuses")) {
+            break view;
+        }
+        assert!(std::time::Instant::now() < deadline, "the refusal never showed: {view}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    let message = view["message"].as_str().unwrap();
+    assert!(message.contains(&dst) && message.contains("no error sink"), "{message}");
+    assert!(message.contains("time(s) so far"), "{message}");
+    // The sink accepts again: the message is written, nothing was dropped.
+    db.batch_execute(&format!("ALTER TABLE {dst} DROP CONSTRAINT positive"))
+        .await
+        .unwrap();
+    wait_for(&db, &format!("SELECT count(*) FROM {dst}"), 3).await;
+    let view = settled_view(&a, "refused", |c| c["written"] == 3).await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let mut view = view;
+    while view["phase"] != "Ready" {
+        assert!(std::time::Instant::now() < deadline, "{view}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        view = a.get("/api/v1/dataflows/refused").await.1;
+    }
+    assert_eq!(view["message"], "running");
+}
