@@ -80,6 +80,8 @@ async fn main() -> anyhow::Result<()> {
     let ctx = PipelineContext {
         id: "bench/flow".into(),
         checkpoint: None,
+        // PostgreSQL on loopback: the dev policy.
+        egress: Default::default(),
     };
     let pipeline = Pipeline::connect(&spec, &ctx, Default::default()).await?;
     let task = tokio::spawn(pipeline.run(stopped));

@@ -62,6 +62,9 @@ pub struct DevOptions {
     pub gateway_listen: SocketAddr,
     /// Public base URL of the gateway (default `http://ADDR`).
     pub gateway_public_url: Option<String>,
+    /// Where dataflows may connect: everything by default (dev runs on the
+    /// developer's own machine), less `--egress-deny`.
+    pub egress: crate::dataflow::egress::EgressArgs,
 }
 
 /// A prepared instance: the store is open and the port is bound.
@@ -127,6 +130,12 @@ impl Dev {
         .await
         .map_err(DevError::Gateway)?;
         let gateway_url = gateway.public_url().to_owned();
+        let egress = crate::dataflow::egress::EgressPolicy {
+            allow: opts.egress.allow,
+            deny: opts.egress.deny,
+            local_sockets: true,
+            tls_dir: Some(opts.egress.tls_dir.unwrap_or_else(|| opts.data_dir.join("tls"))),
+        };
         let platform = LocalPlatform::new(
             store,
             opts.data_dir.clone(),
@@ -137,6 +146,7 @@ impl Dev {
                 worker_id: GATEWAY_WORKER_ID.into(),
                 public_url: gateway_url.clone(),
             },
+            Arc::new(egress),
         );
         let state = AppState {
             platform: platform.clone(),

@@ -70,6 +70,11 @@ struct ProcessorArgs {
     /// Address of /metrics (Prometheus), /healthz and /readyz.
     #[arg(long, default_value = "0.0.0.0:9090")]
     metrics_listen: SocketAddr,
+    /// Where connectors may connect (default: anywhere but loopback,
+    /// link-local, unspecified and multicast) and read TLS files (default
+    /// /etc/dataflow/tls, where the operator mounts them).
+    #[command(flatten)]
+    egress: sless::dataflow::egress::EgressArgs,
 }
 
 #[derive(clap::Args)]
@@ -153,6 +158,10 @@ struct DevArgs {
     gateway_public_url: Option<String>,
     #[command(flatten)]
     control_plane: ControlPlaneArgs,
+    /// Where dataflows may connect (default: anywhere; dev runs on your own
+    /// machine) and read TLS files (default DATA_DIR/tls).
+    #[command(flatten)]
+    egress: sless::dataflow::egress::EgressArgs,
 }
 
 #[derive(clap::Args)]
@@ -277,6 +286,7 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
         control_plane,
         gateway_listen: args.gateway_listen,
         gateway_public_url: args.gateway_public_url,
+        egress: args.egress,
     })
     .await
     .context("cannot start sless dev")?;
@@ -469,6 +479,15 @@ async fn processor(args: ProcessorArgs) -> anyhow::Result<()> {
             name: args.name,
             checkpoint_file: args.checkpoint_file,
             metrics_listen: args.metrics_listen,
+            egress: sless::dataflow::egress::EgressPolicy::restricted(
+                args.egress.allow,
+                args.egress.deny,
+                Some(
+                    args.egress
+                        .tls_dir
+                        .unwrap_or_else(|| PathBuf::from(sless::dataflow::egress::PROCESSOR_TLS_DIR)),
+                ),
+            ),
         },
         shutdown_signal(),
     )

@@ -57,6 +57,8 @@ pub struct ProcessorOptions {
     /// Keep the position in this file instead of the checkpoint ConfigMap.
     pub checkpoint_file: Option<PathBuf>,
     pub metrics_listen: SocketAddr,
+    /// Where the dataflow's connectors may connect.
+    pub egress: crate::dataflow::egress::EgressPolicy,
 }
 
 /// Reads and validates a spec file with the REST API's rules.
@@ -142,6 +144,7 @@ pub async fn run(opts: ProcessorOptions, shutdown: impl Future<Output = ()>) -> 
     let ctx = PipelineContext {
         id: format!("{}/{}", opts.namespace, opts.name),
         checkpoint,
+        egress: Arc::new(opts.egress),
     };
     tracing::info!(dataflow = %ctx.id, metrics = %opts.metrics_listen, "processor starting");
     let phase = probe.phase.clone();

@@ -8,6 +8,7 @@ use rdkafka::error::{KafkaError, KafkaResult, RDKafkaErrorCode};
 use rdkafka::metadata::Metadata;
 
 use super::ConnectorError;
+use super::egress::EgressPolicy;
 use crate::model::connector_config::{KafkaConfig, SecretRef};
 
 /// How long connecting waits for the brokers to answer.
@@ -30,8 +31,23 @@ pub fn topic(config: &KafkaConfig) -> Result<String, ConnectorError> {
     inline(config.topic.as_deref(), &config.topic_secret_ref, "topic").map(str::to_owned)
 }
 
-/// Brokers, TLS and SASL of `config` as librdkafka properties.
-pub fn client_config(config: &KafkaConfig) -> Result<ClientConfig, ConnectorError> {
+/// Checks every bootstrap broker against the egress policy. (Brokers the
+/// cluster advertises later are connected to by librdkafka itself: in
+/// kubernetes mode a NetworkPolicy on the processor bounds those.)
+pub async fn check_brokers(config: &KafkaConfig, egress: &EgressPolicy) -> Result<(), ConnectorError> {
+    for broker in &config.brokers {
+        let (host, port) = broker
+            .rsplit_once(':')
+            .and_then(|(h, p)| Some((h.trim_start_matches('[').trim_end_matches(']'), p.parse::<u16>().ok()?)))
+            .ok_or_else(|| ConnectorError::Config(format!("broker {broker:?} is not host:port")))?;
+        egress.resolve(host, port).await?;
+    }
+    Ok(())
+}
+
+/// Brokers, TLS and SASL of `config` as librdkafka properties; TLS files
+/// only from the egress policy's TLS directory.
+pub fn client_config(config: &KafkaConfig, egress: &EgressPolicy) -> Result<ClientConfig, ConnectorError> {
     if config.brokers.is_empty() {
         inline(None, &config.brokers_secret_ref, "brokers")?;
     }
@@ -51,7 +67,8 @@ pub fn client_config(config: &KafkaConfig) -> Result<ClientConfig, ConnectorErro
             (&tls.key_file, &tls.key_secret_ref, "tls.keyFile", "ssl.key.location"),
         ] {
             if file.is_some() || secret.is_some() {
-                c.set(property, inline(file.as_deref(), secret, field)?);
+                let path = egress.tls_file(inline(file.as_deref(), secret, field)?, field)?;
+                c.set(property, path.to_string_lossy());
             }
         }
         // A CA file wins over insecureSkipVerify, as upstream has it.
@@ -128,6 +145,10 @@ mod tests {
         serde_json::from_value(json).unwrap()
     }
 
+    fn client_config(config: &KafkaConfig) -> Result<ClientConfig, ConnectorError> {
+        super::client_config(config, &EgressPolicy::default())
+    }
+
     #[test]
     fn plaintext_by_default() {
         let c = client_config(&kafka(
@@ -145,7 +166,7 @@ mod tests {
             insecure_skip_verify: true,
             cert_file: None,
             key_file: None,
-            ca_file: Some("/ca.pem".into()),
+            ca_file: None,
             cert_secret_ref: None,
             key_secret_ref: None,
             ca_secret_ref: None,
@@ -159,9 +180,24 @@ mod tests {
         });
         let c = client_config(&k).unwrap();
         assert_eq!(c.get("security.protocol"), Some("sasl_ssl"));
-        assert_eq!(c.get("ssl.ca.location"), Some("/ca.pem"));
-        // The CA file wins: verification stays on.
+        assert_eq!(c.get("enable.ssl.certificate.verification"), Some("false"));
+        // A CA file comes from the TLS directory, and wins: verification stays on.
+        let dir = std::env::temp_dir().join(format!("sless-kafka-tls-{}", rand::random::<u64>()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("ca.pem"), "x").unwrap();
+        let egress = EgressPolicy::restricted(vec![], vec![], Some(dir.clone()));
+        if let Some(tls) = k.tls.as_mut() {
+            tls.ca_file = Some("ca.pem".into());
+        }
+        let c = super::client_config(&k, &egress).unwrap();
+        let ca = dir.canonicalize().unwrap().join("ca.pem");
+        assert_eq!(c.get("ssl.ca.location"), ca.to_str());
         assert_eq!(c.get("enable.ssl.certificate.verification"), None);
+        if let Some(tls) = k.tls.as_mut() {
+            tls.ca_file = Some("/etc/shadow".into());
+        }
+        let e = super::client_config(&k, &egress).unwrap_err().to_string();
+        assert!(e.contains("TLS directory"), "{e}");
         assert_eq!(c.get("sasl.mechanism"), Some("SCRAM-SHA-512"));
         assert_eq!(c.get("sasl.username"), Some("u"));
     }

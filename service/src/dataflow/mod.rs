@@ -4,6 +4,7 @@
 
 pub mod checkpoint;
 pub mod condition;
+pub mod egress;
 pub mod kafka_client;
 pub mod message;
 pub mod metrics;
@@ -44,8 +45,16 @@ fn store_error(e: impl std::fmt::Display) -> ConnectorError {
 }
 
 impl ConnectorError {
+    /// The server's own answer (a refused login, say) reaches the tenant;
+    /// network-level detail (refused, timed out, reset) stays in the log.
     fn connect(e: tokio_postgres::Error) -> Self {
-        Self::Connect(e.to_string())
+        match e.as_db_error() {
+            Some(db) => Self::Connect(db.message().to_owned()),
+            None => {
+                tracing::info!(error = %e, "PostgreSQL connection failed");
+                Self::Connect("the database server cannot be reached or did not complete the connection".into())
+            }
+        }
     }
 
     /// SQLSTATE classes 22 (data exception) and 23 (integrity constraint)

@@ -32,6 +32,8 @@ pub struct PipelineContext {
     /// Where polling sources keep their read position; `None` when
     /// `checkpointPersistence` is off.
     pub checkpoint: Option<Arc<dyn CheckpointStore>>,
+    /// Where its connectors may connect and which TLS files they may read.
+    pub egress: Arc<super::egress::EgressPolicy>,
 }
 
 /// What a pipeline has done, shared with whoever reports on it.
@@ -126,13 +128,13 @@ impl Pipeline {
             let router: RouterConfig = super::config(t.config.clone().unwrap_or(Value::Null))?;
             for route in router.routes {
                 if let Some(s) = &route.sink {
-                    routes.push((route.condition, sinks::connect(s).await?));
+                    routes.push((route.condition, sinks::connect(s, &ctx.egress).await?));
                 }
             }
         }
-        let main = sinks::connect(&spec.sink).await?;
+        let main = sinks::connect(&spec.sink, &ctx.egress).await?;
         let errors = match &spec.errors {
-            Some(e) => Some(sinks::connect(e).await?),
+            Some(e) => Some(sinks::connect(e, &ctx.egress).await?),
             None => None,
         };
         // The source last: a Kafka source joins its group only once the

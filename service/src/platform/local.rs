@@ -15,6 +15,7 @@ use crate::controlplane::proto::RoutingSnapshot;
 use crate::controlplane::publisher::{PublishedSnapshot, SnapshotPublisher};
 use crate::controlplane::store::ControlStore;
 use crate::dataflow::checkpoint::{CheckpointStore, EmbeddedCheckpoint};
+use crate::dataflow::egress::EgressPolicy;
 use crate::model::Phase;
 use crate::model::dataflow::{DataFlowSpec, DataFlowStatus, DataFlowView};
 use crate::model::name::DnsLabel;
@@ -128,6 +129,8 @@ pub struct LocalPlatform {
     wake: Arc<Notify>,
     /// Serialises queue-service creation: one per tenant is checked, then inserted.
     create_lock: Mutex<()>,
+    /// Where dataflows may connect.
+    egress: Arc<EgressPolicy>,
 }
 
 pub fn now_rfc3339() -> String {
@@ -170,11 +173,12 @@ fn dataflow_view(r: DataFlowRecord, counters: Option<crate::model::dataflow::Dat
 }
 
 impl LocalPlatform {
-    pub fn new(store: Store, data_dir: PathBuf, gateway: GatewayLink) -> Arc<Self> {
+    pub fn new(store: Store, data_dir: PathBuf, gateway: GatewayLink, egress: Arc<EgressPolicy>) -> Arc<Self> {
         Arc::new(Self {
             store,
             data_dir,
             gateway,
+            egress,
             engines: Mutex::default(),
             flows: std::sync::Mutex::default(),
             flow_lifecycle: Mutex::default(),
@@ -469,6 +473,7 @@ impl LocalPlatform {
         }));
         let id = flow_id(&f.tenant, &f.name);
         let ctx = crate::dataflow::pipeline::PipelineContext {
+            egress: self.egress.clone(),
             checkpoint: f
                 .spec
                 .checkpoint_persistence

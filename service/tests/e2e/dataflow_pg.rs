@@ -382,3 +382,120 @@ async fn a_message_the_sink_refuses_shows_on_the_dataflow_while_it_is_retried() 
     }
     assert_eq!(view["message"], "running");
 }
+
+/// `sslmode` through rustls against PostgreSQL behind TLS (a certificate
+/// made at test time): `verify-full` checks chain and name, `verify-ca` the
+/// chain only, `require` encrypts without checking; the root certificate
+/// comes from the platform's TLS directory.
+#[tokio::test]
+async fn sslmode_require_verify_ca_and_verify_full() {
+    use crate::common::pg_tls::TlsPostgres;
+    use crate::common::tls::Ca;
+    let db = db().await;
+    let src = unique("tls_src");
+    db.batch_execute(&format!(
+        "CREATE TABLE {src} (id serial PRIMARY KEY, v text); INSERT INTO {src} (v) VALUES ('over tls');"
+    ))
+    .await
+    .unwrap();
+    let ca = Ca::new("test database CA");
+    let (cert, key) = ca.issue(&["localhost"], &[]);
+    let server = TlsPostgres::start(&cert, &key).await;
+    let (other_cert, other_key) = ca.issue(&["db.elsewhere.example"], &[]);
+    let misnamed = TlsPostgres::start(&other_cert, &other_key).await;
+    let stranger = Ca::new("another CA");
+    let (stranger_cert, stranger_key) = stranger.issue(&["localhost"], &[]);
+    let untrusted = TlsPostgres::start(&stranger_cert, &stranger_key).await;
+
+    let dir = TempDir::new("df-tls");
+    std::fs::create_dir_all(dir.0.join("tls")).unwrap();
+    std::fs::write(dir.0.join("tls/ca.pem"), &ca.pem).unwrap();
+    let dev = DevServer::start(&dir.0);
+    let a = dev.client(TOKEN_A);
+    let cases = [
+        ("full", server.port, "verify-full", true),
+        ("full-misnamed", misnamed.port, "verify-full", false),
+        ("ca-misnamed", misnamed.port, "verify-ca", true),
+        ("full-untrusted", untrusted.port, "verify-full", false),
+        ("require-untrusted", untrusted.port, "require", true),
+    ];
+    for (name, port, mode, _) in cases {
+        let dsn = format!("postgres://postgres@localhost:{port}/test?sslmode={mode}&sslrootcert=ca.pem");
+        let dst = format!("{src}_{}", name.replace('-', "_"));
+        let (status, body) = a
+            .post(
+                "/api/v1/dataflows",
+                json!({
+                    "name": name,
+                    "source": {"type": "postgresql", "config": {"connectionString": dsn, "table": src, "pollInterval": 1}},
+                    "sink": pg(&dst, json!({"autoCreateTable": true}))
+                }),
+            )
+            .await;
+        assert_eq!(status, 201, "{body}");
+    }
+    for (name, _, mode, connects) in cases {
+        let dst = format!("{src}_{}", name.replace('-', "_"));
+        if connects {
+            wait_for(&db, &format!("SELECT count(*) FROM {dst}"), 1).await;
+        } else {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+            loop {
+                let (_, view) = a.get(&format!("/api/v1/dataflows/{name}")).await;
+                if view["phase"] == "Failed" {
+                    break;
+                }
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "{name} ({mode}) connected: {view}"
+                );
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+/// `conflictKey` was spliced into SQL inside quotes it could close.
+#[tokio::test]
+async fn a_conflict_key_cannot_inject_sql() {
+    let db = db().await;
+    let (src, dst, victim) = (unique("ck_src"), unique("ck_dst"), unique("ck_victim"));
+    db.batch_execute(&format!(
+        "CREATE TABLE {src} (id serial PRIMARY KEY, \"we\"\"ird\" text);
+         INSERT INTO {src} (\"we\"\"ird\") VALUES ('a');
+         CREATE TABLE {dst} (id int PRIMARY KEY, \"we\"\"ird\" text);
+         CREATE TABLE {victim} (x int);"
+    ))
+    .await
+    .unwrap();
+    let dir = TempDir::new("df-ck");
+    let server = DevServer::start(&dir.0);
+    let a = server.client(TOKEN_A);
+    let injected = format!("id\") DO NOTHING; DROP TABLE {victim}; --");
+    let (status, body) = a
+        .post(
+            "/api/v1/dataflows",
+            json!({"name": "inject", "source": pg(&src, json!({"pollInterval": 1})),
+                   "sink": pg(&dst, json!({"upsertMode": true, "conflictKey": injected}))}),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let view = settled_view(&a, "inject", |_| false).await;
+    assert_eq!(view["phase"], "Failed", "{view}");
+    assert!(view["message"].as_str().unwrap().contains("not a column"), "{view}");
+    assert_eq!(
+        count(&db, &format!("SELECT count(*) FROM {victim}")).await,
+        0,
+        "the victim table is still there"
+    );
+    // A real key, and a column whose name holds a quote, work.
+    let (status, _) = a
+        .post(
+            "/api/v1/dataflows",
+            json!({"name": "upsert", "source": pg(&src, json!({"pollInterval": 1})),
+                   "sink": pg(&dst, json!({"upsertMode": true, "conflictKey": "id"}))}),
+        )
+        .await;
+    assert_eq!(status, 201);
+    wait_for(&db, &format!("SELECT count(*) FROM {dst} WHERE \"we\"\"ird\" = 'a'"), 1).await;
+}

@@ -16,7 +16,12 @@ struct Processor {
 }
 
 impl Processor {
+    /// A processor allowed to reach the test PostgreSQL on loopback.
     fn start(dir: &Path, spec: &Value) -> Self {
+        Self::start_with(dir, spec, &["--egress-allow", "127.0.0.1/32"])
+    }
+
+    fn start_with(dir: &Path, spec: &Value, extra: &[&str]) -> Self {
         let spec_path = dir.join("spec.json");
         std::fs::write(&spec_path, spec.to_string()).unwrap();
         let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -30,6 +35,7 @@ impl Processor {
             .arg("--checkpoint-file")
             .arg(dir.join("position"))
             .args(["--metrics-listen", &format!("127.0.0.1:{port}")])
+            .args(extra)
             .env("SLESS_LOG", "warn")
             .stdout(Stdio::null())
             .spawn()
@@ -139,4 +145,59 @@ fn a_bad_spec_stops_the_processor_with_the_field_named() {
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("source.config.connectionString"), "{stderr}");
+}
+
+/// Outside `sless dev` a tenant's connection string cannot reach the
+/// platform's own network (loopback, the metadata service) nor tell open
+/// from closed ports there, and a TLS file cannot be any file of the host.
+#[tokio::test]
+async fn the_egress_policy_keeps_connectors_off_the_platform() {
+    let dir = TempDir::new("processor-egress");
+    let reason = |processor: Processor| async move {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let (status, body) = processor.get("/readyz").await;
+            if status == 503 && !body.contains("connecting") {
+                return body;
+            }
+            assert!(Instant::now() < deadline, "{status} {body}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    // PostgreSQL on loopback (open) and a closed loopback port answer alike.
+    let mut reasons = Vec::new();
+    for port in [5432, 1] {
+        let spec = json!({
+            "source": {"type": "postgresql", "config": {"connectionString": format!("postgres://postgres@127.0.0.1:{port}/test"), "table": "t"}},
+            "sink": {"type": "postgresql", "config": {"connectionString": "postgres://postgres@169.254.169.254/x", "table": "t"}}
+        });
+        reasons.push(reason(Processor::start_with(&dir.0, &spec, &[])).await);
+    }
+    assert_eq!(reasons[0], reasons[1]);
+    assert!(reasons[0].contains("egress policy"), "{}", reasons[0]);
+    assert!(
+        !reasons[0].contains("127.0.0.1") && !reasons[0].contains("5432"),
+        "{}",
+        reasons[0]
+    );
+    // A Kafka CA file outside the TLS directory: existing or not, one answer
+    // (broker on a public test address: the file is checked before connecting).
+    let mut answers = Vec::new();
+    for ca in ["/etc/shadow", "/etc/no-such-file"] {
+        let kafka =
+            json!({"type": "kafka", "config": {"brokers": ["192.0.2.1:9092"], "topic": "t", "tls": {"caFile": ca}}});
+        let spec = json!({"source": kafka, "sink": kafka});
+        let tls_dir = dir.0.join("tls");
+        std::fs::create_dir_all(&tls_dir).unwrap();
+        answers.push(
+            reason(Processor::start_with(
+                &dir.0,
+                &spec,
+                &["--tls-dir", tls_dir.to_str().unwrap()],
+            ))
+            .await,
+        );
+    }
+    assert_eq!(answers[0], answers[1]);
+    assert!(answers[0].contains("TLS directory"), "{}", answers[0]);
 }

@@ -10,7 +10,8 @@ use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 
 use super::Sink;
 use crate::dataflow::ConnectorError;
-use crate::dataflow::kafka_client::{check_reachable, classify, client_config, topic};
+use crate::dataflow::egress::EgressPolicy;
+use crate::dataflow::kafka_client::{check_brokers, check_reachable, classify, client_config, topic};
 use crate::dataflow::message::Message;
 use crate::model::connector_config::KafkaConfig;
 
@@ -20,9 +21,10 @@ pub struct KafkaSink {
 }
 
 impl KafkaSink {
-    pub async fn connect(config: &KafkaConfig) -> Result<Self, ConnectorError> {
+    pub async fn connect(config: &KafkaConfig, egress: &EgressPolicy) -> Result<Self, ConnectorError> {
         let topic = topic(config)?;
-        let producer: FutureProducer = client_config(config)?
+        check_brokers(config, egress).await?;
+        let producer: FutureProducer = client_config(config, egress)?
             .set("enable.idempotence", "true")
             .set("acks", "all")
             .set("message.timeout.ms", "30000")

@@ -7,6 +7,7 @@ use async_trait::async_trait;
 use serde_json::Value;
 
 use super::ConnectorError;
+use super::egress::EgressPolicy;
 use super::message::Message;
 use crate::model::dataflow::ConnectorSpec;
 
@@ -22,11 +23,11 @@ pub trait Sink: Send + Sync {
 }
 
 /// Connects the sink of a spec.
-pub async fn connect(spec: &ConnectorSpec) -> Result<Box<dyn Sink>, ConnectorError> {
+pub async fn connect(spec: &ConnectorSpec, egress: &EgressPolicy) -> Result<Box<dyn Sink>, ConnectorError> {
     let config = spec.config.clone().unwrap_or(Value::Null);
     Ok(match spec.kind.as_str() {
-        "postgresql" => Box::new(postgres::PostgresSink::connect(&super::config(config)?).await?),
-        "kafka" => Box::new(kafka::KafkaSink::connect(&super::config(config)?).await?),
+        "postgresql" => Box::new(postgres::PostgresSink::connect(&super::config(config)?, egress).await?),
+        "kafka" => Box::new(kafka::KafkaSink::connect(&super::config(config)?, egress).await?),
         other => {
             return Err(ConnectorError::Config(format!(
                 "the {other} connector is not supported yet"

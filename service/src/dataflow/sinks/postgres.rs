@@ -9,8 +9,9 @@ use serde_json::Value;
 
 use super::Sink;
 use crate::dataflow::ConnectorError;
+use crate::dataflow::egress::EgressPolicy;
 use crate::dataflow::message::Message;
-use crate::dataflow::sql::{connect, quote};
+use crate::dataflow::sql::{connect, quote, quote_ident};
 use crate::model::connector_config::PostgresSinkConfig;
 
 pub struct PostgresSink {
@@ -23,7 +24,7 @@ pub struct PostgresSink {
 }
 
 impl PostgresSink {
-    pub async fn connect(config: &PostgresSinkConfig) -> Result<Self, ConnectorError> {
+    pub async fn connect(config: &PostgresSinkConfig, egress: &EgressPolicy) -> Result<Self, ConnectorError> {
         let dsn = config
             .connection_string
             .as_deref()
@@ -33,7 +34,7 @@ impl PostgresSink {
             .clone()
             .ok_or_else(|| ConnectorError::Config("table is required".into()))?;
         let table_quoted = quote(&table)?;
-        let client = connect(dsn).await?;
+        let client = connect(dsn, egress).await?;
         if config.auto_create_table == Some(true) {
             client
                 .batch_execute(&format!(
@@ -61,7 +62,16 @@ impl PostgresSink {
         }
         let raw = columns.iter().any(|(name, ty)| name == "data" && ty == "jsonb");
         let upsert_key = match (config.upsert_mode, &config.conflict_key) {
-            (Some(true), Some(key)) => Some(key.split(',').map(|k| k.trim().to_owned()).collect()),
+            (Some(true), Some(key)) => {
+                let key: Vec<String> = key.split(',').map(|k| k.trim().to_owned()).collect();
+                // Only the table's own columns: the key is spliced into SQL.
+                if let Some(unknown) = key.iter().find(|k| !columns.iter().any(|(c, _)| c == *k)) {
+                    return Err(ConnectorError::Config(format!(
+                        "conflictKey {unknown:?} is not a column of {table:?}"
+                    )));
+                }
+                Some(key)
+            }
             (Some(true), None) => return Err(ConnectorError::Config("upsertMode needs conflictKey".into())),
             _ => None,
         };
@@ -105,18 +115,14 @@ impl Sink for PostgresSink {
                     self.table
                 )));
             }
-            let list = present
-                .iter()
-                .map(|c| format!("\"{c}\""))
-                .collect::<Vec<_>>()
-                .join(", ");
+            let list = present.iter().map(|c| quote_ident(c)).collect::<Vec<_>>().join(", ");
             let conflict = match &self.upsert_key {
                 Some(key) => {
-                    let key_list = key.iter().map(|k| format!("\"{k}\"")).collect::<Vec<_>>().join(", ");
+                    let key_list = key.iter().map(|k| quote_ident(k)).collect::<Vec<_>>().join(", ");
                     let updates: Vec<String> = present
                         .iter()
                         .filter(|c| !key.contains(c))
-                        .map(|c| format!("\"{c}\" = EXCLUDED.\"{c}\""))
+                        .map(|c| format!("{0} = EXCLUDED.{0}", quote_ident(c)))
                         .collect();
                     if updates.is_empty() {
                         format!("ON CONFLICT ({key_list}) DO NOTHING")

@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use super::{Position, Record, Source};
 use crate::dataflow::ConnectorError;
-use crate::dataflow::kafka_client::{check_reachable, classify, client_config, inline, topic};
+use crate::dataflow::kafka_client::{check_brokers, check_reachable, classify, client_config, inline, topic};
 use crate::dataflow::message::Message;
 use crate::dataflow::pipeline::PipelineContext;
 use crate::model::connector_config::KafkaConfig;
@@ -36,7 +36,8 @@ impl KafkaSource {
             (None, None) => default_group(&ctx.id),
             (group, secret) => inline(group.as_deref(), secret, "consumerGroup")?.to_owned(),
         };
-        let consumer: StreamConsumer = client_config(config)?
+        check_brokers(config, &ctx.egress).await?;
+        let consumer: StreamConsumer = client_config(config, &ctx.egress)?
             .set("group.id", &group)
             .set("enable.auto.commit", "false")
             .set("enable.auto.offset.store", "false")

@@ -103,7 +103,7 @@ impl PostgresSource {
             ),
             (None, None) => return Err(ConnectorError::Config("table or query is required".into())),
         };
-        let client = connect(dsn).await?;
+        let client = connect(dsn, &ctx.egress).await?;
         // Positions compare as the columns' types, not as text.
         let ty = column_type(&client, &from, &column_name).await?;
         let batch = config.batch_size.unwrap_or(DEFAULT_BATCH as u32).max(1);

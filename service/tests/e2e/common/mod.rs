@@ -3,6 +3,7 @@
 pub mod cp;
 pub mod kafka;
 pub mod pg;
+pub mod pg_tls;
 pub mod tls;
 
 use std::io::{BufRead, BufReader};

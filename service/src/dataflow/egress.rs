@@ -1,0 +1,259 @@
+//! Where a dataflow's connectors may connect, and which files they may read.
+//!
+//! A tenant names the hosts of its sources and sinks: without a policy it
+//! could reach the platform's own network (a database on loopback, the
+//! cloud metadata service) and use the differences between errors as a port
+//! scanner, and a Kafka `tls.caFile` could read any file of the host. The
+//! processor therefore resolves every host itself, checks each address
+//! against the policy, and connects only to the address it checked (no
+//! second lookup to rebind); TLS files are read only from the platform's
+//! TLS directory. Refusals name neither the address nor the file.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+
+use super::ConnectorError;
+
+/// A network: an address and a prefix length.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cidr {
+    addr: IpAddr,
+    prefix: u8,
+}
+
+impl std::str::FromStr for Cidr {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        let (addr, prefix) = text.split_once('/').unwrap_or((text, ""));
+        let addr: IpAddr = addr
+            .parse()
+            .map_err(|_| format!("{text:?} is not an address or CIDR"))?;
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        let prefix = if prefix.is_empty() {
+            max
+        } else {
+            prefix
+                .parse::<u8>()
+                .ok()
+                .filter(|p| *p <= max)
+                .ok_or_else(|| format!("{text:?} has no prefix length of 0..={max}"))?
+        };
+        Ok(Self { addr, prefix })
+    }
+}
+
+impl Cidr {
+    fn contains(&self, ip: IpAddr) -> bool {
+        let ip = match (self.addr, ip) {
+            // An IPv4-mapped IPv6 address is its IPv4 address.
+            (IpAddr::V4(_), IpAddr::V6(v6)) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+            _ => ip,
+        };
+        let (net, ip, width) = match (self.addr, ip) {
+            (IpAddr::V4(n), IpAddr::V4(i)) => (u128::from(u32::from(n)), u128::from(u32::from(i)), 32),
+            (IpAddr::V6(n), IpAddr::V6(i)) => (u128::from(n), u128::from(i), 128),
+            _ => return false,
+        };
+        let mask = match self.prefix {
+            0 => 0,
+            p => u128::MAX << (width - u32::from(p)),
+        };
+        (net ^ ip) & mask == 0
+    }
+}
+
+/// Networks no tenant may reach outside `sless dev`: this host, link-local
+/// (the cloud metadata service), unspecified and multicast addresses.
+pub const DEFAULT_DENY: &[&str] = &[
+    "127.0.0.0/8",
+    "::1/128",
+    "169.254.0.0/16",
+    "fe80::/10",
+    "0.0.0.0/8",
+    "::/128",
+    "224.0.0.0/4",
+    "ff00::/8",
+];
+
+/// Where `sless processor` reads TLS files unless told otherwise: the
+/// operator mounts a DataFlow's TLS secrets there.
+pub const PROCESSOR_TLS_DIR: &str = "/etc/dataflow/tls";
+
+/// The egress flags of `sless dev` and `sless processor`.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct EgressArgs {
+    /// A network (CIDR) dataflows may reach although denied; repeatable.
+    #[arg(long = "egress-allow", value_name = "CIDR")]
+    pub allow: Vec<Cidr>,
+    /// A network (CIDR) no dataflow may reach, beside the defaults (outside
+    /// sless dev: loopback, link-local, unspecified, multicast); repeatable.
+    #[arg(long = "egress-deny", value_name = "CIDR")]
+    pub deny: Vec<Cidr>,
+    /// The directory TLS files of connectors are read from (Kafka tls.caFile,
+    /// certFile, keyFile; PostgreSQL sslrootcert); no other file is read.
+    #[arg(long = "tls-dir", value_name = "DIR")]
+    pub tls_dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct EgressPolicy {
+    /// Reachable even inside `deny`.
+    pub allow: Vec<Cidr>,
+    pub deny: Vec<Cidr>,
+    /// Unix-socket database hosts (only `sless dev`, on its own machine).
+    pub local_sockets: bool,
+    /// The only directory TLS files are read from; none: no TLS files.
+    pub tls_dir: Option<PathBuf>,
+}
+
+impl EgressPolicy {
+    /// The production policy: [`DEFAULT_DENY`] plus `deny`, except `allow`.
+    pub fn restricted(allow: Vec<Cidr>, deny: Vec<Cidr>, tls_dir: Option<PathBuf>) -> Self {
+        let mut all: Vec<Cidr> = DEFAULT_DENY.iter().filter_map(|c| c.parse().ok()).collect();
+        all.extend(deny);
+        Self {
+            allow,
+            deny: all,
+            local_sockets: false,
+            tls_dir,
+        }
+    }
+
+    pub fn permits(&self, ip: IpAddr) -> bool {
+        self.allow.iter().any(|c| c.contains(ip)) || !self.deny.iter().any(|c| c.contains(ip))
+    }
+
+    /// Resolves `host:port` and returns the addresses the policy permits;
+    /// an error when there are none.
+    pub async fn resolve(&self, host: &str, port: u16) -> Result<Vec<SocketAddr>, ConnectorError> {
+        let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host, port))
+            .await
+            .map_err(|_| ConnectorError::Connect(format!("cannot resolve the host {host:?}")))?
+            .collect();
+        let permitted: Vec<SocketAddr> = addrs.into_iter().filter(|a| self.permits(a.ip())).collect();
+        if permitted.is_empty() {
+            return Err(refused());
+        }
+        Ok(permitted)
+    }
+
+    /// The path of TLS file `name` (relative to the TLS directory, or
+    /// absolute inside it), checked before anything is read.
+    pub fn tls_file(&self, name: &str, field: &str) -> Result<PathBuf, ConnectorError> {
+        let outside = || {
+            ConnectorError::Config(format!(
+                "{field} must name a file of the platform's TLS directory{}",
+                self.tls_dir
+                    .as_ref()
+                    .map_or(" (this platform has none)".into(), |d| format!(" {}", d.display()))
+            ))
+        };
+        let dir = self.tls_dir.as_ref().ok_or_else(outside)?;
+        let path = Path::new(name);
+        let relative = if path.is_absolute() {
+            path.strip_prefix(dir).map_err(|_| outside())?
+        } else {
+            path
+        };
+        // No way out: only plain names below the directory.
+        if relative
+            .components()
+            .any(|c| !matches!(c, std::path::Component::Normal(_)))
+        {
+            return Err(outside());
+        }
+        let joined = dir.join(relative);
+        // A link inside the directory must not lead out of it either.
+        match (joined.canonicalize(), dir.canonicalize()) {
+            (Ok(real), Ok(root)) if real.starts_with(&root) => Ok(real),
+            (Ok(_), Ok(_)) => Err(outside()),
+            _ => Err(ConnectorError::Config(format!(
+                "{field}: no such file in the TLS directory"
+            ))),
+        }
+    }
+}
+
+fn refused() -> ConnectorError {
+    ConnectorError::Config("the host is not reachable under the platform's egress policy".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ip(text: &str) -> IpAddr {
+        text.parse().unwrap()
+    }
+
+    #[test]
+    fn networks() {
+        let net: Cidr = "10.1.0.0/16".parse().unwrap();
+        assert!(net.contains(ip("10.1.200.3")));
+        assert!(!net.contains(ip("10.2.0.1")));
+        assert!(!net.contains(ip("::1")));
+        let v6: Cidr = "fe80::/10".parse().unwrap();
+        assert!(v6.contains(ip("fe80::1")) && !v6.contains(ip("2001:db8::1")));
+        let all: Cidr = "0.0.0.0/0".parse().unwrap();
+        assert!(all.contains(ip("8.8.8.8")));
+        let host: Cidr = "192.0.2.7".parse().unwrap();
+        assert!(host.contains(ip("192.0.2.7")) && !host.contains(ip("192.0.2.8")));
+        for bad in ["10.0.0.0/33", "x", "::/129", "1.2.3.4/-1"] {
+            assert!(bad.parse::<Cidr>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_default_policy_keeps_tenants_off_the_platform() {
+        let policy = EgressPolicy::restricted(vec![], vec!["10.96.0.0/12".parse().unwrap()], None);
+        for denied in [
+            "127.0.0.1",
+            "127.5.5.5",
+            "::1",
+            "169.254.169.254",
+            "::ffff:127.0.0.1",
+            "10.96.0.10",
+            "0.0.0.0",
+        ] {
+            assert!(!policy.permits(ip(denied)), "{denied}");
+        }
+        for permitted in ["203.0.113.9", "10.0.0.5", "2001:db8::1"] {
+            assert!(policy.permits(ip(permitted)), "{permitted}");
+        }
+        let policy = EgressPolicy::restricted(vec!["127.0.0.1/32".parse().unwrap()], vec![], None);
+        assert!(policy.permits(ip("127.0.0.1")) && !policy.permits(ip("127.0.0.2")));
+    }
+
+    #[tokio::test]
+    async fn a_refusal_names_no_address() {
+        let policy = EgressPolicy::restricted(vec![], vec![], None);
+        let e = policy.resolve("localhost", 5432).await.unwrap_err().to_string();
+        assert!(!e.contains("127.0.0.1") && !e.contains("5432"), "{e}");
+        assert!(EgressPolicy::default().resolve("localhost", 5432).await.is_ok());
+    }
+
+    #[test]
+    fn tls_files_only_from_the_tls_directory() {
+        let dir = std::env::temp_dir().join(format!("sless-tls-{}", rand::random::<u64>()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("ca.pem"), "x").unwrap();
+        let policy = EgressPolicy::restricted(vec![], vec![], Some(dir.clone()));
+        assert_eq!(
+            policy.tls_file("ca.pem", "tls.caFile").unwrap(),
+            dir.canonicalize().unwrap().join("ca.pem")
+        );
+        let inside = dir.join("ca.pem");
+        assert!(policy.tls_file(inside.to_str().unwrap(), "tls.caFile").is_ok());
+        // Existing or not, a path outside gets the same answer.
+        let outside = |p: &str| policy.tls_file(p, "tls.caFile").unwrap_err().to_string();
+        assert_eq!(outside("/etc/shadow"), outside("/etc/no-such-file"));
+        assert_eq!(outside("../../etc/passwd"), outside("/etc/no-such-file"));
+        #[cfg(unix)]
+        {
+            std::os::unix::fs::symlink("/etc/hostname", dir.join("link.pem")).unwrap();
+            assert_eq!(outside("link.pem"), outside("/etc/no-such-file"));
+        }
+        assert!(EgressPolicy::default().tls_file("ca.pem", "tls.caFile").is_err());
+    }
+}

@@ -1,0 +1,242 @@
+//! PostgreSQL plumbing shared by the source and the sink: connecting (TLS
+//! by `sslmode`, only to addresses the egress policy permits) and quoting
+//! identifiers that come from a spec.
+
+mod tls;
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use tokio_postgres::NoTls;
+use tokio_postgres::config::{Host, SslMode};
+
+use super::ConnectorError;
+use super::egress::EgressPolicy;
+use tls::{MakeRustls, Verify};
+
+/// The system's CA bundle, trusted by `verify-ca`/`verify-full` without `sslrootcert`.
+const SYSTEM_ROOTS: &str = "/etc/ssl/certs/ca-certificates.crt";
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// libpq's `sslmode` values; tokio-postgres knows only the first three.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ssl {
+    Disable,
+    Prefer,
+    Require,
+    VerifyCa,
+    VerifyFull,
+}
+
+/// The TLS settings of a connection string, taken out of it: the rest is
+/// what tokio-postgres parses.
+#[derive(Debug, PartialEq, Eq)]
+struct Split {
+    rest: String,
+    ssl: Ssl,
+    root_cert: Option<String>,
+}
+
+fn split(connection_string: &str) -> Result<Split, ConnectorError> {
+    let bad = |what: &str| ConnectorError::Config(format!("connectionString: {what}"));
+    let mode = |v: &str| match v {
+        "disable" | "allow" => Ok(Ssl::Disable),
+        "prefer" => Ok(Ssl::Prefer),
+        "require" => Ok(Ssl::Require),
+        "verify-ca" => Ok(Ssl::VerifyCa),
+        "verify-full" => Ok(Ssl::VerifyFull),
+        other => Err(bad(&format!(
+            "sslmode {other:?} is not disable, prefer, require, verify-ca or verify-full"
+        ))),
+    };
+    let (mut ssl, mut root_cert) = (Ssl::Prefer, None);
+    if connection_string.starts_with("postgres://") || connection_string.starts_with("postgresql://") {
+        let (base, query) = connection_string.split_once('?').unwrap_or((connection_string, ""));
+        let mut kept = form_urlencoded::Serializer::new(String::new());
+        for (k, v) in form_urlencoded::parse(query.as_bytes()) {
+            match k.as_ref() {
+                "sslmode" => ssl = mode(&v)?,
+                "sslrootcert" => root_cert = Some(v.into_owned()),
+                _ => {
+                    kept.append_pair(&k, &v);
+                }
+            }
+        }
+        let kept = kept.finish();
+        let rest = if kept.is_empty() {
+            base.to_owned()
+        } else {
+            format!("{base}?{kept}")
+        };
+        return Ok(Split { rest, ssl, root_cert });
+    }
+    static SETTING: LazyLock<regex_lite::Regex> = LazyLock::new(|| {
+        regex_lite::Regex::new(r"(?:^|\s)(sslmode|sslrootcert)\s*=\s*('(?:[^'\\]|\\.)*'|\S*)").expect("static regex")
+    });
+    for caps in SETTING.captures_iter(connection_string) {
+        let value = caps[2].trim_matches('\'').replace("\\'", "'");
+        match &caps[1] {
+            "sslmode" => ssl = mode(&value)?,
+            _ => root_cert = Some(value),
+        }
+    }
+    let rest = SETTING.replace_all(connection_string, "").into_owned();
+    Ok(Split { rest, ssl, root_cert })
+}
+
+fn roots(egress: &EgressPolicy, root_cert: Option<&str>) -> Result<rustls::RootCertStore, ConnectorError> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    let path = match root_cert {
+        Some(name) => egress.tls_file(name, "sslrootcert")?,
+        None => SYSTEM_ROOTS.into(),
+    };
+    let mut store = rustls::RootCertStore::empty();
+    let certs = CertificateDer::pem_file_iter(&path)
+        .map_err(|_| ConnectorError::Config("sslrootcert: cannot read the certificates".into()))?;
+    for cert in certs {
+        let cert = cert.map_err(|_| ConnectorError::Config("sslrootcert: not PEM certificates".into()))?;
+        store
+            .add(cert)
+            .map_err(|_| ConnectorError::Config("sslrootcert: an unusable certificate".into()))?;
+    }
+    Ok(store)
+}
+
+/// Connects and drives the connection in the background.
+pub async fn connect(connection_string: &str, egress: &EgressPolicy) -> Result<tokio_postgres::Client, ConnectorError> {
+    let Split { rest, ssl, root_cert } = split(connection_string)?;
+    let mut config: tokio_postgres::Config = rest
+        .parse()
+        .map_err(|_| ConnectorError::Config("connectionString is not a PostgreSQL connection string".into()))?;
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(CONNECT_TIMEOUT);
+    }
+    // Connect only to addresses checked here (no second lookup).
+    let hosts = config.get_hosts().to_vec();
+    if hosts.len() != 1 {
+        return Err(ConnectorError::Config(
+            "connectionString must name exactly one host".into(),
+        ));
+    }
+    if config.get_hostaddrs().is_empty() {
+        match &hosts[0] {
+            Host::Tcp(name) => {
+                let port = config.get_ports().first().copied().unwrap_or(5432);
+                let addr = egress.resolve(name, port).await?[0];
+                config.hostaddr(addr.ip());
+            }
+            #[cfg(unix)]
+            Host::Unix(_) if !egress.local_sockets => {
+                return Err(ConnectorError::Config(
+                    "a Unix-socket host is not reachable here".into(),
+                ));
+            }
+            #[cfg(unix)]
+            Host::Unix(_) => {}
+        }
+    } else if config.get_hostaddrs().iter().any(|ip| !egress.permits(*ip)) {
+        return Err(ConnectorError::Config(
+            "the host is not reachable under the platform's egress policy".into(),
+        ));
+    }
+    let verify = match ssl {
+        Ssl::Disable => None,
+        Ssl::Prefer | Ssl::Require => Some(Verify::Nothing),
+        Ssl::VerifyCa => Some(Verify::Chain),
+        Ssl::VerifyFull => Some(Verify::Full),
+    };
+    config.ssl_mode(match ssl {
+        Ssl::Disable => SslMode::Disable,
+        Ssl::Prefer => SslMode::Prefer,
+        _ => SslMode::Require,
+    });
+    let client = match verify {
+        None => spawn(config.connect(NoTls).await),
+        Some(verify) => {
+            let roots = match verify {
+                Verify::Nothing => rustls::RootCertStore::empty(),
+                _ => roots(egress, root_cert.as_deref())?,
+            };
+            let tls = tls::client_config(verify, roots).map_err(|e| ConnectorError::Config(format!("TLS: {e}")))?;
+            spawn(config.connect(MakeRustls(std::sync::Arc::new(tls))).await)
+        }
+    };
+    client.map_err(ConnectorError::connect)
+}
+
+/// Drives a new connection in the background.
+fn spawn<S, T>(
+    connected: Result<(tokio_postgres::Client, tokio_postgres::Connection<S, T>), tokio_postgres::Error>,
+) -> Result<tokio_postgres::Client, tokio_postgres::Error>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (client, connection) = connected?;
+    tokio::spawn(async move {
+        if let Err(e) = connection.await {
+            tracing::warn!(error = %e, "PostgreSQL connection closed");
+        }
+    });
+    Ok(client)
+}
+
+/// Any identifier as PostgreSQL quotes it (`"` doubled): for names read
+/// from the catalog, which may hold any character.
+pub fn quote_ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+/// `name` or `schema.name`, each part `[A-Za-z_][A-Za-z0-9_]*`, quoted.
+pub fn quote(name: &str) -> Result<String, ConnectorError> {
+    let parts: Vec<&str> = name.split('.').collect();
+    let valid = |p: &str| {
+        p.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && p.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+    };
+    if parts.is_empty() || parts.len() > 2 || !parts.iter().all(|p| valid(p)) {
+        return Err(ConnectorError::Config(format!(
+            "{name:?} is not a table or column name ([A-Za-z_][A-Za-z0-9_]*, optionally schema.name)"
+        )));
+    }
+    Ok(parts.iter().map(|p| format!("\"{p}\"")).collect::<Vec<_>>().join("."))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Split, Ssl, split};
+
+    #[test]
+    fn ssl_settings_come_out_of_both_forms() {
+        let s = split("postgres://u:p@db.example:5432/app?sslmode=verify-full&sslrootcert=ca.pem&application_name=x")
+            .unwrap();
+        assert_eq!(
+            s,
+            Split {
+                rest: "postgres://u:p@db.example:5432/app?application_name=x".into(),
+                ssl: Ssl::VerifyFull,
+                root_cert: Some("ca.pem".into())
+            }
+        );
+        let s = split("host=db.example user=u sslmode = require  dbname=app").unwrap();
+        assert_eq!(
+            (s.ssl, s.rest.split_whitespace().collect::<Vec<_>>()),
+            (Ssl::Require, vec!["host=db.example", "user=u", "dbname=app"])
+        );
+        let s = split("host=h sslrootcert='my ca.pem' sslmode=verify-ca").unwrap();
+        assert_eq!((s.ssl, s.root_cert.as_deref()), (Ssl::VerifyCa, Some("my ca.pem")));
+        assert_eq!(split("postgres://h/db").unwrap().ssl, Ssl::Prefer);
+        assert!(split("postgres://h/db?sslmode=sometimes").is_err());
+    }
+
+    #[test]
+    fn quoting_refuses_injection() {
+        assert_eq!(super::quote("orders").unwrap(), "\"orders\"");
+        assert_eq!(super::quote("dwh.orders_2").unwrap(), "\"dwh\".\"orders_2\"");
+        for bad in ["", "a.b.c", "x; drop table y", "1abc", "a\"b"] {
+            assert!(super::quote(bad).is_err(), "{bad}");
+        }
+        assert_eq!(super::quote_ident(r#"a") DO NOTHING; --"#), r#""a"") DO NOTHING; --""#);
+    }
+}
