@@ -72,7 +72,7 @@ struct ProcessorArgs {
     metrics_listen: SocketAddr,
     /// Where connectors may connect (default: anywhere but loopback,
     /// link-local, unspecified and multicast) and read TLS files (default
-    /// /etc/dataflow/tls, where the operator mounts them).
+    /// /etc/dataflow-tls, where the operator mounts them).
     #[command(flatten)]
     egress: sless::dataflow::egress::EgressArgs,
 }

@@ -78,7 +78,7 @@ pub const DEFAULT_DENY: &[&str] = &[
 
 /// Where `sless processor` reads TLS files unless told otherwise: the
 /// operator mounts a DataFlow's TLS secrets there.
-pub const PROCESSOR_TLS_DIR: &str = "/etc/dataflow/tls";
+pub const PROCESSOR_TLS_DIR: &str = "/etc/dataflow-tls";
 
 /// The egress flags of `sless dev` and `sless processor`.
 #[derive(Debug, Clone, Default, clap::Args)]

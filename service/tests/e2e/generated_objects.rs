@@ -61,12 +61,24 @@ fn generated_children_pass_the_kubernetes_schemas() {
     let json = dataflow::builders::spec_json(&spec);
     use dataflow::builders as d;
     objects.extend([
-        ("df-spec", yaml(&d::spec_configmap(&df, &json))),
+        ("df-spec", yaml(&d::spec_secret(&df, &json))),
         ("df-checkpoint", yaml(&d::checkpoint_configmap(&df))),
         ("df-account", yaml(&d::service_account(&df))),
         ("df-role", yaml(&d::role(&df))),
         ("df-binding", yaml(&d::role_binding(&df))),
-        ("df-deployment", yaml(&d::deployment(&df, &spec, &json, &config))),
+        (
+            "df-deployment",
+            yaml(&d::deployment(
+                &df,
+                &spec,
+                &json,
+                &[sless::operator::dataflow::secrets::TlsMount {
+                    secret: "kafka-tls".into(),
+                    key: "ca.crt".into(),
+                }],
+                &config,
+            )),
+        ),
     ]);
 
     let dir = TempDir::new("generated");

@@ -1,13 +1,15 @@
 //! The desired child objects of a DataFlow (seed 001), as pure functions:
-//! the resolved spec's ConfigMap, the checkpoint ConfigMap with the RBAC
-//! that lets the processor write it, and the processor's Deployment.
+//! the resolved spec's Secret, the checkpoint ConfigMap with the RBAC that
+//! lets the processor write it, and the processor's Deployment, which mounts
+//! the spec and the Kafka TLS files its Secrets hold.
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy};
 use k8s_openapi::api::core::v1::{
-    ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, HTTPGetAction, PodSpec, PodTemplateSpec, Probe,
-    ResourceRequirements, ServiceAccount, Volume, VolumeMount,
+    ConfigMap, Container, ContainerPort, EnvVar, HTTPGetAction, KeyToPath, PodSpec, PodTemplateSpec, Probe,
+    ResourceRequirements, Secret, SecretVolumeSource, ServiceAccount, Volume, VolumeMount,
 };
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -16,7 +18,9 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{Resource, ResourceExt};
 use sha2::{Digest, Sha256};
 
+use super::secrets::TlsMount;
 use crate::dataflow::checkpoint::configmap::configmap_name as checkpoint_name;
+use crate::dataflow::egress::PROCESSOR_TLS_DIR;
 use crate::model::dataflow::DataFlowSpec;
 use crate::operator::config::OperatorConfig;
 use crate::operator::crd::dataflow::DataFlow;
@@ -58,10 +62,15 @@ pub fn spec_json(spec: &DataFlowSpec) -> String {
     serde_json::to_string_pretty(spec).unwrap_or_default()
 }
 
-pub fn spec_configmap(df: &DataFlow, spec_json: &str) -> ConfigMap {
-    ConfigMap {
+/// The resolved spec holds secret values (passwords, connection strings),
+/// so it is a Secret, mounted read-only into the processor.
+pub fn spec_secret(df: &DataFlow, spec_json: &str) -> Secret {
+    Secret {
         metadata: meta(df, spec_name(&df.name_any())),
-        data: Some(BTreeMap::from([("spec.json".to_owned(), spec_json.to_owned())])),
+        data: Some(BTreeMap::from([(
+            "spec.json".to_owned(),
+            ByteString(spec_json.as_bytes().to_vec()),
+        )])),
         ..Default::default()
     }
 }
@@ -125,7 +134,55 @@ fn probe(path: &str) -> Probe {
     }
 }
 
-pub fn deployment(df: &DataFlow, spec: &DataFlowSpec, spec_json: &str, config: &OperatorConfig) -> Deployment {
+/// The volumes and mounts of the TLS files `mounts` names: one volume per
+/// Secret, holding only the keys named, under the processor's TLS directory.
+fn tls_volumes(mounts: &[TlsMount]) -> (Vec<Volume>, Vec<VolumeMount>) {
+    let mut by_secret: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for m in mounts {
+        by_secret.entry(&m.secret).or_default().push(&m.key);
+    }
+    by_secret
+        .into_iter()
+        .enumerate()
+        .map(|(i, (secret, keys))| {
+            let name = format!("tls-{i}");
+            (
+                Volume {
+                    name: name.clone(),
+                    secret: Some(SecretVolumeSource {
+                        secret_name: Some(secret.to_owned()),
+                        items: Some(
+                            keys.iter()
+                                .map(|k| KeyToPath {
+                                    key: (*k).to_owned(),
+                                    path: (*k).to_owned(),
+                                    ..Default::default()
+                                })
+                                .collect(),
+                        ),
+                        default_mode: Some(0o440),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                },
+                VolumeMount {
+                    name,
+                    mount_path: format!("{PROCESSOR_TLS_DIR}/{secret}"),
+                    read_only: Some(true),
+                    ..Default::default()
+                },
+            )
+        })
+        .unzip()
+}
+
+pub fn deployment(
+    df: &DataFlow,
+    spec: &DataFlowSpec,
+    spec_json: &str,
+    mounts: &[TlsMount],
+    config: &OperatorConfig,
+) -> Deployment {
     let name = df.name_any();
     let namespace = df.namespace().unwrap_or_default();
     let quantities = |m: &BTreeMap<String, String>| {
@@ -137,9 +194,10 @@ pub fn deployment(df: &DataFlow, spec: &DataFlowSpec, spec_json: &str, config: &
         ..Default::default()
     });
     let scheduling = df.spec.scheduling.clone().unwrap_or_default();
-    // A new spec must restart the processor: a mounted ConfigMap changes
+    // A new spec must restart the processor: a mounted Secret changes
     // under a running process, which reads it only at start.
     let digest = Sha256::digest(spec_json.as_bytes());
+    let (tls_volumes, tls_mounts) = tls_volumes(mounts);
     let annotations = BTreeMap::from([(
         "sless.kube5s.ru/spec-sha256".to_owned(),
         digest.iter().map(|b| format!("{b:02x}")).collect::<String>(),
@@ -176,6 +234,7 @@ pub fn deployment(df: &DataFlow, spec: &DataFlowSpec, spec_json: &str, config: &
                         args: Some(vec![
                             "processor".into(),
                             format!("--spec-path={SPEC_DIR}/spec.json"),
+                            format!("--tls-dir={PROCESSOR_TLS_DIR}"),
                             format!("--namespace={namespace}"),
                             format!("--name={name}"),
                         ]),
@@ -192,22 +251,31 @@ pub fn deployment(df: &DataFlow, spec: &DataFlowSpec, spec_json: &str, config: &
                         liveness_probe: Some(probe("/healthz")),
                         readiness_probe: Some(probe("/readyz")),
                         resources,
-                        volume_mounts: Some(vec![VolumeMount {
-                            name: "spec".into(),
-                            mount_path: SPEC_DIR.into(),
-                            read_only: Some(true),
-                            ..Default::default()
-                        }]),
+                        volume_mounts: Some(
+                            std::iter::once(VolumeMount {
+                                name: "spec".into(),
+                                mount_path: SPEC_DIR.into(),
+                                read_only: Some(true),
+                                ..Default::default()
+                            })
+                            .chain(tls_mounts)
+                            .collect(),
+                        ),
                         ..Default::default()
                     }],
-                    volumes: Some(vec![Volume {
-                        name: "spec".into(),
-                        config_map: Some(ConfigMapVolumeSource {
-                            name: spec_name(&name),
+                    volumes: Some(
+                        std::iter::once(Volume {
+                            name: "spec".into(),
+                            secret: Some(SecretVolumeSource {
+                                secret_name: Some(spec_name(&name)),
+                                default_mode: Some(0o440),
+                                ..Default::default()
+                            }),
                             ..Default::default()
-                        }),
-                        ..Default::default()
-                    }]),
+                        })
+                        .chain(tls_volumes)
+                        .collect(),
+                    ),
                     node_selector: (!scheduling.node_selector.is_empty()).then_some(scheduling.node_selector),
                     affinity: scheduling.affinity,
                     tolerations: (!scheduling.tolerations.is_empty()).then_some(scheduling.tolerations),
@@ -244,7 +312,7 @@ mod tests {
     fn the_processor_deployment_mounts_the_spec_and_runs_sless_processor() {
         let (df, spec) = df(json!({"scheduling": {"nodeSelector": {"pool": "etl"}}}));
         let json = spec_json(&spec);
-        let d = deployment(&df, &spec, &json, &OperatorConfig::default());
+        let d = deployment(&df, &spec, &json, &[], &OperatorConfig::default());
         assert_eq!(d.metadata.name.as_deref(), Some("dataflow-orders"));
         assert_eq!(d.metadata.owner_references.as_ref().unwrap()[0].uid, "uid-9");
         let template = d.spec.unwrap().template;
@@ -255,6 +323,7 @@ mod tests {
             [
                 "processor",
                 "--spec-path=/etc/dataflow/spec.json",
+                "--tls-dir=/etc/dataflow-tls",
                 "--namespace=team-a",
                 "--name=orders"
             ]
@@ -264,16 +333,19 @@ mod tests {
             c.resources.as_ref().unwrap().limits.as_ref().unwrap()["memory"].0,
             "256Mi"
         );
+        let volumes = pod.volumes.unwrap();
         assert_eq!(
-            pod.volumes.unwrap()[0].config_map.as_ref().unwrap().name,
-            "dataflow-orders-spec"
+            volumes[0].secret.as_ref().unwrap().secret_name.as_deref(),
+            Some("dataflow-orders-spec"),
+            "the spec (secrets resolved) is a Secret"
         );
+        assert_eq!(volumes.len(), 1, "no TLS files, no TLS volumes");
         assert_eq!(pod.service_account_name.as_deref(), Some("dataflow-orders-processor"));
         assert_eq!(pod.node_selector.unwrap()["pool"], "etl");
         // A changed spec changes the pod template, so the processor restarts.
         let mut other = spec.clone();
         other.channel_buffer_size = 500;
-        let changed = deployment(&df, &other, &spec_json(&other), &OperatorConfig::default());
+        let changed = deployment(&df, &other, &spec_json(&other), &[], &OperatorConfig::default());
         assert_ne!(
             template.metadata.unwrap().annotations,
             changed.spec.unwrap().template.metadata.unwrap().annotations
@@ -283,7 +355,7 @@ mod tests {
     #[test]
     fn without_checkpoint_persistence_there_is_no_service_account() {
         let (df, spec) = df(json!({"checkpointPersistence": false, "processorImage": "my/proc:1"}));
-        let d = deployment(&df, &spec, &spec_json(&spec), &OperatorConfig::default());
+        let d = deployment(&df, &spec, &spec_json(&spec), &[], &OperatorConfig::default());
         let pod = d.spec.unwrap().template.spec.unwrap();
         assert_eq!(pod.service_account_name, None);
         assert_eq!(pod.containers[0].image.as_deref(), Some("my/proc:1"));
@@ -302,6 +374,51 @@ mod tests {
             checkpoint_configmap(&df).metadata.name.as_deref(),
             Some("dataflow-orders-checkpoint")
         );
-        assert_eq!(spec_configmap(&df, "{}").data.unwrap()["spec.json"], "{}");
+        assert_eq!(spec_secret(&df, "{}").data.unwrap()["spec.json"].0, b"{}");
+    }
+
+    #[test]
+    fn tls_files_are_mounted_from_their_secrets_under_the_tls_directory() {
+        let (df, spec) = df(json!({}));
+        let mount = |secret: &str, key: &str| TlsMount {
+            secret: secret.into(),
+            key: key.into(),
+        };
+        let mounts = [
+            mount("kafka-tls", "ca.crt"),
+            mount("kafka-tls", "tls.key"),
+            mount("other", "ca.pem"),
+        ];
+        let d = deployment(&df, &spec, &spec_json(&spec), &mounts, &OperatorConfig::default());
+        let pod = d.spec.unwrap().template.spec.unwrap();
+        let volumes = pod.volumes.unwrap();
+        let source = volumes[1].secret.as_ref().unwrap();
+        assert_eq!(source.secret_name.as_deref(), Some("kafka-tls"));
+        let keys: Vec<_> = source.items.as_ref().unwrap().iter().map(|i| i.key.as_str()).collect();
+        assert_eq!(keys, ["ca.crt", "tls.key"], "only the keys named");
+        assert_eq!(
+            volumes[2].secret.as_ref().unwrap().secret_name.as_deref(),
+            Some("other")
+        );
+        let paths: Vec<_> = pod.containers[0]
+            .volume_mounts
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|m| (m.mount_path.as_str(), m.read_only))
+            .collect();
+        assert_eq!(
+            paths,
+            [
+                ("/etc/dataflow", Some(true)),
+                ("/etc/dataflow-tls/kafka-tls", Some(true)),
+                ("/etc/dataflow-tls/other", Some(true))
+            ]
+        );
+        // The spec's relative file names land on those files.
+        assert_eq!(
+            std::path::Path::new(PROCESSOR_TLS_DIR).join(mounts[0].relative_path()),
+            std::path::Path::new("/etc/dataflow-tls/kafka-tls/ca.crt")
+        );
     }
 }

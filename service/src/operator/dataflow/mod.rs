@@ -68,12 +68,13 @@ pub fn referenced_secrets(spec: &DataFlowSpec, namespace: &str) -> Result<Vec<St
     secrets::secret_names(&shared, namespace)
 }
 
-/// The spec with its secret references replaced by values, or why not.
+/// The spec with its secret references replaced by values (TLS ones by
+/// files to mount), or why not.
 async fn resolve(
     ctx: &Context,
     namespace: &str,
     mut spec: DataFlowSpec,
-) -> Result<Result<DataFlowSpec, String>, Error> {
+) -> Result<Result<(DataFlowSpec, Vec<secrets::TlsMount>), String>, Error> {
     let names = match referenced_secrets(&spec, namespace) {
         Ok(names) => names,
         Err(e) => return Ok(Err(e.to_string())),
@@ -86,12 +87,13 @@ async fn resolve(
         };
         values.insert(name, objects::secret_strings(secret));
     }
+    let mut mounts = Vec::new();
     for (config, path) in configs_mut(&mut spec) {
-        if let Err(e) = secrets::resolve(config, &path, namespace, &values) {
+        if let Err(e) = secrets::resolve(config, &path, namespace, &values, &mut mounts) {
             return Ok(Err(e.to_string()));
         }
     }
-    Ok(Ok(spec))
+    Ok(Ok((spec, mounts)))
 }
 
 async fn apply(df: &DataFlow, api: &Api<DataFlow>, ctx: &Context) -> Result<Action, Error> {
@@ -104,7 +106,7 @@ async fn apply(df: &DataFlow, api: &Api<DataFlow>, ctx: &Context) -> Result<Acti
         Err(errors) => Err(format!("invalid spec: {errors}")),
         Ok(spec) => match resolve(ctx, ns, spec).await? {
             Err(reason) => Err(reason),
-            Ok(resolved) => Ok(apply_children(df, &resolved, ctx, ns).await?),
+            Ok((resolved, mounts)) => Ok(apply_children(df, &resolved, &mounts, ctx, ns).await?),
         },
     };
     let was_up = current.phase == Some(DataFlowPhase::Running)
@@ -163,15 +165,24 @@ async fn apply(df: &DataFlow, api: &Api<DataFlow>, ctx: &Context) -> Result<Acti
 
 /// Applies the children of a valid, resolved spec; whether the processor
 /// has a ready replica.
-async fn apply_children(df: &DataFlow, spec: &DataFlowSpec, ctx: &Context, ns: &str) -> Result<bool, Error> {
+async fn apply_children(
+    df: &DataFlow,
+    spec: &DataFlowSpec,
+    mounts: &[secrets::TlsMount],
+    ctx: &Context,
+    ns: &str,
+) -> Result<bool, Error> {
     let client = &ctx.client;
     let name = df.name_any();
     let json = builders::spec_json(spec);
+    // The resolved spec holds the secrets' values: a Secret, not a ConfigMap
+    // (an older operator's ConfigMap of it is removed).
     objects::apply(
-        &Api::<ConfigMap>::namespaced(client.clone(), ns),
-        &builders::spec_configmap(df, &json),
+        &Api::<Secret>::namespaced(client.clone(), ns),
+        &builders::spec_secret(df, &json),
     )
     .await?;
+    objects::delete::<ConfigMap>(client, ns, &builders::spec_name(&name)).await?;
     if spec.checkpoint_persistence {
         objects::apply(
             &Api::<ConfigMap>::namespaced(client.clone(), ns),
@@ -194,7 +205,7 @@ async fn apply_children(df: &DataFlow, spec: &DataFlowSpec, ctx: &Context, ns: &
     }
     let deployment = objects::apply(
         &Api::<Deployment>::namespaced(client.clone(), ns),
-        &builders::deployment(df, spec, &json, &ctx.config),
+        &builders::deployment(df, spec, &json, mounts, &ctx.config),
     )
     .await?;
     Ok(deployment.status.and_then(|s| s.ready_replicas).unwrap_or(0) >= 1)
@@ -212,6 +223,7 @@ async fn cleanup(df: &DataFlow, ctx: &Context) -> Result<Action, Error> {
     let ns = &df.namespace().ok_or(Error::NoNamespace)?;
     let name = df.name_any();
     objects::delete::<Deployment>(&ctx.client, ns, &builders::deployment_name(&name)).await?;
+    objects::delete::<Secret>(&ctx.client, ns, &builders::spec_name(&name)).await?;
     objects::delete::<ConfigMap>(&ctx.client, ns, &builders::spec_name(&name)).await?;
     remove_checkpoint(&ctx.client, ns, &name).await?;
     tracing::info!(%ns, %name, "DataFlow removed");

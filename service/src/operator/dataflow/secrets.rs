@@ -10,6 +10,24 @@ use serde_json::Value;
 
 use crate::model::connector_config::SecretRef;
 
+/// A key of a Secret the processor reads as a file (Kafka TLS material),
+/// mounted at `{TLS directory}/{secret}/{key}`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct TlsMount {
+    pub secret: String,
+    pub key: String,
+}
+
+impl TlsMount {
+    /// The file's path relative to the TLS directory.
+    pub fn relative_path(&self) -> String {
+        format!("{}/{}", self.secret, self.key)
+    }
+}
+
+/// Fields of a `tls` object that name files, not values.
+const TLS_FILES: &[&str] = &["ca", "cert", "key"];
+
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ResolveError {
     #[error("{path}: a secret reference must stay in the namespace {namespace} (it names {other})")]
@@ -52,12 +70,14 @@ fn collect(value: &Value, path: &str, found: &mut Vec<(String, String, SecretRef
 
 /// Replaces every reference in `config` with its value from `secrets`
 /// (name → key → value, all in `namespace`). `brokers` takes a
-/// comma-separated list.
+/// comma-separated list. A TLS reference (`tls.caSecretRef`, …) becomes the
+/// path of a file (`tls.caFile`) the processor's pod mounts, added to `mounts`.
 pub fn resolve(
     config: &mut Value,
     path: &str,
     namespace: &str,
     secrets: &BTreeMap<String, BTreeMap<String, String>>,
+    mounts: &mut Vec<TlsMount>,
 ) -> Result<(), ResolveError> {
     let Value::Object(map) = config else { return Ok(()) };
     let keys: Vec<String> = map.keys().cloned().collect();
@@ -85,6 +105,18 @@ pub fn resolve(
                         name: reference.name.clone(),
                         key: reference.key.clone(),
                     })?;
+                if path.ends_with(".tls") && TLS_FILES.contains(&field) {
+                    let mount = TlsMount {
+                        secret: reference.name,
+                        key: reference.key,
+                    };
+                    map.remove(&key);
+                    map.insert(format!("{field}File"), Value::String(mount.relative_path()));
+                    if !mounts.contains(&mount) {
+                        mounts.push(mount);
+                    }
+                    continue;
+                }
                 let resolved = if field == "brokers" {
                     Value::Array(value.split(',').map(|b| Value::String(b.trim().to_owned())).collect())
                 } else {
@@ -95,7 +127,7 @@ pub fn resolve(
             }
             None => {
                 if let Some(nested) = map.get_mut(&key) {
-                    resolve(nested, &here, namespace, secrets)?;
+                    resolve(nested, &here, namespace, secrets, mounts)?;
                 }
             }
         }
@@ -146,7 +178,7 @@ mod tests {
             "topic": "t",
             "sasl": {"mechanism": "plain", "username": "u", "passwordSecretRef": {"name": "kafka", "key": "password"}}
         });
-        resolve(&mut config, "source.config", "team-a", &secrets()).unwrap();
+        resolve(&mut config, "source.config", "team-a", &secrets(), &mut Vec::new()).unwrap();
         assert_eq!(
             config,
             json!({"brokers": ["k1:9093", "k2:9093"], "topic": "t",
@@ -155,14 +187,50 @@ mod tests {
     }
 
     #[test]
+    fn tls_references_become_mounted_files() {
+        let mut secrets = secrets();
+        secrets.insert(
+            "kafka-tls".into(),
+            BTreeMap::from([
+                ("ca.crt".to_owned(), "PEM".to_owned()),
+                ("tls.key".to_owned(), "PEM".to_owned()),
+            ]),
+        );
+        let mut config = json!({"brokers": ["k:9093"], "topic": "t", "tls": {
+            "caSecretRef": {"name": "kafka-tls", "key": "ca.crt"},
+            "keySecretRef": {"name": "kafka-tls", "key": "tls.key"},
+            "certFile": "given.pem"
+        }});
+        let mut mounts = Vec::new();
+        resolve(&mut config, "source.config", "team-a", &secrets, &mut mounts).unwrap();
+        assert_eq!(
+            config["tls"],
+            json!({"caFile": "kafka-tls/ca.crt", "keyFile": "kafka-tls/tls.key", "certFile": "given.pem"})
+        );
+        assert_eq!(
+            mounts,
+            [
+                TlsMount {
+                    secret: "kafka-tls".into(),
+                    key: "ca.crt".into()
+                },
+                TlsMount {
+                    secret: "kafka-tls".into(),
+                    key: "tls.key".into()
+                }
+            ]
+        );
+    }
+
+    #[test]
     fn another_namespace_or_a_missing_key_is_refused() {
         let mut config = json!({"topicSecretRef": {"name": "kafka", "key": "brokers", "namespace": "team-b"}});
-        let e = resolve(&mut config, "sink.config", "team-a", &secrets()).unwrap_err();
+        let e = resolve(&mut config, "sink.config", "team-a", &secrets(), &mut Vec::new()).unwrap_err();
         assert!(matches!(e, ResolveError::OtherNamespace { .. }), "{e}");
         let names = secret_names(&[(&config, "sink.config".into())], "team-a").unwrap_err();
         assert!(names.to_string().contains("team-b"));
         let mut config = json!({"topicSecretRef": {"name": "kafka", "key": "nope"}});
-        let e = resolve(&mut config, "sink.config", "team-a", &secrets()).unwrap_err();
+        let e = resolve(&mut config, "sink.config", "team-a", &secrets(), &mut Vec::new()).unwrap_err();
         assert_eq!(
             e.to_string(),
             "sink.config.topicSecretRef: secret kafka has no key nope"

@@ -32,11 +32,24 @@ async fn setup(spec: Value) -> (Api<DataFlow>, Arc<Context>) {
         )])),
         ..Default::default()
     };
+    let tls = Secret {
+        metadata: ObjectMeta {
+            name: Some("kafka-tls".into()),
+            namespace: Some(NS.into()),
+            ..Default::default()
+        },
+        data: Some(BTreeMap::from([(
+            "ca.crt".to_owned(),
+            ByteString(b"-----BEGIN CERTIFICATE-----".to_vec()),
+        )])),
+        ..Default::default()
+    };
     let client = kube_fake_client::ClientBuilder::new()
         .with_resource::<DataFlow>()
         .with_status_subresource::<DataFlow>()
         .with_status_subresource::<Deployment>()
         .with_object(secret)
+        .with_object(tls)
         .build()
         .await
         .unwrap();
@@ -99,11 +112,19 @@ async fn children_with_resolved_secrets_then_running_and_a_rerun_writes_nothing(
     run(&api, &ctx).await;
     assert_eq!(status(&api).await.phase, Some(DataFlowPhase::Pending));
     let client = ctx.client.clone();
-    let spec = Api::<ConfigMap>::namespaced(client.clone(), NS)
+    // The resolved spec holds the password: a Secret, never a ConfigMap.
+    let spec = Api::<Secret>::namespaced(client.clone(), NS)
         .get("dataflow-orders-spec")
         .await
         .unwrap();
-    let written: Value = serde_json::from_str(&spec.data.unwrap()["spec.json"]).unwrap();
+    assert!(
+        Api::<ConfigMap>::namespaced(client.clone(), NS)
+            .get_opt("dataflow-orders-spec")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let written: Value = serde_json::from_slice(&spec.data.unwrap()["spec.json"].0).unwrap();
     assert_eq!(
         written["sink"]["config"],
         json!({"connectionString": "postgres://etl:pw@db/dwh", "table": "t"})
@@ -232,6 +253,13 @@ async fn without_checkpoint_persistence_and_on_delete_nothing_is_left() {
     reconcile(Arc::new(marked), ctx.clone()).await.unwrap();
     assert!(configmaps.get_opt("dataflow-orders-spec").await.unwrap().is_none());
     assert!(
+        Api::<Secret>::namespaced(client.clone(), NS)
+            .get_opt("dataflow-orders-spec")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(
         Api::<Deployment>::namespaced(client, NS)
             .get_opt("dataflow-orders")
             .await
@@ -239,4 +267,65 @@ async fn without_checkpoint_persistence_and_on_delete_nothing_is_left() {
             .is_none()
     );
     assert_eq!(api.get("orders").await.unwrap().finalizers(), [OTHER]);
+}
+
+/// A Kafka TLS `…SecretRef` could not work before (resolved to a key the
+/// TLS config refuses, nothing mounted): it becomes a file the processor's
+/// pod mounts from the Secret, and the spec names that file.
+#[tokio::test]
+async fn kafka_tls_secret_refs_become_mounted_files() {
+    let mut spec = flow(json!({"connectionString": "postgres://db/x", "table": "t"}));
+    spec["source"]["config"]["tls"] = json!({"caSecretRef": {"name": "kafka-tls", "key": "ca.crt"}});
+    let (api, ctx) = setup(spec).await;
+    run(&api, &ctx).await;
+    run(&api, &ctx).await;
+    assert_eq!(
+        status(&api).await.phase,
+        Some(DataFlowPhase::Pending),
+        "{:?}",
+        status(&api).await
+    );
+    let client = ctx.client.clone();
+    let secret = Api::<Secret>::namespaced(client.clone(), NS)
+        .get("dataflow-orders-spec")
+        .await
+        .unwrap();
+    let written: Value = serde_json::from_slice(&secret.data.unwrap()["spec.json"].0).unwrap();
+    assert_eq!(
+        written["source"]["config"]["tls"],
+        json!({"caFile": "kafka-tls/ca.crt"})
+    );
+    // The processor accepts what the operator wrote.
+    let dir = std::env::temp_dir().join(format!("sless-op-tls-{}", rand::random::<u64>()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("spec.json"), written.to_string()).unwrap();
+    crate::processor::load_spec(&dir.join("spec.json")).unwrap();
+    std::fs::remove_dir_all(dir).unwrap();
+    let deployment = Api::<Deployment>::namespaced(client, NS)
+        .get("dataflow-orders")
+        .await
+        .unwrap();
+    let pod = deployment.spec.unwrap().template.spec.unwrap();
+    let volume = pod
+        .volumes
+        .unwrap()
+        .into_iter()
+        .find(|v| v.secret.as_ref().and_then(|s| s.secret_name.as_deref()) == Some("kafka-tls"))
+        .expect("the TLS Secret is a volume");
+    let mount = pod.containers[0]
+        .volume_mounts
+        .as_ref()
+        .unwrap()
+        .iter()
+        .find(|m| m.name == volume.name)
+        .expect("and is mounted")
+        .clone();
+    assert_eq!(mount.mount_path, "/etc/dataflow-tls/kafka-tls");
+    assert!(
+        pod.containers[0]
+            .args
+            .as_ref()
+            .unwrap()
+            .contains(&"--tls-dir=/etc/dataflow-tls".to_owned())
+    );
 }
