@@ -4,6 +4,7 @@
 
 use serde_json::{Value, json};
 
+use crate::common::sqs::post;
 use crate::common::{DevServer, TOKEN_A, TempDir, pg_dataflow};
 
 fn with_filter(name: &str, condition: &str) -> Value {
@@ -65,27 +66,9 @@ async fn ready_queue_service(server: &DevServer) -> (String, String, String) {
     let a = server.client(TOKEN_A);
     let (status, body) = a.post("/api/v1/queue-services", json!({"name": "main"})).await;
     assert_eq!(status, 201, "{body}");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
-    loop {
-        let (_, view) = a.get("/api/v1/queue-services/main").await;
-        if view["phase"] == "Ready" {
-            let s = |k: &str| view[k].as_str().unwrap().to_owned();
-            return (s("endpoint"), s("accessKey"), s("secretKey"));
-        }
-        assert!(std::time::Instant::now() < deadline, "not Ready: {view}");
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-}
-
-async fn post(url: &str, headers: reqwest::header::HeaderMap, body: String) -> (u16, String) {
-    let resp = reqwest::Client::new()
-        .post(url)
-        .headers(headers)
-        .body(body)
-        .send()
-        .await
-        .unwrap();
-    (resp.status().as_u16(), resp.text().await.unwrap())
+    let view = crate::common::sqs::ready_queue_service(&a).await;
+    let s = |k: &str| view[k].as_str().unwrap().to_owned();
+    (s("endpoint"), s("accessKey"), s("secretKey"))
 }
 
 /// A captured request re-sent within the 15 minutes with another body (or

@@ -6,47 +6,11 @@
 use std::time::{Duration, Instant};
 
 use crate::common::cp::register_request;
+use crate::common::sqs::{call, ready_queue_service};
 use crate::common::tls::Ca;
 use crate::common::{DevServer, TOKEN_A, TOKEN_B, TempDir};
-use serde_json::{Value, json};
+use serde_json::json;
 use sless::controlplane::proto::worker_control_plane_client::WorkerControlPlaneClient;
-use sless::sqs::gateway::sigv4;
-
-async fn ready(client: &crate::common::Client) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        let (_, view) = client.get("/api/v1/queue-services").await;
-        let view = view["items"][0].clone();
-        if view["phase"] == "Ready" {
-            return view;
-        }
-        assert!(Instant::now() < deadline, "not Ready: {view}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// (status, body) of a signed JSON-protocol call at `endpoint` with `view`'s
-/// keys (or another view's).
-async fn call(endpoint: &str, keys: &Value, action: &str, body: Value) -> (u16, String) {
-    let body = body.to_string();
-    let headers = sigv4::signed_json_headers(
-        endpoint,
-        action,
-        body.as_bytes(),
-        keys["accessKey"].as_str().unwrap(),
-        keys["secretKey"].as_str().unwrap(),
-        "ru-msk-1",
-    )
-    .unwrap();
-    let response = reqwest::Client::new()
-        .post(endpoint)
-        .headers(headers)
-        .body(body)
-        .send()
-        .await
-        .unwrap();
-    (response.status().as_u16(), response.text().await.unwrap())
-}
 
 #[tokio::test]
 async fn queue_services_become_gateway_routes() {
@@ -55,7 +19,7 @@ async fn queue_services_become_gateway_routes() {
     let (a, b) = (server.client(TOKEN_A), server.client(TOKEN_B));
     a.post("/api/v1/queue-services", json!({"name": "main"})).await;
     b.post("/api/v1/queue-services", json!({"name": "other"})).await;
-    let (qa, qb) = (ready(&a).await, ready(&b).await);
+    let (qa, qb) = (ready_queue_service(&a).await, ready_queue_service(&b).await);
     let (ea, eb) = (qa["endpoint"].as_str().unwrap(), qb["endpoint"].as_str().unwrap());
     assert!(ea.ends_with("/sqs/a") && eb.ends_with("/sqs/b"), "{ea} {eb}");
 
@@ -123,7 +87,7 @@ async fn no_other_local_process_can_join_the_control_plane() {
     // Dev's own gateway is unaffected.
     let a = server.client(TOKEN_A);
     a.post("/api/v1/queue-services", json!({"name": "main"})).await;
-    let view = ready(&a).await;
+    let view = ready_queue_service(&a).await;
     assert_eq!(
         call(view["endpoint"].as_str().unwrap(), &view, "ListQueues", json!({}))
             .await

@@ -4,6 +4,7 @@ pub mod cp;
 pub mod kafka;
 pub mod pg;
 pub mod pg_tls;
+pub mod sqs;
 pub mod tls;
 
 use std::io::{BufRead, BufReader};
