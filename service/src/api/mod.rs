@@ -80,3 +80,48 @@ async fn readyz(State(state): State<AppState>) -> Result<&'static str, (StatusCo
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::operator::runner::OperatorMetrics;
+    use crate::platform::kubernetes::KubePlatform;
+
+    async fn serve(app: Router) -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(axum::serve(listener, app).into_future());
+        format!("http://{addr}")
+    }
+
+    /// `sless serve`'s composition: the API listener has no `/metrics` (it
+    /// names every tenant and dataflow); the internal one has the API's and
+    /// the operator's families. kube-fake-client stands in for the apiserver.
+    #[tokio::test]
+    async fn metrics_stay_off_the_api_listener() {
+        let client = kube_fake_client::ClientBuilder::new().build().await.unwrap();
+        let state = AppState {
+            platform: Arc::new(KubePlatform::new(client, false)),
+            tenants: Arc::new(Tenants::default()),
+            metrics: Metrics::with(|registry| {
+                OperatorMetrics::register(registry);
+            }),
+        };
+        let api = serve(router(state.clone())).await;
+        let internal = serve(metrics_router(state)).await;
+        assert_eq!(reqwest::get(format!("{api}/healthz")).await.unwrap().status(), 200);
+        let refused = reqwest::get(format!("{api}/metrics")).await.unwrap();
+        assert_eq!(refused.status(), 404);
+        let text = reqwest::get(format!("{internal}/metrics"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert!(text.contains("sless_operator_leader"), "{text}");
+        assert!(
+            text.contains("sless_api_requests_total{method=\"GET\",route=\"/healthz\",status=\"200\"}"),
+            "{text}"
+        );
+    }
+}
