@@ -29,13 +29,20 @@ const CYCLES_PER_WORKER: usize = 150;
 const ACCESS: &str = "SQSAKbench_AAAAAAAA";
 const SECRET: &str = "YmVuY2gtc2VjcmV0LWtleS0wMTIzNDU2Nzg5";
 const REGION: &str = "us-east-1";
+const ENGINE_TOKEN: &str = "bench-engine-token";
 
 /// A JSON-protocol request signed as an SDK signs it.
 fn signed(client: &reqwest::Client, url: &str, action: &str, body: &Value) -> reqwest::RequestBuilder {
     let body = body.to_string();
     let headers =
         sigv4::signed_json_headers(url, action, body.as_bytes(), ACCESS, SECRET, REGION).expect("ASCII headers");
-    client.post(url).headers(headers).body(body)
+    // Direct engine calls carry the engine's token, as the gateway's do; the
+    // gateway and moto ignore it from clients.
+    client
+        .post(url)
+        .headers(headers)
+        .header("x-sless-engine-token", ENGINE_TOKEN)
+        .body(body)
 }
 
 async fn call(client: &reqwest::Client, endpoint: &str, action: &str, body: Value) -> anyhow::Result<Value> {
@@ -178,7 +185,8 @@ async fn gateway_vs_direct() -> anyhow::Result<()> {
         },
         None,
     )?;
-    let engine_server = EngineServer::start(engine, "127.0.0.1:0".parse()?, None).await?;
+    // As in sless dev: the engine takes only its gateway's token.
+    let engine_server = EngineServer::start(engine, "127.0.0.1:0".parse()?, Some(ENGINE_TOKEN.into())).await?;
     let mut config = sless::controlplane::config::ControlPlaneArgs {
         listen: "127.0.0.1:0".parse()?,
         heartbeat_interval: Duration::from_secs(10),
@@ -206,12 +214,15 @@ async fn gateway_vs_direct() -> anyhow::Result<()> {
             tls: None,
         },
     )
-    .await?;
+    .await?
+    // moto knows only AWS's regions, and both share the signing helper.
+    .with_region(REGION);
     let gateway_url = gateway.public_url().to_owned();
     control_plane.publisher.publish(RoutingSnapshot {
         routes: vec![TenantRoute {
             tenant: "bench".into(),
             backend_address: engine_server.addr.to_string(),
+            backend_token: ENGINE_TOKEN.into(),
             keys: vec![AccessKey {
                 access_key_id: ACCESS.into(),
                 secret_access_key: SECRET.into(),
