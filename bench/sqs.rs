@@ -227,7 +227,6 @@ async fn gateway_vs_direct() -> anyhow::Result<()> {
                 access_key_id: ACCESS.into(),
                 secret_access_key: SECRET.into(),
             }],
-            ..Default::default()
         }],
     });
     tokio::spawn(control_plane.serve(std::future::pending()));
