@@ -69,14 +69,9 @@ pub struct PostgresSource {
     checkpoint: Option<Arc<dyn CheckpointStore>>,
 }
 
-/// The type name of `column` in what `from` returns.
-async fn column_type(client: &tokio_postgres::Client, from: &str, column: &str) -> Result<String, ConnectorError> {
-    let probe = client
-        .prepare(&format!("SELECT * FROM {from} AS q LIMIT 0"))
-        .await
-        .map_err(ConnectorError::query)?;
-    probe
-        .columns()
+/// The type name of `column` among `columns` (what the source returns).
+fn column_type(columns: &[tokio_postgres::Column], column: &str) -> Result<String, ConnectorError> {
+    columns
         .iter()
         .find(|c| c.name() == column)
         .map(|c| c.type_().name().to_owned())
@@ -105,19 +100,23 @@ impl PostgresSource {
         };
         let client = connect(dsn, &ctx.egress).await?;
         // Positions compare as the columns' types, not as text.
-        let ty = column_type(&client, &from, &column_name).await?;
+        let probe = client
+            .prepare(&format!("SELECT * FROM {from} AS q LIMIT 0"))
+            .await
+            .map_err(ConnectorError::query)?;
+        let ty = column_type(probe.columns(), &column_name)?;
         let batch = config.batch_size.unwrap_or(DEFAULT_BATCH as u32).max(1);
-        let xmin = if config.query.is_some() { "" } else { ", t.xmin" };
+        // `q` is the table itself for a table source, so the guard can read
+        // its system column `xmin`, which `row_to_json` leaves out.
         let select = if column_name == id_name {
             format!(
-                "SELECT row_to_json(q)::text, (q.{column})::text, NULL FROM (SELECT *{xmin} FROM {from} AS t) AS q \
+                "SELECT row_to_json(q)::text, (q.{column})::text, NULL FROM {from} AS q \
                  WHERE ($1::text IS NULL OR q.{column} > $1::text::{ty}){guard} ORDER BY q.{column} LIMIT {batch}"
             )
         } else {
-            let id_ty = column_type(&client, &from, &id_name).await?;
+            let id_ty = column_type(probe.columns(), &id_name)?;
             format!(
-                "SELECT row_to_json(q)::text, (q.{column})::text, (q.{id})::text \
-                 FROM (SELECT *{xmin} FROM {from} AS t) AS q \
+                "SELECT row_to_json(q)::text, (q.{column})::text, (q.{id})::text FROM {from} AS q \
                  WHERE ($1::text IS NULL OR q.{column} > $1::text::{ty} \
                         OR (q.{column} = $1::text::{ty} AND $2::text IS NOT NULL AND q.{id} > $2::text::{id_ty})){guard} \
                  ORDER BY q.{column}, q.{id} LIMIT {batch}"
@@ -153,12 +152,7 @@ impl PostgresSource {
         rows.iter()
             .map(|r| {
                 let text: String = r.get(0);
-                let mut data: serde_json::Value =
-                    serde_json::from_str(&text).map_err(|e| ConnectorError::Data(e.to_string()))?;
-                // The guard's system column is no part of the message.
-                if let Some(object) = data.as_object_mut() {
-                    object.remove("xmin");
-                }
+                let data = serde_json::from_str(&text).map_err(|e| ConnectorError::Data(e.to_string()))?;
                 let position = RowPosition {
                     value: r.get::<_, Option<String>>(1).unwrap_or_default(),
                     id: r.get(2),
