@@ -201,13 +201,23 @@ pub struct Request<'a> {
     pub body: &'a [u8],
 }
 
-/// The signing key and string to sign of `request`, as `auth` describes it.
-/// The payload hash is always the body's own: a header claiming another
-/// would let a captured signature carry any body. (SQS, unlike S3, has no
-/// unsigned payloads: a client that signed `UNSIGNED-PAYLOAD` gets a
-/// signature mismatch.)
-fn signing_input(request: &Request<'_>, auth: &Authorization, secret: &str, amz_date: &str) -> (Vec<u8>, String) {
-    let payload_hash = hex(&Sha256::digest(request.body));
+/// The hex SHA-256 of a body: what the canonical request always names. A
+/// header claiming another hash would let a captured signature carry any
+/// body. (SQS, unlike S3, has no unsigned payloads: a client that signed
+/// `UNSIGNED-PAYLOAD` gets a signature mismatch.)
+fn payload_hash(body: &[u8]) -> String {
+    hex(&Sha256::digest(body))
+}
+
+/// The signing key and string to sign of `request`, as `auth` describes it,
+/// with the body's `payload_hash`.
+fn signing_input(
+    request: &Request<'_>,
+    auth: &Authorization,
+    secret: &str,
+    amz_date: &str,
+    payload_hash: &str,
+) -> (Vec<u8>, String) {
     let mut canonical_headers = String::new();
     for name in &auth.signed_headers {
         canonical_headers.push_str(&format!("{name}:{}\n", canonical_header_value(request.headers, name)));
@@ -247,20 +257,26 @@ pub fn verify(
     if auth.region != region {
         return Err(AuthError::WrongRegion(auth.region.chars().take(32).collect()));
     }
+    // The body is hashed once: for this check and for the signature.
+    let payload_hash = payload_hash(request.body);
     // A declared payload hash must be the body's (as AWS checks it).
     if let Some(declared) = request.headers.get("x-amz-content-sha256")
         && declared.as_bytes() != b"UNSIGNED-PAYLOAD"
-        && !declared
-            .to_str()
-            .is_ok_and(|d| d.eq_ignore_ascii_case(&hex(&Sha256::digest(request.body))))
+        && !declared.to_str().is_ok_and(|d| d.eq_ignore_ascii_case(&payload_hash))
     {
         return Err(AuthError::ContentSha256Mismatch);
     }
-    verify_signature(request, auth, secret, now)
+    verify_signature(request, auth, secret, &payload_hash, now)
 }
 
 /// The time and signature checks of [`verify`], whatever the scope.
-fn verify_signature(request: &Request<'_>, auth: &Authorization, secret: &str, now: i64) -> Result<(), AuthError> {
+fn verify_signature(
+    request: &Request<'_>,
+    auth: &Authorization,
+    secret: &str,
+    payload_hash: &str,
+    now: i64,
+) -> Result<(), AuthError> {
     let amz_date = request
         .headers
         .get("x-amz-date")
@@ -273,7 +289,7 @@ fn verify_signature(request: &Request<'_>, auth: &Authorization, secret: &str, n
     if (now - signed_at).abs() > MAX_SKEW_SECONDS {
         return Err(AuthError::Expired);
     }
-    let (k_signing, string_to_sign) = signing_input(request, auth, secret, amz_date);
+    let (k_signing, string_to_sign) = signing_input(request, auth, secret, amz_date, payload_hash);
     let claimed = decode_hex(&auth.signature).ok_or(AuthError::Mismatch)?;
     let mut mac = HmacSha256::new_from_slice(&k_signing).expect("HMAC takes any key length");
     mac.update(string_to_sign.as_bytes());
@@ -297,7 +313,7 @@ pub fn sign(request: &Request<'_>, access_key: &str, secret: &str, region: &str)
         signed_headers,
         signature: String::new(),
     };
-    let (key, string_to_sign) = signing_input(request, &auth, secret, amz_date);
+    let (key, string_to_sign) = signing_input(request, &auth, secret, amz_date, &payload_hash(request.body));
     auth.signature = hex(&hmac(&key, string_to_sign.as_bytes()));
     Some(format!(
         "{ALGORITHM} Credential={}/{}/{}/{}/aws4_request, SignedHeaders={}, Signature={}",
@@ -407,17 +423,18 @@ mod tests {
             verify(&request, &auth, secret, "us-east-1", now),
             Err(AuthError::WrongService)
         );
-        verify_signature(&request, &auth, secret, now).unwrap();
+        let empty = payload_hash(b"");
+        verify_signature(&request, &auth, secret, &empty, now).unwrap();
         assert_eq!(
-            verify_signature(&request, &auth, "wrong", now),
+            verify_signature(&request, &auth, "wrong", &empty, now),
             Err(AuthError::Mismatch)
         );
         assert_eq!(
-            verify_signature(&request, &auth, secret, now + 901),
+            verify_signature(&request, &auth, secret, &empty, now + 901),
             Err(AuthError::Expired)
         );
         assert_eq!(
-            verify_signature(&request, &auth, secret, now - 901),
+            verify_signature(&request, &auth, secret, &empty, now - 901),
             Err(AuthError::Expired)
         );
         let other_path = Request {
@@ -425,7 +442,7 @@ mod tests {
             ..request
         };
         assert_eq!(
-            verify_signature(&other_path, &auth, secret, now),
+            verify_signature(&other_path, &auth, secret, &empty, now),
             Err(AuthError::Mismatch)
         );
     }
@@ -487,7 +504,7 @@ mod tests {
         let forged = br#"{"QueueUrl":"q","MessageBody":"pay 1000"}"#;
         assert_eq!(at(&headers, forged), Err(AuthError::Mismatch));
         // An unsigned header naming the original body's hash changes nothing…
-        let original = hex(&Sha256::digest(body));
+        let original = payload_hash(body);
         headers.insert("x-amz-content-sha256", HeaderValue::from_str(&original).unwrap());
         assert_eq!(at(&headers, forged), Err(AuthError::ContentSha256Mismatch));
         // …nor does UNSIGNED-PAYLOAD.
