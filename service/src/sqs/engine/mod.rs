@@ -530,11 +530,8 @@ impl Engine {
 
     fn get_queue_url(&self, input: &Value) -> Result<Value, SqsError> {
         let name = required(input, "QueueName")?;
-        if self.lock().queue(name).is_some() {
-            Ok(json!({"QueueUrl": self.queue_url(name)}))
-        } else {
-            Err(SqsError::queue_does_not_exist("The specified queue does not exist."))
-        }
+        self.lock().queue(name).ok_or_else(no_such_queue)?;
+        Ok(json!({"QueueUrl": self.queue_url(name)}))
     }
 
     fn list_queues(&self, input: &Value) -> Value {
@@ -881,9 +878,9 @@ impl Engine {
         let name = Self::queue_name(input)?;
         let (out, puts, incarnation, pending) = {
             let mut state = self.lock();
+            let incarnation = state.queue(&name).ok_or_else(no_such_queue)?.incarnation;
             let (out, put) = self.enqueue(&mut state, &name, input)?;
             let puts: Vec<Put> = put.into_iter().collect();
-            let incarnation = state.queue(&name).map_or(0, |q| q.incarnation);
             let pending = self.submit_puts(&name, &puts);
             (out, puts, incarnation, pending)
         };
@@ -1224,7 +1221,8 @@ impl Engine {
             let state = self.lock();
             let q = state.queue(&name).ok_or_else(no_such_queue)?;
             let seqs: Vec<u64> = Self::held_by_receipt(q, handle)?.into_iter().collect();
-            (q.incarnation, seqs.clone(), self.submit_deletes(&name, &seqs))
+            let pending = self.submit_deletes(&name, &seqs);
+            (q.incarnation, seqs, pending)
         };
         self.commit_deletes(&name, incarnation, seqs, pending).await?;
         Ok(json!({}))
