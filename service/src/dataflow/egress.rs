@@ -124,6 +124,11 @@ impl EgressPolicy {
         self.allow.iter().any(|c| c.contains(ip)) || !self.deny.iter().any(|c| c.contains(ip))
     }
 
+    /// [`Self::permits`] as the error a connector reports.
+    pub fn check(&self, ip: IpAddr) -> Result<(), ConnectorError> {
+        if self.permits(ip) { Ok(()) } else { Err(refused()) }
+    }
+
     /// Resolves `host:port` and returns the addresses the policy permits;
     /// an error when there are none.
     pub async fn resolve(&self, host: &str, port: u16) -> Result<Vec<SocketAddr>, ConnectorError> {

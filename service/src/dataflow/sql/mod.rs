@@ -135,10 +135,10 @@ pub async fn connect(connection_string: &str, egress: &EgressPolicy) -> Result<t
             #[cfg(unix)]
             Host::Unix(_) => {}
         }
-    } else if config.get_hostaddrs().iter().any(|ip| !egress.permits(*ip)) {
-        return Err(ConnectorError::Config(
-            "the host is not reachable under the platform's egress policy".into(),
-        ));
+    } else {
+        for ip in config.get_hostaddrs() {
+            egress.check(*ip)?;
+        }
     }
     let verify = match ssl {
         Ssl::Disable => None,
