@@ -166,14 +166,24 @@ async fn the_egress_policy_keeps_connectors_off_the_platform() {
     };
     // PostgreSQL on loopback (open) and a closed loopback port answer alike.
     let mut reasons = Vec::new();
-    for port in [5432, 1] {
+    // The third names loopback only as its hostaddr, behind a public name;
+    // the last is the cloud metadata service.
+    for dsn in [
+        "postgres://postgres@127.0.0.1:5432/test",
+        "postgres://postgres@127.0.0.1:1/test",
+        "host=db.example.com hostaddr=127.0.0.1 user=postgres dbname=test",
+        "postgres://postgres@169.254.169.254/x",
+    ] {
         let spec = json!({
-            "source": {"type": "postgresql", "config": {"connectionString": format!("postgres://postgres@127.0.0.1:{port}/test"), "table": "t"}},
-            "sink": {"type": "postgresql", "config": {"connectionString": "postgres://postgres@169.254.169.254/x", "table": "t"}}
+            "source": {"type": "postgresql", "config": {"connectionString": dsn, "table": "t"}},
+            // The sink connects first: it names the same address.
+            "sink": {"type": "postgresql", "config": {"connectionString": dsn, "table": "t"}}
         });
         reasons.push(reason(Processor::start_with(&dir.0, &spec, &[])).await);
     }
     assert_eq!(reasons[0], reasons[1]);
+    assert_eq!(reasons[0], reasons[2]);
+    assert_eq!(reasons[0], reasons[3]);
     assert!(reasons[0].contains("egress policy"), "{}", reasons[0]);
     assert!(
         !reasons[0].contains("127.0.0.1") && !reasons[0].contains("5432"),
