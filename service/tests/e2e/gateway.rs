@@ -35,15 +35,8 @@ const ENGINE_TOKEN: &str = "engine-token-of-the-test";
 async fn call(url: &str, secret: &str, action: &str, body: Value) -> (u16, Value) {
     let body = body.to_string();
     let headers = sigv4::signed_json_headers(url, action, body.as_bytes(), ACCESS, secret, "ru-msk-1").unwrap();
-    let response = reqwest::Client::new()
-        .post(url)
-        .headers(headers)
-        .body(body)
-        .send()
-        .await
-        .unwrap();
-    let status = response.status().as_u16();
-    (status, response.json().await.unwrap_or(Value::Null))
+    let (status, text) = crate::common::sqs::post(url, headers, body).await;
+    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
 }
 
 async fn eventually<F: std::future::Future<Output = bool>>(what: &str, mut check: impl FnMut() -> F) {
