@@ -9,8 +9,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use serde_json::{Value, json};
-use sless::dataflow::pipeline::{Pipeline, PipelineContext};
-use sless::model::dataflow::DataFlowRequest;
+use sless_dataflow::context::PipelineContext;
+use sless_dataflow::pipeline::Pipeline;
+use sless_model::dataflow::DataFlowRequest;
 
 const ROWS: i64 = 100_000;
 const BATCH: i64 = 1000;
@@ -73,7 +74,7 @@ async fn main() -> anyhow::Result<()> {
         ],
         "channelBufferSize": BATCH
     }))?
-    .into_spec()
+    .into_spec(&sless_dataflow::registry::Registry)
     .map_err(|e| anyhow::anyhow!("{e}"))?;
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let started = Instant::now();

@@ -9,12 +9,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use sless::controlplane::model::{ProxyCounters, RuntimeReport};
-use sless::controlplane::proto::{AccessKey, RoutingSnapshot, TenantRoute};
-use sless::controlplane::publisher::{self, Debounce};
-use sless::controlplane::store::ControlStore;
-use sless::controlplane::store::redis::RedisStore;
-use sless::controlplane::worker::{AckCommand, RegisterCommand, Service, ServiceConfig};
+use sless_controlplane::model::{ProxyCounters, RuntimeReport};
+use sless_controlplane::proto::{AccessKey, RoutingSnapshot, TenantRoute};
+use sless_controlplane::publisher::{self, Debounce};
+use sless_controlplane::store::ControlStore;
+use sless_controlplane::store::redis::RedisStore;
+use sless_controlplane::worker::{AckCommand, RegisterCommand, Service, ServiceConfig};
 use tokio_stream::StreamExt;
 
 const CALLS: usize = 20_000;
@@ -89,7 +89,7 @@ async fn main() -> anyhow::Result<()> {
     let url = std::env::var("SLESS_BENCH_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
     let hostport = url.trim_start_matches("redis://").trim_end_matches('/');
     let (host, port) = hostport.split_once(':').unwrap_or((hostport, "6379"));
-    let namespace = format!("bench-{}", sless::controlplane::model::random_id());
+    let namespace = format!("bench-{}", sless_runtime::random::id());
     let store = Arc::new(RedisStore::new(&url, &namespace, Duration::from_secs(2))?);
     let epoch = store.claim_ownership().await?;
     let (publisher, snapshots) = publisher::spawn(store.clone(), epoch, Debounce::default());

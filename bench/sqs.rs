@@ -15,14 +15,14 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use serde_json::{Value, json};
-use sless::controlplane::proto::{AccessKey, RoutingSnapshot, TenantRoute};
-use sless::controlplane::publisher::Debounce;
-use sless::controlplane::server::ControlPlane;
-use sless::controlplane::store::memory::MemoryStore;
-use sless::sqs::engine::server::EngineServer;
-use sless::sqs::engine::{Engine, EngineConfig};
-use sless::sqs::gateway::worker::WorkerConfig;
-use sless::sqs::gateway::{Gateway, sigv4};
+use sless_controlplane::proto::{AccessKey, RoutingSnapshot, TenantRoute};
+use sless_controlplane::publisher::Debounce;
+use sless_controlplane::server::ControlPlane;
+use sless_controlplane::store::memory::MemoryStore;
+use sless_sqs::engine::server::EngineServer;
+use sless_sqs::engine::{Engine, EngineConfig};
+use sless_sqs::gateway::worker::WorkerConfig;
+use sless_sqs::gateway::{Gateway, sigv4};
 
 const WORKERS: usize = 16;
 const CYCLES_PER_WORKER: usize = 150;
@@ -187,14 +187,14 @@ async fn gateway_vs_direct() -> anyhow::Result<()> {
     )?;
     // As in sless dev: the engine takes only its gateway's token.
     let engine_server = EngineServer::start(engine, "127.0.0.1:0".parse()?, Some(ENGINE_TOKEN.into())).await?;
-    let mut config = sless::controlplane::config::ControlPlaneArgs {
+    let mut config = sless_controlplane::config::ControlPlaneArgs {
         listen: "127.0.0.1:0".parse()?,
         heartbeat_interval: Duration::from_secs(10),
         session_ttl: Duration::from_secs(35),
         max_stale_age: Duration::from_secs(30),
         max_message_bytes: 4 << 20,
         max_runtime_counters: 100_000,
-        tls: sless::controlplane::config::TlsMode::Disabled,
+        tls: sless_controlplane::config::TlsMode::Disabled,
         server_cert: None,
         server_key: None,
         client_ca: None,

@@ -5,8 +5,8 @@
 use std::sync::LazyLock;
 
 use libfuzzer_sys::fuzz_target;
-use sless::sqs::engine::{Engine, EngineConfig};
-use sless::sqs::protocol::{self, Protocol};
+use sless_sqs::engine::{Engine, EngineConfig};
+use sless_sqs::protocol::{self, Protocol};
 
 static RUNTIME: LazyLock<tokio::runtime::Runtime> = LazyLock::new(|| {
     tokio::runtime::Builder::new_current_thread().enable_time().build().expect("a runtime")

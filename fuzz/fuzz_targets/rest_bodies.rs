@@ -3,12 +3,12 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use sless::model::dataflow::DataFlowRequest;
-use sless::model::queue_service::{QueueServiceRequest, QueueServiceSpec};
+use sless_model::dataflow::DataFlowRequest;
+use sless_model::queue_service::{QueueServiceRequest, QueueServiceSpec};
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(request) = serde_json::from_slice::<DataFlowRequest>(data) {
-        let _ = request.into_spec();
+        let _ = request.into_spec(&sless_dataflow::registry::Registry);
     }
     if let Ok(request) = serde_json::from_slice::<QueueServiceRequest>(data)
         && let Ok(spec) = request.spec_over(QueueServiceSpec::default())

@@ -7,20 +7,20 @@ use std::sync::Arc;
 use base64::Engine;
 use tokio::net::TcpListener;
 
-use crate::shutdown::stopped;
+use sless_runtime::shutdown::stopped;
 
 use crate::api::{self, AppState, metrics::Metrics};
-use crate::controlplane::config::ControlPlaneConfig;
-use crate::controlplane::local_pki::LocalPki;
-use crate::controlplane::publisher::Debounce;
-use crate::controlplane::server::{ControlPlane, ServerError};
-use crate::controlplane::store::memory::MemoryStore;
-use crate::platform::local::GatewayLink;
-use crate::platform::local::LocalPlatform;
-use crate::sqs::gateway::Gateway;
-use crate::sqs::gateway::worker::WorkerConfig;
-use crate::store::{Store, StoreError};
 use crate::tenants::{TenantConfigError, Tenants};
+use sless_controlplane::config::ControlPlaneConfig;
+use sless_controlplane::local_pki::LocalPki;
+use sless_controlplane::publisher::Debounce;
+use sless_controlplane::server::{ControlPlane, ServerError};
+use sless_controlplane::store::memory::MemoryStore;
+use sless_platform::local::GatewayLink;
+use sless_platform::local::LocalPlatform;
+use sless_platform::store::{Store, StoreError};
+use sless_sqs::gateway::Gateway;
+use sless_sqs::gateway::worker::WorkerConfig;
 
 #[derive(Debug, thiserror::Error)]
 pub enum DevError {
@@ -41,7 +41,7 @@ pub enum DevError {
     )]
     OwnTls,
     #[error(transparent)]
-    Pki(#[from] crate::controlplane::local_pki::PkiError),
+    Pki(#[from] sless_controlplane::local_pki::PkiError),
 }
 
 /// The gateway's worker id in dev: queue services are Ready once it ACKs.
@@ -64,7 +64,7 @@ pub struct DevOptions {
     pub gateway_public_url: Option<String>,
     /// Where dataflows may connect: everything by default (dev runs on the
     /// developer's own machine), less `--egress-deny`.
-    pub egress: crate::dataflow::egress::EgressArgs,
+    pub egress: sless_dataflow::egress::EgressArgs,
 }
 
 /// A prepared instance: the store is open and the port is bound.
@@ -85,7 +85,7 @@ pub struct Dev {
 const DEV_TOKEN_SETTING: &str = "dev-tenant-token";
 
 fn random_token() -> String {
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(crate::random::bytes::<32>())
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(sless_runtime::random::bytes::<32>())
 }
 
 impl Dev {
@@ -123,14 +123,14 @@ impl Dev {
             WorkerConfig {
                 control_plane: format!("https://{}", control_plane.local_addr),
                 worker_id: GATEWAY_WORKER_ID.into(),
-                instance_id: crate::controlplane::model::random_id(),
+                instance_id: sless_runtime::random::id(),
                 tls: Some(pki.worker),
             },
         )
         .await
         .map_err(DevError::Gateway)?;
         let gateway_url = gateway.public_url().to_owned();
-        let egress = crate::dataflow::egress::EgressPolicy {
+        let egress = sless_dataflow::egress::EgressPolicy {
             allow: opts.egress.allow,
             deny: opts.egress.deny,
             local_sockets: true,

@@ -6,12 +6,12 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use sless::controlplane::config::ControlPlaneArgs;
-use sless::controlplane::publisher::Debounce;
-use sless::controlplane::server::ControlPlane;
-use sless::controlplane::store::redis::RedisStore;
 use sless::dev::{Dev, DevOptions};
-use sless::shutdown::stopped;
+use sless_controlplane::config::ControlPlaneArgs;
+use sless_controlplane::publisher::Debounce;
+use sless_controlplane::server::ControlPlane;
+use sless_controlplane::store::redis::RedisStore;
+use sless_runtime::shutdown::stopped;
 use tracing_subscriber::EnvFilter;
 
 #[derive(Parser)]
@@ -74,7 +74,7 @@ struct ProcessorArgs {
     /// link-local, unspecified and multicast) and read TLS files (default
     /// /etc/dataflow-tls, where the operator mounts them).
     #[command(flatten)]
-    egress: sless::dataflow::egress::EgressArgs,
+    egress: sless_dataflow::egress::EgressArgs,
 }
 
 #[derive(clap::Args)]
@@ -105,7 +105,7 @@ struct GatewayArgs {
     tls_domain: Option<String>,
     /// The region request signatures must be scoped to (a signature for
     /// another region or another service than sqs is refused).
-    #[arg(long, default_value = sless::sqs::DEFAULT_REGION)]
+    #[arg(long, default_value = sless_sqs::DEFAULT_REGION)]
     region: String,
 }
 
@@ -121,7 +121,7 @@ struct QueueArgs {
     #[arg(long, default_value = "000000000000")]
     account_id: String,
     /// Region in queue ARNs.
-    #[arg(long, default_value = sless::sqs::DEFAULT_REGION)]
+    #[arg(long, default_value = sless_sqs::DEFAULT_REGION)]
     region: String,
     /// Public base URL of queue URLs (default: http://LISTEN).
     #[arg(long)]
@@ -161,7 +161,7 @@ struct DevArgs {
     /// Where dataflows may connect (default: anywhere; dev runs on your own
     /// machine) and read TLS files (default DATA_DIR/tls).
     #[command(flatten)]
-    egress: sless::dataflow::egress::EgressArgs,
+    egress: sless_dataflow::egress::EgressArgs,
 }
 
 #[derive(clap::Args)]
@@ -314,8 +314,8 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
 /// Production mode: the control plane on Redis, the operator on the
 /// cluster, the webhook and the operator's metrics, until a signal.
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
-    use sless::operator::config::OperatorConfig;
-    use sless::operator::runner::{OperatorMetrics, OperatorOptions};
+    use sless_operator::config::OperatorConfig;
+    use sless_operator::runner::{OperatorMetrics, OperatorOptions};
     let config = args
         .control_plane
         .validate()
@@ -343,7 +343,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     }
     let mut operator_metrics = None;
     let api_state = sless::api::AppState {
-        platform: std::sync::Arc::new(sless::platform::kubernetes::KubePlatform::new(
+        platform: std::sync::Arc::new(sless_platform::kubernetes::KubePlatform::new(
             client.clone(),
             op.create_namespaces,
         )),
@@ -361,7 +361,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .context("cannot start the control plane")?;
 
     let (stop, stop_rx) = tokio::sync::watch::channel(false);
-    let operator = tokio::spawn(sless::operator::runner::run(
+    let operator = tokio::spawn(sless_operator::runner::run(
         client,
         OperatorOptions {
             config: OperatorConfig {
@@ -372,14 +372,14 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 create_namespaces: op.create_namespaces,
             },
             lease_namespace: op.lease_namespace,
-            identity: op.pod_name.unwrap_or_else(sless::controlplane::model::random_id),
+            identity: op.pod_name.unwrap_or_else(sless_runtime::random::id),
         },
         metrics,
         stop_rx.clone(),
     ));
     let webhook = match (&op.webhook_cert, &op.webhook_key) {
         (Some(cert), Some(key)) => {
-            let webhook = sless::operator::webhook::Webhook::bind(op.webhook_listen, cert, key)
+            let webhook = sless_operator::webhook::Webhook::bind(op.webhook_listen, cert, key)
                 .await
                 .context("cannot start the admission webhook")?;
             tracing::info!(addr = %webhook.addr, "DataFlow admission webhook serving");
@@ -419,7 +419,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
 }
 
 async fn queue(args: QueueArgs) -> anyhow::Result<()> {
-    use sless::sqs::engine::{Engine, EngineConfig, server::EngineServer};
+    use sless_sqs::engine::{Engine, EngineConfig, server::EngineServer};
     let journal = args.data_dir.as_ref().map(|d| d.join("queues.db"));
     let config = EngineConfig {
         account_id: args.account_id,
@@ -439,7 +439,7 @@ async fn queue(args: QueueArgs) -> anyhow::Result<()> {
 }
 
 async fn gateway(args: GatewayArgs) -> anyhow::Result<()> {
-    use sless::sqs::gateway::{Gateway, worker::WorkerConfig};
+    use sless_sqs::gateway::{Gateway, worker::WorkerConfig};
     use tonic::transport::{Certificate, ClientTlsConfig, Identity};
     let tls = match (&args.tls_ca, &args.tls_cert, &args.tls_key) {
         (None, None, None) => None,
@@ -458,7 +458,7 @@ async fn gateway(args: GatewayArgs) -> anyhow::Result<()> {
     let worker = WorkerConfig {
         control_plane: args.control_plane,
         worker_id: args.worker_id,
-        instance_id: sless::controlplane::model::random_id(),
+        instance_id: sless_runtime::random::id(),
         tls,
     };
     let gateway = Gateway::bind(args.listen, args.public_url, worker)
@@ -471,7 +471,7 @@ async fn gateway(args: GatewayArgs) -> anyhow::Result<()> {
 }
 
 async fn processor(args: ProcessorArgs) -> anyhow::Result<()> {
-    use sless::processor::{ProcessorOptions, run};
+    use sless_dataflow::processor::{ProcessorOptions, run};
     run(
         ProcessorOptions {
             spec_path: args.spec_path,
@@ -479,13 +479,13 @@ async fn processor(args: ProcessorArgs) -> anyhow::Result<()> {
             name: args.name,
             checkpoint_file: args.checkpoint_file,
             metrics_listen: args.metrics_listen,
-            egress: sless::dataflow::egress::EgressPolicy::restricted(
+            egress: sless_dataflow::egress::EgressPolicy::restricted(
                 args.egress.allow,
                 args.egress.deny,
                 Some(
                     args.egress
                         .tls_dir
-                        .unwrap_or_else(|| PathBuf::from(sless::dataflow::egress::PROCESSOR_TLS_DIR)),
+                        .unwrap_or_else(|| PathBuf::from(sless_dataflow::egress::PROCESSOR_TLS_DIR)),
                 ),
             ),
         },
@@ -496,7 +496,7 @@ async fn processor(args: ProcessorArgs) -> anyhow::Result<()> {
 }
 
 fn crds(args: CrdsArgs) -> anyhow::Result<()> {
-    use sless::operator::crd::{definitions, render};
+    use sless_operator::crd::{definitions, render};
     let mut stdout = std::io::stdout().lock();
     for (file, crd) in definitions() {
         let yaml = render(&crd)?;
@@ -515,7 +515,7 @@ fn crds(args: CrdsArgs) -> anyhow::Result<()> {
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     init_tracing();
-    sless::crypto::install_default_provider();
+    sless_runtime::tls::install_default_provider();
     match cli.command {
         Command::Dev(args) => dev(*args).await,
         Command::Serve(args) => serve(*args).await,

@@ -7,7 +7,7 @@ use std::path::Path;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
-use crate::model::name::DnsLabel;
+use sless_model::name::DnsLabel;
 
 /// Shortest accepted token: 16 characters, ~96 bits if random base64.
 pub const MIN_TOKEN_LEN: usize = 16;

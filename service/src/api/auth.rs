@@ -7,7 +7,7 @@ use axum::response::Response;
 
 use super::AppState;
 use super::error::ApiError;
-use crate::model::name::DnsLabel;
+use sless_model::name::DnsLabel;
 
 /// The authenticated tenant, placed in request extensions for handlers.
 #[derive(Debug, Clone)]

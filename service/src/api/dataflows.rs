@@ -15,8 +15,9 @@ use super::auth::Tenant;
 use super::error::{ApiError, ErrorBody};
 use super::json::ApiJson;
 use super::queue_services::{check_body_name, path_name};
-use crate::model::dataflow::{DataFlowRequest, DataFlowSpec, DataFlowView};
-use crate::model::name::DnsLabel;
+use sless_dataflow::registry::Registry;
+use sless_model::dataflow::{DataFlowRequest, DataFlowSpec, DataFlowView};
+use sless_model::name::DnsLabel;
 
 #[derive(Serialize, ToSchema)]
 pub struct DataFlowList {
@@ -52,7 +53,7 @@ pub async fn create(
 ) -> Result<impl IntoResponse, ApiError> {
     let name = DnsLabel::parse(body.name.take().as_deref().unwrap_or_default(), "name")
         .map_err(|e| ApiError::Validation(e.into()))?;
-    let spec = body.into_spec()?;
+    let spec = body.into_spec(&Registry)?;
     let view = state
         .platform
         .create_dataflow(&tenant, &name, spec)
@@ -112,9 +113,9 @@ async fn update(
             .get_dataflow(&tenant, &label)
             .await
             .map_err(|e| ApiError::from_platform(e, what(&name)))?;
-        body.patch(&spec_of(current))?
+        body.patch(&spec_of(current), &Registry)?
     } else {
-        body.into_spec()?
+        body.into_spec(&Registry)?
     };
     state
         .platform

@@ -6,8 +6,8 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use crate::model::ValidationErrors;
-use crate::platform::PlatformError;
+use sless_model::ValidationErrors;
+use sless_platform::PlatformError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {

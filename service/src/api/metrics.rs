@@ -64,12 +64,12 @@ impl Metrics {
     }
 
     /// The API's families, then those of the platform's running dataflows.
-    fn render(&self, flows: &[crate::dataflow::metrics::FlowSample]) -> String {
+    fn render(&self, flows: &[sless_dataflow::metrics::FlowSample]) -> String {
         use prometheus_client::encoding::text;
         let mut out = String::new();
         // Writing into a String cannot fail.
         let _ = text::encode_registry(&mut out, &self.registry)
-            .and_then(|()| crate::dataflow::metrics::encode(&mut out, flows))
+            .and_then(|()| sless_dataflow::metrics::encode(&mut out, flows))
             .and_then(|()| text::encode_eof(&mut out));
         out
     }

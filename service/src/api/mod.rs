@@ -17,10 +17,10 @@ use axum::http::StatusCode;
 use axum::middleware;
 use axum::routing::get;
 
-use crate::platform::Platform;
 use crate::tenants::Tenants;
 use error::ApiError;
 use metrics::Metrics;
+use sless_platform::Platform;
 
 #[derive(Clone)]
 pub struct AppState {
@@ -84,8 +84,8 @@ async fn readyz(State(state): State<AppState>) -> Result<&'static str, (StatusCo
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::operator::runner::OperatorMetrics;
-    use crate::platform::kubernetes::KubePlatform;
+    use sless_operator::runner::OperatorMetrics;
+    use sless_platform::kubernetes::KubePlatform;
 
     async fn serve(app: Router) -> String {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

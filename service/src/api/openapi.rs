@@ -5,7 +5,7 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
 use super::{dataflows, error, queue_services};
-use crate::model::{Phase, dataflow, queue_service};
+use sless_model::{Phase, dataflow, queue_service};
 
 #[derive(OpenApi)]
 #[openapi(

@@ -14,9 +14,9 @@ use super::AppState;
 use super::auth::Tenant;
 use super::error::{ApiError, ErrorBody};
 use super::json::ApiJson;
-use crate::model::FieldError;
-use crate::model::name::DnsLabel;
-use crate::model::queue_service::{QueueServiceRequest, QueueServiceSpec, QueueServiceView};
+use sless_model::FieldError;
+use sless_model::name::DnsLabel;
+use sless_model::queue_service::{QueueServiceRequest, QueueServiceSpec, QueueServiceView};
 
 #[derive(Serialize, ToSchema)]
 pub struct QueueServiceList {

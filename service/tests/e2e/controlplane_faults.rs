@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::common::cp::{Harness, ack_of, config, next, register, report, watch};
-use sless::controlplane::store::redis::RedisStore;
+use sless_controlplane::store::redis::RedisStore;
 use tonic::Code;
 
 const WAIT: Duration = Duration::from_secs(3);
@@ -137,7 +137,7 @@ async fn redis_restart_gives_unavailable_then_recovers_without_stale_writes() {
 #[tokio::test]
 async fn two_controllers_share_state_and_the_stale_owner_is_fenced() {
     let url = std::env::var("SLESS_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
-    let namespace = format!("two-{}", sless::controlplane::model::random_id());
+    let namespace = format!("two-{}", sless_runtime::random::id());
     let a = Harness::start(store(&url, &namespace), config(None)).await;
     let b = Harness::start(store(&url, &namespace), config(None)).await;
     assert!(b.epoch > a.epoch, "the later controller owns a newer epoch");

@@ -6,10 +6,10 @@ use std::sync::Arc;
 
 use crate::common::cp::{Harness, config, register_request};
 use crate::common::tls::Ca;
-use sless::controlplane::config::TlsMaterial;
-use sless::controlplane::identity::IdentityPolicy;
-use sless::controlplane::proto::worker_control_plane_client::WorkerControlPlaneClient;
-use sless::controlplane::store::memory::MemoryStore;
+use sless_controlplane::config::TlsMaterial;
+use sless_controlplane::identity::IdentityPolicy;
+use sless_controlplane::proto::worker_control_plane_client::WorkerControlPlaneClient;
+use sless_controlplane::store::memory::MemoryStore;
 use tonic::Code;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
 

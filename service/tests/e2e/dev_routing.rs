@@ -10,7 +10,7 @@ use crate::common::sqs::{call, ready_queue_service};
 use crate::common::tls::Ca;
 use crate::common::{DevServer, TOKEN_A, TOKEN_B, TempDir};
 use serde_json::json;
-use sless::controlplane::proto::worker_control_plane_client::WorkerControlPlaneClient;
+use sless_controlplane::proto::worker_control_plane_client::WorkerControlPlaneClient;
 
 #[tokio::test]
 async fn queue_services_become_gateway_routes() {

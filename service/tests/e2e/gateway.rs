@@ -7,13 +7,13 @@ use std::time::{Duration, Instant};
 
 use crate::common::cp::{Harness, config};
 use serde_json::{Value, json};
-use sless::controlplane::proto::{AccessKey, RoutingSnapshot, TenantRoute};
-use sless::controlplane::store::ControlStore;
-use sless::controlplane::store::memory::MemoryStore;
-use sless::sqs::engine::server::EngineServer;
-use sless::sqs::engine::{Engine, EngineConfig};
-use sless::sqs::gateway::worker::WorkerConfig;
-use sless::sqs::gateway::{Gateway, sigv4};
+use sless_controlplane::proto::{AccessKey, RoutingSnapshot, TenantRoute};
+use sless_controlplane::store::ControlStore;
+use sless_controlplane::store::memory::MemoryStore;
+use sless_sqs::engine::server::EngineServer;
+use sless_sqs::engine::{Engine, EngineConfig};
+use sless_sqs::gateway::worker::WorkerConfig;
+use sless_sqs::gateway::{Gateway, sigv4};
 
 const ACCESS: &str = "SQSAKacme_AAAAAAAA";
 const SECRET: &str = "YWNtZS1zZWNyZXQ=";

@@ -7,10 +7,10 @@ use std::process::Command;
 
 use crate::common::TempDir;
 use serde_json::json;
-use sless::operator::config::OperatorConfig;
-use sless::operator::crd::dataflow::DataFlow;
-use sless::operator::crd::queue_service::{QueueService, QueueServiceSpec};
-use sless::operator::{dataflow, queue_service};
+use sless_operator::config::OperatorConfig;
+use sless_operator::crd::dataflow::DataFlow;
+use sless_operator::crd::queue_service::{QueueService, QueueServiceSpec};
+use sless_operator::{dataflow, queue_service};
 
 fn yaml<T: serde::Serialize>(object: &T) -> String {
     serde_saphyr::to_string(object).unwrap()
@@ -33,7 +33,7 @@ fn generated_children_pass_the_kubernetes_schemas() {
     );
     qs.metadata.namespace = Some("sless-fn-acme".into());
     qs.metadata.uid = Some("6f1c1d3e-0000-4000-8000-000000000001".into());
-    let credentials = sless::platform::credentials::generate("acme");
+    let credentials = sless_sqs::credentials::generate("acme");
     use queue_service::builders as q;
     let mut objects = vec![
         ("namespace", yaml(&q::namespace(&qs))),
@@ -72,7 +72,7 @@ fn generated_children_pass_the_kubernetes_schemas() {
                 &df,
                 &spec,
                 &json,
-                &[sless::operator::dataflow::secrets::TlsMount {
+                &[sless_operator::dataflow::secrets::TlsMount {
                     secret: "kafka-tls".into(),
                     key: "ca.crt".into(),
                 }],

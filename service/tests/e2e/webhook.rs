@@ -4,7 +4,7 @@
 use crate::common::TempDir;
 use crate::common::tls::Ca;
 use serde_json::{Value, json};
-use sless::operator::webhook::{DATAFLOW_PATH, Webhook};
+use sless_operator::webhook::{DATAFLOW_PATH, Webhook};
 
 fn review(spec: Value) -> Value {
     json!({

@@ -4,14 +4,14 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sless::controlplane::config::{ControlPlaneConfig, TlsMaterial};
-use sless::controlplane::identity::IdentityPolicy;
-use sless::controlplane::proto::worker_control_plane_client::WorkerControlPlaneClient;
-use sless::controlplane::proto::{self, RoutingSnapshot, TenantRoute};
-use sless::controlplane::publisher::{Debounce, SnapshotPublisher};
-use sless::controlplane::server::ControlPlane;
-use sless::controlplane::store::ControlStore;
-use sless::controlplane::worker::ServiceConfig;
+use sless_controlplane::config::{ControlPlaneConfig, TlsMaterial};
+use sless_controlplane::identity::IdentityPolicy;
+use sless_controlplane::proto::worker_control_plane_client::WorkerControlPlaneClient;
+use sless_controlplane::proto::{self, RoutingSnapshot, TenantRoute};
+use sless_controlplane::publisher::{Debounce, SnapshotPublisher};
+use sless_controlplane::server::ControlPlane;
+use sless_controlplane::store::ControlStore;
+use sless_controlplane::worker::ServiceConfig;
 use tonic::transport::Channel;
 
 pub type Client = WorkerControlPlaneClient<Channel>;

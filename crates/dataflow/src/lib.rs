@@ -1,0 +1,83 @@
+//! The DataFlow runtime (seed 001): messages, the field path and condition
+//! grammar, the components (sources, transformations, sinks: one file each,
+//! listed in `registry`), and the pipeline that runs them with at-least-once
+//! delivery, in `sless dev` or as `sless processor`.
+
+pub mod checkpoint;
+pub mod condition;
+pub mod context;
+pub mod egress;
+pub mod kafka_client;
+pub mod message;
+pub mod metrics;
+pub mod path;
+pub mod pipeline;
+pub mod processor;
+pub mod registry;
+pub mod sinks;
+pub mod sources;
+mod sql;
+pub mod supervisor;
+pub mod transforms;
+
+/// A connector's failure, split by whether retrying can help.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ConnectorError {
+    /// The spec cannot work as written.
+    #[error("{0}")]
+    Config(String),
+    /// The backend is unreachable or broke the connection: retry.
+    #[error("cannot connect: {0}")]
+    Connect(String),
+    /// The data was refused (a constraint, a type): retrying the same data
+    /// fails again, so it goes to the error sink.
+    #[error("data refused: {0}")]
+    Data(String),
+    /// Any other failure of a statement: retry.
+    #[error("{0}")]
+    Query(String),
+}
+
+/// Deserialises a connector or transformation `config`.
+fn config<T: serde::de::DeserializeOwned>(config: serde_json::Value) -> Result<T, ConnectorError> {
+    serde_json::from_value(config).map_err(|e| ConnectorError::Config(e.to_string()))
+}
+
+/// A checkpoint store failure: retrying may help.
+fn store_error(e: impl std::fmt::Display) -> ConnectorError {
+    ConnectorError::Query(format!("checkpoint store: {e}"))
+}
+
+impl ConnectorError {
+    /// The server's own answer (a refused login, say) reaches the tenant;
+    /// network-level detail (refused, timed out, reset) stays in the log.
+    fn connect(e: tokio_postgres::Error) -> Self {
+        match e.as_db_error() {
+            Some(db) => Self::Connect(db.message().to_owned()),
+            None => {
+                tracing::info!(error = %e, "PostgreSQL connection failed");
+                Self::Connect("the database server cannot be reached or did not complete the connection".into())
+            }
+        }
+    }
+
+    /// SQLSTATE classes 22 (data exception) and 23 (integrity constraint)
+    /// are the data's fault; others are transient or configuration.
+    fn query(e: tokio_postgres::Error) -> Self {
+        match e.code().map(|c| c.code().to_owned()) {
+            Some(code) if code.starts_with("22") || code.starts_with("23") => Self::Data(
+                e.as_db_error()
+                    .map_or_else(|| e.to_string(), |d| d.message().to_owned()),
+            ),
+            Some(code) if code.starts_with("42") => Self::Config(
+                e.as_db_error()
+                    .map_or_else(|| e.to_string(), |d| d.message().to_owned()),
+            ),
+            _ if e.is_closed() => Self::Connect(e.to_string()),
+            _ => Self::Query(
+                e.as_db_error()
+                    .map_or_else(|| e.to_string(), |d| d.message().to_owned()),
+            ),
+        }
+    }
+}

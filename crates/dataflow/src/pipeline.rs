@@ -1,0 +1,304 @@
+//! One dataflow: a reader task feeds records through a channel bounded by
+//! `channelBufferSize` (backpressure) to the processor, which transforms a
+//! batch, writes every output (routes, main sink, error sink), and only then
+//! commits the batch to its source (a saved read position, Kafka offsets).
+//! A crash re-reads at most the batch that was being written: at-least-once,
+//! with duplicates bounded by one batch.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime};
+
+use serde_json::json;
+use tokio::sync::{mpsc, watch};
+
+use sless_model::dataflow::{DataFlowCounters, DataFlowSpec};
+use sless_runtime::backoff::{Backoff, Retries};
+
+use crate::ConnectorError;
+use crate::context::PipelineContext;
+use crate::message::Message;
+use crate::sinks::{self, Sink};
+use crate::sources::{self, Record, Source};
+use crate::transforms::{self, Output, Outputs, Transform};
+
+/// Retries of a failing read or write: 200 ms doubling to 30 s.
+const RETRY: Backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(30));
+
+/// What a pipeline has done, shared with whoever reports on it.
+#[derive(Default)]
+pub struct Stats {
+    read: AtomicU64,
+    written: AtomicU64,
+    failed: AtomicU64,
+    filtered: AtomicU64,
+    last_checkpoint: std::sync::Mutex<Option<SystemTime>>,
+    refusal: std::sync::Mutex<Option<Refusal>>,
+}
+
+/// A message a sink refuses while there is no error sink to take it: the
+/// pipeline retries it (nothing is dropped) and the dataflow shows why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    /// The sink's target (a table, a topic).
+    pub target: String,
+    pub reason: String,
+    /// Refusals of the message so far.
+    pub count: u64,
+}
+
+impl Stats {
+    pub fn snapshot(&self) -> DataFlowCounters {
+        DataFlowCounters {
+            read: self.read.load(Ordering::Relaxed),
+            written: self.written.load(Ordering::Relaxed),
+            failed: self.failed.load(Ordering::Relaxed),
+            filtered: self.filtered.load(Ordering::Relaxed),
+            last_checkpoint_at: self
+                .last_checkpoint()
+                .map(|t| humantime::format_rfc3339_seconds(t).to_string()),
+        }
+    }
+
+    /// When a batch was last committed to the source.
+    pub fn last_checkpoint(&self) -> Option<SystemTime> {
+        *self.last_checkpoint.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The message being refused now, if any.
+    pub fn refusal(&self) -> Option<Refusal> {
+        self.refusal.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn refused(&self, target: &str, reason: &str) {
+        let mut refusal = self.refusal.lock().unwrap_or_else(|p| p.into_inner());
+        let count = refusal.as_ref().map_or(0, |r| r.count) + 1;
+        *refusal = Some(Refusal {
+            target: target.to_owned(),
+            reason: reason.to_owned(),
+            count,
+        });
+    }
+
+    fn accepted(&self) {
+        *self.refusal.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+
+    fn add(counter: &AtomicU64, n: usize) {
+        counter.fetch_add(n as u64, Ordering::Relaxed);
+    }
+}
+
+pub struct Pipeline {
+    source: Arc<dyn Source>,
+    transforms: Vec<Box<dyn Transform>>,
+    main: Box<dyn Sink>,
+    /// The sinks of the transformations' extra outputs, by index.
+    routes: Vec<Box<dyn Sink>>,
+    errors: Option<Box<dyn Sink>>,
+    buffer: usize,
+    batch: usize,
+    stats: Arc<Stats>,
+}
+
+impl Pipeline {
+    /// Connects every connector of `spec`.
+    pub async fn connect(
+        spec: &DataFlowSpec,
+        ctx: &PipelineContext,
+        stats: Arc<Stats>,
+    ) -> Result<Self, ConnectorError> {
+        let mut outputs = Outputs::default();
+        let transforms = spec
+            .transformations
+            .iter()
+            .map(|t| transforms::build(t, &mut outputs).map_err(|e| ConnectorError::Config(e.to_string())))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut routes = Vec::with_capacity(outputs.sinks().len());
+        for sink in outputs.sinks() {
+            routes.push(sinks::connect(sink, &ctx.egress).await?);
+        }
+        let main = sinks::connect(&spec.sink, &ctx.egress).await?;
+        let errors = match &spec.errors {
+            Some(e) => Some(sinks::connect(e, &ctx.egress).await?),
+            None => None,
+        };
+        // The source last: a Kafka source joins its group only once the
+        // sinks can take what it is given.
+        let source = sources::connect(&spec.source, ctx).await?;
+        Ok(Self {
+            batch: source.batch_size().max(1),
+            source,
+            transforms,
+            main,
+            routes,
+            errors,
+            buffer: spec.channel_buffer_size.max(1) as usize,
+            stats,
+        })
+    }
+
+    /// Runs until `shutdown` is set or a failure retrying cannot fix. At
+    /// shutdown the records already taken from the channel are written and
+    /// committed first; those still in the channel are read again next time.
+    pub async fn run(self, mut shutdown: watch::Receiver<bool>) -> Result<(), ConnectorError> {
+        let (tx, mut rx) = mpsc::channel::<Record>(self.buffer);
+        let reader = tokio::spawn(read_loop(self.source.clone(), tx, shutdown.clone()));
+        let outcome = loop {
+            let first = tokio::select! {
+                biased;
+                _ = shutdown.wait_for(|s| *s) => None,
+                record = rx.recv() => record,
+            };
+            let Some(first) = first else { break Ok(()) };
+            let mut records = vec![first];
+            while records.len() < self.batch {
+                match rx.try_recv() {
+                    Ok(record) => records.push(record),
+                    Err(_) => break,
+                }
+            }
+            if let Err(e) = self.process(&records, &mut shutdown).await {
+                break Err(e);
+            }
+        };
+        reader.abort();
+        outcome
+    }
+
+    async fn process(&self, records: &[Record], shutdown: &mut watch::Receiver<bool>) -> Result<(), ConnectorError> {
+        let mut main = Vec::new();
+        let mut routed: Vec<Vec<Message>> = self.routes.iter().map(|_| Vec::new()).collect();
+        Stats::add(&self.stats.read, records.len());
+        for record in records {
+            let outputs = transforms::apply_all(&self.transforms, record.message.clone());
+            if outputs.is_empty() {
+                Stats::add(&self.stats.filtered, 1);
+            }
+            for out in outputs {
+                match out.output {
+                    Output::Route(i) if i < routed.len() => routed[i].push(out),
+                    _ => main.push(out),
+                }
+            }
+        }
+        self.write_reliably(self.main.as_ref(), &main, shutdown).await?;
+        for (sink, messages) in self.routes.iter().zip(&routed) {
+            self.write_reliably(sink.as_ref(), messages, shutdown).await?;
+        }
+        // Every output of every record is written (a filtered record counts
+        // as done): the source may move past the batch. A failed commit
+        // loses nothing, the batch is only read again.
+        match self.source.commit(records).await {
+            Ok(()) => {
+                *self.stats.last_checkpoint.lock().unwrap_or_else(|p| p.into_inner()) = Some(SystemTime::now());
+            }
+            Err(error) => tracing::warn!(%error, "cannot commit the batch to the source; it will be read again"),
+        }
+        Ok(())
+    }
+
+    /// Writes until it succeeds: the batch whole, else message by message
+    /// with refused ones to the error sink. Without an error sink a refused
+    /// message is retried with backoff: nothing is dropped silently.
+    async fn write_reliably(
+        &self,
+        sink: &dyn Sink,
+        messages: &[Message],
+        shutdown: &mut watch::Receiver<bool>,
+    ) -> Result<(), ConnectorError> {
+        if messages.is_empty() {
+            return Ok(());
+        }
+        let mut retries = RETRY.start();
+        loop {
+            match sink.write(messages).await {
+                Ok(()) => {
+                    Stats::add(&self.stats.written, messages.len());
+                    return Ok(());
+                }
+                Err(ConnectorError::Data(_)) => break,
+                Err(ConnectorError::Config(e)) => return Err(ConnectorError::Config(e)),
+                Err(e) => wait(&mut retries, &e, shutdown).await?,
+            }
+        }
+        for message in messages {
+            let mut retries = RETRY.start();
+            loop {
+                match sink.write(std::slice::from_ref(message)).await {
+                    Ok(()) => {
+                        Stats::add(&self.stats.written, 1);
+                        self.stats.accepted();
+                        break;
+                    }
+                    Err(ConnectorError::Data(reason)) if self.errors.is_some() => {
+                        let envelope = json!({
+                            "error": {
+                                "message": reason,
+                                "timestamp": humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
+                                "original_sink": sink.target(),
+                                "metadata": message.metadata,
+                            },
+                            "original_message": message.data,
+                        });
+                        if let Some(errors) = &self.errors {
+                            Box::pin(self.write_reliably(errors.as_ref(), &[Message::new(envelope)], shutdown)).await?;
+                            // The envelope is not a written message of the flow.
+                            self.stats.written.fetch_sub(1, Ordering::Relaxed);
+                        }
+                        Stats::add(&self.stats.failed, 1);
+                        break;
+                    }
+                    Err(ConnectorError::Config(e)) => return Err(ConnectorError::Config(e)),
+                    Err(e) => {
+                        if let ConnectorError::Data(reason) = &e {
+                            self.stats.refused(sink.target(), reason);
+                        }
+                        wait(&mut retries, &e, shutdown).await?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Reads forever into `tx`, which blocks when the processor is behind.
+async fn read_loop(source: Arc<dyn Source>, tx: mpsc::Sender<Record>, mut shutdown: watch::Receiver<bool>) {
+    let mut retries = RETRY.start();
+    loop {
+        let read = tokio::select! {
+            read = source.read() => read,
+            _ = shutdown.wait_for(|s| *s) => return,
+        };
+        match read {
+            Ok(records) => {
+                retries.succeeded();
+                for record in records {
+                    if tx.send(record).await.is_err() {
+                        return;
+                    }
+                }
+            }
+            Err(e) => {
+                if wait(&mut retries, &e, &mut shutdown).await.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Waits before retrying after `error`; fails at shutdown so nothing is committed.
+async fn wait(
+    retries: &mut Retries,
+    error: &ConnectorError,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Result<(), ConnectorError> {
+    tracing::warn!(%error, "dataflow step failed; retrying");
+    if retries.wait(shutdown).await {
+        Ok(())
+    } else {
+        Err(ConnectorError::Query("stopped".into()))
+    }
+}

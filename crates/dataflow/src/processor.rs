@@ -1,0 +1,179 @@
+//! `sless processor`: one dataflow in its own process, as the kubernetes
+//! operator runs it (seed 001): the spec from a file (the operator's
+//! ConfigMap, secrets resolved), the read position in the ConfigMap
+//! `dataflow-<name>-checkpoint` (or a file outside Kubernetes), Prometheus
+//! metrics and probes on HTTP. SIGTERM writes and commits the batch in hand,
+//! then exits.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::http::header::CONTENT_TYPE;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use tokio::net::TcpListener;
+
+use crate::checkpoint::CheckpointStore;
+use crate::checkpoint::configmap::ConfigMapCheckpoint;
+use crate::checkpoint::file::FileCheckpoint;
+use crate::context::PipelineContext;
+use crate::metrics::{FlowSample, render};
+use crate::pipeline::Stats;
+use sless_model::Phase;
+use sless_model::dataflow::{DataFlowRequest, DataFlowSpec};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProcessorError {
+    #[error("cannot read the spec {path}: {source}")]
+    ReadSpec {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the spec {path} is not a dataflow spec: {reason}")]
+    BadSpec { path: String, reason: String },
+    #[error(
+        "no Kubernetes configuration for the checkpoint ConfigMap ({0}): run in a cluster, set KUBECONFIG, or pass --checkpoint-file"
+    )]
+    Kube(#[source] kube::Error),
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("metrics server: {0}")]
+    Serve(#[source] std::io::Error),
+}
+
+pub struct ProcessorOptions {
+    pub spec_path: PathBuf,
+    pub namespace: String,
+    pub name: String,
+    /// Keep the position in this file instead of the checkpoint ConfigMap.
+    pub checkpoint_file: Option<PathBuf>,
+    pub metrics_listen: SocketAddr,
+    /// Where the dataflow's connectors may connect.
+    pub egress: crate::egress::EgressPolicy,
+}
+
+/// Reads and validates a spec file with the REST API's rules.
+pub fn load_spec(path: &std::path::Path) -> Result<DataFlowSpec, ProcessorError> {
+    let shown = path.display().to_string();
+    let bytes = std::fs::read(path).map_err(|source| ProcessorError::ReadSpec {
+        path: shown.clone(),
+        source,
+    })?;
+    let request: DataFlowRequest = serde_json::from_slice(&bytes).map_err(|e| ProcessorError::BadSpec {
+        path: shown.clone(),
+        reason: e.to_string(),
+    })?;
+    request
+        .into_spec(&crate::registry::Registry)
+        .map_err(|e| ProcessorError::BadSpec {
+            path: shown,
+            reason: e.to_string(),
+        })
+}
+
+#[derive(Clone)]
+struct Probe {
+    phase: Arc<Mutex<(Phase, String)>>,
+    sample: Arc<FlowSample>,
+}
+
+async fn metrics(State(probe): State<Probe>) -> impl IntoResponse {
+    (
+        [(
+            CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        render(std::slice::from_ref(&probe.sample)),
+    )
+}
+
+/// Ready while the pipeline runs; the reason otherwise.
+async fn readyz(State(probe): State<Probe>) -> (StatusCode, String) {
+    let (phase, message) = probe.phase.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let code = if phase == Phase::Ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (code, message)
+}
+
+/// Runs the dataflow until `shutdown` resolves, then lets the batch in hand
+/// finish.
+pub async fn run(opts: ProcessorOptions, shutdown: impl Future<Output = ()>) -> Result<(), ProcessorError> {
+    let spec = load_spec(&opts.spec_path)?;
+    let checkpoint: Option<Arc<dyn CheckpointStore>> = match (&opts.checkpoint_file, spec.checkpoint_persistence) {
+        (_, false) => None,
+        (Some(path), true) => Some(Arc::new(FileCheckpoint::new(path.clone()))),
+        (None, true) => {
+            let client = kube::Client::try_default().await.map_err(ProcessorError::Kube)?;
+            Some(Arc::new(ConfigMapCheckpoint::new(client, &opts.namespace, &opts.name)))
+        }
+    };
+    let stats = Arc::new(Stats::default());
+    let probe = Probe {
+        phase: Arc::new(Mutex::new((
+            Phase::Provisioning,
+            "connecting the source and sinks".into(),
+        ))),
+        sample: Arc::new(FlowSample {
+            namespace: opts.namespace.clone(),
+            dataflow: opts.name.clone(),
+            stats: stats.clone(),
+        }),
+    };
+    let listener = TcpListener::bind(opts.metrics_listen)
+        .await
+        .map_err(|source| ProcessorError::Bind {
+            addr: opts.metrics_listen,
+            source,
+        })?;
+    let app = Router::new()
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .with_state(probe.clone());
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let ctx = PipelineContext {
+        id: format!("{}/{}", opts.namespace, opts.name),
+        checkpoint,
+        egress: Arc::new(opts.egress),
+    };
+    tracing::info!(dataflow = %ctx.id, metrics = %opts.metrics_listen, "processor starting");
+    let phase = probe.phase.clone();
+    let flow = tokio::spawn(crate::supervisor::supervise(
+        spec,
+        ctx,
+        stats,
+        stopped,
+        move |p, message| {
+            tracing::info!(phase = ?p, %message, "dataflow phase");
+            *phase.lock().unwrap_or_else(|e| e.into_inner()) = (p, message);
+        },
+    ));
+    let server = tokio::spawn(
+        axum::serve(listener, app)
+            .with_graceful_shutdown(sless_runtime::shutdown::stopped(&stop.subscribe()))
+            .into_future(),
+    );
+    shutdown.await;
+    stop.send_replace(true);
+    if let Err(e) = flow.await {
+        tracing::error!(error = %e, "dataflow task failed");
+    }
+    tracing::info!("processor stopped: the last batch is written and committed");
+    match server.await {
+        Ok(served) => served.map_err(ProcessorError::Serve),
+        Err(e) => Err(ProcessorError::Serve(std::io::Error::other(e))),
+    }
+}

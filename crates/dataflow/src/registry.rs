@@ -1,0 +1,338 @@
+//! The one list of dataflow components. A connector or transformation type
+//! exists when it is listed here; the REST API and the webhook validate
+//! through [`Registry`] (the model's [`Components`]), and the processor
+//! connects and builds through the same descriptors.
+
+use serde_json::Value;
+use sless_model::dataflow::{Components, ConnectorSpec, Role, SecretRef, TransformationSpec};
+use sless_model::{FieldError, ValidationErrors};
+
+use crate::transforms::{self, camel_case, filter, flatten, mask, remove, router, select, snake_case, timestamp};
+use crate::{sinks, sources};
+
+/// Transformations, by the `type` a spec names them with.
+pub static TRANSFORMS: &[transforms::Descriptor] = &[
+    transforms::Descriptor::of::<timestamp::Timestamp>(),
+    transforms::Descriptor::of::<flatten::Flatten>(),
+    transforms::Descriptor::of::<filter::Filter>(),
+    transforms::Descriptor::of::<mask::Mask>(),
+    transforms::Descriptor::of::<router::Router>(),
+    transforms::Descriptor::of::<select::Select>(),
+    transforms::Descriptor::of::<remove::Remove>(),
+    transforms::Descriptor::of::<snake_case::SnakeCase>(),
+    transforms::Descriptor::of::<camel_case::CamelCase>(),
+];
+
+/// Sources, by type.
+pub static SOURCES: &[sources::Descriptor] = &[
+    sources::Descriptor::of::<sources::kafka::KafkaSource>(),
+    sources::Descriptor::of::<sources::postgres::PostgresSource>(),
+];
+
+/// Sinks, by type.
+pub static SINKS: &[sinks::Descriptor] = &[
+    sinks::Descriptor::of::<sinks::kafka::KafkaSink>(),
+    sinks::Descriptor::of::<sinks::postgres::PostgresSink>(),
+];
+
+/// Connector types of the upstream design that sless does not run yet: a
+/// spec naming one is told so rather than that the type is unknown.
+pub const NOT_YET_SUPPORTED: &[&str] = &["clickhouse", "nessie", "trino"];
+
+pub fn transform(kind: &str) -> Option<&'static transforms::Descriptor> {
+    TRANSFORMS.iter().find(|d| d.kind == kind)
+}
+
+pub fn source(kind: &str) -> Option<&'static sources::Descriptor> {
+    SOURCES.iter().find(|d| d.kind == kind)
+}
+
+pub fn sink(kind: &str) -> Option<&'static sinks::Descriptor> {
+    SINKS.iter().find(|d| d.kind == kind)
+}
+
+/// The component registry, as the model asks for it.
+pub struct Registry;
+
+impl Components for Registry {
+    fn check_connector(&self, spec: &ConnectorSpec, role: Role, path: &str, errors: &mut ValidationErrors) {
+        let type_path = format!("{path}.type");
+        if spec.kind.is_empty() {
+            errors.push(FieldError::required(type_path));
+            return;
+        }
+        let (check, kinds): (Option<CheckFn>, Vec<&str>) = match role {
+            Role::Source => (
+                source(&spec.kind).map(|d| d.check),
+                SOURCES.iter().map(|d| d.kind).collect(),
+            ),
+            Role::Sink => (
+                sink(&spec.kind).map(|d| d.check),
+                SINKS.iter().map(|d| d.kind).collect(),
+            ),
+        };
+        let Some(check) = check else {
+            errors.push(if NOT_YET_SUPPORTED.contains(&spec.kind.as_str()) {
+                FieldError::invalid(
+                    type_path,
+                    format!(
+                        "connector type {:?} is not supported yet; supported types: {}",
+                        spec.kind,
+                        kinds.join(", ")
+                    ),
+                )
+            } else {
+                FieldError::not_supported(type_path, &spec.kind, &kinds)
+            });
+            return;
+        };
+        match &spec.config {
+            None | Some(Value::Null) => errors.push(FieldError::invalid(
+                format!("{path}.config"),
+                format!("{} configuration is required", spec.kind),
+            )),
+            Some(config) => check(config, &format!("{path}.config"), errors),
+        }
+    }
+
+    fn check_transformation(&self, spec: &TransformationSpec, path: &str, errors: &mut ValidationErrors) {
+        if spec.kind.is_empty() {
+            errors.push(FieldError::required(format!("{path}.type")));
+            return;
+        }
+        let Some(descriptor) = transform(&spec.kind) else {
+            let kinds: Vec<&str> = TRANSFORMS.iter().map(|d| d.kind).collect();
+            errors.push(FieldError::not_supported(format!("{path}.type"), &spec.kind, &kinds));
+            return;
+        };
+        match &spec.config {
+            None | Some(Value::Null) => errors.push(FieldError::invalid(
+                format!("{path}.config"),
+                format!("{} transformation configuration is required", spec.kind),
+            )),
+            Some(config) => descriptor.check(config, &format!("{path}.config"), errors),
+        }
+    }
+}
+
+/// Checks a component's `config` at `path`, reporting each problem there.
+pub type CheckFn = fn(&Value, &str, &mut ValidationErrors);
+
+/// Deserialises a component config, reporting serde's message at `path`.
+pub fn parse<T: serde::de::DeserializeOwned>(config: &Value, path: &str, errors: &mut ValidationErrors) -> Option<T> {
+    match T::deserialize(config) {
+        Ok(value) => Some(value),
+        Err(e) => {
+            errors.push(FieldError::invalid(path, e.to_string()));
+            None
+        }
+    }
+}
+
+/// Requires `field` inline or through `{field}SecretRef`, and checks the ref.
+pub fn either(inline: bool, reference: &Option<SecretRef>, path: &str, field: &str, errors: &mut ValidationErrors) {
+    let ref_field = format!("{field}SecretRef");
+    if !inline && reference.is_none() {
+        errors.push(FieldError::invalid(
+            format!("{path}.{field}"),
+            format!("{field} or {ref_field} is required"),
+        ));
+    }
+    secret_ref(reference, path, &ref_field, errors);
+}
+
+pub fn secret_ref(reference: &Option<SecretRef>, path: &str, field: &str, errors: &mut ValidationErrors) {
+    if let Some(r) = reference {
+        if r.name.is_empty() {
+            errors.push(FieldError::required(format!("{path}.{field}.name")));
+        }
+        if r.key.is_empty() {
+            errors.push(FieldError::required(format!("{path}.{field}.key")));
+        }
+    }
+}
+
+pub fn non_empty(value: &Option<String>) -> bool {
+    value.as_deref().is_some_and(|v| !v.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use sless_model::dataflow::DataFlowRequest;
+
+    use super::*;
+
+    fn request(value: serde_json::Value) -> DataFlowRequest {
+        serde_json::from_value(value).unwrap()
+    }
+
+    fn pg(table: &str) -> serde_json::Value {
+        json!({"type": "postgresql", "config": {"connectionString": "postgres://localhost/db", "table": table}})
+    }
+
+    fn fields_of(err: ValidationErrors) -> Vec<String> {
+        err.0.into_iter().map(|e| e.field).collect()
+    }
+
+    #[test]
+    fn accepts_a_full_spec_with_defaults() {
+        let spec = request(json!({
+            "source": pg("orders"),
+            "sink": {"type": "kafka", "config": {"brokers": ["localhost:9092"], "topic": "orders"}},
+            "transformations": [
+                {"type": "mask", "config": {"fields": ["card"], "keepLength": true}},
+                {"type": "router", "config": {"routes": [{"condition": "$.kind == 'x'", "sink": pg("x")}]}},
+                {"type": "snakeCase", "config": {}}
+            ],
+            "resources": {"limits": {"cpu": "500m", "memory": "256Mi"}}
+        }))
+        .into_spec(&Registry)
+        .unwrap();
+        assert!(spec.checkpoint_persistence);
+        assert_eq!(spec.channel_buffer_size, 100);
+    }
+
+    #[test]
+    fn missing_source_and_sink() {
+        assert_eq!(
+            fields_of(request(json!({})).into_spec(&Registry).unwrap_err()),
+            ["source", "sink"]
+        );
+    }
+
+    #[test]
+    fn unknown_missing_and_unsupported_types() {
+        let err = request(json!({
+            "source": {"type": "mysql", "config": {}},
+            "sink": {"config": {}},
+            "errors": {"type": "trino", "config": {}}
+        }))
+        .into_spec(&Registry)
+        .unwrap_err();
+        assert_eq!(fields_of(err.clone()), ["source.type", "sink.type", "errors.type"]);
+        assert!(err.0[2].message.contains("not supported yet"), "{}", err.0[2].message);
+    }
+
+    #[test]
+    fn required_connector_fields() {
+        let err = request(json!({
+            "source": {"type": "postgresql", "config": {"table": "t"}},
+            "sink": {"type": "kafka", "config": {"topicSecretRef": {"name": "s"}}}
+        }))
+        .into_spec(&Registry)
+        .unwrap_err();
+        assert_eq!(
+            fields_of(err),
+            [
+                "source.config.connectionString",
+                "sink.config.brokers",
+                "sink.config.topicSecretRef.key"
+            ]
+        );
+    }
+
+    #[test]
+    fn secret_refs_satisfy_required_fields() {
+        request(json!({
+            "source": {"type": "postgresql", "config": {
+                "connectionStringSecretRef": {"name": "db", "key": "url"}, "table": "t"}},
+            "sink": pg("u")
+        }))
+        .into_spec(&Registry)
+        .unwrap();
+    }
+
+    #[test]
+    fn connector_config_is_required_and_typo_is_named() {
+        let err = request(
+            json!({"source": {"type": "postgresql"}, "sink": {"type": "postgresql", "config": {
+            "connectionString": "x", "table": "t", "tabel": "t"}}}),
+        )
+        .into_spec(&Registry)
+        .unwrap_err();
+        assert_eq!(fields_of(err.clone()), ["source.config", "sink.config"]);
+        assert!(err.0[1].message.contains("tabel"));
+    }
+
+    #[test]
+    fn transformation_rules() {
+        let err = request(json!({
+            "source": pg("a"), "sink": pg("b"),
+            "transformations": [
+                {"type": "explode", "config": {}},
+                {"type": "mask"},
+                {"type": "filter", "config": {"condition": ""}},
+                {"type": "select", "config": {"fields": []}},
+                {"config": {}},
+                {"type": "router", "config": {"routes": [{"condition": "x"}]}}
+            ]
+        }))
+        .into_spec(&Registry)
+        .unwrap_err();
+        assert_eq!(
+            fields_of(err),
+            [
+                "transformations[0].type",
+                "transformations[1].config",
+                "transformations[2].config.condition",
+                "transformations[3].config.fields",
+                "transformations[4].type",
+                "transformations[5].config.routes[0].sink"
+            ]
+        );
+    }
+
+    #[test]
+    fn paths_conditions_and_formats_are_checked() {
+        let err = request(json!({
+            "source": pg("a"), "sink": pg("b"),
+            "transformations": [
+                {"type": "filter", "config": {"condition": "amount >"}},
+                {"type": "mask", "config": {"fields": ["card..number"]}},
+                {"type": "timestamp", "config": {"format": "whenever"}},
+                {"type": "router", "config": {"routes": [{"condition": "kind == 'a' &&", "sink": pg("x")}]}},
+                {"type": "select", "config": {"fields": ["$.user.email", "items[0].sku"]}}
+            ]
+        }))
+        .into_spec(&Registry)
+        .unwrap_err();
+        assert_eq!(
+            fields_of(err.clone()),
+            [
+                "transformations[0].config.condition",
+                "transformations[1].config.fields[0]",
+                "transformations[2].config.format",
+                "transformations[3].config.routes[0].condition"
+            ]
+        );
+        assert!(err.0[1].message.contains("card..number"), "{}", err.0[1].message);
+    }
+
+    #[test]
+    fn quantities_and_buffer_size() {
+        let err = request(json!({
+            "source": pg("a"), "sink": pg("b"),
+            "resources": {"limits": {"cpu": "-1"}, "requests": {"memory": "lots"}},
+            "channelBufferSize": 0
+        }))
+        .into_spec(&Registry)
+        .unwrap_err();
+        assert_eq!(
+            fields_of(err),
+            ["resources.limits.cpu", "resources.requests.memory", "channelBufferSize"]
+        );
+    }
+
+    #[test]
+    fn patch_keeps_absent_fields() {
+        let current = request(json!({"source": pg("a"), "sink": pg("b"), "channelBufferSize": 7}))
+            .into_spec(&Registry)
+            .unwrap();
+        let patched = request(json!({"sink": pg("c")})).patch(&current, &Registry).unwrap();
+        assert_eq!(patched.source, current.source);
+        assert_eq!(patched.channel_buffer_size, 7);
+        assert_eq!(patched.sink.config.unwrap()["table"], "c");
+    }
+}

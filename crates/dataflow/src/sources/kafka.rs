@@ -1,0 +1,183 @@
+//! Kafka source: a member of a consumer group on one topic. Offsets are
+//! stored in the group only through `commit`, after every sink wrote the
+//! records, so a crash or a rebalance re-delivers instead of losing.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
+use rdkafka::message::{BorrowedMessage, Message as _};
+use rdkafka::{Offset, TopicPartitionList};
+use serde_json::Value;
+
+use super::{Position, Record, Source};
+use crate::ConnectorError;
+use crate::context::PipelineContext;
+use crate::kafka_client::{KafkaConfig, check_brokers, check_reachable, classify, client_config, inline, topic};
+use crate::message::Message;
+use sless_model::ValidationErrors;
+use sless_model::dataflow::Role;
+
+pub struct KafkaSource {
+    consumer: Arc<StreamConsumer>,
+    topic: String,
+}
+
+/// The group a dataflow joins when its spec names none: one per dataflow,
+/// so two dataflows (or two tenants) never split a topic's records.
+pub fn default_group(flow_id: &str) -> String {
+    format!("sless.{}", flow_id.replace('/', "."))
+}
+
+impl KafkaSource {
+    pub async fn connect(config: &KafkaConfig, ctx: &PipelineContext) -> Result<Self, ConnectorError> {
+        let topic = topic(config)?;
+        let group = match (&config.consumer_group, &config.consumer_group_secret_ref) {
+            (None, None) => default_group(&ctx.id),
+            (group, secret) => inline(group.as_deref(), secret, "consumerGroup")?.to_owned(),
+        };
+        check_brokers(config, &ctx.egress).await?;
+        let consumer: StreamConsumer = client_config(config, &ctx.egress)?
+            .set("group.id", &group)
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false")
+            .set("auto.offset.reset", "earliest")
+            .set("session.timeout.ms", "10000")
+            .set("partition.assignment.strategy", "roundrobin")
+            .create()
+            .map_err(|e| ConnectorError::Config(e.to_string()))?;
+        let consumer = Arc::new(consumer);
+        let probe = (consumer.clone(), topic.clone());
+        check_reachable(move |timeout| probe.0.fetch_metadata(Some(&probe.1), timeout)).await?;
+        consumer.subscribe(&[&topic]).map_err(classify)?;
+        tracing::info!(%topic, %group, "kafka source joined its consumer group");
+        Ok(Self { consumer, topic })
+    }
+}
+
+/// A record's payload: JSON when it parses, else its text as a JSON string.
+fn payload(bytes: Option<&[u8]>) -> Value {
+    match bytes {
+        None => Value::Null,
+        Some(b) => serde_json::from_slice(b).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(b).into_owned())),
+    }
+}
+
+fn record(m: &BorrowedMessage<'_>) -> Record {
+    let mut metadata = BTreeMap::from([
+        ("topic".to_owned(), m.topic().to_owned()),
+        ("partition".to_owned(), m.partition().to_string()),
+        ("offset".to_owned(), m.offset().to_string()),
+    ]);
+    if let Some(key) = m.key() {
+        metadata.insert("key".into(), String::from_utf8_lossy(key).into_owned());
+    }
+    if let Some(ms) = m.timestamp().to_millis().and_then(|ms| u64::try_from(ms).ok()) {
+        let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms);
+        metadata.insert("timestamp".into(), humantime::format_rfc3339_millis(at).to_string());
+    }
+    Record {
+        message: Message {
+            data: payload(m.payload()),
+            metadata,
+            output: Default::default(),
+        },
+        position: Position::Offset {
+            partition: m.partition(),
+            offset: m.offset(),
+        },
+    }
+}
+
+/// The offsets to commit after `done`: the next one of each partition.
+fn next_offsets(done: &[Record]) -> BTreeMap<i32, i64> {
+    let mut next = BTreeMap::new();
+    for r in done {
+        if let Position::Offset { partition, offset } = r.position {
+            let e = next.entry(partition).or_insert(offset + 1);
+            *e = (*e).max(offset + 1);
+        }
+    }
+    next
+}
+
+#[async_trait]
+impl super::Component for KafkaSource {
+    const KIND: &'static str = "kafka";
+    type Config = KafkaConfig;
+
+    fn check(config: &KafkaConfig, path: &str, errors: &mut ValidationErrors) {
+        config.check(Role::Source, path, errors);
+    }
+
+    async fn open(config: &KafkaConfig, ctx: &PipelineContext) -> Result<Self, ConnectorError> {
+        Self::connect(config, ctx).await
+    }
+}
+
+#[async_trait]
+impl Source for KafkaSource {
+    async fn read(&self) -> Result<Vec<Record>, ConnectorError> {
+        let m = self.consumer.recv().await.map_err(classify)?;
+        Ok(vec![record(&m)])
+    }
+
+    async fn commit(&self, done: &[Record]) -> Result<(), ConnectorError> {
+        let mut list = TopicPartitionList::new();
+        for (partition, offset) in next_offsets(done) {
+            list.add_partition_offset(&self.topic, partition, Offset::Offset(offset))
+                .map_err(classify)?;
+        }
+        if list.count() == 0 {
+            return Ok(());
+        }
+        let consumer = self.consumer.clone();
+        tokio::task::spawn_blocking(move || consumer.commit(&list, CommitMode::Sync))
+            .await
+            .map_err(|e| ConnectorError::Query(e.to_string()))?
+            .map_err(classify)
+    }
+}
+
+impl Drop for KafkaSource {
+    /// Leaving the group blocks while librdkafka says goodbye to the
+    /// coordinator: do it off the async threads.
+    fn drop(&mut self) {
+        let consumer = self.consumer.clone();
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            handle.spawn_blocking(move || drop(consumer));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(partition: i32, offset: i64) -> Record {
+        Record {
+            message: Message::new(Value::Null),
+            position: Position::Offset { partition, offset },
+        }
+    }
+
+    #[test]
+    fn commits_the_offset_after_the_highest_done_per_partition() {
+        let done = [at(0, 4), at(1, 9), at(0, 5), at(1, 7)];
+        assert_eq!(next_offsets(&done), BTreeMap::from([(0, 6), (1, 10)]));
+    }
+
+    #[test]
+    fn payloads_are_json_or_text() {
+        assert_eq!(payload(Some(br#"{"a":1}"#)), serde_json::json!({"a": 1}));
+        assert_eq!(payload(Some(b"plain words")), Value::String("plain words".into()));
+        assert_eq!(payload(None), Value::Null);
+    }
+
+    #[test]
+    fn default_groups_are_per_dataflow() {
+        assert_eq!(default_group("acme/orders"), "sless.acme.orders");
+        assert_ne!(default_group("a/orders"), default_group("b/orders"));
+    }
+}

@@ -1,0 +1,75 @@
+//! Keeps one dataflow running until it is stopped: connects its pipeline,
+//! runs it, and after a failure connects again with backoff (1 s doubling
+//! to 30 s), reporting each phase. `sless dev` and `sless processor` both
+//! run their dataflows through it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use crate::context::PipelineContext;
+use crate::pipeline::{Pipeline, Refusal, Stats};
+use sless_model::Phase;
+use sless_model::dataflow::DataFlowSpec;
+use sless_runtime::backoff::Backoff;
+
+/// How often a running flow's refusals are looked at.
+const REFUSAL_CHECK: Duration = Duration::from_millis(500);
+
+/// Restarts of a failed pipeline: after 1 s, doubling to 30 s.
+const RESTART: Backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(30));
+
+fn refusal_message(r: &Refusal) -> String {
+    format!(
+        "{} refuses a message ({}) and there is no error sink: retrying it; refused {} time(s) so far",
+        r.target, r.reason, r.count
+    )
+}
+
+pub async fn supervise(
+    spec: DataFlowSpec,
+    ctx: PipelineContext,
+    stats: Arc<Stats>,
+    mut stopped: watch::Receiver<bool>,
+    report: impl Fn(Phase, String) + Send,
+) {
+    let mut retries = RESTART.start();
+    while !*stopped.borrow() {
+        match Pipeline::connect(&spec, &ctx, stats.clone()).await {
+            Ok(pipeline) => {
+                report(Phase::Ready, "running".into());
+                retries.succeeded();
+                let run = pipeline.run(stopped.clone());
+                tokio::pin!(run);
+                // A refused message stalls the flow without failing it: show it.
+                let mut shown: Option<Refusal> = None;
+                let mut check = tokio::time::interval(REFUSAL_CHECK);
+                let outcome = loop {
+                    tokio::select! {
+                        outcome = &mut run => break outcome,
+                        _ = check.tick() => {
+                            let now = stats.refusal();
+                            if now != shown {
+                                match &now {
+                                    Some(r) => report(Phase::Failed, refusal_message(r)),
+                                    None => report(Phase::Ready, "running".into()),
+                                }
+                                shown = now;
+                            }
+                        }
+                    }
+                };
+                if let Err(e) = outcome {
+                    tracing::warn!(dataflow = %ctx.id, error = %e, "dataflow stopped");
+                    report(Phase::Failed, format!("processor stopped: {e}; restarting"));
+                }
+            }
+            Err(e) => {
+                tracing::warn!(dataflow = %ctx.id, error = %e, "dataflow cannot start");
+                report(Phase::Failed, format!("{e}; retrying"));
+            }
+        }
+        retries.wait(&mut stopped).await;
+    }
+}

@@ -1,0 +1,111 @@
+//! `mask`: replaces field values by a mask: as many mask characters as the
+//! value's text has characters with `keepLength`, else three. Missing
+//! fields are skipped.
+
+use serde_json::Value;
+
+use serde::Deserialize;
+use sless_model::{FieldError, ValidationErrors};
+
+use super::{BuildError, Component, Message, Outputs, Transform};
+use crate::path::Path;
+
+/// `config` of `mask`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MaskConfig {
+    #[serde(default)]
+    pub fields: Vec<String>,
+    /// Default `*`.
+    pub mask_char: Option<String>,
+    #[serde(default)]
+    pub keep_length: bool,
+}
+
+pub struct Mask {
+    fields: Vec<Path>,
+    mask: char,
+    keep_length: bool,
+}
+
+impl Mask {
+    pub fn new(config: &MaskConfig) -> Result<Self, BuildError> {
+        Ok(Self {
+            fields: super::paths(&config.fields)?,
+            mask: config
+                .mask_char
+                .as_deref()
+                .and_then(|m| m.chars().next())
+                .unwrap_or('*'),
+            keep_length: config.keep_length,
+        })
+    }
+}
+
+impl Component for Mask {
+    const KIND: &'static str = "mask";
+    type Config = MaskConfig;
+
+    fn check(config: &MaskConfig, path: &str, errors: &mut ValidationErrors) {
+        super::check_fields(&config.fields, path, errors);
+        if config.mask_char.as_deref().is_some_and(|m| m.chars().count() != 1) {
+            errors.push(FieldError::invalid(
+                format!("{path}.maskChar"),
+                "must be exactly one character",
+            ));
+        }
+    }
+
+    fn build(config: MaskConfig, _: &mut Outputs) -> Result<Self, BuildError> {
+        Self::new(&config)
+    }
+}
+
+impl Transform for Mask {
+    fn apply(&self, mut message: Message) -> Vec<Message> {
+        for field in &self.fields {
+            let Some(value) = field.get(&message.data) else {
+                continue;
+            };
+            let length = match value {
+                Value::String(s) => s.chars().count(),
+                other => other.to_string().chars().count(),
+            };
+            let masked = std::iter::repeat_n(self.mask, if self.keep_length { length } else { 3 }).collect::<String>();
+            field.set(&mut message.data, Value::String(masked));
+        }
+        vec![message]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn masks_with_and_without_length() {
+        let keep = Mask::new(&MaskConfig {
+            fields: vec!["card".into(), "user.pin".into(), "nope".into()],
+            mask_char: Some("#".into()),
+            keep_length: true,
+        })
+        .unwrap();
+        let out = keep.apply(Message::new(json!({"card": "4111222233334444", "user": {"pin": 1234}})));
+        assert_eq!(
+            out[0].data,
+            json!({"card": "################", "user": {"pin": "####"}})
+        );
+        let short = Mask::new(&MaskConfig {
+            fields: vec!["card".into()],
+            mask_char: None,
+            keep_length: false,
+        })
+        .unwrap();
+        assert_eq!(
+            short.apply(Message::new(json!({"card": "4111"})))[0].data,
+            json!({"card": "***"})
+        );
+    }
+}

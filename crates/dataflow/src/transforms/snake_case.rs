@@ -1,0 +1,85 @@
+//! `snakeCase`: `firstName` → `first_name`, `HTTPServer` → `http_server`;
+//! nested objects too with `deep`.
+
+use super::{BuildError, CaseConfig, Component, Message, Outputs, Transform, rename_keys};
+
+pub struct SnakeCase {
+    deep: bool,
+}
+
+impl SnakeCase {
+    pub fn new(config: &CaseConfig) -> Self {
+        Self { deep: config.deep }
+    }
+}
+
+pub fn to_snake_case(key: &str) -> String {
+    let chars: Vec<char> = key.chars().collect();
+    let mut out = String::with_capacity(key.len() + 4);
+    for (i, &c) in chars.iter().enumerate() {
+        if c.is_uppercase() {
+            let prev = i.checked_sub(1).map(|p| chars[p]);
+            let next_lower = chars.get(i + 1).is_some_and(|n| n.is_lowercase());
+            let boundary =
+                prev.is_some_and(|p| p.is_lowercase() || p.is_ascii_digit() || (p.is_uppercase() && next_lower));
+            if boundary {
+                out.push('_');
+            }
+            out.extend(c.to_lowercase());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+impl Component for SnakeCase {
+    const KIND: &'static str = "snakeCase";
+    type Config = CaseConfig;
+
+    fn build(config: CaseConfig, _: &mut Outputs) -> Result<Self, BuildError> {
+        Ok(Self::new(&config))
+    }
+}
+
+impl Transform for SnakeCase {
+    fn apply(&self, mut message: Message) -> Vec<Message> {
+        message.data = rename_keys(std::mem::take(&mut message.data), self.deep, &to_snake_case);
+        vec![message]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn keys() {
+        for (from, to) in [
+            ("firstName", "first_name"),
+            ("HTTPServer", "http_server"),
+            ("userID", "user_id"),
+            ("already_snake", "already_snake"),
+            ("A", "a"),
+        ] {
+            assert_eq!(to_snake_case(from), to, "{from}");
+        }
+    }
+
+    #[test]
+    fn shallow_and_deep() {
+        let data = json!({"userName": "a", "homeAddress": {"zipCode": "1"}, "list": [{"itemId": 1}]});
+        let shallow = SnakeCase::new(&CaseConfig { deep: false }).apply(Message::new(data.clone()));
+        assert_eq!(
+            shallow[0].data,
+            json!({"user_name": "a", "home_address": {"zipCode": "1"}, "list": [{"itemId": 1}]})
+        );
+        let deep = SnakeCase::new(&CaseConfig { deep: true }).apply(Message::new(data));
+        assert_eq!(
+            deep[0].data,
+            json!({"user_name": "a", "home_address": {"zip_code": "1"}, "list": [{"item_id": 1}]})
+        );
+    }
+}

@@ -1,0 +1,279 @@
+//! DataFlow: a pipeline source → transformations → sink (seed 001), with the
+//! validation rules of upstream's validating webhook. The model knows the
+//! shape of a dataflow; what each connector and transformation accepts is
+//! known by its component, which [`Components`] asks for.
+
+use std::collections::BTreeMap;
+use std::sync::LazyLock;
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use super::{FieldError, Phase, ValidationErrors};
+
+pub const DEFAULT_CHANNEL_BUFFER_SIZE: u32 = 100;
+pub const MAX_CHANNEL_BUFFER_SIZE: u32 = 100_000;
+pub const MAX_TRANSFORMATIONS: usize = 64;
+
+/// A source, sink or error sink: its type and its type-specific config.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ConnectorSpec {
+    /// `kafka` or `postgresql` (`trino`, `clickhouse`, `nessie`: not supported yet).
+    #[serde(rename = "type", default)]
+    pub kind: String,
+    /// The connector's settings, e.g. `{"connectionString": "...", "table": "orders"}`.
+    #[serde(default)]
+    #[schema(value_type = Object)]
+    #[schemars(schema_with = "open_object")]
+    pub config: Option<serde_json::Value>,
+}
+
+/// The schema of a config: an object with any keys, checked by validation
+/// rather than by the Kubernetes schema.
+fn open_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({"type": "object", "x-kubernetes-preserve-unknown-fields": true})
+}
+
+/// Which end of a dataflow a connector sits on; the configs differ.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Source,
+    Sink,
+}
+
+/// Reference to one key of a Kubernetes Secret, which the operator resolves
+/// before the processor starts; any connector field `x` may be given as
+/// `xSecretRef` instead.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SecretRef {
+    #[serde(default)]
+    pub name: String,
+    /// Defaults to the DataFlow's namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    #[serde(default)]
+    pub key: String,
+}
+
+/// What each connector and transformation type accepts. The model does not
+/// know the types: the component registry of `sless-dataflow` answers, so
+/// the REST API, the webhook and the processor apply the same rules.
+pub trait Components {
+    /// Checks the connector `spec` at `path` (e.g. `sink`): its type and
+    /// its config, each problem at its field.
+    fn check_connector(&self, spec: &ConnectorSpec, role: Role, path: &str, errors: &mut ValidationErrors);
+
+    /// Checks the transformation `spec` at `path` (e.g. `transformations[2]`).
+    fn check_transformation(&self, spec: &TransformationSpec, path: &str, errors: &mut ValidationErrors);
+}
+
+/// One step of the pipeline.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TransformationSpec {
+    /// timestamp, flatten, filter, mask, router, select, remove, snakeCase or camelCase.
+    #[serde(rename = "type", default)]
+    pub kind: String,
+    /// The transformation's settings, e.g. `{"fields": ["card"]}` for mask.
+    #[serde(default)]
+    #[schema(value_type = Object)]
+    #[schemars(schema_with = "open_object")]
+    pub config: Option<serde_json::Value>,
+}
+
+/// CPU and memory of the processor, as Kubernetes quantities (`500m`, `256Mi`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Resources {
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub limits: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub requests: BTreeMap<String, String>,
+}
+
+/// The validated desired state of a dataflow.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DataFlowSpec {
+    pub source: ConnectorSpec,
+    pub sink: ConnectorSpec,
+    pub transformations: Vec<TransformationSpec>,
+    pub errors: Option<ConnectorSpec>,
+    pub resources: Option<Resources>,
+    pub checkpoint_persistence: bool,
+    pub channel_buffer_size: u32,
+}
+
+impl DataFlowSpec {
+    /// Applies upstream's webhook rules; every problem is reported.
+    pub fn validate(&self, components: &dyn Components) -> Result<(), ValidationErrors> {
+        let mut errors = ValidationErrors::default();
+        components.check_connector(&self.source, Role::Source, "source", &mut errors);
+        components.check_connector(&self.sink, Role::Sink, "sink", &mut errors);
+        if let Some(sink) = &self.errors {
+            components.check_connector(sink, Role::Sink, "errors", &mut errors);
+        }
+        if self.transformations.len() > MAX_TRANSFORMATIONS {
+            errors.push(FieldError::invalid(
+                "transformations",
+                format!("at most {MAX_TRANSFORMATIONS} transformations are allowed"),
+            ));
+        }
+        for (i, t) in self.transformations.iter().enumerate() {
+            components.check_transformation(t, &format!("transformations[{i}]"), &mut errors);
+        }
+        if let Some(resources) = &self.resources {
+            for (section, map) in [("limits", &resources.limits), ("requests", &resources.requests)] {
+                for (name, quantity) in map {
+                    if !is_quantity(quantity) {
+                        errors.push(FieldError::invalid(
+                            format!("resources.{section}.{name}"),
+                            format!("{quantity:?} is not a non-negative Kubernetes quantity such as 500m or 256Mi"),
+                        ));
+                    }
+                }
+            }
+        }
+        if !(1..=MAX_CHANNEL_BUFFER_SIZE).contains(&self.channel_buffer_size) {
+            errors.push(FieldError::invalid(
+                "channelBufferSize",
+                format!(
+                    "must be between 1 and {MAX_CHANNEL_BUFFER_SIZE} (got {})",
+                    self.channel_buffer_size
+                ),
+            ));
+        }
+        errors.into_result()
+    }
+}
+
+fn is_quantity(value: &str) -> bool {
+    static QUANTITY: LazyLock<regex_lite::Regex> = LazyLock::new(|| {
+        regex_lite::Regex::new(r"^\+?([0-9]+(\.[0-9]*)?|\.[0-9]+)(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei|[eE][-+]?[0-9]+)?$")
+            .expect("static regex")
+    });
+    QUANTITY.is_match(value)
+}
+
+/// Request body of `POST /dataflows`, and of `PUT` (whole spec) and `PATCH`
+/// (only the fields present change).
+#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DataFlowRequest {
+    /// DNS label, 1–63 characters. Required on create; on update it must match the path.
+    pub name: Option<String>,
+    pub source: Option<ConnectorSpec>,
+    pub sink: Option<ConnectorSpec>,
+    /// Applied in order.
+    pub transformations: Option<Vec<TransformationSpec>>,
+    /// Where messages go that the sink failed to write.
+    pub errors: Option<ConnectorSpec>,
+    pub resources: Option<Resources>,
+    /// Keep the source's read position across restarts. Default true.
+    pub checkpoint_persistence: Option<bool>,
+    /// Capacity of the channels between stages (backpressure). Default 100.
+    pub channel_buffer_size: Option<u32>,
+}
+
+impl DataFlowRequest {
+    /// The full spec of a create or PUT: absent optional fields take defaults.
+    pub fn into_spec(self, components: &dyn Components) -> Result<DataFlowSpec, ValidationErrors> {
+        let mut errors = ValidationErrors::default();
+        if self.source.is_none() {
+            errors.push(FieldError::required("source"));
+        }
+        if self.sink.is_none() {
+            errors.push(FieldError::required("sink"));
+        }
+        let (Some(source), Some(sink)) = (self.source, self.sink) else {
+            return Err(errors);
+        };
+        let spec = DataFlowSpec {
+            source,
+            sink,
+            transformations: self.transformations.unwrap_or_default(),
+            errors: self.errors,
+            resources: self.resources,
+            checkpoint_persistence: self.checkpoint_persistence.unwrap_or(true),
+            channel_buffer_size: self.channel_buffer_size.unwrap_or(DEFAULT_CHANNEL_BUFFER_SIZE),
+        };
+        spec.validate(components)?;
+        Ok(spec)
+    }
+
+    /// A PATCH: the fields present replace those of `current`.
+    pub fn patch(self, current: &DataFlowSpec, components: &dyn Components) -> Result<DataFlowSpec, ValidationErrors> {
+        let current = current.clone();
+        let spec = DataFlowSpec {
+            source: self.source.unwrap_or(current.source),
+            sink: self.sink.unwrap_or(current.sink),
+            transformations: self.transformations.unwrap_or(current.transformations),
+            errors: self.errors.or(current.errors),
+            resources: self.resources.or(current.resources),
+            checkpoint_persistence: self.checkpoint_persistence.unwrap_or(current.checkpoint_persistence),
+            channel_buffer_size: self.channel_buffer_size.unwrap_or(current.channel_buffer_size),
+        };
+        spec.validate(components)?;
+        Ok(spec)
+    }
+}
+
+/// Observed state of a dataflow.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DataFlowStatus {
+    pub phase: Phase,
+    pub message: Option<String>,
+}
+
+/// What the API returns for a dataflow: the spec plus its status.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DataFlowView {
+    pub name: String,
+    pub tenant_id: String,
+    pub source: ConnectorSpec,
+    pub sink: ConnectorSpec,
+    pub transformations: Vec<TransformationSpec>,
+    pub errors: Option<ConnectorSpec>,
+    pub resources: Option<Resources>,
+    pub checkpoint_persistence: bool,
+    pub channel_buffer_size: u32,
+    pub phase: Phase,
+    pub message: Option<String>,
+    /// RFC 3339.
+    pub created_at: String,
+    /// What the running processor has done since it started; null when no
+    /// processor runs.
+    pub counters: Option<DataFlowCounters>,
+}
+
+/// Counters of a running processor.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DataFlowCounters {
+    /// Rows read from the source.
+    pub read: u64,
+    /// Messages written to the main sink or a route's sink.
+    pub written: u64,
+    /// Messages the sink refused, sent to the error sink.
+    pub failed: u64,
+    /// Rows a filter dropped (done, not lost).
+    pub filtered: u64,
+    /// When the read position was last saved, RFC 3339.
+    pub last_checkpoint_at: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn kubernetes_quantities() {
+        for ok in ["1", "0.5", "500m", "256Mi", "1e3", "2G"] {
+            assert!(super::is_quantity(ok), "{ok}");
+        }
+        for bad in ["-1", "lots", "", "1.5.2"] {
+            assert!(!super::is_quantity(bad), "{bad}");
+        }
+    }
+}

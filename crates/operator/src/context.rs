@@ -1,0 +1,203 @@
+//! What every reconcile shares, and the reconcilers' error.
+
+use std::collections::HashMap;
+use std::fmt::Debug;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
+use kube::runtime::finalizer::{Event, finalizer};
+use kube::{Api, Client, Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use sless_runtime::backoff::{Backoff, Retries};
+
+use super::config::{FIELD_MANAGER, OperatorConfig};
+
+pub struct Context {
+    pub client: Client,
+    pub config: OperatorConfig,
+    pub backoff: ObjectRetries,
+    recorder: Recorder,
+}
+
+/// The most an Event's note may hold (the API's limit is 1 kB).
+const EVENT_NOTE_BYTES: usize = 1024;
+
+impl Context {
+    /// `instance` names this replica in the Events it publishes (its pod).
+    pub fn new(client: Client, config: OperatorConfig, instance: Option<String>) -> Self {
+        let reporter = Reporter {
+            controller: FIELD_MANAGER.into(),
+            instance,
+        };
+        Self {
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
+            config,
+            backoff: ObjectRetries::default(),
+        }
+    }
+
+    /// Publishes a phase change of `obj` as an Event (what `kubectl describe`
+    /// shows), from its new `Ready` condition. A Warning unless `healthy`.
+    /// An Event is a courtesy: failing to publish it is logged, not retried.
+    pub async fn publish_phase<K: Resource<DynamicType = ()>>(&self, obj: &K, healthy: bool, ready: &Condition) {
+        let mut note = ready.message.clone();
+        if note.len() > EVENT_NOTE_BYTES {
+            let cut = (0..=EVENT_NOTE_BYTES)
+                .rev()
+                .find(|&i| note.is_char_boundary(i))
+                .unwrap_or(0);
+            note.truncate(cut);
+        }
+        let event = KubeEvent {
+            type_: if healthy { EventType::Normal } else { EventType::Warning },
+            reason: ready.reason.clone(),
+            note: Some(note),
+            action: "Reconcile".into(),
+            secondary: None,
+        };
+        if let Err(error) = self.recorder.publish(&event, &obj.object_ref(&())).await {
+            tracing::warn!(kind = %K::kind(&()), name = %obj.meta().name.as_deref().unwrap_or_default(), %error, "cannot publish an event");
+        }
+    }
+}
+
+/// The backoff key of an object: its kind, namespace and name (two kinds
+/// share one `Context`, and may share a name).
+fn backoff_key<K: Resource<DynamicType = ()>>(obj: &K) -> String {
+    format!(
+        "{}/{}/{}",
+        K::kind(&()),
+        obj.namespace().unwrap_or_default(),
+        obj.name_any()
+    )
+}
+
+/// Runs `reconcile` for a namespaced object behind `finalizer_name`
+/// (`kube::runtime::finalizer`): it gets the object's Api and an Apply or
+/// Cleanup event. A success resets the object's backoff.
+pub async fn reconcile_finalized<K, F, Fut>(
+    obj: Arc<K>,
+    ctx: &Context,
+    finalizer_name: &str,
+    reconcile: F,
+) -> Result<Action, Error>
+where
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope> + Clone + DeserializeOwned + Serialize + Debug,
+    F: FnOnce(Api<K>, Event<K>) -> Fut,
+    Fut: Future<Output = Result<Action, Error>>,
+{
+    let namespace = obj.namespace().ok_or(Error::NoNamespace)?;
+    let api: Api<K> = Api::namespaced(ctx.client.clone(), &namespace);
+    let key = backoff_key(&*obj);
+    finalizer(&api, finalizer_name, obj, |event| reconcile(api.clone(), event))
+        .await
+        .map_err(|e| Error::Finalizer(Box::new(e)))
+        .inspect(|_| ctx.backoff.succeeded(&key))
+}
+
+/// The error policy of both controllers: retry with the object's backoff.
+pub fn error_policy<K: Resource<DynamicType = ()>>(obj: Arc<K>, error: &Error, ctx: Arc<Context>) -> Action {
+    let retry = ctx.backoff.failed(&backoff_key(&*obj));
+    tracing::warn!(kind = %K::kind(&()), name = %obj.name_any(), %error, ?retry, "reconcile failed");
+    Action::requeue(retry)
+}
+
+const FIRST_RETRY: Duration = Duration::from_secs(5);
+
+/// The error policy retries after 5 s, then twice as long each time up to
+/// 5 minutes; a success starts over.
+const RETRY: Backoff = Backoff::new(FIRST_RETRY, Duration::from_secs(300));
+
+/// Consecutive failures per object.
+#[derive(Default)]
+pub struct ObjectRetries(Mutex<HashMap<String, Retries>>);
+
+impl ObjectRetries {
+    /// Records a failure of `object`; how long to wait before the retry.
+    pub fn failed(&self, object: &str) -> Duration {
+        let mut retries = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        retries
+            .entry(object.to_owned())
+            .or_insert_with(|| RETRY.start())
+            .failed()
+    }
+
+    pub fn succeeded(&self, object: &str) {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).remove(object);
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("finalizer: {0}")]
+    Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
+    #[error("the object has no namespace")]
+    NoNamespace,
+}
+
+/// The Events published on objects of `kind` in `ns`, oldest first:
+/// (type, reason, how often, reporting instance). A repeat of an Event is
+/// counted in its series, as `kubectl describe` shows it.
+#[cfg(test)]
+pub async fn published_events(client: &Client, ns: &str, kind: &str) -> Vec<(String, String, i32, String)> {
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), ns);
+    let mut list = events.list(&Default::default()).await.unwrap().items;
+    list.sort_by_key(|e| e.event_time.as_ref().map(|t| t.0));
+    list.into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.kind.as_deref()) == Some(kind))
+        .map(|e| {
+            (
+                e.type_.unwrap_or_default(),
+                e.reason.unwrap_or_default(),
+                e.series.map_or(1, |s| s.count),
+                e.reporting_instance.unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retries_back_off_per_object_and_reset_on_success() {
+        let b = ObjectRetries::default();
+        let waits: Vec<u64> = (0..8).map(|_| b.failed("ns/a").as_secs()).collect();
+        assert_eq!(waits, [5, 10, 20, 40, 80, 160, 300, 300]);
+        assert_eq!(b.failed("ns/b").as_secs(), 5, "another object has its own count");
+        b.succeeded("ns/a");
+        assert_eq!(b.failed("ns/a").as_secs(), 5);
+    }
+
+    #[tokio::test]
+    async fn objects_of_two_kinds_with_one_name_back_off_apart() {
+        use crate::crd::dataflow::DataFlow;
+        use crate::crd::queue_service::QueueService;
+        let client = kube_fake_client::ClientBuilder::new().build().await.unwrap();
+        let ctx = Arc::new(Context::new(client, OperatorConfig::default(), None));
+        let mut qs = QueueService::new("main", Default::default());
+        qs.metadata.namespace = Some("ns".into());
+        let mut df = DataFlow::new("main", Default::default());
+        df.metadata.namespace = Some("ns".into());
+        let (qs, df) = (Arc::new(qs), Arc::new(df));
+        assert_eq!(
+            error_policy(qs.clone(), &Error::NoNamespace, ctx.clone()),
+            Action::requeue(FIRST_RETRY)
+        );
+        assert_eq!(
+            error_policy(qs, &Error::NoNamespace, ctx.clone()),
+            Action::requeue(FIRST_RETRY * 2)
+        );
+        assert_eq!(error_policy(df, &Error::NoNamespace, ctx), Action::requeue(FIRST_RETRY));
+    }
+}

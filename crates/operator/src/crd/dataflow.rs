@@ -1,0 +1,150 @@
+//! DataFlow (`dataflow.dataflow.io/v1`): a pipeline source → transformations
+//! → sinks, as seed 001 defines it. The connector and transformation shapes
+//! are the REST API's, so one set of validation rules serves both.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Affinity, Toleration};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use sless_model::ValidationErrors;
+use sless_model::dataflow::{ConnectorSpec, DataFlowRequest, DataFlowSpec, Resources, TransformationSpec};
+
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "dataflow.dataflow.io",
+    version = "v1",
+    kind = "DataFlow",
+    namespaced,
+    status = "DataFlowStatus",
+    shortname = "df",
+    derive = "Default",
+    derive = "PartialEq",
+    printcolumn = r#"{"name":"Source","type":"string","jsonPath":".spec.source.type"}"#,
+    printcolumn = r#"{"name":"Sink","type":"string","jsonPath":".spec.sink.type"}"#,
+    printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct DataFlowCrdSpec {
+    pub source: ConnectorSpec,
+    pub sink: ConnectorSpec,
+    /// Applied in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub transformations: Vec<TransformationSpec>,
+    /// Where messages the sink refused go.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub errors: Option<ConnectorSpec>,
+    /// CPU and memory of the processor pod.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<Resources>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduling: Option<Scheduling>,
+    /// Keep polling sources' read position in a ConfigMap. Default true.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint_persistence: Option<bool>,
+    /// Records buffered between the source and the processor. Default 100.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub channel_buffer_size: Option<u32>,
+    /// Processor image, instead of the operator's PROCESSOR_IMAGE.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub processor_image: Option<String>,
+}
+
+/// Where the processor pod may run.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Scheduling {
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_selector: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub affinity: Option<Affinity>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tolerations: Vec<Toleration>,
+}
+
+impl DataFlowCrdSpec {
+    /// The pipeline spec, checked with the REST API's (and upstream's
+    /// webhook's) rules.
+    pub fn to_spec(&self) -> Result<DataFlowSpec, ValidationErrors> {
+        DataFlowRequest {
+            name: None,
+            source: Some(self.source.clone()),
+            sink: Some(self.sink.clone()),
+            transformations: Some(self.transformations.clone()),
+            errors: self.errors.clone(),
+            resources: self.resources.clone(),
+            checkpoint_persistence: self.checkpoint_persistence,
+            channel_buffer_size: self.channel_buffer_size,
+        }
+        .into_spec(&sless_dataflow::registry::Registry)
+    }
+}
+
+/// Lifecycle phase of a DataFlow, mapped from its processor's Deployment.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum DataFlowPhase {
+    Pending,
+    Running,
+    Error,
+    Stopped,
+}
+
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DataFlowStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<DataFlowPhase>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// Generation of the spec the status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_updated: Option<Time>,
+}
+
+#[cfg(test)]
+mod tests {
+    use kube::CustomResourceExt;
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn connector_configs_are_open_objects_in_the_schema() {
+        let crd = serde_json::to_value(DataFlow::crd()).unwrap();
+        let spec = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"];
+        let config = &spec["properties"]["source"]["properties"]["config"];
+        assert_eq!(config["x-kubernetes-preserve-unknown-fields"], true, "{config}");
+        assert_eq!(spec["required"], json!(["sink", "source"]));
+        assert_eq!(crd["spec"]["group"], "dataflow.dataflow.io");
+    }
+
+    #[test]
+    fn a_resource_is_checked_with_the_rest_api_rules() {
+        let good: DataFlowCrdSpec = serde_json::from_value(json!({
+            "source": {"type": "kafka", "config": {"brokers": ["k:9092"], "topic": "in"}},
+            "sink": {"type": "postgresql", "config": {"connectionString": "postgres://db/x", "table": "t"}},
+            "transformations": [{"type": "mask", "config": {"fields": ["card"]}}]
+        }))
+        .unwrap();
+        let spec = good.to_spec().unwrap();
+        assert!(spec.checkpoint_persistence);
+        assert_eq!(spec.channel_buffer_size, 100);
+        let bad: DataFlowCrdSpec = serde_json::from_value(json!({
+            "source": {"type": "trino", "config": {}},
+            "sink": {"type": "postgresql", "config": {"table": "t"}}
+        }))
+        .unwrap();
+        let errors = bad.to_spec().unwrap_err().to_string();
+        assert!(errors.contains("source.type"), "{errors}");
+        assert!(errors.contains("not supported yet"), "{errors}");
+        assert!(errors.contains("sink.config.connectionString"), "{errors}");
+    }
+}

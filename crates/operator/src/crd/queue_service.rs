@@ -1,0 +1,126 @@
+//! QueueService (`sless.kube5s.ru/v1alpha1`): one tenant's managed SQS
+//! instance, as seed 000 defines it.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use sless_model::queue_service::{DEFAULT_MEMORY_MB, DEFAULT_STORAGE_MB, MEMORY_MB, STORAGE_MB};
+
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "sless.kube5s.ru",
+    version = "v1alpha1",
+    kind = "QueueService",
+    namespaced,
+    status = "QueueServiceStatus",
+    shortname = "qs",
+    derive = "Default",
+    derive = "PartialEq",
+    printcolumn = r#"{"name":"TenantID","type":"string","jsonPath":".spec.tenantId"}"#,
+    printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
+    printcolumn = r#"{"name":"Endpoint","type":"string","jsonPath":".status.endpoint"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct QueueServiceSpec {
+    /// The cloud tenant that owns the instance.
+    #[schemars(length(min = 1, max = 63), regex(pattern = r"^[a-z0-9][a-z0-9-]*[a-z0-9]$"))]
+    pub tenant_id: String,
+    /// Memory limit of the queue engine, in MiB.
+    #[serde(rename = "memoryMB", default = "default_memory")]
+    #[schemars(range(min = *MEMORY_MB.start(), max = *MEMORY_MB.end()))]
+    pub memory_mb: u32,
+    /// Size of the volume that keeps the messages, in MiB.
+    #[serde(rename = "storageMB", default = "default_storage")]
+    #[schemars(range(min = *STORAGE_MB.start(), max = *STORAGE_MB.end()))]
+    pub storage_mb: u32,
+    /// Keep messages on disk; false keeps them in memory only.
+    #[serde(default = "default_persistence")]
+    pub persistence: bool,
+}
+
+fn default_memory() -> u32 {
+    DEFAULT_MEMORY_MB
+}
+
+fn default_storage() -> u32 {
+    DEFAULT_STORAGE_MB
+}
+
+fn default_persistence() -> bool {
+    true
+}
+
+/// Lifecycle phase of a QueueService.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum QueueServicePhase {
+    Pending,
+    Provisioning,
+    Ready,
+    Failed,
+    Deleting,
+}
+
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct QueueServiceStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<QueueServicePhase>,
+    /// `https://{SQS_EXTERNAL_HOST}/sqs/{tenantId}` once Ready.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<String>,
+    /// The Secret holding accessKey and secretKey.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_at: Option<Time>,
+}
+
+#[cfg(test)]
+mod tests {
+    use kube::CustomResourceExt;
+
+    use super::*;
+
+    #[test]
+    fn the_crd_carries_the_seed_validation_and_columns() {
+        let crd = serde_json::to_value(QueueService::crd()).unwrap();
+        let version = &crd["spec"]["versions"][0];
+        let spec = &version["schema"]["openAPIV3Schema"]["properties"]["spec"];
+        assert_eq!(spec["required"], serde_json::json!(["tenantId"]));
+        let tenant = &spec["properties"]["tenantId"];
+        assert_eq!(
+            (&tenant["pattern"], &tenant["maxLength"]),
+            (
+                &serde_json::json!("^[a-z0-9][a-z0-9-]*[a-z0-9]$"),
+                &serde_json::json!(63)
+            )
+        );
+        let memory = &spec["properties"]["memoryMB"];
+        assert_eq!(
+            (
+                memory["minimum"].as_f64(),
+                memory["maximum"].as_f64(),
+                memory["default"].as_u64()
+            ),
+            (Some(32.0), Some(1024.0), Some(64))
+        );
+        assert_eq!(spec["properties"]["storageMB"]["default"], 512);
+        assert_eq!(spec["properties"]["persistence"]["default"], true);
+        assert_eq!(version["subresources"]["status"], serde_json::json!({}));
+        let columns: Vec<&str> = version["additionalPrinterColumns"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|c| c["name"].as_str())
+            .collect();
+        assert_eq!(columns, ["TenantID", "Phase", "Endpoint", "Age"]);
+        assert_eq!(crd["spec"]["scope"], "Namespaced");
+    }
+}

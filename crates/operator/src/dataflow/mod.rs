@@ -1,0 +1,234 @@
+//! The DataFlow reconciler (seed 001, "reconcile loop"): validates the spec
+//! with the REST API's rules, resolves its secret references, applies the
+//! spec ConfigMap, the checkpoint ConfigMap and its RBAC (unless
+//! `checkpointPersistence: false`) and the processor Deployment, and maps
+//! the Deployment's state to the DataFlow's phase. Deletion removes them.
+
+pub mod builders;
+pub mod secrets;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use kube::ResourceExt;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::finalizer::Event as Finalizer;
+use serde_json::Value;
+
+use super::context::reconcile_finalized;
+pub use super::context::{Context, Error, error_policy};
+use super::crd::dataflow::{DataFlow, DataFlowPhase, DataFlowStatus};
+use super::objects;
+use sless_dataflow::checkpoint::configmap::configmap_name as checkpoint_name;
+use sless_model::dataflow::DataFlowSpec;
+
+pub const FINALIZER: &str = "dataflow.dataflow.io/finalizer";
+
+pub async fn reconcile(df: Arc<DataFlow>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let ctx = &*ctx;
+    reconcile_finalized(df, ctx, FINALIZER, |api, event| async move {
+        match event {
+            Finalizer::Apply(df) => apply(&df, &api, ctx).await,
+            Finalizer::Cleanup(df) => cleanup(&df, ctx).await,
+        }
+    })
+    .await
+}
+
+/// Every config of a spec that may hold secret references, with its path.
+fn configs_mut(spec: &mut DataFlowSpec) -> Vec<(&mut Value, String)> {
+    let mut out = Vec::new();
+    for (c, path) in [(&mut spec.source, "source"), (&mut spec.sink, "sink")] {
+        if let Some(config) = c.config.as_mut() {
+            out.push((config, format!("{path}.config")));
+        }
+    }
+    if let Some(config) = spec.errors.as_mut().and_then(|e| e.config.as_mut()) {
+        out.push((config, "errors.config".into()));
+    }
+    for (i, t) in spec.transformations.iter_mut().enumerate() {
+        if let Some(config) = t.config.as_mut() {
+            out.push((config, format!("transformations[{i}].config")));
+        }
+    }
+    out
+}
+
+/// The Secrets a spec's references name, once each; refused when one
+/// leaves `namespace`. Shared with the admission webhook.
+pub fn referenced_secrets(spec: &DataFlowSpec, namespace: &str) -> Result<Vec<String>, secrets::ResolveError> {
+    let mut spec = spec.clone();
+    let configs = configs_mut(&mut spec);
+    let shared: Vec<(&Value, String)> = configs.iter().map(|(c, p)| (&**c, p.clone())).collect();
+    secrets::secret_names(&shared, namespace)
+}
+
+/// The spec with its secret references replaced by values (TLS ones by
+/// files to mount), or why not.
+async fn resolve(
+    ctx: &Context,
+    namespace: &str,
+    mut spec: DataFlowSpec,
+) -> Result<Result<(DataFlowSpec, Vec<secrets::TlsMount>), String>, Error> {
+    let names = match referenced_secrets(&spec, namespace) {
+        Ok(names) => names,
+        Err(e) => return Ok(Err(e.to_string())),
+    };
+    let api: Api<Secret> = Api::namespaced(ctx.client.clone(), namespace);
+    let mut values = BTreeMap::new();
+    for name in names {
+        let Some(secret) = api.get_opt(&name).await? else {
+            return Ok(Err(format!("secret {name} not found in {namespace}")));
+        };
+        values.insert(name, objects::secret_strings(secret));
+    }
+    let mut mounts = Vec::new();
+    for (config, path) in configs_mut(&mut spec) {
+        if let Err(e) = secrets::resolve(config, &path, namespace, &values, &mut mounts) {
+            return Ok(Err(e.to_string()));
+        }
+    }
+    Ok(Ok((spec, mounts)))
+}
+
+async fn apply(df: &DataFlow, api: &Api<DataFlow>, ctx: &Context) -> Result<Action, Error> {
+    let ns = &df.namespace().ok_or(Error::NoNamespace)?;
+    let name = df.name_any();
+    let current = df.status.clone().unwrap_or_default();
+    // A refused spec leaves the children as they are: the processor keeps
+    // running the last spec that was valid.
+    let outcome = match df.spec.to_spec() {
+        Err(errors) => Err(format!("invalid spec: {errors}")),
+        Ok(spec) => match resolve(ctx, ns, spec).await? {
+            Err(reason) => Err(reason),
+            Ok((resolved, mounts)) => Ok(apply_children(df, &resolved, &mounts, ctx, ns).await?),
+        },
+    };
+    let was_up = current.phase == Some(DataFlowPhase::Running)
+        || (current.phase == Some(DataFlowPhase::Error)
+            && current.conditions.iter().any(|c| c.reason == "Unavailable"));
+    let (phase, reason, message) = match outcome {
+        Ok(true) => (DataFlowPhase::Running, "Running", "the processor is running".to_owned()),
+        Ok(false) if was_up => (
+            DataFlowPhase::Error,
+            "Unavailable",
+            "the processor has no ready replica".to_owned(),
+        ),
+        Ok(false) => (
+            DataFlowPhase::Pending,
+            "Starting",
+            "the processor is starting".to_owned(),
+        ),
+        Err(reason) => (DataFlowPhase::Error, "Invalid", reason),
+    };
+    let desired = DataFlowStatus {
+        phase: Some(phase),
+        message: Some(message.clone()),
+        conditions: vec![objects::ready_condition(
+            &current.conditions,
+            phase == DataFlowPhase::Running,
+            reason,
+            &message,
+        )],
+        observed_generation: df.metadata.generation,
+        last_updated: current.last_updated.clone(),
+    };
+    if desired != current {
+        let desired = DataFlowStatus {
+            last_updated: Some(objects::now()),
+            ..desired
+        };
+        api.patch_status(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({ "status": desired })),
+        )
+        .await?;
+        tracing::info!(%ns, %name, ?phase, "DataFlow reconciled");
+        // A new phase, or another reason to be in it (a different error).
+        if Some(phase) != current.phase || desired.message != current.message {
+            ctx.publish_phase(df, phase != DataFlowPhase::Error, &desired.conditions[0])
+                .await;
+        }
+    }
+    Ok(match phase {
+        DataFlowPhase::Running => Action::requeue(Duration::from_secs(300)),
+        DataFlowPhase::Pending => Action::requeue(Duration::from_secs(5)),
+        _ => Action::requeue(Duration::from_secs(30)),
+    })
+}
+
+/// Applies the children of a valid, resolved spec; whether the processor
+/// has a ready replica.
+async fn apply_children(
+    df: &DataFlow,
+    spec: &DataFlowSpec,
+    mounts: &[secrets::TlsMount],
+    ctx: &Context,
+    ns: &str,
+) -> Result<bool, Error> {
+    let client = &ctx.client;
+    let name = df.name_any();
+    let json = builders::spec_json(spec);
+    // The resolved spec holds the secrets' values: a Secret, not a ConfigMap
+    // (an older operator's ConfigMap of it is removed).
+    objects::apply(
+        &Api::<Secret>::namespaced(client.clone(), ns),
+        &builders::spec_secret(df, &json),
+    )
+    .await?;
+    objects::delete::<ConfigMap>(client, ns, &builders::spec_name(&name)).await?;
+    if spec.checkpoint_persistence {
+        objects::apply(
+            &Api::<ConfigMap>::namespaced(client.clone(), ns),
+            &builders::checkpoint_configmap(df),
+        )
+        .await?;
+        objects::apply(
+            &Api::<ServiceAccount>::namespaced(client.clone(), ns),
+            &builders::service_account(df),
+        )
+        .await?;
+        objects::apply(&Api::<Role>::namespaced(client.clone(), ns), &builders::role(df)).await?;
+        objects::apply(
+            &Api::<RoleBinding>::namespaced(client.clone(), ns),
+            &builders::role_binding(df),
+        )
+        .await?;
+    } else {
+        remove_checkpoint(client, ns, &name).await?;
+    }
+    let deployment = objects::apply(
+        &Api::<Deployment>::namespaced(client.clone(), ns),
+        &builders::deployment(df, spec, &json, mounts, &ctx.config),
+    )
+    .await?;
+    Ok(deployment.status.and_then(|s| s.ready_replicas).unwrap_or(0) >= 1)
+}
+
+async fn remove_checkpoint(client: &kube::Client, ns: &str, name: &str) -> Result<(), Error> {
+    let account = builders::processor_account(name);
+    objects::delete::<ConfigMap>(client, ns, &checkpoint_name(name)).await?;
+    objects::delete::<RoleBinding>(client, ns, &account).await?;
+    objects::delete::<Role>(client, ns, &account).await?;
+    objects::delete::<ServiceAccount>(client, ns, &account).await
+}
+
+async fn cleanup(df: &DataFlow, ctx: &Context) -> Result<Action, Error> {
+    let ns = &df.namespace().ok_or(Error::NoNamespace)?;
+    let name = df.name_any();
+    objects::delete::<Deployment>(&ctx.client, ns, &builders::deployment_name(&name)).await?;
+    objects::delete::<Secret>(&ctx.client, ns, &builders::spec_name(&name)).await?;
+    objects::delete::<ConfigMap>(&ctx.client, ns, &builders::spec_name(&name)).await?;
+    remove_checkpoint(&ctx.client, ns, &name).await?;
+    tracing::info!(%ns, %name, "DataFlow removed");
+    Ok(Action::await_change())
+}
+
+#[cfg(test)]
+mod tests;

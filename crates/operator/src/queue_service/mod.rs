@@ -1,0 +1,183 @@
+//! The QueueService reconciler (seed 000, step 4), in the shape of
+//! kube-rs/controller-rs: one `reconcile` behind `kube::runtime::finalizer`,
+//! an `error_policy`, children applied server-side under one field manager,
+//! and the phase reported in the status with a `Ready` condition.
+//!
+//! Pending (accepted) → Provisioning (children applied, engine not yet
+//! available) → Ready (the Deployment has an available replica); a Ready
+//! instance whose engine loses its replica turns Failed, and Ready again
+//! when it recovers. Deletion removes the children but keeps the PVC.
+
+pub mod builders;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, PersistentVolumeClaim, Secret, Service};
+use k8s_openapi::api::networking::v1::Ingress;
+use kube::ResourceExt;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::runtime::controller::Action;
+use kube::runtime::finalizer::Event as Finalizer;
+
+use super::config::FIELD_MANAGER;
+use super::context::reconcile_finalized;
+pub use super::context::{Context, Error, error_policy};
+use super::crd::queue_service::{QueueService, QueueServicePhase, QueueServiceStatus};
+use super::objects;
+
+pub const FINALIZER: &str = "sless.kube5s.ru/sqs-finalizer";
+
+pub async fn reconcile(qs: Arc<QueueService>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let ctx = &*ctx;
+    reconcile_finalized(qs, ctx, FINALIZER, |api, event| async move {
+        match event {
+            Finalizer::Apply(qs) => apply(&qs, &api, ctx).await,
+            Finalizer::Cleanup(qs) => cleanup(&qs, ctx).await,
+        }
+    })
+    .await
+}
+
+async fn apply(qs: &QueueService, api: &Api<QueueService>, ctx: &Context) -> Result<Action, Error> {
+    let tenant = &qs.spec.tenant_id;
+    let ns = builders::namespace_name(tenant);
+    let current = qs.status.clone().unwrap_or_default();
+    if current.phase.is_none() {
+        let accepted = QueueServiceStatus {
+            phase: Some(QueueServicePhase::Pending),
+            message: Some("accepted; creating the queue engine".into()),
+            ..current.clone()
+        };
+        patch_status(api, qs, &accepted).await?;
+    }
+    let client = &ctx.client;
+    let create = PostParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    // The tenant's namespace may exist already (its functions live there).
+    if ctx.config.create_namespaces {
+        match Api::<Namespace>::all(client.clone())
+            .create(&create, &builders::namespace(qs))
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    // The keys are made once and kept: a re-apply must not rotate them.
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    if secrets.get_opt(&builders::secret_name(tenant)).await?.is_none() {
+        let credentials = sless_sqs::credentials::generate(tenant);
+        secrets.create(&create, &builders::secret(qs, &credentials)).await?;
+    }
+    objects::apply(
+        &Api::namespaced(client.clone(), &ns),
+        &builders::configmap(qs, &ctx.config),
+    )
+    .await?;
+    if qs.spec.persistence {
+        objects::apply(
+            &Api::<PersistentVolumeClaim>::namespaced(client.clone(), &ns),
+            &builders::pvc(qs),
+        )
+        .await?;
+    }
+    let deployment = objects::apply(
+        &Api::<Deployment>::namespaced(client.clone(), &ns),
+        &builders::deployment(qs, &ctx.config),
+    )
+    .await?;
+    objects::apply(&Api::<Service>::namespaced(client.clone(), &ns), &builders::service(qs)).await?;
+    objects::apply(
+        &Api::<Ingress>::namespaced(client.clone(), &ns),
+        &builders::ingress(qs, &ctx.config),
+    )
+    .await?;
+
+    let available = deployment
+        .status
+        .as_ref()
+        .and_then(|s| s.available_replicas)
+        .unwrap_or(0)
+        >= 1;
+    let desired = observed_status(&current, available, &builders::endpoint(&ctx.config, tenant), tenant);
+    if desired != current {
+        patch_status(api, qs, &desired).await?;
+        tracing::info!(name = %qs.name_any(), %tenant, phase = ?desired.phase, "QueueService reconciled");
+        if desired.phase != current.phase {
+            let healthy = desired.phase != Some(QueueServicePhase::Failed);
+            ctx.publish_phase(qs, healthy, &desired.conditions[0]).await;
+        }
+    }
+    Ok(Action::requeue(match desired.phase {
+        Some(QueueServicePhase::Ready) => Duration::from_secs(300),
+        Some(QueueServicePhase::Failed) => Duration::from_secs(30),
+        _ => Duration::from_secs(3),
+    }))
+}
+
+/// The status a reconcile reports, from the one before and whether the
+/// engine's Deployment has an available replica. Equal in, equal out: a
+/// re-run without a change writes nothing.
+fn observed_status(current: &QueueServiceStatus, available: bool, endpoint: &str, tenant: &str) -> QueueServiceStatus {
+    use QueueServicePhase::{Failed, Provisioning, Ready};
+    let (phase, reason, message) = match (available, current.phase) {
+        (true, _) => (Ready, "Available", "the queue engine is available"),
+        (false, Some(Ready | Failed)) => (Failed, "Unavailable", "the queue engine has no available replica"),
+        (false, _) => (
+            Provisioning,
+            "Provisioning",
+            "waiting for the queue engine to become available",
+        ),
+    };
+    QueueServiceStatus {
+        phase: Some(phase),
+        endpoint: if phase == Ready {
+            Some(endpoint.to_owned())
+        } else {
+            current.endpoint.clone()
+        },
+        secret_name: Some(builders::secret_name(tenant)),
+        message: Some(message.into()),
+        conditions: vec![objects::ready_condition(
+            &current.conditions,
+            phase == Ready,
+            reason,
+            message,
+        )],
+        ready_at: match (&current.ready_at, phase) {
+            (Some(at), _) => Some(at.clone()),
+            (None, Ready) => Some(objects::now()),
+            (None, _) => None,
+        },
+    }
+}
+
+async fn patch_status(api: &Api<QueueService>, qs: &QueueService, status: &QueueServiceStatus) -> Result<(), Error> {
+    let patch = serde_json::json!({ "status": status });
+    api.patch_status(&qs.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    Ok(())
+}
+
+/// Removes what the QueueService made, except the PVC: the messages stay
+/// until an operator deletes them (seed 000).
+async fn cleanup(qs: &QueueService, ctx: &Context) -> Result<Action, Error> {
+    let tenant = &qs.spec.tenant_id;
+    let ns = builders::namespace_name(tenant);
+    let client = &ctx.client;
+    objects::delete::<Deployment>(client, &ns, &builders::deployment_name(tenant)).await?;
+    objects::delete::<Service>(client, &ns, &builders::service_name(tenant)).await?;
+    objects::delete::<Ingress>(client, &ns, &builders::ingress_name(tenant)).await?;
+    objects::delete::<ConfigMap>(client, &ns, &builders::configmap_name(tenant)).await?;
+    objects::delete::<Secret>(client, &ns, &builders::secret_name(tenant)).await?;
+    tracing::info!(name = %qs.name_any(), %tenant, "QueueService removed; its PVC is kept");
+    Ok(Action::await_change())
+}
+
+#[cfg(test)]
+mod tests;

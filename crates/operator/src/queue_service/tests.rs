@@ -1,0 +1,264 @@
+//! Reconcile tests. kube-fake-client stands in for the kube-apiserver (none
+//! runs here): an in-memory API with resource versions, status
+//! subresources, server-side apply (as a merge) and finalizers. The
+//! Deployment controller is played by the test, which sets
+//! `availableReplicas` as the kubelet's reports would.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentStatus};
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Secret, Service};
+use k8s_openapi::api::networking::v1::Ingress;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+
+use super::*;
+use crate::config::OperatorConfig;
+use crate::crd::queue_service::QueueServiceSpec;
+
+const NS: &str = "sless-fn-acme";
+const OTHER: &str = "example.com/backup";
+
+async fn setup() -> (Api<QueueService>, Arc<Context>) {
+    let client = kube_fake_client::ClientBuilder::new()
+        .with_resource::<QueueService>()
+        .with_status_subresource::<QueueService>()
+        .with_status_subresource::<Deployment>()
+        .build()
+        .await
+        .unwrap();
+    let api: Api<QueueService> = Api::namespaced(client.clone(), NS);
+    let qs = QueueService::new(
+        "main",
+        QueueServiceSpec {
+            tenant_id: "acme".into(),
+            memory_mb: 64,
+            storage_mb: 512,
+            persistence: true,
+        },
+    );
+    // Another controller's finalizer is there already. (Adding the first
+    // finalizer makes kube send a JSON-patch `test` of the missing list
+    // against null, which the apiserver accepts and the fake refuses.)
+    let mut qs = qs;
+    qs.metadata.finalizers = Some(vec![OTHER.into()]);
+    api.create(&PostParams::default(), &qs).await.unwrap();
+    let ctx = Arc::new(Context::new(
+        client,
+        // The fake cannot route Namespace objects (/api/v1/namespaces is
+        // read as a namespaced path): the tenant namespace is taken as
+        // provisioned, as on platforms that make it themselves.
+        OperatorConfig {
+            create_namespaces: false,
+            ..OperatorConfig::default()
+        },
+        Some("sless-operator-0".into()),
+    ));
+    (api, ctx)
+}
+
+/// The Events published on the QueueService, oldest first: (type, reason, count).
+async fn events(ctx: &Context) -> Vec<(String, String, i32)> {
+    let events = crate::context::published_events(&ctx.client, NS, "QueueService").await;
+    events
+        .into_iter()
+        .inspect(|(.., instance)| assert_eq!(instance, "sless-operator-0"))
+        .map(|(type_, reason, count, _)| (type_, reason, count))
+        .collect()
+}
+
+/// One reconcile of the object as it is stored now.
+async fn run(api: &Api<QueueService>, ctx: &Arc<Context>) -> Action {
+    let qs = api.get("main").await.unwrap();
+    reconcile(Arc::new(qs), ctx.clone()).await.unwrap()
+}
+
+async fn status(api: &Api<QueueService>) -> QueueServiceStatus {
+    api.get("main").await.unwrap().status.unwrap_or_default()
+}
+
+async fn set_available(ctx: &Context, replicas: i32) {
+    let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), NS);
+    let status = DeploymentStatus {
+        available_replicas: Some(replicas),
+        ..Default::default()
+    };
+    deployments
+        .patch_status(
+            "sqs-acme",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({ "status": status })),
+        )
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn create_then_available_then_ready_and_a_rerun_changes_nothing() {
+    let (api, ctx) = setup().await;
+    // The first pass only adds the finalizer.
+    run(&api, &ctx).await;
+    assert_eq!(api.get("main").await.unwrap().finalizers(), [OTHER, FINALIZER]);
+    run(&api, &ctx).await;
+    let s = status(&api).await;
+    assert_eq!(s.phase, Some(QueueServicePhase::Provisioning));
+    assert_eq!(s.secret_name.as_deref(), Some("sqs-creds-acme"));
+    assert_eq!(s.endpoint, None);
+    assert_eq!(s.conditions[0].status, "False");
+
+    let client = ctx.client.clone();
+    let secret = Api::<Secret>::namespaced(client.clone(), NS)
+        .get("sqs-creds-acme")
+        .await
+        .unwrap();
+    let keys = secret.string_data.clone().or(secret.data.clone().map(|d| {
+        d.into_iter()
+            .map(|(k, v)| (k, String::from_utf8_lossy(&v.0).into_owned()))
+            .collect()
+    }));
+    let keys = keys.expect("the secret has keys");
+    assert!(keys["accessKey"].starts_with("SQSAKacme_"), "{keys:?}");
+    for name in ["sqs-cfg-acme"] {
+        Api::<ConfigMap>::namespaced(client.clone(), NS)
+            .get(name)
+            .await
+            .unwrap();
+    }
+    Api::<PersistentVolumeClaim>::namespaced(client.clone(), NS)
+        .get("sqs-data-acme")
+        .await
+        .unwrap();
+    let deployment = Api::<Deployment>::namespaced(client.clone(), NS)
+        .get("sqs-acme")
+        .await
+        .unwrap();
+    assert_eq!(deployment.owner_references()[0].name, "main");
+    Api::<Service>::namespaced(client.clone(), NS)
+        .get("sqs-svc-acme")
+        .await
+        .unwrap();
+    Api::<Ingress>::namespaced(client.clone(), NS)
+        .get("sqs-ing-acme")
+        .await
+        .unwrap();
+
+    set_available(&ctx, 1).await;
+    let action = run(&api, &ctx).await;
+    assert_eq!(action, Action::requeue(Duration::from_secs(300)));
+    let ready = status(&api).await;
+    assert_eq!(ready.phase, Some(QueueServicePhase::Ready));
+    assert_eq!(ready.endpoint.as_deref(), Some("https://sqs.kube5s.ru/sqs/acme"));
+    assert!(ready.ready_at.is_some());
+    assert_eq!(ready.conditions[0].status, "True");
+
+    // Idempotent: the status is not rewritten and the keys are not rotated.
+    let version = api.get("main").await.unwrap().resource_version();
+    run(&api, &ctx).await;
+    assert_eq!(api.get("main").await.unwrap().resource_version(), version);
+    assert_eq!(status(&api).await, ready);
+    let again = Api::<Secret>::namespaced(client, NS)
+        .get("sqs-creds-acme")
+        .await
+        .unwrap();
+    assert_eq!(again.string_data, secret.string_data);
+    assert_eq!(again.data, secret.data);
+    // One Event per phase change, none for the re-run.
+    assert_eq!(
+        events(&ctx).await,
+        [
+            ("Normal".into(), "Provisioning".into(), 1),
+            ("Normal".into(), "Available".into(), 1)
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_lost_deployment_fails_and_recovers() {
+    let (api, ctx) = setup().await;
+    run(&api, &ctx).await;
+    run(&api, &ctx).await;
+    set_available(&ctx, 1).await;
+    run(&api, &ctx).await;
+    let ready_at = status(&api).await.ready_at;
+    // The Deployment disappears (deleted by hand): re-created, not yet available.
+    let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), NS);
+    deployments.delete("sqs-acme", &DeleteParams::default()).await.unwrap();
+    run(&api, &ctx).await;
+    let failed = status(&api).await;
+    assert_eq!(failed.phase, Some(QueueServicePhase::Failed));
+    assert_eq!(failed.conditions[0].reason, "Unavailable");
+    deployments.get("sqs-acme").await.expect("re-created");
+    set_available(&ctx, 1).await;
+    run(&api, &ctx).await;
+    let recovered = status(&api).await;
+    assert_eq!(recovered.phase, Some(QueueServicePhase::Ready));
+    assert_eq!(recovered.ready_at, ready_at, "readyAt is the first time it was Ready");
+    // Ready twice: one Event, seen twice.
+    assert_eq!(
+        events(&ctx).await,
+        [
+            ("Normal".into(), "Provisioning".into(), 1),
+            ("Normal".into(), "Available".into(), 2),
+            ("Warning".into(), "Unavailable".into(), 1)
+        ]
+    );
+}
+
+#[tokio::test]
+async fn delete_removes_the_children_keeps_the_pvc_and_releases_the_finalizer() {
+    let (api, ctx) = setup().await;
+    run(&api, &ctx).await;
+    run(&api, &ctx).await;
+    // A delete of an object with finalizers only marks it. The fake would
+    // remove it at once and refuses to set the mark, so the reconciler gets
+    // the object as the watch would deliver it after the apiserver's mark.
+    let mut marked = api.get("main").await.unwrap();
+    marked.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        k8s_openapi::jiff::Timestamp::now(),
+    ));
+    reconcile(Arc::new(marked), ctx.clone()).await.unwrap();
+    let client = ctx.client.clone();
+    assert!(
+        Api::<Deployment>::namespaced(client.clone(), NS)
+            .get_opt("sqs-acme")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        Api::<Service>::namespaced(client.clone(), NS)
+            .get_opt("sqs-svc-acme")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        Api::<Ingress>::namespaced(client.clone(), NS)
+            .get_opt("sqs-ing-acme")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        Api::<ConfigMap>::namespaced(client.clone(), NS)
+            .get_opt("sqs-cfg-acme")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        Api::<Secret>::namespaced(client.clone(), NS)
+            .get_opt("sqs-creds-acme")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        Api::<PersistentVolumeClaim>::namespaced(client, NS)
+            .get_opt("sqs-data-acme")
+            .await
+            .unwrap()
+            .is_some()
+    );
+    // Ours is released; the other controller's keeps the object for now.
+    assert_eq!(api.get("main").await.unwrap().finalizers(), [OTHER]);
+}

@@ -1,0 +1,214 @@
+//! The validating admission webhook of DataFlow (seed 001): the API server
+//! sends each create and update as an AdmissionReview; the answer applies
+//! the same rules as the REST API (`DataFlowCrdSpec::to_spec`) and refuses
+//! secret references outside the object's namespace. Served over HTTPS, as
+//! the API server requires.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::routing::post;
+use axum::{Json, Router};
+use kube::core::DynamicObject;
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_rustls::TlsAcceptor;
+use tokio_rustls::server::TlsStream;
+
+use super::crd::dataflow::DataFlow;
+
+pub const DATAFLOW_PATH: &str = "/validate/dataflows";
+
+#[derive(Debug, thiserror::Error)]
+pub enum WebhookError {
+    #[error("cannot read the webhook certificate or key: {0}")]
+    Pem(#[from] rustls::pki_types::pem::Error),
+    #[error("invalid webhook certificate: {0}")]
+    Tls(#[from] rustls::Error),
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("webhook server: {0}")]
+    Serve(#[source] std::io::Error),
+}
+
+/// The answer to one review.
+pub fn review_dataflow(review: AdmissionReview<DataFlow>) -> AdmissionReview<DynamicObject> {
+    let request: AdmissionRequest<DataFlow> = match review.try_into() {
+        Ok(request) => request,
+        Err(e) => return AdmissionResponse::invalid(e.to_string()).into_review(),
+    };
+    let response = AdmissionResponse::from(&request);
+    let Some(dataflow) = request
+        .object
+        .as_ref()
+        .filter(|_| request.operation != Operation::Delete)
+    else {
+        return response.into_review();
+    };
+    let namespace = request.namespace.clone().unwrap_or_default();
+    let verdict = dataflow
+        .spec
+        .to_spec()
+        .map_err(|e| e.to_string())
+        .and_then(|spec| super::dataflow::referenced_secrets(&spec, &namespace).map_err(|e| e.to_string()));
+    match verdict {
+        Ok(_) => response,
+        Err(reason) => response.deny(reason),
+    }
+    .into_review()
+}
+
+pub fn router() -> Router {
+    Router::new().route(
+        DATAFLOW_PATH,
+        post(|Json(review): Json<AdmissionReview<DataFlow>>| async move { Json(review_dataflow(review)) }),
+    )
+}
+
+/// TLS over a TCP listener, for axum::serve.
+struct TlsListener {
+    tcp: TcpListener,
+    acceptor: TlsAcceptor,
+}
+
+impl axum::serve::Listener for TlsListener {
+    type Io = TlsStream<TcpStream>;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        loop {
+            let Ok((stream, addr)) = self.tcp.accept().await else {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            };
+            match tokio::time::timeout(Duration::from_secs(10), self.acceptor.accept(stream)).await {
+                Ok(Ok(tls)) => return (tls, addr),
+                Ok(Err(e)) => tracing::debug!(%addr, error = %e, "webhook TLS handshake failed"),
+                Err(_) => tracing::debug!(%addr, "webhook TLS handshake timed out"),
+            }
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        self.tcp.local_addr()
+    }
+}
+
+pub struct Webhook {
+    listener: TlsListener,
+    pub addr: SocketAddr,
+}
+
+impl Webhook {
+    pub async fn bind(listen: SocketAddr, cert: &Path, key: &Path) -> Result<Self, WebhookError> {
+        sless_runtime::tls::install_default_provider();
+        let chain = CertificateDer::pem_file_iter(cert)?.collect::<Result<Vec<_>, _>>()?;
+        let key = PrivateKeyDer::from_pem_file(key)?;
+        let config = rustls::ServerConfig::builder()
+            .with_no_client_auth()
+            .with_single_cert(chain, key)?;
+        let tcp = TcpListener::bind(listen)
+            .await
+            .map_err(|source| WebhookError::Bind { addr: listen, source })?;
+        let addr = tcp.local_addr().map_err(WebhookError::Serve)?;
+        Ok(Self {
+            listener: TlsListener {
+                tcp,
+                acceptor: TlsAcceptor::from(Arc::new(config)),
+            },
+            addr,
+        })
+    }
+
+    pub async fn serve(
+        self,
+        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> Result<(), WebhookError> {
+        axum::serve(self.listener, router())
+            .with_graceful_shutdown(shutdown)
+            .await
+            .map_err(WebhookError::Serve)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Value, json};
+
+    use super::*;
+
+    fn review(operation: &str, spec: Value) -> AdmissionReview<DataFlow> {
+        serde_json::from_value(json!({
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": "705ab4f5-6393-11e8-b7cc-42010a800002",
+                "kind": {"group": "dataflow.dataflow.io", "version": "v1", "kind": "DataFlow"},
+                "resource": {"group": "dataflow.dataflow.io", "version": "v1", "resource": "dataflows"},
+                "name": "orders",
+                "namespace": "team-a",
+                "operation": operation,
+                "userInfo": {"username": "alice"},
+                "object": {
+                    "apiVersion": "dataflow.dataflow.io/v1",
+                    "kind": "DataFlow",
+                    "metadata": {"name": "orders", "namespace": "team-a"},
+                    "spec": spec
+                },
+                "dryRun": false
+            }
+        }))
+        .unwrap()
+    }
+
+    fn answer(operation: &str, spec: Value) -> Value {
+        serde_json::to_value(review_dataflow(review(operation, spec))).unwrap()["response"].clone()
+    }
+
+    const GOOD: &str = r#"{
+        "source": {"type": "kafka", "config": {"brokers": ["k:9092"], "topic": "in"}},
+        "sink": {"type": "postgresql", "config": {"connectionStringSecretRef": {"name": "pg", "key": "dsn"}, "table": "t"}}
+    }"#;
+
+    #[test]
+    fn a_valid_dataflow_is_allowed_with_its_uid() {
+        let response = answer("CREATE", serde_json::from_str(GOOD).unwrap());
+        assert_eq!(response["allowed"], true, "{response}");
+        assert_eq!(response["uid"], "705ab4f5-6393-11e8-b7cc-42010a800002");
+    }
+
+    #[test]
+    fn an_invalid_dataflow_is_denied_with_every_field_named() {
+        let response = answer(
+            "UPDATE",
+            json!({
+                "source": {"type": "clickhouse", "config": {}},
+                "sink": {"type": "postgresql", "config": {"table": "t"}},
+                "transformations": [{"type": "explode"}]
+            }),
+        );
+        assert_eq!(response["allowed"], false);
+        let message = response["status"]["message"].as_str().unwrap();
+        for field in ["source.type", "sink.config.connectionString", "transformations[0].type"] {
+            assert!(message.contains(field), "{field} missing from {message}");
+        }
+        assert!(message.contains("not supported yet"), "{message}");
+    }
+
+    #[test]
+    fn a_secret_reference_to_another_namespace_is_denied() {
+        let mut spec: Value = serde_json::from_str(GOOD).unwrap();
+        spec["sink"]["config"]["connectionStringSecretRef"]["namespace"] = json!("team-b");
+        let response = answer("CREATE", spec);
+        assert_eq!(response["allowed"], false);
+        assert!(response["status"]["message"].as_str().unwrap().contains("team-b"));
+    }
+}

@@ -1,0 +1,283 @@
+//! The kubernetes backend of the REST API (seed 000, step 7): a tenant's
+//! queue service and dataflows are custom resources in its namespace
+//! `sless-fn-{tenant}`, which the operator reconciles. A tenant reaches
+//! only its own namespace, so another tenant's object is simply not found.
+
+use async_trait::async_trait;
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+
+use super::{Platform, PlatformError, Result};
+use sless_model::Phase;
+use sless_model::dataflow::{DataFlowSpec, DataFlowView};
+use sless_model::name::DnsLabel;
+use sless_model::queue_service::{QueueServiceSpec, QueueServiceView};
+use sless_operator::config::FIELD_MANAGER;
+use sless_operator::crd::dataflow::{DataFlow, DataFlowCrdSpec, DataFlowPhase};
+use sless_operator::crd::queue_service::{self as qs_crd, QueueService, QueueServicePhase};
+use sless_operator::queue_service::builders::{namespace_name, secret_name};
+
+pub struct KubePlatform {
+    client: Client,
+    /// Create a tenant's namespace on its first object (else the platform
+    /// provisions it).
+    create_namespaces: bool,
+}
+
+fn api_error(e: kube::Error) -> PlatformError {
+    match e {
+        kube::Error::Api(ae) if ae.code == 404 => PlatformError::NotFound,
+        kube::Error::Api(ae) if ae.code == 409 => PlatformError::AlreadyExists,
+        other => PlatformError::Unavailable(Box::new(other)),
+    }
+}
+
+/// The items of a list; a tenant whose namespace does not exist yet has none.
+fn listed<K: Clone>(list: Result<kube::api::ObjectList<K>, kube::Error>) -> Result<Vec<K>> {
+    match list.map_err(api_error) {
+        Ok(list) => Ok(list.items),
+        Err(PlatformError::NotFound) => Ok(Vec::new()),
+        Err(other) => Err(other),
+    }
+}
+
+fn params() -> PostParams {
+    PostParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    }
+}
+
+impl KubePlatform {
+    pub fn new(client: Client, create_namespaces: bool) -> Self {
+        Self {
+            client,
+            create_namespaces,
+        }
+    }
+
+    fn queues(&self, tenant: &DnsLabel) -> Api<QueueService> {
+        Api::namespaced(self.client.clone(), &namespace_name(tenant.as_str()))
+    }
+
+    fn flows(&self, tenant: &DnsLabel) -> Api<DataFlow> {
+        Api::namespaced(self.client.clone(), &namespace_name(tenant.as_str()))
+    }
+
+    async fn ensure_namespace(&self, tenant: &DnsLabel) -> Result<()> {
+        if !self.create_namespaces {
+            return Ok(());
+        }
+        let ns = Namespace {
+            metadata: kube::api::ObjectMeta {
+                name: Some(namespace_name(tenant.as_str())),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        match Api::<Namespace>::all(self.client.clone()).create(&params(), &ns).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+            Err(e) => Err(api_error(e)),
+        }
+    }
+
+    /// A queue service as the API shows it, keys from its Secret.
+    async fn queue_view(&self, tenant: &DnsLabel, qs: QueueService) -> Result<QueueServiceView> {
+        let status = qs.status.clone().unwrap_or_default();
+        let secrets: Api<Secret> = Api::namespaced(self.client.clone(), &namespace_name(tenant.as_str()));
+        let keys = secrets
+            .get_opt(&secret_name(tenant.as_str()))
+            .await
+            .map_err(api_error)?
+            .map(sless_operator::objects::secret_strings)
+            .unwrap_or_default();
+        Ok(QueueServiceView {
+            name: qs.name_any(),
+            tenant_id: tenant.to_string(),
+            memory_mb: qs.spec.memory_mb,
+            storage_mb: qs.spec.storage_mb,
+            persistence: qs.spec.persistence,
+            phase: match status.phase {
+                Some(QueueServicePhase::Provisioning) => Phase::Provisioning,
+                Some(QueueServicePhase::Ready) => Phase::Ready,
+                Some(QueueServicePhase::Failed) => Phase::Failed,
+                Some(QueueServicePhase::Pending | QueueServicePhase::Deleting) | None => Phase::Pending,
+            },
+            endpoint: status.endpoint,
+            access_key: keys.get("accessKey").cloned(),
+            secret_key: keys.get("secretKey").cloned(),
+            message: status.message,
+            created_at: qs
+                .metadata
+                .creation_timestamp
+                .as_ref()
+                .map(|t| t.0.to_string())
+                .unwrap_or_default(),
+            ready_at: status.ready_at.map(|t| t.0.to_string()),
+        })
+    }
+}
+
+fn crd_spec(spec: DataFlowSpec, keep: Option<&DataFlowCrdSpec>) -> DataFlowCrdSpec {
+    DataFlowCrdSpec {
+        source: spec.source,
+        sink: spec.sink,
+        transformations: spec.transformations,
+        errors: spec.errors,
+        resources: spec.resources,
+        // Set with kubectl, not through the REST API: an update keeps them.
+        scheduling: keep.and_then(|k| k.scheduling.clone()),
+        processor_image: keep.and_then(|k| k.processor_image.clone()),
+        checkpoint_persistence: Some(spec.checkpoint_persistence),
+        channel_buffer_size: Some(spec.channel_buffer_size),
+    }
+}
+
+fn flow_view(tenant: &DnsLabel, df: DataFlow) -> DataFlowView {
+    let status = df.status.clone().unwrap_or_default();
+    let spec = df.spec;
+    DataFlowView {
+        name: df.metadata.name.clone().unwrap_or_default(),
+        tenant_id: tenant.to_string(),
+        source: spec.source,
+        sink: spec.sink,
+        transformations: spec.transformations,
+        errors: spec.errors,
+        resources: spec.resources,
+        checkpoint_persistence: spec.checkpoint_persistence.unwrap_or(true),
+        channel_buffer_size: spec
+            .channel_buffer_size
+            .unwrap_or(sless_model::dataflow::DEFAULT_CHANNEL_BUFFER_SIZE),
+        phase: match status.phase {
+            Some(DataFlowPhase::Running) => Phase::Ready,
+            Some(DataFlowPhase::Pending) => Phase::Provisioning,
+            Some(DataFlowPhase::Error) => Phase::Failed,
+            Some(DataFlowPhase::Stopped) | None => Phase::Pending,
+        },
+        message: status.message,
+        created_at: df
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map(|t| t.0.to_string())
+            .unwrap_or_default(),
+        // The processor's counters are on its own /metrics.
+        counters: None,
+    }
+}
+
+#[async_trait]
+impl Platform for KubePlatform {
+    async fn create_queue_service(
+        &self,
+        tenant: &DnsLabel,
+        name: &DnsLabel,
+        spec: QueueServiceSpec,
+    ) -> Result<QueueServiceView> {
+        self.ensure_namespace(tenant).await?;
+        let api = self.queues(tenant);
+        if let Some(other) = api.list(&ListParams::default()).await.map_err(api_error)?.items.first() {
+            return Err(super::one_queue_service(tenant, &other.name_any(), name.as_str()));
+        }
+        let qs = QueueService::new(
+            name.as_str(),
+            qs_crd::QueueServiceSpec {
+                tenant_id: tenant.to_string(),
+                memory_mb: spec.memory_mb,
+                storage_mb: spec.storage_mb,
+                persistence: spec.persistence,
+            },
+        );
+        let created = api.create(&params(), &qs).await.map_err(api_error)?;
+        self.queue_view(tenant, created).await
+    }
+
+    async fn get_queue_service(&self, tenant: &DnsLabel, name: &DnsLabel) -> Result<QueueServiceView> {
+        let qs = self.queues(tenant).get(name.as_str()).await.map_err(api_error)?;
+        self.queue_view(tenant, qs).await
+    }
+
+    async fn list_queue_services(&self, tenant: &DnsLabel) -> Result<Vec<QueueServiceView>> {
+        let mut views = Vec::new();
+        for qs in listed(self.queues(tenant).list(&ListParams::default()).await)? {
+            views.push(self.queue_view(tenant, qs).await?);
+        }
+        Ok(views)
+    }
+
+    async fn update_queue_service(
+        &self,
+        tenant: &DnsLabel,
+        name: &DnsLabel,
+        spec: QueueServiceSpec,
+    ) -> Result<QueueServiceView> {
+        let patch = serde_json::json!({"spec": {
+            "memoryMB": spec.memory_mb, "storageMB": spec.storage_mb, "persistence": spec.persistence
+        }});
+        let qs = self
+            .queues(tenant)
+            .patch(name.as_str(), &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(api_error)?;
+        self.queue_view(tenant, qs).await
+    }
+
+    async fn delete_queue_service(&self, tenant: &DnsLabel, name: &DnsLabel) -> Result<()> {
+        self.queues(tenant)
+            .delete(name.as_str(), &DeleteParams::default())
+            .await
+            .map(drop)
+            .map_err(api_error)
+    }
+
+    async fn create_dataflow(&self, tenant: &DnsLabel, name: &DnsLabel, spec: DataFlowSpec) -> Result<DataFlowView> {
+        self.ensure_namespace(tenant).await?;
+        let df = DataFlow::new(name.as_str(), crd_spec(spec, None));
+        let created = self.flows(tenant).create(&params(), &df).await.map_err(api_error)?;
+        Ok(flow_view(tenant, created))
+    }
+
+    async fn get_dataflow(&self, tenant: &DnsLabel, name: &DnsLabel) -> Result<DataFlowView> {
+        let df = self.flows(tenant).get(name.as_str()).await.map_err(api_error)?;
+        Ok(flow_view(tenant, df))
+    }
+
+    async fn list_dataflows(&self, tenant: &DnsLabel) -> Result<Vec<DataFlowView>> {
+        let flows = listed(self.flows(tenant).list(&ListParams::default()).await)?;
+        Ok(flows.into_iter().map(|df| flow_view(tenant, df)).collect())
+    }
+
+    async fn update_dataflow(&self, tenant: &DnsLabel, name: &DnsLabel, spec: DataFlowSpec) -> Result<DataFlowView> {
+        let api = self.flows(tenant);
+        let mut df = api.get(name.as_str()).await.map_err(api_error)?;
+        df.spec = crd_spec(spec, Some(&df.spec));
+        // Carries the resourceVersion read: a concurrent change is a 409.
+        let updated = api
+            .replace(name.as_str(), &params(), &df)
+            .await
+            .map_err(|e| match api_error(e) {
+                PlatformError::AlreadyExists => {
+                    PlatformError::Conflict("the dataflow changed meanwhile; retry the update".into())
+                }
+                other => other,
+            })?;
+        Ok(flow_view(tenant, updated))
+    }
+
+    async fn delete_dataflow(&self, tenant: &DnsLabel, name: &DnsLabel) -> Result<()> {
+        self.flows(tenant)
+            .delete(name.as_str(), &DeleteParams::default())
+            .await
+            .map(drop)
+            .map_err(api_error)
+    }
+
+    async fn ready(&self) -> Result<()> {
+        self.client.apiserver_version().await.map(drop).map_err(api_error)
+    }
+}
+
+#[cfg(test)]
+mod tests;

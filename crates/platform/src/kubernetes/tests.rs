@@ -1,0 +1,148 @@
+//! The REST backend on custom resources. kube-fake-client stands in for the
+//! kube-apiserver (none runs here); it cannot route Namespace objects, so
+//! tenant namespaces are taken as provisioned (`create_namespaces: false`).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
+
+use super::*;
+use sless_model::dataflow::DataFlowRequest;
+
+fn label(s: &str) -> DnsLabel {
+    DnsLabel::parse(s, "name").unwrap()
+}
+
+async fn platform() -> (KubePlatform, Client) {
+    let client = kube_fake_client::ClientBuilder::new()
+        .with_resource::<QueueService>()
+        .with_status_subresource::<QueueService>()
+        .with_resource::<DataFlow>()
+        .with_status_subresource::<DataFlow>()
+        .build()
+        .await
+        .unwrap();
+    (KubePlatform::new(client.clone(), false), client)
+}
+
+fn flow(table: &str) -> DataFlowSpec {
+    serde_json::from_value::<DataFlowRequest>(serde_json::json!({
+        "source": {"type": "postgresql", "config": {"connectionString": "postgres://db/x", "table": "a"}},
+        "sink": {"type": "postgresql", "config": {"connectionString": "postgres://db/x", "table": table}}
+    }))
+    .unwrap()
+    .into_spec(&sless_dataflow::registry::Registry)
+    .unwrap()
+}
+
+#[tokio::test]
+async fn a_queue_service_is_a_resource_in_the_tenant_namespace_with_its_keys() {
+    let (p, client) = platform().await;
+    let (acme, main) = (label("acme"), label("main"));
+    let view = p
+        .create_queue_service(&acme, &main, QueueServiceSpec::default())
+        .await
+        .unwrap();
+    assert_eq!((view.phase, view.access_key.as_deref()), (Phase::Pending, None));
+    let stored = Api::<QueueService>::namespaced(client.clone(), "sless-fn-acme")
+        .get("main")
+        .await
+        .unwrap();
+    assert_eq!(stored.spec.tenant_id, "acme");
+    assert_eq!(stored.spec.memory_mb, 64);
+    // A second queue service of the tenant is refused, the same name is 409.
+    assert!(matches!(
+        p.create_queue_service(&acme, &label("other"), QueueServiceSpec::default())
+            .await,
+        Err(PlatformError::Conflict(_))
+    ));
+    assert!(matches!(
+        p.create_queue_service(&acme, &main, QueueServiceSpec::default()).await,
+        Err(PlatformError::AlreadyExists)
+    ));
+
+    // What the operator does: the Secret and a Ready status.
+    let secret = Secret {
+        metadata: ObjectMeta {
+            name: Some("sqs-creds-acme".into()),
+            namespace: Some("sless-fn-acme".into()),
+            ..Default::default()
+        },
+        string_data: Some(BTreeMap::from([
+            ("accessKey".to_owned(), "SQSAKacme_abcdefgh".to_owned()),
+            ("secretKey".to_owned(), "c2VjcmV0".to_owned()),
+        ])),
+        ..Default::default()
+    };
+    Api::<Secret>::namespaced(client.clone(), "sless-fn-acme")
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    let status = serde_json::json!({"status": {"phase": "Ready", "endpoint": "https://sqs.kube5s.ru/sqs/acme"}});
+    Api::<QueueService>::namespaced(client, "sless-fn-acme")
+        .patch_status("main", &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .unwrap();
+    let ready = p.get_queue_service(&acme, &main).await.unwrap();
+    assert_eq!(ready.phase, Phase::Ready);
+    assert_eq!(ready.endpoint.as_deref(), Some("https://sqs.kube5s.ru/sqs/acme"));
+    assert_eq!(ready.access_key.as_deref(), Some("SQSAKacme_abcdefgh"));
+
+    // Another tenant sees nothing of it.
+    let beta = label("beta");
+    assert!(matches!(
+        p.get_queue_service(&beta, &main).await,
+        Err(PlatformError::NotFound)
+    ));
+    assert!(p.list_queue_services(&beta).await.unwrap().is_empty());
+    assert!(matches!(
+        p.delete_queue_service(&beta, &main).await,
+        Err(PlatformError::NotFound)
+    ));
+
+    let grown = QueueServiceSpec {
+        memory_mb: 256,
+        ..QueueServiceSpec::default()
+    };
+    assert_eq!(
+        p.update_queue_service(&acme, &main, grown).await.unwrap().memory_mb,
+        256
+    );
+    p.delete_queue_service(&acme, &main).await.unwrap();
+    assert!(p.list_queue_services(&acme).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn dataflows_round_trip_and_keep_kubectl_only_fields_on_update() {
+    let (p, client) = platform().await;
+    let (acme, name) = (label("acme"), label("copy"));
+    let view = p.create_dataflow(&acme, &name, flow("b")).await.unwrap();
+    assert_eq!(view.phase, Phase::Pending);
+    let api = Api::<DataFlow>::namespaced(client, "sless-fn-acme");
+    let image = serde_json::json!({"spec": {"processorImage": "my/proc:2"}});
+    api.patch("copy", &PatchParams::default(), &Patch::Merge(&image))
+        .await
+        .unwrap();
+    let status = serde_json::json!({"status": {"phase": "Running", "message": "the processor is running"}});
+    api.patch_status("copy", &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .unwrap();
+    let updated = p.update_dataflow(&acme, &name, flow("c")).await.unwrap();
+    assert_eq!(updated.sink.config.unwrap()["table"], "c");
+    assert_eq!(updated.phase, Phase::Ready);
+    assert_eq!(
+        api.get("copy").await.unwrap().spec.processor_image.as_deref(),
+        Some("my/proc:2")
+    );
+    assert_eq!(p.list_dataflows(&acme).await.unwrap().len(), 1);
+    assert!(matches!(
+        p.get_dataflow(&label("beta"), &name).await,
+        Err(PlatformError::NotFound)
+    ));
+    p.delete_dataflow(&acme, &name).await.unwrap();
+    assert!(matches!(
+        p.get_dataflow(&acme, &name).await,
+        Err(PlatformError::NotFound)
+    ));
+}

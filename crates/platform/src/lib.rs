@@ -1,0 +1,78 @@
+//! The backend behind the REST API: it stores a desired spec, realises it and
+//! reports status. `local` runs everything on this machine (`sless dev`); the
+//! kubernetes backend (`sless serve`) keeps the specs as custom resources.
+
+pub mod checkpoint;
+pub mod kubernetes;
+pub mod local;
+pub mod routing;
+pub mod store;
+
+use async_trait::async_trait;
+
+use sless_model::dataflow::{DataFlowSpec, DataFlowView};
+use sless_model::name::DnsLabel;
+use sless_model::queue_service::{QueueServiceSpec, QueueServiceView};
+
+#[derive(Debug, thiserror::Error)]
+pub enum PlatformError {
+    #[error("not found")]
+    NotFound,
+    #[error("an object with this name already exists")]
+    AlreadyExists,
+    /// A request that the current state forbids; the text is for the user.
+    #[error("{0}")]
+    Conflict(String),
+    /// The backing store or cluster failed; details are logged, not returned.
+    #[error("backend unavailable: {0}")]
+    Unavailable(Box<dyn std::error::Error + Send + Sync>),
+}
+
+pub type Result<T, E = PlatformError> = std::result::Result<T, E>;
+
+/// Why `requested` cannot be created when the tenant has `existing`: a
+/// tenant has one queue service (seed 000 serves it at `/sqs/{tenant}`).
+pub fn one_queue_service(tenant: &DnsLabel, existing: &str, requested: &str) -> PlatformError {
+    if existing == requested {
+        return PlatformError::AlreadyExists;
+    }
+    PlatformError::Conflict(format!(
+        "tenant {tenant} already has queue service {existing:?}: a tenant has one queue service, \
+         served at /sqs/{tenant}; it holds any number of queues"
+    ))
+}
+
+/// Every call is scoped to one tenant: an object of another tenant is
+/// `NotFound`, exactly as if it did not exist.
+#[async_trait]
+pub trait Platform: Send + Sync {
+    async fn create_queue_service(
+        &self,
+        tenant: &DnsLabel,
+        name: &DnsLabel,
+        spec: QueueServiceSpec,
+    ) -> Result<QueueServiceView>;
+    async fn get_queue_service(&self, tenant: &DnsLabel, name: &DnsLabel) -> Result<QueueServiceView>;
+    async fn list_queue_services(&self, tenant: &DnsLabel) -> Result<Vec<QueueServiceView>>;
+    async fn update_queue_service(
+        &self,
+        tenant: &DnsLabel,
+        name: &DnsLabel,
+        spec: QueueServiceSpec,
+    ) -> Result<QueueServiceView>;
+    async fn delete_queue_service(&self, tenant: &DnsLabel, name: &DnsLabel) -> Result<()>;
+
+    async fn create_dataflow(&self, tenant: &DnsLabel, name: &DnsLabel, spec: DataFlowSpec) -> Result<DataFlowView>;
+    async fn get_dataflow(&self, tenant: &DnsLabel, name: &DnsLabel) -> Result<DataFlowView>;
+    async fn list_dataflows(&self, tenant: &DnsLabel) -> Result<Vec<DataFlowView>>;
+    async fn update_dataflow(&self, tenant: &DnsLabel, name: &DnsLabel, spec: DataFlowSpec) -> Result<DataFlowView>;
+    async fn delete_dataflow(&self, tenant: &DnsLabel, name: &DnsLabel) -> Result<()>;
+
+    /// Whether the backend can serve requests (for `/readyz`).
+    async fn ready(&self) -> Result<()>;
+
+    /// Live counters of the dataflows this process runs, for `/metrics`.
+    fn dataflow_samples(&self) -> Vec<sless_dataflow::metrics::FlowSample> {
+        Vec::new()
+    }
+}

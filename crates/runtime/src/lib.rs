@@ -1,0 +1,9 @@
+//! What every sless process shares, below every other sless crate: random
+//! values from the OS, stopping the parts of a process together, the one
+//! retry backoff, and the process-wide TLS provider.
+
+pub mod backoff;
+pub mod hex;
+pub mod random;
+pub mod shutdown;
+pub mod tls;

@@ -1,0 +1,109 @@
+//! The HTTP front of one queue engine: both protocols on any path, and
+//! `GET /health` for readiness probes. Started with a token, it serves only
+//! requests that carry it in [`ENGINE_TOKEN`] (its gateway's): the engine
+//! trusts whoever reaches it, so nothing but the gateway may.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::Method;
+use axum::response::{IntoResponse, Response};
+use tokio::net::TcpListener;
+
+use super::Engine;
+use crate::protocol;
+
+/// The header in which the gateway presents the engine's token.
+pub const ENGINE_TOKEN: &str = "x-sless-engine-token";
+
+/// Largest request: a full 256 KiB batch, base64 and protocol overhead included.
+const BODY_LIMIT: usize = 2 * 1024 * 1024;
+
+#[derive(Clone)]
+struct Served {
+    engine: Arc<Engine>,
+    token: Option<Arc<str>>,
+}
+
+pub fn router(engine: Arc<Engine>, token: Option<String>) -> Router {
+    Router::new()
+        .fallback(handle)
+        .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .with_state(Served {
+            engine,
+            token: token.map(Arc::from),
+        })
+}
+
+/// Compares in time independent of where the texts differ.
+fn same_secret(given: &[u8], expected: &[u8]) -> bool {
+    given.len() == expected.len() && given.iter().zip(expected).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
+}
+
+pub fn request_id() -> String {
+    sless_runtime::hex::encode(&sless_runtime::random::bytes::<16>())
+}
+
+async fn handle(State(served): State<Served>, request: Request) -> Response {
+    if request.method() == Method::GET && request.uri().path() == "/health" && request.uri().query().is_none() {
+        return "ok".into_response();
+    }
+    let (parts, body) = request.into_parts();
+    let id = request_id();
+    let protocol = protocol::detect(&parts.headers);
+    if let Some(expected) = &served.token {
+        let given = parts.headers.get(ENGINE_TOKEN).map_or(&[][..], |v| v.as_bytes());
+        if !same_secret(given, expected.as_bytes()) {
+            let e = super::error::SqsError::access_denied("Requests reach this queue engine through its gateway.");
+            return protocol::respond(protocol, "", Err(e.forbidden()), &id);
+        }
+    }
+    let engine = served.engine;
+    let body = match axum::body::to_bytes(body, BODY_LIMIT).await {
+        Ok(b) => b,
+        Err(_) => {
+            let e = super::error::SqsError::malformed_request("The request body is too large or unreadable.");
+            return protocol::respond(protocol, "", Err(e), &id);
+        }
+    };
+    let decoded = match protocol::decode(&parts.headers, parts.uri.query(), &body) {
+        Ok(d) => d,
+        Err(e) => return protocol::respond(protocol, "", Err(e), &id),
+    };
+    let result = engine.handle(&decoded.action, &decoded.input).await;
+    protocol::respond(decoded.protocol, &decoded.action, result, &id)
+}
+
+/// A running engine server, stopped when dropped.
+pub struct EngineServer {
+    pub addr: SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl EngineServer {
+    /// Serves `engine` on `listen`; with `token`, only requests carrying it.
+    pub async fn start(engine: Arc<Engine>, listen: SocketAddr, token: Option<String>) -> std::io::Result<Self> {
+        let listener = TcpListener::bind(listen).await?;
+        let addr = listener.local_addr()?;
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(async move {
+            let served = axum::serve(listener, router(engine, token)).with_graceful_shutdown(async {
+                let _ = stopped.await;
+            });
+            if let Err(e) = served.await {
+                tracing::error!(error = %e, "queue engine server failed");
+            }
+        });
+        Ok(Self { addr, stop: Some(stop) })
+    }
+}
+
+impl Drop for EngineServer {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}

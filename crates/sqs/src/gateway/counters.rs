@@ -1,0 +1,81 @@
+//! Per-tenant request counters and outcome tallies of the gateway, updated
+//! on the request path with atomics and read by the worker for reports.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+use sless_controlplane::model::OutcomeKind;
+use sless_controlplane::proto;
+
+#[derive(Default)]
+pub struct TenantCounters {
+    pub requests: AtomicI64,
+    pub errors: AtomicI64,
+    pub in_flight: AtomicI64,
+    pub bytes_in: AtomicI64,
+    pub bytes_out: AtomicI64,
+}
+
+#[derive(Default)]
+pub struct Counters {
+    tenants: RwLock<HashMap<String, Arc<TenantCounters>>>,
+    outcomes: Mutex<HashMap<(String, OutcomeKind), i64>>,
+}
+
+fn wire_kind(kind: OutcomeKind) -> proto::OutcomeKind {
+    match kind {
+        OutcomeKind::Ok => proto::OutcomeKind::Ok,
+        OutcomeKind::ClientError => proto::OutcomeKind::ClientError,
+        OutcomeKind::AuthFailed => proto::OutcomeKind::AuthFailed,
+        OutcomeKind::BackendError => proto::OutcomeKind::BackendError,
+    }
+}
+
+impl Counters {
+    pub fn tenant(&self, tenant: &str) -> Arc<TenantCounters> {
+        if let Some(c) = self.tenants.read().unwrap_or_else(|p| p.into_inner()).get(tenant) {
+            return c.clone();
+        }
+        let mut tenants = self.tenants.write().unwrap_or_else(|p| p.into_inner());
+        tenants.entry(tenant.to_owned()).or_default().clone()
+    }
+
+    pub fn outcome(&self, tenant: &str, kind: OutcomeKind) {
+        let mut outcomes = self.outcomes.lock().unwrap_or_else(|p| p.into_inner());
+        *outcomes.entry((tenant.to_owned(), kind)).or_default() += 1;
+    }
+
+    /// Cumulative counters of the tenants in `tenants` (a full, sparse report).
+    pub fn report(&self, tenants: impl Iterator<Item = String>) -> Vec<proto::ProxyCounters> {
+        let known = self.tenants.read().unwrap_or_else(|p| p.into_inner());
+        let mut out: Vec<proto::ProxyCounters> = tenants
+            .filter_map(|t| {
+                let c = known.get(&t)?;
+                Some(proto::ProxyCounters {
+                    proxy_id: t,
+                    requests: c.requests.load(Ordering::Relaxed),
+                    errors: c.errors.load(Ordering::Relaxed),
+                    in_flight: c.in_flight.load(Ordering::Relaxed).max(0),
+                    bytes_in: c.bytes_in.load(Ordering::Relaxed),
+                    bytes_out: c.bytes_out.load(Ordering::Relaxed),
+                })
+            })
+            .collect();
+        out.sort_by(|a, b| a.proxy_id.cmp(&b.proxy_id));
+        out
+    }
+
+    /// Takes the outcomes tallied since the last call.
+    pub fn take_outcomes(&self) -> Vec<proto::Outcome> {
+        let mut outcomes = self.outcomes.lock().unwrap_or_else(|p| p.into_inner());
+        outcomes
+            .drain()
+            .map(|((proxy_id, kind), count)| proto::Outcome {
+                proxy_id,
+                kind: wire_kind(kind) as i32,
+                count,
+            })
+            .collect()
+    }
+}

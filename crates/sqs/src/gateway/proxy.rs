@@ -1,0 +1,227 @@
+//! The tenants' edge: `/sqs/{tenant}/…`. Each request is authenticated with
+//! SigV4 against the local routing table and proxied to the tenant's queue
+//! engine. Nothing here calls the control plane or Redis.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+
+use super::counters::Counters;
+use super::sigv4::{self, AuthError};
+use super::table::SharedTable;
+use crate::engine::error::SqsError;
+use crate::engine::server::{ENGINE_TOKEN, request_id};
+use crate::protocol::{self, Protocol};
+use sless_controlplane::model::OutcomeKind;
+
+const BODY_LIMIT: usize = 2 * 1024 * 1024;
+/// Request headers passed on to the engine.
+const FORWARDED: &[&str] = &[
+    "content-type",
+    "x-amz-target",
+    "x-amz-date",
+    "user-agent",
+    "x-amzn-query-mode",
+];
+/// Response headers passed back to the client.
+const RETURNED: &[&str] = &["content-type", "x-amzn-requestid", "x-amzn-query-error"];
+
+/// Pooled HTTP/1.1 client to the engines.
+pub type BackendClient =
+    hyper_util::client::legacy::Client<hyper_util::client::legacy::connect::HttpConnector, http_body_util::Full<Bytes>>;
+
+#[derive(Clone)]
+pub struct GatewayState {
+    pub table: SharedTable,
+    pub counters: Arc<Counters>,
+    pub http: BackendClient,
+    /// Public base URL of the gateway, e.g. `http://127.0.0.1:9324`.
+    pub public_url: String,
+    /// The region signatures must be scoped to.
+    pub region: String,
+}
+
+fn error(protocol: Protocol, e: SqsError) -> Response {
+    protocol::respond(protocol, "", Err(e), &request_id())
+}
+
+fn auth_error(e: AuthError) -> SqsError {
+    match e {
+        AuthError::Missing => SqsError::missing_authentication_token(e.to_string()).forbidden(),
+        AuthError::ContentSha256Mismatch => SqsError::content_sha256_mismatch(e.to_string()),
+        AuthError::Malformed(_)
+        | AuthError::Expired
+        | AuthError::Mismatch
+        | AuthError::WrongRegion(_)
+        | AuthError::WrongService => SqsError::signature_does_not_match(e.to_string()).forbidden(),
+    }
+}
+
+fn unknown_key() -> SqsError {
+    SqsError::invalid_client_token_id("The security token included in the request is invalid.").forbidden()
+}
+
+pub async fn handle(State(state): State<GatewayState>, request: Request) -> Response {
+    let (parts, body) = request.into_parts();
+    let protocol = protocol::detect(&parts.headers);
+    let path = parts.uri.path().to_owned();
+    let Some(after) = path.strip_prefix("/sqs/") else {
+        return error(protocol, SqsError::invalid_action("Requests go to /sqs/{tenant}/…"));
+    };
+    let (tenant, rest) = after.split_once('/').map_or((after, ""), |(t, r)| (t, r));
+    let Ok(body) = axum::body::to_bytes(body, BODY_LIMIT).await else {
+        return error(
+            protocol,
+            SqsError::malformed_request("The request body is too large or unreadable."),
+        );
+    };
+    let table = state.table.current();
+    let auth = match sigv4::parse_authorization(&parts.headers) {
+        Ok(a) => a,
+        Err(e) => return error(protocol, auth_error(e)),
+    };
+    // A key of another tenant is refused exactly like an unknown key.
+    let secret = match table.keys.get(&auth.access_key) {
+        Some((key_tenant, secret)) if key_tenant == tenant => secret,
+        _ => return error(protocol, unknown_key()),
+    };
+    let counters = state.counters.tenant(tenant);
+    let now = i64::try_from(crate::engine::now_ms() / 1000).unwrap_or(i64::MAX);
+    let signed = sigv4::Request {
+        method: parts.method.as_str(),
+        path: &path,
+        query: parts.uri.query(),
+        headers: &parts.headers,
+        body: &body,
+    };
+    if let Err(e) = sigv4::verify(&signed, &auth, secret, &state.region, now) {
+        state.counters.outcome(tenant, OutcomeKind::AuthFailed);
+        return error(protocol, auth_error(e));
+    }
+    let Some((backend, token)) = table
+        .routes
+        .get(tenant)
+        .and_then(|r| Some((r.backend.clone()?, r.token.clone())))
+    else {
+        state.counters.outcome(tenant, OutcomeKind::BackendError);
+        return error(protocol, SqsError::unavailable("The queue service is not ready yet."));
+    };
+    counters.requests.fetch_add(1, Ordering::Relaxed);
+    counters.in_flight.fetch_add(1, Ordering::Relaxed);
+    counters
+        .bytes_in
+        .fetch_add(i64::try_from(body.len()).unwrap_or(i64::MAX), Ordering::Relaxed);
+    let public = format!("{}/sqs/{tenant}", state.public_url.trim_end_matches('/'));
+    let result = forward(
+        &state.http,
+        &backend,
+        token.as_ref(),
+        rest,
+        parts.uri.query(),
+        &parts.method,
+        &parts.headers,
+        body,
+        &public,
+    )
+    .await;
+    counters.in_flight.fetch_sub(1, Ordering::Relaxed);
+    match result {
+        Ok((status, response, len)) => {
+            counters.bytes_out.fetch_add(len, Ordering::Relaxed);
+            let kind = if status.is_success() {
+                OutcomeKind::Ok
+            } else if status.is_client_error() {
+                OutcomeKind::ClientError
+            } else {
+                OutcomeKind::BackendError
+            };
+            if !status.is_success() {
+                counters.errors.fetch_add(1, Ordering::Relaxed);
+            }
+            state.counters.outcome(tenant, kind);
+            response
+        }
+        Err(e) => {
+            counters.errors.fetch_add(1, Ordering::Relaxed);
+            state.counters.outcome(tenant, OutcomeKind::BackendError);
+            tracing::warn!(tenant, error = %e, "queue engine unreachable");
+            error(
+                protocol,
+                SqsError::unavailable("The queue service is unavailable; retry."),
+            )
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ForwardError {
+    #[error("bad backend request: {0}")]
+    Request(#[from] axum::http::Error),
+    #[error("backend unreachable: {0}")]
+    Connect(#[from] hyper_util::client::legacy::Error),
+    #[error("backend response broken: {0}")]
+    Body(#[from] hyper::Error),
+    #[error("backend did not answer within {0:?}")]
+    Timeout(std::time::Duration),
+}
+
+/// Longer than the longest long poll (20 s).
+const BACKEND_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+#[allow(clippy::too_many_arguments)]
+async fn forward(
+    http: &BackendClient,
+    backend: &str,
+    token: Option<&axum::http::HeaderValue>,
+    rest: &str,
+    query: Option<&str>,
+    method: &axum::http::Method,
+    headers: &HeaderMap,
+    body: Bytes,
+    public: &str,
+) -> Result<(StatusCode, Response, i64), ForwardError> {
+    use http_body_util::BodyExt;
+    let mut url = format!("http://{backend}/{rest}");
+    if let Some(q) = query {
+        url.push('?');
+        url.push_str(q);
+    }
+    let mut request = axum::http::Request::builder().method(method.clone()).uri(url);
+    for name in FORWARDED {
+        if let Some(v) = headers.get(*name) {
+            request = request.header(*name, v);
+        }
+    }
+    if let Some(token) = token {
+        request = request.header(ENGINE_TOKEN, token);
+    }
+    let call = async {
+        let upstream = http.request(request.body(http_body_util::Full::new(body))?).await?;
+        let (parts, upstream_body) = upstream.into_parts();
+        Ok::<_, ForwardError>((parts, upstream_body.collect().await?.to_bytes()))
+    };
+    let (parts, bytes) = tokio::time::timeout(BACKEND_TIMEOUT, call)
+        .await
+        .map_err(|_| ForwardError::Timeout(BACKEND_TIMEOUT))??;
+    // Engines name queues by their own address unless configured with the
+    // public one (as ElasticMQ's node-address): clients must see the edge.
+    let internal = format!("http://{backend}");
+    let body = if bytes.windows(internal.len()).any(|w| w == internal.as_bytes()) {
+        Bytes::from(String::from_utf8_lossy(&bytes).replace(&internal, public))
+    } else {
+        bytes
+    };
+    let len = i64::try_from(body.len()).unwrap_or(i64::MAX);
+    let mut response = (parts.status, Body::from(body)).into_response();
+    for name in RETURNED {
+        if let Some(v) = parts.headers.get(*name) {
+            response.headers_mut().insert(*name, v.clone());
+        }
+    }
+    Ok((parts.status, response, len))
+}

@@ -1,9 +1,0 @@
-//! Random values for ids, tokens and keys, always from the OS CSPRNG.
-
-use rand::{RngCore, TryRngCore};
-
-pub fn bytes<const N: usize>() -> [u8; N] {
-    let mut out = [0u8; N];
-    rand::rngs::OsRng.unwrap_err().fill_bytes(&mut out);
-    out
-}
