@@ -33,9 +33,18 @@ class Sless:
         self.data_dir = data_dir
         self.proc = None
         self.api = None
-        # Fixed ports, so a restart keeps every endpoint a client holds.
-        self.ports = [free_port() for _ in range(3)]
-        self.start()
+        # Fixed ports, so a restart keeps every endpoint a client holds. A
+        # port found free can be taken (by any client's outgoing connection)
+        # before sless binds it: the first start tries fresh ports then.
+        for attempt in range(5):
+            self.ports = [free_port() for _ in range(3)]
+            try:
+                self.start()
+                return
+            except AssertionError:
+                self.stop()
+                if attempt == 4:
+                    raise
 
     def start(self):
         cmd = [

@@ -1,6 +1,7 @@
 //! Declarative schemas: one description per attribute drives the protocol
 //! schema, defaults, "use state for unknown" and replacement in plans.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use crate::cty::{Type, Value};
@@ -23,19 +24,19 @@ pub struct Attr {
     pub name: &'static str,
     pub ty: Type,
     pub kind: Kind,
-    pub description: &'static str,
+    pub description: Cow<'static, str>,
     pub sensitive: bool,
     pub requires_replace: bool,
     pub default: Option<Value>,
 }
 
 impl Attr {
-    pub fn new(name: &'static str, ty: Type, kind: Kind, description: &'static str) -> Self {
+    pub fn new(name: &'static str, ty: Type, kind: Kind, description: impl Into<Cow<'static, str>>) -> Self {
         Self {
             name,
             ty,
             kind,
-            description,
+            description: description.into(),
             sensitive: false,
             requires_replace: false,
             default: None,
@@ -61,7 +62,7 @@ impl Attr {
         proto::schema::Attribute {
             name: self.name.into(),
             r#type: self.ty.json().to_string().into_bytes(),
-            description: self.description.into(),
+            description: self.description.to_string(),
             required: self.kind == Kind::Required,
             optional: matches!(self.kind, Kind::Optional | Kind::OptionalDefault),
             computed: matches!(

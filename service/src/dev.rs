@@ -18,7 +18,7 @@ use sless_controlplane::server::{ControlPlane, ServerError};
 use sless_controlplane::store::memory::MemoryStore;
 use sless_platform::local::GatewayLink;
 use sless_platform::local::LocalPlatform;
-use sless_platform::store::{Store, StoreError};
+use sless_platform::local::db::{Store, StoreError};
 use sless_sqs::gateway::Gateway;
 use sless_sqs::gateway::worker::WorkerConfig;
 

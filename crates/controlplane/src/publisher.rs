@@ -18,10 +18,12 @@ use super::store::ControlStore;
 const STORE_RETRY: Backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(10));
 
 /// A published snapshot: its id and its encoded `RoutingSnapshot`.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, PartialEq)]
 pub struct PublishedSnapshot {
     pub id: SnapshotId,
     pub payload: Vec<u8>,
+    /// What `payload` encodes, for readers in this process.
+    pub snapshot: RoutingSnapshot,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -114,6 +116,7 @@ pub fn spawn(
                     checksum: sum,
                 },
                 payload,
+                snapshot,
             })));
         }
     });

@@ -2,11 +2,9 @@
 //! reports status. `local` runs everything on this machine (`sless dev`); the
 //! kubernetes backend (`sless serve`) keeps the specs as custom resources.
 
-pub mod checkpoint;
 pub mod kubernetes;
 pub mod local;
 pub mod routing;
-pub mod store;
 
 use async_trait::async_trait;
 

@@ -26,7 +26,10 @@ pub fn schema() -> BlockSchema {
                 "name",
                 Type::String,
                 Kind::Required,
-                "Name (a DNS label, 1-63 characters). Changing it replaces the dataflow.",
+                format!(
+                    "Name (a DNS label, 1-{} characters). Changing it replaces the dataflow.",
+                    sless_model::name::MAX_LEN
+                ),
             )
             .replace(),
             Attr::new(

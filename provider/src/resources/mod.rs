@@ -64,20 +64,9 @@ pub fn timeout(state: &Value, which: &str, default: Duration) -> Result<Duration
 
 /// A DNS label check for names known at validation time.
 pub fn check_name(config: &Value, diags: &mut Diagnostics) {
-    if let Some(name) = config.get("name").as_str() {
-        let ok = !name.is_empty()
-            && name.len() <= 63
-            && name
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-            && !name.starts_with('-')
-            && !name.ends_with('-');
-        if !ok {
-            diags.push_error(
-                "Invalid name",
-                format!("{name:?} must be a DNS label: 1-63 of a-z, 0-9 and '-', starting and ending alphanumeric"),
-                Some("name"),
-            );
-        }
+    if let Some(name) = config.get("name").as_str()
+        && let Err(e) = sless_model::name::DnsLabel::parse(name, "name")
+    {
+        diags.push_error("Invalid name", e.message, Some("name"));
     }
 }

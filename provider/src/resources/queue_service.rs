@@ -7,6 +7,9 @@ use reqwest::Method;
 use serde_json::json;
 
 use super::{check_name, delete_object, import_state, read_view, timeout};
+use sless_model::name;
+use sless_model::queue_service::{DEFAULT_MEMORY_MB, DEFAULT_STORAGE_MB, MEMORY_MB, STORAGE_MB};
+
 use crate::client::Client;
 use crate::cty::{Type, Value};
 use crate::diag::Diagnostics;
@@ -25,23 +28,34 @@ pub fn schema() -> BlockSchema {
                 "name",
                 Type::String,
                 Kind::Required,
-                "Name (a DNS label, 1-63 characters). Changing it replaces the queue service.",
+                format!(
+                    "Name (a DNS label, 1-{} characters). Changing it replaces the queue service.",
+                    name::MAX_LEN
+                ),
             )
             .replace(),
             Attr::new(
                 "memory_mb",
                 Type::Number,
                 Kind::OptionalDefault,
-                "Memory limit of the queue engine in MiB, 32-1024. Default 64. Changes in place.",
+                format!(
+                    "Memory limit of the queue engine in MiB, {}-{}. Default {DEFAULT_MEMORY_MB}. Changes in place.",
+                    MEMORY_MB.start(),
+                    MEMORY_MB.end()
+                ),
             )
-            .default(Value::Number(64.0)),
+            .default(Value::Number(f64::from(DEFAULT_MEMORY_MB))),
             Attr::new(
                 "storage_mb",
                 Type::Number,
                 Kind::OptionalDefault,
-                "Size of the message store in MiB, 128-10240. Default 512. Can only grow, in place.",
+                format!(
+                    "Size of the message store in MiB, {}-{}. Default {DEFAULT_STORAGE_MB}. Can only grow, in place.",
+                    STORAGE_MB.start(),
+                    STORAGE_MB.end()
+                ),
             )
-            .default(Value::Number(512.0)),
+            .default(Value::Number(f64::from(DEFAULT_STORAGE_MB))),
             Attr::new(
                 "persistence",
                 Type::Bool,
@@ -99,13 +113,17 @@ pub fn data_schema() -> BlockSchema {
 pub fn validate(config: &Value) -> Diagnostics {
     let mut diags = Diagnostics::default();
     check_name(config, &mut diags);
-    for (attr, min, max) in [("memory_mb", 32.0, 1024.0), ("storage_mb", 128.0, 10240.0)] {
+    for (attr, range) in [("memory_mb", MEMORY_MB), ("storage_mb", STORAGE_MB)] {
         if let Some(v) = config.get(attr).as_f64()
-            && (!(min..=max).contains(&v) || v.fract() != 0.0)
+            && (v.fract() != 0.0 || !(*range.start() as f64..=*range.end() as f64).contains(&v))
         {
             diags.push_error(
                 format!("Invalid {attr}"),
-                format!("must be a whole number from {min} to {max}, got {v}"),
+                format!(
+                    "must be a whole number from {} to {}, got {v}",
+                    range.start(),
+                    range.end()
+                ),
                 Some(attr),
             );
         }

@@ -51,25 +51,6 @@ async fn eventually<F: std::future::Future<Output = bool>>(what: &str, mut check
 async fn gateway_applies_snapshots_verifies_proxies_and_reports() {
     let store = Arc::new(MemoryStore::new());
     let cp = Harness::start(store.clone(), config(None)).await;
-    // The engine names queues by its own address; the gateway must not leak it.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let engine_addr: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
-    let engine = Engine::open(
-        EngineConfig {
-            account_id: "acme".into(),
-            region: "ru-msk-1".into(),
-            base_url: format!("http://{engine_addr}"),
-        },
-        None,
-    )
-    .unwrap();
-    let engine_server = EngineServer::start(engine, engine_addr, Some(ENGINE_TOKEN.into()))
-        .await
-        .unwrap();
     let gateway = Gateway::bind(
         "127.0.0.1:0".parse().unwrap(),
         None,
@@ -82,6 +63,26 @@ async fn gateway_applies_snapshots_verifies_proxies_and_reports() {
     )
     .await
     .unwrap();
+    // The engine is told the edge's address for the queue URLs it names.
+    let acme = format!("{}/sqs/acme", gateway.public_url());
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let engine_addr: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
+    let engine = Engine::open(
+        EngineConfig {
+            account_id: "acme".into(),
+            region: "ru-msk-1".into(),
+            base_url: acme.clone(),
+        },
+        None,
+    )
+    .unwrap();
+    let engine_server = EngineServer::start(engine, engine_addr, Some(ENGINE_TOKEN.into()))
+        .await
+        .unwrap();
     let base = gateway.public_url().to_owned();
     tokio::spawn(gateway.run(std::future::pending()));
 
@@ -101,7 +102,6 @@ async fn gateway_applies_snapshots_verifies_proxies_and_reports() {
     let applied = store.session("gw-test").await.unwrap().unwrap().acked_version;
     assert!(applied > 0, "the gateway ACKed what it applied");
 
-    let acme = format!("{base}/sqs/acme");
     let (status, created) = call(&acme, SECRET, "CreateQueue", json!({"QueueName": "jobs"})).await;
     assert_eq!(status, 200, "{created}");
     // The engine serves only its gateway: a direct request without (or
@@ -122,7 +122,7 @@ async fn gateway_applies_snapshots_verifies_proxies_and_reports() {
     assert_eq!(
         created["QueueUrl"],
         format!("{acme}/acme/jobs"),
-        "internal URLs are rewritten to the edge"
+        "queue URLs name the edge, not the engine"
     );
     for _ in 0..4 {
         assert_eq!(call(&acme, SECRET, "ListQueues", json!({})).await.0, 200);
@@ -160,6 +160,26 @@ async fn gateway_applies_snapshots_verifies_proxies_and_reports() {
         200,
         "still routed by the applied table"
     );
+    // Bodies pass through untouched, even one that holds the engine's address.
+    let queue_url = created["QueueUrl"].as_str().unwrap().to_owned();
+    let text = format!("see http://{engine_addr}/acme/jobs");
+    let (status, _) = call(
+        &acme,
+        SECRET,
+        "SendMessage",
+        json!({"QueueUrl": queue_url, "MessageBody": text}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let (_, received) = call(&acme, SECRET, "ReceiveMessage", json!({"QueueUrl": queue_url})).await;
+    assert_eq!(received["Messages"][0]["Body"], text.as_str(), "{received}");
+    let (_, _) = call(
+        &acme,
+        SECRET,
+        "DeleteMessage",
+        json!({"QueueUrl": queue_url, "ReceiptHandle": received["Messages"][0]["ReceiptHandle"]}),
+    )
+    .await;
 
     // With the engine gone, the edge answers 503, not a hang or a 500.
     drop(engine_server);

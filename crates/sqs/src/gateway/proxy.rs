@@ -116,7 +116,6 @@ pub async fn handle(State(state): State<GatewayState>, request: Request) -> Resp
     counters
         .bytes_in
         .fetch_add(i64::try_from(body.len()).unwrap_or(i64::MAX), Ordering::Relaxed);
-    let public = format!("{}/sqs/{tenant}", state.public_url.trim_end_matches('/'));
     let result = forward(
         &state.http,
         &backend,
@@ -126,7 +125,6 @@ pub async fn handle(State(state): State<GatewayState>, request: Request) -> Resp
         &parts.method,
         &parts.headers,
         body,
-        &public,
     )
     .await;
     counters.in_flight.fetch_sub(1, Ordering::Relaxed);
@@ -183,7 +181,6 @@ async fn forward(
     method: &axum::http::Method,
     headers: &HeaderMap,
     body: Bytes,
-    public: &str,
 ) -> Result<(StatusCode, Response, i64), ForwardError> {
     use http_body_util::BodyExt;
     let mut url = format!("http://{backend}/{rest}");
@@ -208,16 +205,11 @@ async fn forward(
     let (parts, bytes) = tokio::time::timeout(BACKEND_TIMEOUT, call)
         .await
         .map_err(|_| ForwardError::Timeout(BACKEND_TIMEOUT))??;
-    // Engines name queues by their own address unless configured with the
-    // public one (as ElasticMQ's node-address): clients must see the edge.
-    let internal = format!("http://{backend}");
-    let body = if bytes.windows(internal.len()).any(|w| w == internal.as_bytes()) {
-        Bytes::from(String::from_utf8_lossy(&bytes).replace(&internal, public))
-    } else {
-        bytes
-    };
-    let len = i64::try_from(body.len()).unwrap_or(i64::MAX);
-    let mut response = (parts.status, Body::from(body)).into_response();
+    // The body passes through untouched: an engine is told its public base
+    // URL (`{gateway}/sqs/{tenant}`, ElasticMQ's node-address), so the queue
+    // URLs it answers with already name the edge.
+    let len = i64::try_from(bytes.len()).unwrap_or(i64::MAX);
+    let mut response = (parts.status, Body::from(bytes)).into_response();
     for name in RETURNED {
         if let Some(v) = parts.headers.get(*name) {
             response.headers_mut().insert(*name, v.clone());

@@ -4,7 +4,7 @@
 use async_trait::async_trait;
 use sless_dataflow::checkpoint::{CheckpointError, CheckpointStore};
 
-use crate::store::Store;
+use super::db::Store;
 
 /// `sless dev` keeps checkpoints in its embedded store, one setting each.
 pub struct EmbeddedCheckpoint {

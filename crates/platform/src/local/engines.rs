@@ -1,0 +1,170 @@
+//! The queue engines of `sless dev`: one per tenant on a loopback port,
+//! reachable only with the token the gateway learns from the routing
+//! snapshot, and the queue service's phase from the engine's health and
+//! the gateway's acknowledgement.
+
+use std::collections::HashMap;
+
+use sless_model::Phase;
+use sless_model::queue_service::QueueServiceStatus;
+use sless_sqs::engine::server::EngineServer;
+use sless_sqs::engine::{Engine, EngineConfig};
+
+use super::db::StoreError;
+use super::{LocalPlatform, QUEUE_SERVICE, QueueRecord, QueueState, now_rfc3339};
+
+/// A tenant's running queue engine and the token it takes from the gateway.
+pub(super) struct RunningEngine {
+    pub(super) server: EngineServer,
+    pub(super) token: String,
+}
+
+impl LocalPlatform {
+    pub(super) async fn ensure_engines(
+        &self,
+        queues: &[QueueRecord],
+    ) -> HashMap<String, Result<(String, String), String>> {
+        let mut engines = self.engines.lock().await;
+        engines.retain(|tenant, _| queues.iter().any(|q| &q.tenant == tenant));
+        let mut backends = HashMap::new();
+        for q in queues {
+            if !engines.contains_key(&q.tenant) {
+                match self.start_engine(q).await {
+                    Ok(running) => {
+                        tracing::info!(tenant = %q.tenant, addr = %running.server.addr, "queue engine started");
+                        engines.insert(q.tenant.clone(), running);
+                    }
+                    Err(message) => {
+                        backends.insert(q.tenant.clone(), Err(message));
+                        continue;
+                    }
+                }
+            }
+            if let Some(running) = engines.get(&q.tenant) {
+                backends.insert(
+                    q.tenant.clone(),
+                    Ok((running.server.addr.to_string(), running.token.clone())),
+                );
+            }
+        }
+        backends
+    }
+
+    pub(super) async fn start_engine(&self, q: &QueueRecord) -> Result<RunningEngine, String> {
+        let journal = q
+            .spec
+            .persistence
+            .then(|| self.data_dir.join("queues").join(format!("{}.db", q.tenant)));
+        let config = EngineConfig {
+            account_id: q.tenant.clone(),
+            region: sless_sqs::DEFAULT_REGION.into(),
+            base_url: self.endpoint(&q.tenant),
+        };
+        // Replaying a journal reads the disk: off the async runtime.
+        let engine = tokio::task::spawn_blocking(move || Engine::open(config, journal.as_deref()))
+            .await
+            .map_err(|e| format!("cannot open the message store: {e}"))?
+            .map_err(|e| format!("cannot open the message store: {}", e.message))?;
+        // Only the gateway, which learns it from the routing snapshot, can
+        // reach the engine's loopback port.
+        let token = sless_runtime::random::id();
+        let server = EngineServer::start(
+            engine,
+            std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
+            Some(token.clone()),
+        )
+        .await
+        .map_err(|e| format!("cannot start the queue engine: {e}"))?;
+        Ok(RunningEngine { server, token })
+    }
+
+    pub(super) fn endpoint(&self, tenant: &str) -> String {
+        format!("{}/sqs/{tenant}", self.gateway.public_url.trim_end_matches('/'))
+    }
+
+    /// Records, per tenant, the first published version that routes it to
+    /// its current backend.
+    pub(super) fn learn_route_versions(&self) {
+        let Some(published) = self.gateway.published.borrow().clone() else {
+            return;
+        };
+        let table = &published.snapshot;
+        let mut versions = self.route_versions.lock().unwrap_or_else(|p| p.into_inner());
+        versions.retain(|tenant, _| table.routes.iter().any(|r| &r.tenant == tenant));
+        for route in table.routes.iter().filter(|r| !r.backend_address.is_empty()) {
+            let current = versions.get(&route.tenant);
+            if current.is_none_or(|(backend, _)| *backend != route.backend_address) {
+                versions.insert(
+                    route.tenant.clone(),
+                    (route.backend_address.clone(), published.id.version),
+                );
+            }
+        }
+    }
+
+    pub(super) async fn healthy(&self, backend: &str) -> bool {
+        let url = format!("http://{backend}/health");
+        matches!(self.http.get(url).send().await, Ok(r) if r.status().is_success())
+    }
+
+    /// Seed 000's phases: Ready once the engine answers and the gateway has
+    /// applied a snapshot that routes to it; Failed while it does not
+    /// answer; back to Ready when it recovers.
+    pub(super) async fn reconcile_queue_service(
+        &self,
+        q: QueueRecord,
+        backend: Result<String, String>,
+        acked: u64,
+    ) -> Result<Phase, StoreError> {
+        let previous = &q.status.status;
+        let desired = match backend {
+            Err(message) => QueueServiceStatus {
+                phase: Phase::Failed,
+                message: Some(message),
+                endpoint: None,
+                ready_at: previous.ready_at.clone(),
+            },
+            Ok(backend) if !self.healthy(&backend).await => QueueServiceStatus {
+                phase: Phase::Failed,
+                message: Some("the queue engine does not answer its health check".into()),
+                endpoint: previous.endpoint.clone(),
+                ready_at: previous.ready_at.clone(),
+            },
+            Ok(backend) => {
+                let routed = self
+                    .route_versions
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .get(&q.tenant)
+                    .filter(|(b, _)| *b == backend)
+                    .map(|(_, version)| *version);
+                match routed {
+                    Some(version) if acked >= version => QueueServiceStatus {
+                        phase: Phase::Ready,
+                        message: None,
+                        endpoint: Some(self.endpoint(&q.tenant)),
+                        ready_at: previous.ready_at.clone().or_else(|| Some(now_rfc3339())),
+                    },
+                    _ => QueueServiceStatus {
+                        phase: Phase::Provisioning,
+                        message: Some("queue engine running; waiting for the gateway to apply its route".into()),
+                        endpoint: None,
+                        ready_at: previous.ready_at.clone(),
+                    },
+                }
+            }
+        };
+        let phase = desired.phase;
+        if *previous != desired {
+            let state = QueueState {
+                status: desired,
+                credentials: q.status.credentials,
+            };
+            self.store
+                .update_status(QUEUE_SERVICE, &q.tenant, &q.name, q.generation, &state)
+                .await?;
+            tracing::info!(tenant = %q.tenant, name = %q.name, ?phase, "queue service reconciled");
+        }
+        Ok(phase)
+    }
+}

@@ -1,0 +1,153 @@
+//! The dataflows of `sless dev`: one pipeline task each, restarted when its
+//! spec changes, its state reported as the dataflow's status.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sless_dataflow::checkpoint::CheckpointStore;
+use sless_model::Phase;
+use sless_model::dataflow::{DataFlowStatus, DataFlowView};
+
+use super::checkpoint::EmbeddedCheckpoint;
+use super::db::StoreError;
+use super::{DATAFLOW, DataFlowRecord, LocalPlatform, dataflow_view};
+
+/// A dataflow's processor task, and what it last reported.
+pub(super) struct RunningFlow {
+    pub(super) generation: i64,
+    pub(super) stop: tokio::sync::watch::Sender<bool>,
+    pub(super) task: tokio::task::JoinHandle<()>,
+    pub(super) status: Arc<std::sync::Mutex<DataFlowStatus>>,
+    pub(super) stats: Arc<sless_dataflow::pipeline::Stats>,
+}
+
+/// How long a stopping processor may take to write and commit the batch in
+/// hand before it is aborted (which loses nothing: the batch is read again).
+const FLOW_STOP_TIMEOUT: Duration = Duration::from_secs(10);
+
+impl RunningFlow {
+    /// Waits until the stopped processor has committed what it wrote, so
+    /// that no later commit of it can overwrite a newer position.
+    pub(super) async fn finished(mut self) {
+        self.stop.send_replace(true);
+        if tokio::time::timeout(FLOW_STOP_TIMEOUT, &mut self.task).await.is_err() {
+            tracing::warn!("dataflow processor did not stop in time; aborting it");
+            self.task.abort();
+            let _ = self.task.await;
+        }
+    }
+
+    /// [`Self::finished`] for several: all are signalled first, so they
+    /// finish their batches side by side.
+    pub(super) async fn all_finished(flows: Vec<RunningFlow>) {
+        for flow in &flows {
+            flow.stop.send_replace(true);
+        }
+        for flow in flows {
+            flow.finished().await;
+        }
+    }
+}
+
+/// A dataflow's pipeline id: its checkpoint key and default consumer group.
+pub(super) fn flow_id(tenant: &str, name: &str) -> String {
+    format!("{tenant}/{name}")
+}
+
+impl LocalPlatform {
+    pub(super) async fn stop_deleted_flows(&self, flows: &[DataFlowRecord]) {
+        let deleted: Vec<RunningFlow> = self
+            .flows
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extract_if(|(tenant, name), _| !flows.iter().any(|f| &f.tenant == tenant && &f.name == name))
+            .map(|(_, flow)| flow)
+            .collect();
+        RunningFlow::all_finished(deleted).await;
+    }
+
+    /// Runs each dataflow's processor as a task (restarted when its spec
+    /// changes) and reports the task's state as the dataflow's status.
+    pub(super) async fn reconcile_dataflow(&self, f: DataFlowRecord) -> Result<(), StoreError> {
+        let key = (f.tenant.clone(), f.name.clone());
+        let (current, replaced) = {
+            let mut running = self.flows.lock().unwrap_or_else(|p| p.into_inner());
+            match running.get(&key) {
+                Some(r) if r.generation == f.generation => (Some(r.status.clone()), None),
+                _ => (None, running.remove(&key)),
+            }
+        };
+        let status = match current {
+            Some(status) => status,
+            None => {
+                // The old processor commits its last batch before the new
+                // one reads the position.
+                if let Some(old) = replaced {
+                    old.finished().await;
+                }
+                let flow = self.start_flow(&f);
+                let status = flow.status.clone();
+                self.flows.lock().unwrap_or_else(|p| p.into_inner()).insert(key, flow);
+                status
+            }
+        };
+        let desired = status.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        if f.status != desired {
+            self.store
+                .update_status(DATAFLOW, &f.tenant, &f.name, f.generation, &desired)
+                .await?;
+            tracing::info!(tenant = %f.tenant, name = %f.name, phase = ?desired.phase, "dataflow reconciled");
+        }
+        Ok(())
+    }
+
+    pub(super) fn start_flow(&self, f: &DataFlowRecord) -> RunningFlow {
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let status = Arc::new(std::sync::Mutex::new(DataFlowStatus {
+            phase: Phase::Provisioning,
+            message: Some("connecting the source and sinks".into()),
+        }));
+        let id = flow_id(&f.tenant, &f.name);
+        let ctx = sless_dataflow::context::PipelineContext {
+            egress: self.egress.clone(),
+            checkpoint: f
+                .spec
+                .checkpoint_persistence
+                .then(|| Arc::new(EmbeddedCheckpoint::new(self.store.clone(), &id)) as Arc<dyn CheckpointStore>),
+            id,
+        };
+        let stats = Arc::new(sless_dataflow::pipeline::Stats::default());
+        let (spec, report, wake) = (f.spec.clone(), status.clone(), self.wake.clone());
+        let task = tokio::spawn(sless_dataflow::supervisor::supervise(
+            spec,
+            ctx,
+            stats.clone(),
+            stopped,
+            move |phase, message| {
+                *report.lock().unwrap_or_else(|p| p.into_inner()) = DataFlowStatus {
+                    phase,
+                    message: Some(message),
+                };
+                wake.notify_one();
+            },
+        ));
+        RunningFlow {
+            generation: f.generation,
+            stop,
+            task,
+            status,
+            stats,
+        }
+    }
+
+    /// The view of a dataflow, with its processor's live counters.
+    pub(super) fn flow_view(&self, r: DataFlowRecord) -> DataFlowView {
+        let counters = self
+            .flows
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&(r.tenant.clone(), r.name.clone()))
+            .map(|f| f.stats.snapshot());
+        dataflow_view(r, counters)
+    }
+}
