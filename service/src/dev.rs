@@ -10,7 +10,7 @@ use tokio::net::TcpListener;
 use sless_runtime::shutdown::stopped;
 
 use crate::api::{self, AppState, metrics::Metrics};
-use crate::tenants::{TenantConfigError, Tenants};
+use crate::tenants::{TenantArgs, TenantConfigError, Tenants};
 use sless_controlplane::config::ControlPlaneConfig;
 use sless_controlplane::local_pki::LocalPki;
 use sless_controlplane::publisher::Debounce;
@@ -51,9 +51,8 @@ pub const GATEWAY_WORKER_ID: &str = "dev-gateway";
 pub struct DevOptions {
     pub listen: SocketAddr,
     pub data_dir: PathBuf,
-    pub tenants_file: Option<PathBuf>,
-    /// `ID=TOKEN` pairs.
-    pub tenant_flags: Vec<String>,
+    /// Tenants besides the dev tenant.
+    pub tenants: TenantArgs,
     /// Tenant created on first start, with a generated token kept in the store.
     pub dev_tenant: String,
     /// The worker control plane; in dev its state is in memory.
@@ -96,12 +95,7 @@ impl Dev {
         let dev_token = store.setting_or_insert(DEV_TOKEN_SETTING, random_token()).await?;
         let mut tenants = Tenants::default();
         tenants.add(&opts.dev_tenant, &dev_token)?;
-        if let Some(path) = &opts.tenants_file {
-            tenants.add_file(path)?;
-        }
-        for flag in &opts.tenant_flags {
-            tenants.add_flag(flag)?;
-        }
+        opts.tenants.load_into(&mut tenants)?;
         let listener = TcpListener::bind(opts.listen).await.map_err(|source| DevError::Bind {
             addr: opts.listen,
             source,

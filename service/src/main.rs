@@ -1,4 +1,6 @@
-//! The `sless` command line.
+//! The `sless` command line. `serve.rs` beside it wires production mode.
+
+mod serve;
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -7,11 +9,8 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use sless::dev::{Dev, DevOptions};
+use sless::tenants::TenantArgs;
 use sless_controlplane::config::ControlPlaneArgs;
-use sless_controlplane::publisher::Debounce;
-use sless_controlplane::server::ControlPlane;
-use sless_controlplane::store::redis::RedisStore;
-use sless_runtime::shutdown::stopped;
 use tracing_subscriber::EnvFilter;
 
 #[derive(Parser)]
@@ -33,7 +32,7 @@ enum Command {
     /// Production mode: the worker control plane with its state in Redis and
     /// the kubernetes operator (QueueService and DataFlow controllers under a
     /// leader Lease, the DataFlow admission webhook), for several replicas.
-    Serve(Box<ServeArgs>),
+    Serve(Box<serve::ServeArgs>),
     /// Run one SQS-compatible queue engine: a tenant's queue backend.
     Queue(QueueArgs),
     /// Run the SQS gateway: SigV4-verifying edge at /sqs/{tenant}, fed by the control plane.
@@ -141,12 +140,8 @@ struct DevArgs {
     /// Directory of the embedded state store; created if missing.
     #[arg(long, env = "SLESS_DATA_DIR", default_value = "sless-data")]
     data_dir: PathBuf,
-    /// TOML file of tenants: [[tenant]] id = "acme", token = "..." (or token_sha256 = "<hex>").
-    #[arg(long, env = "SLESS_TENANTS_FILE")]
-    tenants_file: Option<PathBuf>,
-    /// Extra tenant as ID=TOKEN (token at least 16 characters); repeatable.
-    #[arg(long = "tenant", value_name = "ID=TOKEN")]
-    tenants: Vec<String>,
+    #[command(flatten)]
+    tenants: TenantArgs,
     /// Tenant created on first start, whose generated token is printed at start.
     #[arg(long, default_value = "dev")]
     dev_tenant: String,
@@ -162,83 +157,6 @@ struct DevArgs {
     /// machine) and read TLS files (default DATA_DIR/tls).
     #[command(flatten)]
     egress: sless_dataflow::egress::EgressArgs,
-}
-
-#[derive(clap::Args)]
-struct ServeArgs {
-    /// Redis holding the control plane state shared by all replicas.
-    #[arg(long, env = "SLESS_REDIS_URL")]
-    redis_url: String,
-    /// Prefix of every Redis key (before the `{activity}` hash tag), to share one Redis.
-    #[arg(long, env = "SLESS_REDIS_NAMESPACE", default_value = "sless")]
-    redis_namespace: String,
-    /// Deadline of each Redis call.
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "1s")]
-    redis_timeout: std::time::Duration,
-    #[command(flatten)]
-    control_plane: ControlPlaneArgs,
-    #[command(flatten)]
-    operator: OperatorArgs,
-}
-
-#[derive(clap::Args)]
-struct OperatorArgs {
-    /// Address of the REST API (/api/v1), backed by the custom resources.
-    #[arg(long, env = "SLESS_LISTEN", default_value = "0.0.0.0:9090")]
-    listen: SocketAddr,
-    /// TOML file of tenants and their API tokens: [[tenant]] id = "acme",
-    /// token_sha256 = "<hex>" (or token = "..."). A tenant's objects live in
-    /// the namespace sless-fn-ID.
-    #[arg(long, env = "SLESS_TENANTS_FILE")]
-    tenants_file: Option<PathBuf>,
-    /// Extra tenant as ID=TOKEN (token at least 16 characters); repeatable.
-    #[arg(long = "tenant", value_name = "ID=TOKEN")]
-    tenants: Vec<String>,
-    /// Kubeconfig of the cluster; without it the in-cluster service account
-    /// (or ~/.kube/config) is used.
-    #[arg(long, env = "KUBECONFIG")]
-    kubeconfig: Option<PathBuf>,
-    /// Public host of the SQS endpoints: https://HOST/sqs/{tenant}.
-    #[arg(long, env = "SQS_EXTERNAL_HOST", default_value = "sqs.kube5s.ru")]
-    sqs_external_host: String,
-    /// TLS Secret of the SQS Ingress host, if the Ingress terminates TLS.
-    #[arg(long, env = "SQS_TLS_SECRET")]
-    sqs_tls_secret: Option<String>,
-    /// Image of a tenant's queue engine.
-    #[arg(
-        long,
-        env = "SQS_ELASTICMQ_IMAGE",
-        default_value = "softwaremill/elasticmq-native:1.7.1"
-    )]
-    elasticmq_image: String,
-    /// Image of the dataflow processors (sless processor).
-    #[arg(long, env = "PROCESSOR_IMAGE", default_value = "ghcr.io/kube5s/sless:latest")]
-    processor_image: String,
-    /// Create a tenant's namespace sless-fn-TENANT when missing (false where
-    /// the platform provisions tenant namespaces).
-    #[arg(long, env = "SLESS_CREATE_NAMESPACES", default_value_t = true, action = clap::ArgAction::Set)]
-    create_namespaces: bool,
-    /// Namespace of the leader-election Lease (the operator's own).
-    #[arg(long, env = "POD_NAMESPACE", default_value = "sless-system")]
-    lease_namespace: String,
-    /// This replica's identity in the Lease (default: a random id).
-    #[arg(long, env = "POD_NAME")]
-    pod_name: Option<String>,
-    /// Address of the DataFlow admission webhook (HTTPS); served when
-    /// --webhook-cert and --webhook-key are given.
-    #[arg(long, default_value = "0.0.0.0:9443")]
-    webhook_listen: SocketAddr,
-    /// PEM certificate of the webhook.
-    #[arg(long, requires = "webhook_key")]
-    webhook_cert: Option<PathBuf>,
-    /// PEM private key of the webhook.
-    #[arg(long, requires = "webhook_cert")]
-    webhook_key: Option<PathBuf>,
-    /// Address of /metrics (the API's and the operator's; it names tenants
-    /// and dataflows, so keep it on an internal port) and /healthz. The
-    /// REST API listener serves no metrics.
-    #[arg(long, default_value = "0.0.0.0:9091")]
-    metrics_listen: SocketAddr,
 }
 
 fn init_tracing() {
@@ -280,8 +198,7 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
     let dev = Dev::prepare(DevOptions {
         listen: args.listen,
         data_dir: args.data_dir.clone(),
-        tenants_file: args.tenants_file,
-        tenant_flags: args.tenants,
+        tenants: args.tenants,
         dev_tenant: args.dev_tenant,
         control_plane,
         gateway_listen: args.gateway_listen,
@@ -308,113 +225,6 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
     drop(out);
     tracing::info!(api = %endpoint, "sless dev started");
     dev.run(shutdown_signal()).await?;
-    Ok(())
-}
-
-/// Production mode: the control plane on Redis, the operator on the
-/// cluster, the webhook and the operator's metrics, until a signal.
-async fn serve(args: ServeArgs) -> anyhow::Result<()> {
-    use sless_operator::config::OperatorConfig;
-    use sless_operator::runner::{OperatorMetrics, OperatorOptions};
-    let config = args
-        .control_plane
-        .validate()
-        .context("invalid control plane configuration")?;
-    let store =
-        RedisStore::new(&args.redis_url, &args.redis_namespace, args.redis_timeout).context("invalid --redis-url")?;
-    let op = args.operator;
-    let kube_config = match &op.kubeconfig {
-        Some(path) => {
-            let file = kube::config::Kubeconfig::read_from(path)
-                .with_context(|| format!("cannot read the kubeconfig {}", path.display()))?;
-            kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default()).await?
-        }
-        None => kube::Config::infer()
-            .await
-            .context("no Kubernetes configuration: run in a cluster, set KUBECONFIG or pass --kubeconfig")?,
-    };
-    let client = kube::Client::try_from(kube_config).context("cannot make a Kubernetes client")?;
-    let mut tenants = sless::tenants::Tenants::default();
-    if let Some(path) = &op.tenants_file {
-        tenants.add_file(path)?;
-    }
-    for flag in &op.tenants {
-        tenants.add_flag(flag)?;
-    }
-    let mut operator_metrics = None;
-    let api_state = sless::api::AppState {
-        platform: std::sync::Arc::new(sless_platform::kubernetes::KubePlatform::new(
-            client.clone(),
-            op.create_namespaces,
-        )),
-        tenants: std::sync::Arc::new(tenants),
-        metrics: sless::api::metrics::Metrics::with(|registry| {
-            operator_metrics = Some(OperatorMetrics::register(registry));
-        }),
-    };
-    let metrics = operator_metrics.context("the operator's metrics were registered")?;
-    let api_listener = tokio::net::TcpListener::bind(op.listen)
-        .await
-        .with_context(|| format!("cannot listen on {}", op.listen))?;
-    let control_plane = ControlPlane::start(config, std::sync::Arc::new(store), Debounce::default())
-        .await
-        .context("cannot start the control plane")?;
-
-    let (stop, stop_rx) = tokio::sync::watch::channel(false);
-    let operator = tokio::spawn(sless_operator::runner::run(
-        client,
-        OperatorOptions {
-            config: OperatorConfig {
-                sqs_external_host: op.sqs_external_host,
-                elasticmq_image: op.elasticmq_image,
-                sqs_tls_secret: op.sqs_tls_secret,
-                processor_image: op.processor_image,
-                create_namespaces: op.create_namespaces,
-            },
-            lease_namespace: op.lease_namespace,
-            identity: op.pod_name.unwrap_or_else(sless_runtime::random::id),
-        },
-        metrics,
-        stop_rx.clone(),
-    ));
-    let webhook = match (&op.webhook_cert, &op.webhook_key) {
-        (Some(cert), Some(key)) => {
-            let webhook = sless_operator::webhook::Webhook::bind(op.webhook_listen, cert, key)
-                .await
-                .context("cannot start the admission webhook")?;
-            tracing::info!(addr = %webhook.addr, "DataFlow admission webhook serving");
-            Some(tokio::spawn(webhook.serve(stopped(&stop_rx))))
-        }
-        _ => None,
-    };
-    // The API's and the operator's metrics name tenants: internal port only.
-    let app = sless::api::metrics_router(api_state.clone()).route("/healthz", axum::routing::get(|| async { "ok" }));
-    let listener = tokio::net::TcpListener::bind(op.metrics_listen)
-        .await
-        .with_context(|| format!("cannot listen on {}", op.metrics_listen))?;
-    let metrics_server = tokio::spawn(
-        axum::serve(listener, app)
-            .with_graceful_shutdown(stopped(&stop_rx))
-            .into_future(),
-    );
-    let api = tokio::spawn(
-        axum::serve(api_listener, sless::api::router(api_state))
-            .with_graceful_shutdown(stopped(&stop_rx))
-            .into_future(),
-    );
-    tracing::info!(api = %op.listen, metrics = %op.metrics_listen, "sless serve running");
-    let stopping = stopped(&stop_rx);
-    tokio::spawn(async move {
-        shutdown_signal().await;
-        stop.send_replace(true);
-    });
-    control_plane.serve(stopping).await?;
-    operator.await?.context("operator failed")?;
-    if let Some(webhook) = webhook {
-        webhook.await??;
-    }
-    metrics_server.await??;
-    api.await??;
     Ok(())
 }
 
@@ -518,7 +328,7 @@ async fn main() -> anyhow::Result<()> {
     sless_runtime::tls::install_default_provider();
     match cli.command {
         Command::Dev(args) => dev(*args).await,
-        Command::Serve(args) => serve(*args).await,
+        Command::Serve(args) => serve::run(*args, shutdown_signal()).await,
         Command::Queue(args) => queue(args).await,
         Command::Gateway(args) => gateway(args).await,
         Command::Processor(args) => processor(args).await,

@@ -2,7 +2,7 @@
 //! kept only as SHA-256 digests, so a dump of this process holds none.
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
@@ -22,6 +22,32 @@ pub enum TenantConfigError {
     Invalid { tenant: String, message: String },
     #[error("--tenant expects ID=TOKEN, got {0:?}")]
     Flag(String),
+}
+
+/// Where `sless dev` and `sless serve` take their tenants from: the same
+/// flags, loaded the same way.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct TenantArgs {
+    /// TOML file of tenants and their API tokens: [[tenant]] id = "acme",
+    /// token_sha256 = "<hex>" (or token = "...").
+    #[arg(long, env = "SLESS_TENANTS_FILE")]
+    pub tenants_file: Option<PathBuf>,
+    /// Extra tenant as ID=TOKEN (token at least 16 characters); repeatable.
+    #[arg(long = "tenant", value_name = "ID=TOKEN")]
+    pub tenants: Vec<String>,
+}
+
+impl TenantArgs {
+    /// Adds the file's tenants, then the flags', to `tenants`.
+    pub fn load_into(&self, tenants: &mut Tenants) -> Result<(), TenantConfigError> {
+        if let Some(path) = &self.tenants_file {
+            tenants.add_file(path)?;
+        }
+        for flag in &self.tenants {
+            tenants.add_flag(flag)?;
+        }
+        Ok(())
+    }
 }
 
 /// One entry of the tenants file:

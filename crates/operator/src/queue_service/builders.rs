@@ -1,6 +1,9 @@
 //! The desired child objects of a QueueService (seed 000), as pure
 //! functions of the resource and the operator's config, so every field can
 //! be unit-tested. All live in the tenant's namespace `sless-fn-{tenant}`.
+//!
+//! Over 400 lines only with its unit tests, which sit beside the builders
+//! they check.
 
 use std::collections::BTreeMap;
 

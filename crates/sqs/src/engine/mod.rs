@@ -9,6 +9,10 @@
 //! hide (a receive taking messages, a queue being deleted) apply at once and
 //! are undone when the commit fails, so a failed write leaves the engine as
 //! it was. Queue-level actions are serialised by `meta`.
+//!
+//! This file is too long (issue 12): actions are still parsed from JSON
+//! values beside the state changes they make. They are to become typed
+//! requests and a pure queue state machine with the journal around it.
 
 pub mod attributes;
 pub mod error;
