@@ -11,7 +11,6 @@ use super::Sink;
 use crate::ConnectorError;
 use crate::egress::EgressPolicy;
 use crate::message::Message;
-use crate::registry::{either, non_empty};
 use crate::sql::{connect, quote, quote_ident};
 use serde::Deserialize;
 use sless_model::dataflow::SecretRef;
@@ -111,14 +110,12 @@ impl super::Component for PostgresSink {
     type Config = PostgresSinkConfig;
 
     fn check(p: &PostgresSinkConfig, path: &str, errors: &mut ValidationErrors) {
-        either(
-            non_empty(&p.connection_string),
-            &p.connection_string_secret_ref,
+        crate::sql::check_target(
+            (&p.connection_string, &p.connection_string_secret_ref),
+            (&p.table, &p.table_secret_ref),
             path,
-            "connectionString",
             errors,
         );
-        either(non_empty(&p.table), &p.table_secret_ref, path, "table", errors);
         if p.batch_size == Some(0) {
             errors.push(FieldError::invalid(format!("{path}.batchSize"), "must be at least 1"));
         }

@@ -23,7 +23,6 @@ use super::{DEFAULT_BATCH, Position, Record, Source};
 use crate::checkpoint::CheckpointStore;
 use crate::context::PipelineContext;
 use crate::message::Message;
-use crate::registry::{either, non_empty};
 use crate::sql::{connect, quote};
 use crate::{ConnectorError, store_error};
 use sless_model::dataflow::SecretRef;
@@ -200,14 +199,12 @@ impl super::Component for PostgresSource {
     type Config = PostgresSourceConfig;
 
     fn check(p: &PostgresSourceConfig, path: &str, errors: &mut ValidationErrors) {
-        either(
-            non_empty(&p.connection_string),
-            &p.connection_string_secret_ref,
+        crate::sql::check_target(
+            (&p.connection_string, &p.connection_string_secret_ref),
+            (&p.table, &p.table_secret_ref),
             path,
-            "connectionString",
             errors,
         );
-        either(non_empty(&p.table), &p.table_secret_ref, path, "table", errors);
         if p.poll_interval == Some(0) {
             errors.push(FieldError::invalid(
                 format!("{path}.pollInterval"),
