@@ -4,6 +4,7 @@
 //! delivery, in `sless dev` or as `sless processor`.
 
 pub mod checkpoint;
+pub mod component;
 pub mod condition;
 pub mod context;
 pub mod egress;
@@ -36,11 +37,6 @@ pub enum ConnectorError {
     /// Any other failure of a statement: retry.
     #[error("{0}")]
     Query(String),
-}
-
-/// Deserialises a connector or transformation `config`.
-fn config<T: serde::de::DeserializeOwned>(config: serde_json::Value) -> Result<T, ConnectorError> {
-    serde_json::from_value(config).map_err(|e| ConnectorError::Config(e.to_string()))
 }
 
 /// A checkpoint store failure: retrying may help.

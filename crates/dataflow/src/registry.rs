@@ -7,6 +7,7 @@ use serde_json::Value;
 use sless_model::dataflow::{Components, ConnectorSpec, Role, SecretRef, TransformationSpec};
 use sless_model::{FieldError, ValidationErrors};
 
+use crate::component;
 use crate::transforms::{self, camel_case, filter, flatten, mask, remove, router, select, snake_case, timestamp};
 use crate::{sinks, sources};
 
@@ -39,18 +40,6 @@ pub static SINKS: &[sinks::Descriptor] = &[
 /// spec naming one is told so rather than that the type is unknown.
 pub const NOT_YET_SUPPORTED: &[&str] = &["clickhouse", "nessie", "trino"];
 
-pub fn transform(kind: &str) -> Option<&'static transforms::Descriptor> {
-    TRANSFORMS.iter().find(|d| d.kind == kind)
-}
-
-pub fn source(kind: &str) -> Option<&'static sources::Descriptor> {
-    SOURCES.iter().find(|d| d.kind == kind)
-}
-
-pub fn sink(kind: &str) -> Option<&'static sinks::Descriptor> {
-    SINKS.iter().find(|d| d.kind == kind)
-}
-
 /// The component registry, as the model asks for it.
 pub struct Registry;
 
@@ -61,17 +50,15 @@ impl Components for Registry {
             errors.push(FieldError::required(type_path));
             return;
         }
-        let (check, kinds): (Option<CheckFn>, Vec<&str>) = match role {
-            Role::Source => (
-                source(&spec.kind).map(|d| d.check),
-                SOURCES.iter().map(|d| d.kind).collect(),
-            ),
-            Role::Sink => (
-                sink(&spec.kind).map(|d| d.check),
-                SINKS.iter().map(|d| d.kind).collect(),
-            ),
+        let check = match role {
+            Role::Source => component::find(SOURCES, &spec.kind).map(|d| d.check),
+            Role::Sink => component::find(SINKS, &spec.kind).map(|d| d.check),
         };
         let Some(check) = check else {
+            let kinds = match role {
+                Role::Source => component::kinds(SOURCES),
+                Role::Sink => component::kinds(SINKS),
+            };
             errors.push(if NOT_YET_SUPPORTED.contains(&spec.kind.as_str()) {
                 FieldError::invalid(
                     type_path,
@@ -100,8 +87,8 @@ impl Components for Registry {
             errors.push(FieldError::required(format!("{path}.type")));
             return;
         }
-        let Some(descriptor) = transform(&spec.kind) else {
-            let kinds: Vec<&str> = TRANSFORMS.iter().map(|d| d.kind).collect();
+        let Some(descriptor) = component::find(TRANSFORMS, &spec.kind) else {
+            let kinds = component::kinds(TRANSFORMS);
             errors.push(FieldError::not_supported(format!("{path}.type"), &spec.kind, &kinds));
             return;
         };
@@ -110,21 +97,7 @@ impl Components for Registry {
                 format!("{path}.config"),
                 format!("{} transformation configuration is required", spec.kind),
             )),
-            Some(config) => descriptor.check(config, &format!("{path}.config"), errors),
-        }
-    }
-}
-
-/// Checks a component's `config` at `path`, reporting each problem there.
-pub type CheckFn = fn(&Value, &str, &mut ValidationErrors);
-
-/// Deserialises a component config, reporting serde's message at `path`.
-pub fn parse<T: serde::de::DeserializeOwned>(config: &Value, path: &str, errors: &mut ValidationErrors) -> Option<T> {
-    match T::deserialize(config) {
-        Ok(value) => Some(value),
-        Err(e) => {
-            errors.push(FieldError::invalid(path, e.to_string()));
-            None
+            Some(config) => (descriptor.check)(config, &format!("{path}.config"), errors),
         }
     }
 }

@@ -10,6 +10,7 @@ use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 
 use super::Sink;
 use crate::ConnectorError;
+use crate::component::Component;
 use crate::egress::EgressPolicy;
 use crate::kafka_client::{KafkaConfig, check_brokers, check_reachable, classify, client_config, topic};
 use crate::message::Message;
@@ -37,15 +38,17 @@ impl KafkaSink {
     }
 }
 
-#[async_trait]
-impl super::Component for KafkaSink {
+impl Component for KafkaSink {
     const KIND: &'static str = "kafka";
     type Config = KafkaConfig;
 
     fn check(config: &KafkaConfig, path: &str, errors: &mut ValidationErrors) {
         config.check(Role::Sink, path, errors);
     }
+}
 
+#[async_trait]
+impl super::Open for KafkaSink {
     async fn open(config: &KafkaConfig, egress: &EgressPolicy) -> Result<Self, ConnectorError> {
         Self::connect(config, egress).await
     }

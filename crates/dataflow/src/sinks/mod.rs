@@ -7,14 +7,15 @@ use std::future::Future;
 use std::pin::Pin;
 
 use async_trait::async_trait;
+use serde::Deserialize;
 use serde_json::Value;
-use sless_model::ValidationErrors;
 use sless_model::dataflow::ConnectorSpec;
 
 use crate::ConnectorError;
+use crate::component::{self, Component};
 use crate::egress::EgressPolicy;
 use crate::message::Message;
-use crate::registry::{self, CheckFn};
+use crate::registry;
 
 #[async_trait]
 pub trait Sink: Send + Sync {
@@ -27,59 +28,41 @@ pub trait Sink: Send + Sync {
     async fn write(&self, batch: &[Message]) -> Result<(), ConnectorError>;
 }
 
-/// A sink type: its `config`, the rules on it, and how it connects. One
-/// file holds each; [`registry::SINKS`] lists them.
+/// A sink type: a [`Component`] that connects. One file holds each;
+/// [`registry::SINKS`] lists them.
 #[async_trait]
-pub trait Component: Sink + Sized + 'static {
-    /// The `type` a spec names it with.
-    const KIND: &'static str;
-    type Config: serde::de::DeserializeOwned + Send + Sync;
-
-    /// Field rules beyond the config's types, each problem at its field
-    /// under `path`.
-    fn check(config: &Self::Config, path: &str, errors: &mut ValidationErrors);
-
+pub trait Open: Component + Sink {
     async fn open(config: &Self::Config, egress: &EgressPolicy) -> Result<Self, ConnectorError>;
 }
 
-/// A connector being connected.
+/// A sink being connected.
 type Opening<'a> = Pin<Box<dyn Future<Output = Result<Box<dyn Sink>, ConnectorError>> + Send + 'a>>;
 
-type OpenFn = for<'a> fn(&'a Value, &'a EgressPolicy) -> Opening<'a>;
+pub type OpenFn = for<'a> fn(&'a Value, &'a EgressPolicy) -> Opening<'a>;
 
-/// One registry entry: a sink [`Component`] with its type erased.
-pub struct Descriptor {
-    pub kind: &'static str,
-    pub check: CheckFn,
-    open: OpenFn,
-}
+/// A registry entry of a sink.
+pub type Descriptor = component::Descriptor<OpenFn>;
 
 impl Descriptor {
-    pub const fn of<C: Component>() -> Self {
+    pub const fn of<C: Open>() -> Self {
         Self {
             kind: C::KIND,
-            check: check::<C>,
-            open: open::<C>,
+            check: component::check_fn::<C>,
+            start: open::<C>,
         }
     }
 }
 
-fn check<C: Component>(config: &Value, path: &str, errors: &mut ValidationErrors) {
-    if let Some(c) = registry::parse::<C::Config>(config, path, errors) {
-        C::check(&c, path, errors);
-    }
-}
-
-fn open<'a, C: Component>(config: &'a Value, egress: &'a EgressPolicy) -> Opening<'a> {
+fn open<'a, C: Open>(config: &'a Value, egress: &'a EgressPolicy) -> Opening<'a> {
     Box::pin(async move {
-        let config: C::Config = crate::config(config.clone())?;
+        let config = C::Config::deserialize(config).map_err(|e| ConnectorError::Config(e.to_string()))?;
         Ok(Box::new(C::open(&config, egress).await?) as Box<dyn Sink>)
     })
 }
 
 /// Connects the sink of a spec.
 pub async fn connect(spec: &ConnectorSpec, egress: &EgressPolicy) -> Result<Box<dyn Sink>, ConnectorError> {
-    let descriptor = registry::sink(&spec.kind)
+    let descriptor = component::find(registry::SINKS, &spec.kind)
         .ok_or_else(|| ConnectorError::Config(format!("the {} connector is not supported as a sink", spec.kind)))?;
-    (descriptor.open)(spec.config.as_ref().unwrap_or(&Value::Null), egress).await
+    (descriptor.start)(spec.config.as_ref().unwrap_or(&Value::Null), egress).await
 }

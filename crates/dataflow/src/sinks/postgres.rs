@@ -9,6 +9,7 @@ use serde_json::Value;
 
 use super::Sink;
 use crate::ConnectorError;
+use crate::component::Component;
 use crate::egress::EgressPolicy;
 use crate::message::Message;
 use crate::sql::{connect, quote, quote_ident};
@@ -104,8 +105,7 @@ impl PostgresSink {
     }
 }
 
-#[async_trait]
-impl super::Component for PostgresSink {
+impl Component for PostgresSink {
     const KIND: &'static str = "postgresql";
     type Config = PostgresSinkConfig;
 
@@ -120,7 +120,10 @@ impl super::Component for PostgresSink {
             errors.push(FieldError::invalid(format!("{path}.batchSize"), "must be at least 1"));
         }
     }
+}
 
+#[async_trait]
+impl super::Open for PostgresSink {
     async fn open(config: &PostgresSinkConfig, egress: &EgressPolicy) -> Result<Self, ConnectorError> {
         Self::connect(config, egress).await
     }

@@ -13,6 +13,7 @@ use serde_json::Value;
 
 use super::{Position, Record, Source};
 use crate::ConnectorError;
+use crate::component::Component;
 use crate::context::PipelineContext;
 use crate::kafka_client::{KafkaConfig, check_brokers, check_reachable, classify, client_config, inline, topic};
 use crate::message::Message;
@@ -102,15 +103,17 @@ fn next_offsets(done: &[Record]) -> BTreeMap<i32, i64> {
     next
 }
 
-#[async_trait]
-impl super::Component for KafkaSource {
+impl Component for KafkaSource {
     const KIND: &'static str = "kafka";
     type Config = KafkaConfig;
 
     fn check(config: &KafkaConfig, path: &str, errors: &mut ValidationErrors) {
         config.check(Role::Source, path, errors);
     }
+}
 
+#[async_trait]
+impl super::Open for KafkaSource {
     async fn open(config: &KafkaConfig, ctx: &PipelineContext) -> Result<Self, ConnectorError> {
         Self::connect(config, ctx).await
     }

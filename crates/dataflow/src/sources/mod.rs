@@ -9,14 +9,15 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use serde::Deserialize;
 use serde_json::Value;
-use sless_model::ValidationErrors;
 use sless_model::dataflow::ConnectorSpec;
 
 use crate::ConnectorError;
+use crate::component::{self, Component};
 use crate::context::PipelineContext;
 use crate::message::Message;
-use crate::registry::{self, CheckFn};
+use crate::registry;
 
 /// Where a record sits in its source, so the source can resume after it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,59 +55,41 @@ pub trait Source: Send + Sync {
     async fn commit(&self, done: &[Record]) -> Result<(), ConnectorError>;
 }
 
-/// A source type: its `config`, the rules on it, and how it connects. One
-/// file holds each; [`registry::SOURCES`] lists them.
+/// A source type: a [`Component`] that connects. One file holds each;
+/// [`registry::SOURCES`] lists them.
 #[async_trait]
-pub trait Component: Source + Sized + 'static {
-    /// The `type` a spec names it with.
-    const KIND: &'static str;
-    type Config: serde::de::DeserializeOwned + Send + Sync;
-
-    /// Field rules beyond the config's types, each problem at its field
-    /// under `path`.
-    fn check(config: &Self::Config, path: &str, errors: &mut ValidationErrors);
-
+pub trait Open: Component + Source {
     async fn open(config: &Self::Config, ctx: &PipelineContext) -> Result<Self, ConnectorError>;
 }
 
-/// A connector being connected.
+/// A source being connected.
 type Opening<'a> = Pin<Box<dyn Future<Output = Result<Arc<dyn Source>, ConnectorError>> + Send + 'a>>;
 
-type OpenFn = for<'a> fn(&'a Value, &'a PipelineContext) -> Opening<'a>;
+pub type OpenFn = for<'a> fn(&'a Value, &'a PipelineContext) -> Opening<'a>;
 
-/// One registry entry: a source [`Component`] with its type erased.
-pub struct Descriptor {
-    pub kind: &'static str,
-    pub check: CheckFn,
-    open: OpenFn,
-}
+/// A registry entry of a source.
+pub type Descriptor = component::Descriptor<OpenFn>;
 
 impl Descriptor {
-    pub const fn of<C: Component>() -> Self {
+    pub const fn of<C: Open>() -> Self {
         Self {
             kind: C::KIND,
-            check: check::<C>,
-            open: open::<C>,
+            check: component::check_fn::<C>,
+            start: open::<C>,
         }
     }
 }
 
-fn check<C: Component>(config: &Value, path: &str, errors: &mut ValidationErrors) {
-    if let Some(c) = registry::parse::<C::Config>(config, path, errors) {
-        C::check(&c, path, errors);
-    }
-}
-
-fn open<'a, C: Component>(config: &'a Value, ctx: &'a PipelineContext) -> Opening<'a> {
+fn open<'a, C: Open>(config: &'a Value, ctx: &'a PipelineContext) -> Opening<'a> {
     Box::pin(async move {
-        let config: C::Config = crate::config(config.clone())?;
+        let config = C::Config::deserialize(config).map_err(|e| ConnectorError::Config(e.to_string()))?;
         Ok(Arc::new(C::open(&config, ctx).await?) as Arc<dyn Source>)
     })
 }
 
 /// Connects the source of a spec.
 pub async fn connect(spec: &ConnectorSpec, ctx: &PipelineContext) -> Result<Arc<dyn Source>, ConnectorError> {
-    let descriptor = registry::source(&spec.kind)
+    let descriptor = component::find(registry::SOURCES, &spec.kind)
         .ok_or_else(|| ConnectorError::Config(format!("the {} connector is not supported as a source", spec.kind)))?;
-    (descriptor.open)(spec.config.as_ref().unwrap_or(&Value::Null), ctx).await
+    (descriptor.start)(spec.config.as_ref().unwrap_or(&Value::Null), ctx).await
 }

@@ -21,6 +21,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{DEFAULT_BATCH, Position, Record, Source};
 use crate::checkpoint::CheckpointStore;
+use crate::component::Component;
 use crate::context::PipelineContext;
 use crate::message::Message;
 use crate::sql::{connect, quote};
@@ -193,8 +194,7 @@ impl PostgresSource {
     }
 }
 
-#[async_trait]
-impl super::Component for PostgresSource {
+impl Component for PostgresSource {
     const KIND: &'static str = "postgresql";
     type Config = PostgresSourceConfig;
 
@@ -212,7 +212,10 @@ impl super::Component for PostgresSource {
             ));
         }
     }
+}
 
+#[async_trait]
+impl super::Open for PostgresSource {
     async fn open(config: &PostgresSourceConfig, ctx: &PipelineContext) -> Result<Self, ConnectorError> {
         Self::connect(config, ctx).await
     }

@@ -1,15 +1,18 @@
 //! `camelCase`: `first_name` → `FirstName` (upstream capitalises the first
 //! part too); nested objects too with `deep`.
 
-use super::{BuildError, CaseConfig, Component, Message, Outputs, Transform, rename_keys};
+use super::key_case::{Case, RenameKeys};
 
-pub struct CamelCase {
-    deep: bool,
-}
+/// The `camelCase` transformation.
+pub type CamelCase = RenameKeys<Camel>;
 
-impl CamelCase {
-    pub fn new(config: &CaseConfig) -> Self {
-        Self { deep: config.deep }
+pub struct Camel;
+
+impl Case for Camel {
+    const KIND: &'static str = "camelCase";
+
+    fn rename(key: &str) -> String {
+        to_camel_case(key)
     }
 }
 
@@ -28,27 +31,14 @@ pub fn to_camel_case(key: &str) -> String {
     if out.is_empty() { key.to_owned() } else { out }
 }
 
-impl Component for CamelCase {
-    const KIND: &'static str = "camelCase";
-    type Config = CaseConfig;
-
-    fn build(config: CaseConfig, _: &mut Outputs) -> Result<Self, BuildError> {
-        Ok(Self::new(&config))
-    }
-}
-
-impl Transform for CamelCase {
-    fn apply(&self, mut message: Message) -> Vec<Message> {
-        message.data = rename_keys(std::mem::take(&mut message.data), self.deep, &to_camel_case);
-        vec![message]
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::message::Message;
+    use crate::transforms::Transform;
+    use crate::transforms::key_case::CaseConfig;
 
     #[test]
     fn keys() {

@@ -4,7 +4,8 @@
 use serde::Deserialize;
 use sless_model::{FieldError, ValidationErrors};
 
-use super::{BuildError, Component, Message, Outputs, Transform};
+use super::{Build, BuildError, Message, Outputs, Transform};
+use crate::component::Component;
 use crate::condition::Condition;
 
 /// `config` of `filter`.
@@ -36,7 +37,9 @@ impl Component for Filter {
             errors.push(FieldError::required(format!("{path}.condition")));
         }
     }
+}
 
+impl Build for Filter {
     fn build(config: FilterConfig, _: &mut Outputs) -> Result<Self, BuildError> {
         Self::new(&config)
     }

@@ -8,7 +8,8 @@ use serde_json::Value;
 use serde::Deserialize;
 use sless_model::{FieldError, ValidationErrors};
 
-use super::{BuildError, Component, Message, Outputs, Transform};
+use super::{Build, BuildError, Message, Outputs, Transform};
+use crate::component::Component;
 use crate::path::Path;
 
 /// `config` of `flatten`.
@@ -40,7 +41,9 @@ impl Component for Flatten {
             errors.push(FieldError::required(format!("{path}.field")));
         }
     }
+}
 
+impl Build for Flatten {
     fn build(config: FlattenConfig, _: &mut Outputs) -> Result<Self, BuildError> {
         Self::new(&config)
     }

@@ -7,7 +7,8 @@ use serde_json::Value;
 use serde::Deserialize;
 use sless_model::{FieldError, ValidationErrors};
 
-use super::{BuildError, Component, Message, Outputs, Transform};
+use super::{Build, BuildError, Message, Outputs, Transform};
+use crate::component::Component;
 use crate::path::Path;
 
 /// `config` of `mask`.
@@ -55,7 +56,9 @@ impl Component for Mask {
             ));
         }
     }
+}
 
+impl Build for Mask {
     fn build(config: MaskConfig, _: &mut Outputs) -> Result<Self, BuildError> {
         Self::new(&config)
     }

@@ -4,6 +4,7 @@
 pub mod camel_case;
 pub mod filter;
 pub mod flatten;
+pub mod key_case;
 pub mod mask;
 pub mod remove;
 pub mod router;
@@ -16,6 +17,7 @@ use serde_json::Value;
 use sless_model::dataflow::{ConnectorSpec, TransformationSpec};
 use sless_model::{FieldError, ValidationErrors};
 
+use crate::component::{self, Component};
 use crate::condition::ConditionError;
 use crate::message::Message;
 use crate::path::PathError;
@@ -28,63 +30,47 @@ pub trait Transform: Send + Sync {
     fn apply(&self, message: Message) -> Vec<Message>;
 }
 
-/// A transformation type: its `config`, the rules on it, and how it is
-/// built. One file holds each; [`registry::TRANSFORMS`] lists them.
-pub trait Component: Transform + Sized + 'static {
-    /// The `type` a spec names it with.
-    const KIND: &'static str;
-    type Config: serde::de::DeserializeOwned;
-
-    /// Field rules beyond the config's types (required, counts), each
-    /// problem at its field under `path`.
-    fn check(_config: &Self::Config, _path: &str, _errors: &mut ValidationErrors) {}
-
+/// A transformation type: a [`Component`] that is built. One file holds
+/// each; [`registry::TRANSFORMS`] lists them.
+pub trait Build: Component + Transform {
     /// Builds the transformation; every path, condition and format is
     /// checked here, so a spec that builds cannot fail on them later. Extra
     /// outputs (a router's routes) are taken from `outputs`.
     fn build(config: Self::Config, outputs: &mut Outputs) -> Result<Self, BuildError>;
 }
 
-type BuildFn = fn(&Value, &mut Outputs) -> Result<Box<dyn Transform>, BuildError>;
+pub type BuildFn = fn(&Value, &mut Outputs) -> Result<Box<dyn Transform>, BuildError>;
 
-/// One registry entry: a [`Component`] with its type erased.
-pub struct Descriptor {
-    pub kind: &'static str,
-    check: registry::CheckFn,
-    build: BuildFn,
-}
+/// A registry entry of a transformation.
+pub type Descriptor = component::Descriptor<BuildFn>;
 
 impl Descriptor {
-    pub const fn of<C: Component>() -> Self {
+    pub const fn of<C: Build>() -> Self {
         Self {
             kind: C::KIND,
-            check: check::<C>,
-            build: build_boxed::<C>,
-        }
-    }
-
-    /// Checks a config as a spec gives it: its types, its field rules, and
-    /// then by building it.
-    pub fn check(&self, config: &Value, path: &str, errors: &mut ValidationErrors) {
-        let before = errors.0.len();
-        (self.check)(config, path, errors);
-        if errors.0.len() == before
-            && let Err(e) = (self.build)(config, &mut Outputs::default())
-        {
-            let (field, message) = e.field();
-            let field = field.map_or(path.to_owned(), |f| format!("{path}.{f}"));
-            errors.push(FieldError::invalid(field, message));
+            check: check_by_building::<C>,
+            start: build_boxed::<C>,
         }
     }
 }
 
-fn check<C: Component>(config: &Value, path: &str, errors: &mut ValidationErrors) {
-    if let Some(c) = registry::parse::<C::Config>(config, path, errors) {
-        C::check(&c, path, errors);
+/// Checks a config as a spec gives it: its types, its field rules, and
+/// then by building it.
+fn check_by_building<C: Build>(config: &Value, path: &str, errors: &mut ValidationErrors) {
+    let before = errors.0.len();
+    let Some(config) = component::check::<C>(config, path, errors) else {
+        return;
+    };
+    if errors.0.len() == before
+        && let Err(e) = C::build(config, &mut Outputs::default())
+    {
+        let (field, message) = e.field();
+        let field = field.map_or(path.to_owned(), |f| format!("{path}.{f}"));
+        errors.push(FieldError::invalid(field, message));
     }
 }
 
-fn build_boxed<C: Component>(config: &Value, outputs: &mut Outputs) -> Result<Box<dyn Transform>, BuildError> {
+fn build_boxed<C: Build>(config: &Value, outputs: &mut Outputs) -> Result<Box<dyn Transform>, BuildError> {
     let config = C::Config::deserialize(config).map_err(|source| BuildError::Config {
         kind: C::KIND.to_owned(),
         source,
@@ -164,9 +150,10 @@ fn paths(fields: &[String]) -> Result<Vec<crate::path::Path>, BuildError> {
 
 /// Builds a transformation from its spec, adding its extra outputs to `outputs`.
 pub fn build(spec: &TransformationSpec, outputs: &mut Outputs) -> Result<Box<dyn Transform>, BuildError> {
-    let descriptor = registry::transform(&spec.kind).ok_or_else(|| BuildError::Unknown(spec.kind.clone()))?;
+    let descriptor =
+        component::find(registry::TRANSFORMS, &spec.kind).ok_or_else(|| BuildError::Unknown(spec.kind.clone()))?;
     let empty = Value::Object(Default::default());
-    (descriptor.build)(spec.config.as_ref().unwrap_or(&empty), outputs)
+    (descriptor.start)(spec.config.as_ref().unwrap_or(&empty), outputs)
 }
 
 /// Config of `select` and `remove`.
@@ -208,34 +195,11 @@ pub fn check_fields(fields: &[String], path: &str, errors: &mut ValidationErrors
     }
 }
 
-/// Config of `snakeCase` and `camelCase`.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CaseConfig {
-    /// Also rename keys of nested objects.
-    #[serde(default)]
-    pub deep: bool,
-}
-
 /// Applies `transforms` in order to one message.
 pub fn apply_all(transforms: &[Box<dyn Transform>], message: Message) -> Vec<Message> {
     transforms.iter().fold(vec![message], |messages, t| {
         messages.into_iter().flat_map(|m| t.apply(m)).collect()
     })
-}
-
-/// Renames the keys of `value` (and of nested objects with `deep`).
-fn rename_keys(value: serde_json::Value, deep: bool, rename: &dyn Fn(&str) -> String) -> serde_json::Value {
-    use serde_json::Value;
-    match value {
-        Value::Object(map) => Value::Object(
-            map.into_iter()
-                .map(|(k, v)| (rename(&k), if deep { rename_keys(v, deep, rename) } else { v }))
-                .collect(),
-        ),
-        Value::Array(items) if deep => Value::Array(items.into_iter().map(|v| rename_keys(v, deep, rename)).collect()),
-        other => other,
-    }
 }
 
 #[cfg(test)]

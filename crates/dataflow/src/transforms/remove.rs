@@ -2,7 +2,8 @@
 
 use sless_model::ValidationErrors;
 
-use super::{BuildError, Component, FieldsConfig, Message, Outputs, Transform};
+use super::{Build, BuildError, FieldsConfig, Message, Outputs, Transform};
+use crate::component::Component;
 use crate::path::Path;
 
 pub struct Remove {
@@ -24,7 +25,9 @@ impl Component for Remove {
     fn check(config: &FieldsConfig, path: &str, errors: &mut ValidationErrors) {
         config.check(path, errors);
     }
+}
 
+impl Build for Remove {
     fn build(config: FieldsConfig, _: &mut Outputs) -> Result<Self, BuildError> {
         Self::new(&config)
     }

@@ -8,7 +8,8 @@ use serde::Deserialize;
 use sless_model::dataflow::{Components, ConnectorSpec, Role};
 use sless_model::{FieldError, ValidationErrors};
 
-use super::{BuildError, Component, Message, Output, Outputs, Transform};
+use super::{Build, BuildError, Message, Output, Outputs, Transform};
+use crate::component::Component;
 use crate::condition::Condition;
 use crate::registry::Registry;
 
@@ -73,7 +74,9 @@ impl Component for Router {
             }
         }
     }
+}
 
+impl Build for Router {
     /// Each route with a sink becomes an output of the pipeline.
     fn build(config: RouterConfig, outputs: &mut Outputs) -> Result<Self, BuildError> {
         let mut routes = Vec::with_capacity(config.routes.len());

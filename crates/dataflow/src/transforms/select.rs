@@ -6,7 +6,8 @@ use serde_json::{Map, Value};
 
 use sless_model::ValidationErrors;
 
-use super::{BuildError, Component, FieldsConfig, Message, Outputs, Transform};
+use super::{Build, BuildError, FieldsConfig, Message, Outputs, Transform};
+use crate::component::Component;
 use crate::path::Path;
 
 pub struct Select {
@@ -28,7 +29,9 @@ impl Component for Select {
     fn check(config: &FieldsConfig, path: &str, errors: &mut ValidationErrors) {
         config.check(path, errors);
     }
+}
 
+impl Build for Select {
     fn build(config: FieldsConfig, _: &mut Outputs) -> Result<Self, BuildError> {
         Self::new(&config)
     }

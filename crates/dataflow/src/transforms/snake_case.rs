@@ -1,15 +1,18 @@
 //! `snakeCase`: `firstName` → `first_name`, `HTTPServer` → `http_server`;
 //! nested objects too with `deep`.
 
-use super::{BuildError, CaseConfig, Component, Message, Outputs, Transform, rename_keys};
+use super::key_case::{Case, RenameKeys};
 
-pub struct SnakeCase {
-    deep: bool,
-}
+/// The `snakeCase` transformation.
+pub type SnakeCase = RenameKeys<Snake>;
 
-impl SnakeCase {
-    pub fn new(config: &CaseConfig) -> Self {
-        Self { deep: config.deep }
+pub struct Snake;
+
+impl Case for Snake {
+    const KIND: &'static str = "snakeCase";
+
+    fn rename(key: &str) -> String {
+        to_snake_case(key)
     }
 }
 
@@ -33,27 +36,14 @@ pub fn to_snake_case(key: &str) -> String {
     out
 }
 
-impl Component for SnakeCase {
-    const KIND: &'static str = "snakeCase";
-    type Config = CaseConfig;
-
-    fn build(config: CaseConfig, _: &mut Outputs) -> Result<Self, BuildError> {
-        Ok(Self::new(&config))
-    }
-}
-
-impl Transform for SnakeCase {
-    fn apply(&self, mut message: Message) -> Vec<Message> {
-        message.data = rename_keys(std::mem::take(&mut message.data), self.deep, &to_snake_case);
-        vec![message]
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::message::Message;
+    use crate::transforms::Transform;
+    use crate::transforms::key_case::CaseConfig;
 
     #[test]
     fn keys() {

@@ -10,7 +10,8 @@ use serde_json::Value;
 
 use serde::Deserialize;
 
-use super::{BuildError, Component, Message, Outputs, Transform};
+use super::{Build, BuildError, Message, Outputs, Transform};
+use crate::component::Component;
 use crate::path::Path;
 
 /// `config` of `timestamp`.
@@ -169,7 +170,9 @@ impl Timestamp {
 impl Component for Timestamp {
     const KIND: &'static str = "timestamp";
     type Config = TimestampConfig;
+}
 
+impl Build for Timestamp {
     fn build(config: TimestampConfig, _: &mut Outputs) -> Result<Self, BuildError> {
         Self::new(&config)
     }

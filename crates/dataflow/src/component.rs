@@ -1,0 +1,64 @@
+//! What every dataflow component has, whatever its kind: the `type` a spec
+//! names it with, its `config`, and the rules on that config. Sources,
+//! transformations and sinks each add how the processor starts them
+//! (`sources::Open`, `transforms::Build`, `sinks::Open`), and
+//! [`crate::registry`] lists them as [`Descriptor`]s.
+
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use sless_model::{FieldError, ValidationErrors};
+
+pub trait Component: Sized + 'static {
+    /// The `type` a spec names it with.
+    const KIND: &'static str;
+    type Config: DeserializeOwned + Send + Sync;
+
+    /// Field rules beyond the config's types (required, counts), each
+    /// problem at its field under `path`.
+    fn check(_config: &Self::Config, _path: &str, _errors: &mut ValidationErrors) {}
+}
+
+/// Checks a component's `config` at `path`, reporting each problem there.
+pub type CheckFn = fn(&Value, &str, &mut ValidationErrors);
+
+/// One registry entry: a component with its type erased. `start` is how
+/// the processor makes it (builds a transformation, connects a connector).
+pub struct Descriptor<Start> {
+    pub kind: &'static str,
+    pub check: CheckFn,
+    pub(crate) start: Start,
+}
+
+/// The entry of `list` whose type is `kind`.
+pub fn find<Start>(list: &'static [Descriptor<Start>], kind: &str) -> Option<&'static Descriptor<Start>> {
+    list.iter().find(|d| d.kind == kind)
+}
+
+/// The types `list` knows, for error messages.
+pub fn kinds<Start>(list: &[Descriptor<Start>]) -> Vec<&'static str> {
+    list.iter().map(|d| d.kind).collect()
+}
+
+/// Parses `config` as `C`'s and applies its rules; `None` when it does
+/// not parse.
+pub fn check<C: Component>(config: &Value, path: &str, errors: &mut ValidationErrors) -> Option<C::Config> {
+    let parsed = parse::<C::Config>(config, path, errors)?;
+    C::check(&parsed, path, errors);
+    Some(parsed)
+}
+
+/// [`check`] as a [`CheckFn`].
+pub fn check_fn<C: Component>(config: &Value, path: &str, errors: &mut ValidationErrors) {
+    check::<C>(config, path, errors);
+}
+
+/// Deserialises a component config, reporting serde's message at `path`.
+pub fn parse<T: DeserializeOwned>(config: &Value, path: &str, errors: &mut ValidationErrors) -> Option<T> {
+    match T::deserialize(config) {
+        Ok(value) => Some(value),
+        Err(e) => {
+            errors.push(FieldError::invalid(path, e.to_string()));
+            None
+        }
+    }
+}
