@@ -169,17 +169,12 @@ async fn an_unreachable_broker_fails_the_dataflow_with_the_reason() {
     let dir = TempDir::new("df-kafka-down");
     let server = DevServer::start(&dir.0);
     let a = server.client(TOKEN_A);
-    let (status, body) = a
-        .post(
-            "/api/v1/dataflows",
-            json!({
-                "name": "down",
-                "source": {"type": "kafka", "config": {"brokers": [addr], "topic": "t"}},
-                "sink": pg(&db_table, json!({"autoCreateTable": true}))
-            }),
-        )
-        .await;
-    assert_eq!(status, 201, "{body}");
+    a.create_dataflow(json!({
+        "name": "down",
+        "source": {"type": "kafka", "config": {"brokers": [addr], "topic": "t"}},
+        "sink": pg(&db_table, json!({"autoCreateTable": true}))
+    }))
+    .await;
     let deadline = Instant::now() + Duration::from_secs(40);
     let view = loop {
         let view = a.get("/api/v1/dataflows/down").await.1;

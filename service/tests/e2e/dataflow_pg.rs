@@ -19,23 +19,18 @@ async fn pg_to_pg_with_transformations_incremental_reads_and_checkpoints() {
     let dir = TempDir::new("df-pg");
     let server = DevServer::start(&dir.0);
     let a = server.client(TOKEN_A);
-    let (status, body) = a
-        .post(
-            "/api/v1/dataflows",
-            json!({
-                "name": "copy",
-                "source": pg(&src, json!({"pollInterval": 1, "batchSize": 30})),
-                "sink": pg(&dst, json!({})),
-                "transformations": [
-                    {"type": "filter", "config": {"condition": "amount > 10"}},
-                    {"type": "mask", "config": {"fields": ["card"], "keepLength": true}},
-                    {"type": "snakeCase", "config": {}},
-                    {"type": "timestamp", "config": {"fieldName": "seen_at"}}
-                ]
-            }),
-        )
-        .await;
-    assert_eq!(status, 201, "{body}");
+    a.create_dataflow(json!({
+        "name": "copy",
+        "source": pg(&src, json!({"pollInterval": 1, "batchSize": 30})),
+        "sink": pg(&dst, json!({})),
+        "transformations": [
+            {"type": "filter", "config": {"condition": "amount > 10"}},
+            {"type": "mask", "config": {"fields": ["card"], "keepLength": true}},
+            {"type": "snakeCase", "config": {}},
+            {"type": "timestamp", "config": {"fieldName": "seen_at"}}
+        ]
+    }))
+    .await;
     wait_for(&db, &format!("SELECT count(*) FROM {dst}"), 90).await;
     let row = db
         .query_one(
@@ -286,19 +281,14 @@ async fn no_row_is_skipped_at_ties_or_when_transactions_commit_out_of_order() {
     let dir = TempDir::new("df-ties");
     let server = DevServer::start(&dir.0);
     let a = server.client(TOKEN_A);
-    let (status, body) = a
-        .post(
-            "/api/v1/dataflows",
-            json!({
-                "name": "ties",
-                // A batch of 3 ends inside the three rows changed at :03.
-                "source": pg(&src, json!({"pollInterval": 1, "batchSize": 3, "incrementalColumn": "changed"})),
-                "sink": pg(&dst, json!({})),
-                "transformations": [{"type": "remove", "config": {"fields": ["changed"]}}]
-            }),
-        )
-        .await;
-    assert_eq!(status, 201, "{body}");
+    a.create_dataflow(json!({
+        "name": "ties",
+        // A batch of 3 ends inside the three rows changed at :03.
+        "source": pg(&src, json!({"pollInterval": 1, "batchSize": 3, "incrementalColumn": "changed"})),
+        "sink": pg(&dst, json!({})),
+        "transformations": [{"type": "remove", "config": {"fields": ["changed"]}}]
+    }))
+    .await;
     wait_for(&db, &format!("SELECT count(*) FROM {dst}"), 6).await;
 
     // Transaction 1 takes id 7 and stays open; transaction 2 takes id 8 and
@@ -348,13 +338,10 @@ async fn a_message_the_sink_refuses_shows_on_the_dataflow_while_it_is_retried() 
     let dir = TempDir::new("df-refused");
     let server = DevServer::start(&dir.0);
     let a = server.client(TOKEN_A);
-    let (status, body) = a
-        .post(
-            "/api/v1/dataflows",
-            json!({"name": "refused", "source": pg(&src, json!({"pollInterval": 1})), "sink": pg(&dst, json!({}))}),
-        )
-        .await;
-    assert_eq!(status, 201, "{body}");
+    a.create_dataflow(
+        json!({"name": "refused", "source": pg(&src, json!({"pollInterval": 1})), "sink": pg(&dst, json!({}))}),
+    )
+    .await;
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     let view = loop {
         let (_, view) = a.get("/api/v1/dataflows/refused").await;
@@ -422,17 +409,12 @@ async fn sslmode_require_verify_ca_and_verify_full() {
     for (name, port, mode, _) in cases {
         let dsn = format!("postgres://postgres@localhost:{port}/test?sslmode={mode}&sslrootcert=ca.pem");
         let dst = format!("{src}_{}", name.replace('-', "_"));
-        let (status, body) = a
-            .post(
-                "/api/v1/dataflows",
-                json!({
-                    "name": name,
-                    "source": {"type": "postgresql", "config": {"connectionString": dsn, "table": src, "pollInterval": 1}},
-                    "sink": pg(&dst, json!({"autoCreateTable": true}))
-                }),
-            )
-            .await;
-        assert_eq!(status, 201, "{body}");
+        a.create_dataflow(json!({
+            "name": name,
+            "source": {"type": "postgresql", "config": {"connectionString": dsn, "table": src, "pollInterval": 1}},
+            "sink": pg(&dst, json!({"autoCreateTable": true}))
+        }))
+        .await;
     }
     for (name, _, mode, connects) in cases {
         let dst = format!("{src}_{}", name.replace('-', "_"));
@@ -472,14 +454,9 @@ async fn a_conflict_key_cannot_inject_sql() {
     let server = DevServer::start(&dir.0);
     let a = server.client(TOKEN_A);
     let injected = format!("id\") DO NOTHING; DROP TABLE {victim}; --");
-    let (status, body) = a
-        .post(
-            "/api/v1/dataflows",
-            json!({"name": "inject", "source": pg(&src, json!({"pollInterval": 1})),
-                   "sink": pg(&dst, json!({"upsertMode": true, "conflictKey": injected}))}),
-        )
+    a.create_dataflow(json!({"name": "inject", "source": pg(&src, json!({"pollInterval": 1})),
+                   "sink": pg(&dst, json!({"upsertMode": true, "conflictKey": injected}))}))
         .await;
-    assert_eq!(status, 201, "{body}");
     let view = settled_view(&a, "inject", |_| false).await;
     assert_eq!(view["phase"], "Failed", "{view}");
     assert!(view["message"].as_str().unwrap().contains("not a column"), "{view}");
@@ -489,13 +466,8 @@ async fn a_conflict_key_cannot_inject_sql() {
         "the victim table is still there"
     );
     // A real key, and a column whose name holds a quote, work.
-    let (status, _) = a
-        .post(
-            "/api/v1/dataflows",
-            json!({"name": "upsert", "source": pg(&src, json!({"pollInterval": 1})),
-                   "sink": pg(&dst, json!({"upsertMode": true, "conflictKey": "id"}))}),
-        )
+    a.create_dataflow(json!({"name": "upsert", "source": pg(&src, json!({"pollInterval": 1})),
+                   "sink": pg(&dst, json!({"upsertMode": true, "conflictKey": "id"}))}))
         .await;
-    assert_eq!(status, 201);
     wait_for(&db, &format!("SELECT count(*) FROM {dst} WHERE \"we\"\"ird\" = 'a'"), 1).await;
 }

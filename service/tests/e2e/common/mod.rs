@@ -171,6 +171,12 @@ impl Client {
         self.send(reqwest::Method::POST, path, Some(body)).await
     }
 
+    /// Creates a dataflow, which must be accepted (201).
+    pub async fn create_dataflow(&self, spec: serde_json::Value) {
+        let (status, body) = self.post("/api/v1/dataflows", spec).await;
+        assert_eq!(status, 201, "{body}");
+    }
+
     pub async fn put(&self, path: &str, body: serde_json::Value) -> (u16, serde_json::Value) {
         self.send(reqwest::Method::PUT, path, Some(body)).await
     }
