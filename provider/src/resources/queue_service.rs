@@ -358,4 +358,38 @@ mod tests {
         );
         assert_eq!(timeout(&Value::Null, "delete", DELETE_TIMEOUT).unwrap(), DELETE_TIMEOUT);
     }
+
+    fn config(name: &str, memory: f64, storage: f64) -> Value {
+        Value::Object(BTreeMap::from([
+            ("name".into(), Value::str(name)),
+            ("memory_mb".into(), Value::Number(memory)),
+            ("storage_mb".into(), Value::Number(storage)),
+        ]))
+    }
+
+    /// The plan refuses what the service would refuse, by the service's
+    /// own rules: names are DNS labels, sizes whole numbers in its ranges.
+    #[test]
+    fn names_and_sizes_are_checked_with_the_services_rules() {
+        assert!(validate(&config("orders", 32.0, 10240.0)).0.is_empty());
+        let long = "a".repeat(name::MAX_LEN + 1);
+        for bad in ["Orders", "-q", "q_1", long.as_str()] {
+            let diags = validate(&config(bad, 64.0, 512.0));
+            assert_eq!(diags.0.len(), 1, "{bad}");
+            assert_eq!(diags.0[0].summary, "Invalid name");
+            let expected = sless_model::name::DnsLabel::parse(bad, "name").unwrap_err().message;
+            assert_eq!(diags.0[0].detail, expected);
+        }
+        for (memory, storage, attr) in [
+            (31.0, 512.0, "memory_mb"),
+            (1025.0, 512.0, "memory_mb"),
+            (64.5, 512.0, "memory_mb"),
+            (64.0, 127.0, "storage_mb"),
+            (64.0, 10241.0, "storage_mb"),
+        ] {
+            let diags = validate(&config("q", memory, storage));
+            assert_eq!(diags.0.len(), 1, "{memory} {storage}");
+            assert_eq!(diags.0[0].summary, format!("Invalid {attr}"));
+        }
+    }
 }
