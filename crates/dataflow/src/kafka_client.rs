@@ -13,7 +13,7 @@ use sless_model::{FieldError, ValidationErrors};
 
 use crate::ConnectorError;
 use crate::egress::EgressPolicy;
-use crate::registry::{either, secret_ref};
+use crate::registry::{either, non_empty, secret_ref};
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -74,13 +74,7 @@ impl KafkaConfig {
             "brokers",
             errors,
         );
-        either(
-            self.topic.as_deref().is_some_and(|t| !t.is_empty()),
-            &self.topic_secret_ref,
-            path,
-            "topic",
-            errors,
-        );
+        either(non_empty(&self.topic), &self.topic_secret_ref, path, "topic", errors);
         secret_ref(&self.consumer_group_secret_ref, path, "consumerGroupSecretRef", errors);
         if let Some(sasl) = &self.sasl
             && !MECHANISMS.contains(&sasl.mechanism.as_str())

@@ -15,8 +15,8 @@ use super::{LocalPlatform, QUEUE_SERVICE, QueueRecord, QueueState, now_rfc3339};
 
 /// A tenant's running queue engine and the token it takes from the gateway.
 pub(super) struct RunningEngine {
-    pub(super) server: EngineServer,
-    pub(super) token: String,
+    server: EngineServer,
+    token: String,
 }
 
 impl LocalPlatform {
@@ -50,7 +50,7 @@ impl LocalPlatform {
         backends
     }
 
-    pub(super) async fn start_engine(&self, q: &QueueRecord) -> Result<RunningEngine, String> {
+    async fn start_engine(&self, q: &QueueRecord) -> Result<RunningEngine, String> {
         let journal = q
             .spec
             .persistence
@@ -102,7 +102,7 @@ impl LocalPlatform {
         }
     }
 
-    pub(super) async fn healthy(&self, backend: &str) -> bool {
+    async fn healthy(&self, backend: &str) -> bool {
         let url = format!("http://{backend}/health");
         matches!(self.http.get(url).send().await, Ok(r) if r.status().is_success())
     }

@@ -14,10 +14,10 @@ use super::{DATAFLOW, DataFlowRecord, LocalPlatform, dataflow_view};
 
 /// A dataflow's processor task, and what it last reported.
 pub(super) struct RunningFlow {
-    pub(super) generation: i64,
-    pub(super) stop: tokio::sync::watch::Sender<bool>,
-    pub(super) task: tokio::task::JoinHandle<()>,
-    pub(super) status: Arc<std::sync::Mutex<DataFlowStatus>>,
+    generation: i64,
+    stop: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+    status: Arc<std::sync::Mutex<DataFlowStatus>>,
     pub(super) stats: Arc<sless_dataflow::pipeline::Stats>,
 }
 
@@ -101,7 +101,7 @@ impl LocalPlatform {
         Ok(())
     }
 
-    pub(super) fn start_flow(&self, f: &DataFlowRecord) -> RunningFlow {
+    fn start_flow(&self, f: &DataFlowRecord) -> RunningFlow {
         let (stop, stopped) = tokio::sync::watch::channel(false);
         let status = Arc::new(std::sync::Mutex::new(DataFlowStatus {
             phase: Phase::Provisioning,
