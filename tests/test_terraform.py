@@ -192,7 +192,7 @@ def test_dataflow_lifecycle_json_normalisation_and_import(tf):
     tf.write(DATAFLOW % (SOURCE_HAND_WRITTEN, 100))
     tf.apply()
     out = tf.outputs()
-    assert out["phase"]["value"] == "Ready", "the dataflow runs"
+    assert out["phase"]["value"] == "Running", "the dataflow runs"
     assert out["data_source"]["value"] == "mask"
     view = tf.sless.rest("a", "GET", "/dataflows/orders-to-dwh").json()
     assert view["source"]["config"] == {"table": "orders", "connectionString": "postgres://postgres@127.0.0.1/test"}
@@ -283,6 +283,6 @@ def test_examples_work_as_documented(tf):
     (tf.work / "main.tf").write_text((EXAMPLES / "dataflow" / "main.tf").read_text())
     tf.run("validate")
     tf.apply()
-    assert tf.outputs()["phase"]["value"] == "Ready"
+    assert tf.outputs()["phase"]["value"] == "Running"
     assert tf.plan_exit().returncode == 0
     tf.run("destroy", "-auto-approve")

@@ -24,7 +24,7 @@ use crate::checkpoint::file::FileCheckpoint;
 use crate::context::PipelineContext;
 use crate::metrics::{FlowSample, render};
 use crate::pipeline::Stats;
-use sless_model::Phase;
+use sless_model::dataflow::DataFlowPhase;
 use sless_model::dataflow::{DataFlowRequest, DataFlowSpec};
 
 #[derive(Debug, thiserror::Error)]
@@ -83,7 +83,7 @@ pub fn load_spec(path: &std::path::Path) -> Result<DataFlowSpec, ProcessorError>
 
 #[derive(Clone)]
 struct Probe {
-    phase: Arc<Mutex<(Phase, String)>>,
+    phase: Arc<Mutex<(DataFlowPhase, String)>>,
     sample: Arc<FlowSample>,
 }
 
@@ -100,7 +100,7 @@ async fn metrics(State(probe): State<Probe>) -> impl IntoResponse {
 /// Ready while the pipeline runs; the reason otherwise.
 async fn readyz(State(probe): State<Probe>) -> (StatusCode, String) {
     let (phase, message) = probe.phase.lock().unwrap_or_else(|p| p.into_inner()).clone();
-    let code = if phase == Phase::Ready {
+    let code = if phase == DataFlowPhase::Running {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE
@@ -123,7 +123,7 @@ pub async fn run(opts: ProcessorOptions, shutdown: impl Future<Output = ()>) -> 
     let stats = Arc::new(Stats::default());
     let probe = Probe {
         phase: Arc::new(Mutex::new((
-            Phase::Provisioning,
+            DataFlowPhase::Pending,
             "connecting the source and sinks".into(),
         ))),
         sample: Arc::new(FlowSample {

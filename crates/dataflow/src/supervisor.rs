@@ -10,7 +10,7 @@ use tokio::sync::watch;
 
 use crate::context::PipelineContext;
 use crate::pipeline::{Pipeline, Refusal, Stats};
-use sless_model::Phase;
+use sless_model::dataflow::DataFlowPhase;
 use sless_model::dataflow::DataFlowSpec;
 use sless_runtime::backoff::Backoff;
 
@@ -32,13 +32,13 @@ pub async fn supervise(
     ctx: PipelineContext,
     stats: Arc<Stats>,
     mut stopped: watch::Receiver<bool>,
-    report: impl Fn(Phase, String) + Send,
+    report: impl Fn(DataFlowPhase, String) + Send,
 ) {
     let mut retries = RESTART.start();
     while !*stopped.borrow() {
         match Pipeline::connect(&spec, &ctx, stats.clone()).await {
             Ok(pipeline) => {
-                report(Phase::Ready, "running".into());
+                report(DataFlowPhase::Running, "running".into());
                 retries.succeeded();
                 let run = pipeline.run(stopped.clone());
                 tokio::pin!(run);
@@ -52,8 +52,8 @@ pub async fn supervise(
                             let now = stats.refusal();
                             if now != shown {
                                 match &now {
-                                    Some(r) => report(Phase::Failed, refusal_message(r)),
-                                    None => report(Phase::Ready, "running".into()),
+                                    Some(r) => report(DataFlowPhase::Error, refusal_message(r)),
+                                    None => report(DataFlowPhase::Running, "running".into()),
                                 }
                                 shown = now;
                             }
@@ -62,12 +62,12 @@ pub async fn supervise(
                 };
                 if let Err(e) = outcome {
                     tracing::warn!(dataflow = %ctx.id, error = %e, "dataflow stopped");
-                    report(Phase::Failed, format!("processor stopped: {e}; restarting"));
+                    report(DataFlowPhase::Error, format!("processor stopped: {e}; restarting"));
                 }
             }
             Err(e) => {
                 tracing::warn!(dataflow = %ctx.id, error = %e, "dataflow cannot start");
-                report(Phase::Failed, format!("{e}; retrying"));
+                report(DataFlowPhase::Error, format!("{e}; retrying"));
             }
         }
         retries.wait(&mut stopped).await;

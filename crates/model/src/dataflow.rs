@@ -9,7 +9,7 @@ use std::sync::LazyLock;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::{FieldError, Phase, ValidationErrors};
+use super::{FieldError, ValidationErrors};
 
 pub const DEFAULT_CHANNEL_BUFFER_SIZE: u32 = 100;
 pub const MAX_CHANNEL_BUFFER_SIZE: u32 = 100_000;
@@ -19,7 +19,7 @@ pub const MAX_TRANSFORMATIONS: usize = 64;
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ConnectorSpec {
-    /// `kafka` or `postgresql` (`trino`, `clickhouse`, `nessie`: not supported yet).
+    /// The connector's type, one the component registry of `sless-dataflow` lists.
     #[serde(rename = "type", default)]
     pub kind: String,
     /// The connector's settings, e.g. `{"connectionString": "...", "table": "orders"}`.
@@ -73,7 +73,7 @@ pub trait Components {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TransformationSpec {
-    /// timestamp, flatten, filter, mask, router, select, remove, snakeCase or camelCase.
+    /// The transformation's type, one the component registry of `sless-dataflow` lists.
     #[serde(rename = "type", default)]
     pub kind: String,
     /// The transformation's settings, e.g. `{"fields": ["card"]}` for mask.
@@ -220,10 +220,26 @@ impl DataFlowRequest {
     }
 }
 
+/// Lifecycle phase of a dataflow (seed 001's), the same in the API, the
+/// DataFlow status and the Terraform provider.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
+pub enum DataFlowPhase {
+    /// Accepted; its processor is starting.
+    Pending,
+    /// Its processor runs.
+    Running,
+    /// Its processor cannot run or keeps failing; see `message`.
+    Error,
+}
+
+impl DataFlowPhase {
+    pub const ALL: [Self; 3] = [Self::Pending, Self::Running, Self::Error];
+}
+
 /// Observed state of a dataflow.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DataFlowStatus {
-    pub phase: Phase,
+    pub phase: DataFlowPhase,
     pub message: Option<String>,
 }
 
@@ -240,7 +256,7 @@ pub struct DataFlowView {
     pub resources: Option<Resources>,
     pub checkpoint_persistence: bool,
     pub channel_buffer_size: u32,
-    pub phase: Phase,
+    pub phase: DataFlowPhase,
     pub message: Option<String>,
     /// RFC 3339.
     pub created_at: String,

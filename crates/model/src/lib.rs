@@ -9,9 +9,6 @@ pub mod queue_service;
 
 use std::fmt;
 
-use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
-
 /// One problem with one field of a request, addressed by a dotted path such
 /// as `transformations[1].config.fields`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -73,18 +70,3 @@ impl fmt::Display for ValidationErrors {
 }
 
 impl std::error::Error for ValidationErrors {}
-
-/// Lifecycle phase shared by queue services and dataflows (seed 000's phases).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-pub enum Phase {
-    /// Accepted and stored; nothing provisioned yet.
-    Pending,
-    /// Resources are being created, or the object waits for a capability.
-    Provisioning,
-    /// Serving.
-    Ready,
-    /// Provisioned but not healthy; see `message`.
-    Failed,
-    /// Being torn down.
-    Deleting,
-}

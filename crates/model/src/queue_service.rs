@@ -5,7 +5,7 @@ use std::ops::RangeInclusive;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::{FieldError, Phase, ValidationErrors};
+use super::{FieldError, ValidationErrors};
 
 pub const MEMORY_MB: RangeInclusive<i64> = 32..=1024;
 pub const STORAGE_MB: RangeInclusive<i64> = 128..=10240;
@@ -111,11 +111,37 @@ pub struct Credentials {
     pub secret_key: String,
 }
 
+/// Lifecycle phase of a queue service (seed 000's), the same in the API,
+/// the QueueService status and the Terraform provider.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
+pub enum QueueServicePhase {
+    /// Accepted and stored; nothing provisioned yet.
+    Pending,
+    /// Its queue engine is being created or started.
+    Provisioning,
+    /// Serving at its endpoint.
+    Ready,
+    /// Provisioned but not healthy; see `message`.
+    Failed,
+    /// Being torn down.
+    Deleting,
+}
+
+impl QueueServicePhase {
+    pub const ALL: [Self; 5] = [
+        Self::Pending,
+        Self::Provisioning,
+        Self::Ready,
+        Self::Failed,
+        Self::Deleting,
+    ];
+}
+
 /// Observed state of a queue service.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct QueueServiceStatus {
-    pub phase: Phase,
+    pub phase: QueueServicePhase,
     pub message: Option<String>,
     pub endpoint: Option<String>,
     pub ready_at: Option<String>,
@@ -124,7 +150,7 @@ pub struct QueueServiceStatus {
 impl QueueServiceStatus {
     pub fn pending() -> Self {
         Self {
-            phase: Phase::Pending,
+            phase: QueueServicePhase::Pending,
             message: Some("accepted; waiting to be provisioned".into()),
             endpoint: None,
             ready_at: None,
@@ -143,7 +169,7 @@ pub struct QueueServiceView {
     #[serde(rename = "storageMB")]
     pub storage_mb: u32,
     pub persistence: bool,
-    pub phase: Phase,
+    pub phase: QueueServicePhase,
     /// SQS endpoint URL for `endpoint_url`; set once Ready.
     pub endpoint: Option<String>,
     pub access_key: Option<String>,

@@ -9,13 +9,12 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 
 use super::{Platform, PlatformError, Result};
-use sless_model::Phase;
-use sless_model::dataflow::{DataFlowSpec, DataFlowView};
+use sless_model::dataflow::{DataFlowPhase, DataFlowSpec, DataFlowView};
 use sless_model::name::DnsLabel;
-use sless_model::queue_service::{QueueServiceSpec, QueueServiceView};
+use sless_model::queue_service::{QueueServicePhase, QueueServiceSpec, QueueServiceView};
 use sless_operator::config::FIELD_MANAGER;
-use sless_operator::crd::dataflow::{DataFlow, DataFlowCrdSpec, DataFlowPhase};
-use sless_operator::crd::queue_service::{self as qs_crd, QueueService, QueueServicePhase};
+use sless_operator::crd::dataflow::{DataFlow, DataFlowCrdSpec};
+use sless_operator::crd::queue_service::{self as qs_crd, QueueService};
 use sless_operator::queue_service::builders::{namespace_name, secret_name};
 
 pub struct KubePlatform {
@@ -99,12 +98,7 @@ impl KubePlatform {
             memory_mb: qs.spec.memory_mb,
             storage_mb: qs.spec.storage_mb,
             persistence: qs.spec.persistence,
-            phase: match status.phase {
-                Some(QueueServicePhase::Provisioning) => Phase::Provisioning,
-                Some(QueueServicePhase::Ready) => Phase::Ready,
-                Some(QueueServicePhase::Failed) => Phase::Failed,
-                Some(QueueServicePhase::Pending | QueueServicePhase::Deleting) | None => Phase::Pending,
-            },
+            phase: status.phase.unwrap_or(QueueServicePhase::Pending),
             endpoint: status.endpoint,
             access_key: keys.get("accessKey").cloned(),
             secret_key: keys.get("secretKey").cloned(),
@@ -150,12 +144,7 @@ fn flow_view(tenant: &DnsLabel, df: DataFlow) -> DataFlowView {
         channel_buffer_size: spec
             .channel_buffer_size
             .unwrap_or(sless_model::dataflow::DEFAULT_CHANNEL_BUFFER_SIZE),
-        phase: match status.phase {
-            Some(DataFlowPhase::Running) => Phase::Ready,
-            Some(DataFlowPhase::Pending) => Phase::Provisioning,
-            Some(DataFlowPhase::Error) => Phase::Failed,
-            Some(DataFlowPhase::Stopped) | None => Phase::Pending,
-        },
+        phase: status.phase.unwrap_or(DataFlowPhase::Pending),
         message: status.message,
         created_at: df
             .metadata

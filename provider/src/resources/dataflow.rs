@@ -5,11 +5,12 @@ use std::collections::BTreeMap;
 use reqwest::Method;
 use serde_json::json;
 
-use super::{check_name, delete_object, import_state, read_view};
+use super::{check_name, delete_object, import_state, phases, read_view};
 use crate::client::Client;
 use crate::cty::{Type, Value};
 use crate::diag::Diagnostics;
 use crate::schema::{Attr, BlockSchema, Kind};
+use sless_model::dataflow::DataFlowPhase;
 
 pub const TYPE: &str = "sless_dataflow";
 
@@ -74,7 +75,7 @@ pub fn schema() -> BlockSchema {
                 "phase",
                 Type::String,
                 Kind::ComputedVolatile,
-                "Lifecycle phase reported by the platform.",
+                format!("Lifecycle phase: {}.", phases(&DataFlowPhase::ALL)),
             ),
             Attr::new(
                 "message",
@@ -237,8 +238,6 @@ fn path(name: &str) -> String {
     format!("{COLLECTION}/{name}")
 }
 
-/// Waits until the platform has taken the spec up (left Pending), so the
-/// phase in state is the one the next refresh sees too.
 /// A failure that may still carry the state of what exists (recorded tainted).
 type Failure = (Diagnostics, Option<Value>);
 
@@ -246,8 +245,8 @@ fn api_failure(e: crate::client::ApiError) -> Failure {
     (e.into(), None)
 }
 
-/// Waits until the platform has taken the spec up (left Pending and
-/// Provisioning), so the phase in state is the one the next refresh sees. A
+/// Waits until the platform has taken the spec up (left Pending), so the
+/// phase in state is the one the next refresh sees. A
 /// dataflow that fails to run (a source table missing, a database down) is
 /// created all the same, with a warning: it keeps retrying on the platform.
 async fn settled(
@@ -257,12 +256,13 @@ async fn settled(
     planned: &Value,
 ) -> Result<(Value, Diagnostics), Failure> {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while matches!(view["phase"].as_str(), Some("Pending" | "Provisioning")) && std::time::Instant::now() < deadline {
+    let phase = |view: &serde_json::Value| serde_json::from_value::<DataFlowPhase>(view["phase"].clone()).ok();
+    while phase(&view) == Some(DataFlowPhase::Pending) && std::time::Instant::now() < deadline {
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
         view = client.call(Method::GET, &path(name), None).await.map_err(api_failure)?;
     }
     let mut diags = Diagnostics::default();
-    if view["phase"] == "Failed" {
+    if phase(&view) == Some(DataFlowPhase::Error) {
         let message = view["message"].as_str().unwrap_or("no message").to_owned();
         diags.push_warning(format!("Dataflow {name:?} is not running"), message);
     }

@@ -70,3 +70,12 @@ pub fn check_name(config: &Value, diags: &mut Diagnostics) {
         diags.push_error("Invalid name", e.message, Some("name"));
     }
 }
+
+/// The phases of a resource kind as the API spells them, for descriptions.
+pub fn phases<P: serde::Serialize>(all: &[P]) -> String {
+    let names: Vec<String> = all
+        .iter()
+        .filter_map(|p| serde_json::to_value(p).ok()?.as_str().map(str::to_owned))
+        .collect();
+    names.join(", ")
+}

@@ -6,9 +6,9 @@ use std::time::{Duration, Instant};
 use reqwest::Method;
 use serde_json::json;
 
-use super::{check_name, delete_object, import_state, read_view, timeout};
+use super::{check_name, delete_object, import_state, phases, read_view, timeout};
 use sless_model::name;
-use sless_model::queue_service::{DEFAULT_MEMORY_MB, DEFAULT_STORAGE_MB, MEMORY_MB, STORAGE_MB};
+use sless_model::queue_service::{DEFAULT_MEMORY_MB, DEFAULT_STORAGE_MB, MEMORY_MB, QueueServicePhase, STORAGE_MB};
 
 use crate::client::Client;
 use crate::cty::{Type, Value};
@@ -68,7 +68,7 @@ pub fn schema() -> BlockSchema {
                 "phase",
                 Type::String,
                 Kind::ComputedVolatile,
-                "Lifecycle phase: Pending, Provisioning, Ready or Failed.",
+                format!("Lifecycle phase: {}.", phases(&QueueServicePhase::ALL)),
             ),
             Attr::new(
                 "endpoint",
@@ -175,20 +175,21 @@ async fn wait_ready(
             .await
             .map_err(|e| (Diagnostics::from(e), None))?;
         let state = state_of(&view, previous);
-        match view["phase"].as_str() {
-            Some("Ready") => return Ok(state),
-            Some("Failed") => {
+        let phase: Option<QueueServicePhase> = serde_json::from_value(view["phase"].clone()).ok();
+        match phase {
+            Some(QueueServicePhase::Ready) => return Ok(state),
+            Some(QueueServicePhase::Failed) => {
                 let message = view["message"].as_str().unwrap_or("no message");
                 return Err((
                     Diagnostics::error(format!("Queue service {name:?} failed"), message.to_owned()),
                     Some(state),
                 ));
             }
-            phase => {
+            _ => {
                 if started.elapsed() >= limit {
                     let detail = format!(
                         "still {} after {:?}: {}",
-                        phase.unwrap_or("unknown"),
+                        view["phase"].as_str().unwrap_or("unknown"),
                         limit,
                         view["message"].as_str().unwrap_or("no message")
                     );

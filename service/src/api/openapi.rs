@@ -5,7 +5,7 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
 use super::{dataflows, error, queue_services};
-use sless_model::{Phase, dataflow, queue_service};
+use sless_model::{dataflow, queue_service};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -17,7 +17,7 @@ use sless_model::{Phase, dataflow, queue_service};
         dataflows::put, dataflows::patch, dataflows::delete,
     ),
     components(schemas(
-        Phase, error::ErrorBody, error::ErrorDetail,
+        queue_service::QueueServicePhase, dataflow::DataFlowPhase, error::ErrorBody, error::ErrorDetail,
         queue_service::QueueServiceRequest, queue_service::QueueServiceView, queue_services::QueueServiceList,
         dataflow::DataFlowRequest, dataflow::DataFlowView, dataflow::DataFlowCounters, dataflow::ConnectorSpec,
         dataflow::TransformationSpec, dataflow::Resources, dataflows::DataFlowList,

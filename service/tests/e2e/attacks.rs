@@ -4,8 +4,8 @@
 
 use serde_json::{Value, json};
 
-use crate::common::sqs::post;
 use crate::common::{DevServer, TOKEN_A, TempDir, pg_dataflow};
+use sless_testkit::post;
 
 fn with_filter(name: &str, condition: &str) -> Value {
     let mut flow = pg_dataflow(name);

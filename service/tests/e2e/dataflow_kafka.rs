@@ -74,7 +74,7 @@ async fn kafka_to_pg_commits_offsets_only_after_writing_and_survives_kill_9() {
     let view = server.client(TOKEN_A).get("/api/v1/dataflows/orders").await.1;
     assert_eq!(
         (view["phase"].as_str(), view["message"].as_str()),
-        (Some("Ready"), Some("running"))
+        (Some("Running"), Some("running"))
     );
 
     // A kill -9 in the middle of a stream (while it is still being
@@ -178,12 +178,12 @@ async fn an_unreachable_broker_fails_the_dataflow_with_the_reason() {
     let deadline = Instant::now() + Duration::from_secs(40);
     let view = loop {
         let view = a.get("/api/v1/dataflows/down").await.1;
-        if view["phase"] == "Failed" || Instant::now() > deadline {
+        if view["phase"] == "Error" || Instant::now() > deadline {
             break view;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
-    assert_eq!(view["phase"], "Failed", "{view}");
+    assert_eq!(view["phase"], "Error", "{view}");
     let message = view["message"].as_str().unwrap_or_default();
     assert!(message.contains("Kafka brokers did not answer"), "{message}");
     db().await

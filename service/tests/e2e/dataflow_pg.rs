@@ -45,7 +45,7 @@ async fn pg_to_pg_with_transformations_incremental_reads_and_checkpoints() {
     assert!(row.get::<_, String>(3).ends_with('Z'));
     // The counters are updated just after each write and checkpoint.
     let view = settled_view(&a, "copy", |c| c["lastCheckpointAt"].is_string() && c["written"] == 90).await;
-    assert_eq!(view["phase"], "Ready");
+    assert_eq!(view["phase"], "Running");
     let counters = &view["counters"];
     assert_eq!(
         (counters["read"].as_u64(), counters["written"].as_u64()),
@@ -345,7 +345,7 @@ async fn a_message_the_sink_refuses_shows_on_the_dataflow_while_it_is_retried() 
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     let view = loop {
         let (_, view) = a.get("/api/v1/dataflows/refused").await;
-        if view["phase"] == "Failed" && view["message"].as_str().is_some_and(|m| m.contains("refuses")) {
+        if view["phase"] == "Error" && view["message"].as_str().is_some_and(|m| m.contains("refuses")) {
             break view;
         }
         assert!(std::time::Instant::now() < deadline, "the refusal never showed: {view}");
@@ -362,7 +362,7 @@ async fn a_message_the_sink_refuses_shows_on_the_dataflow_while_it_is_retried() 
     let view = settled_view(&a, "refused", |c| c["written"] == 3).await;
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
     let mut view = view;
-    while view["phase"] != "Ready" {
+    while view["phase"] != "Running" {
         assert!(std::time::Instant::now() < deadline, "{view}");
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
         view = a.get("/api/v1/dataflows/refused").await.1;
@@ -377,7 +377,7 @@ async fn a_message_the_sink_refuses_shows_on_the_dataflow_while_it_is_retried() 
 #[tokio::test]
 async fn sslmode_require_verify_ca_and_verify_full() {
     use crate::common::pg_tls::TlsPostgres;
-    use crate::common::tls::Ca;
+    use sless_testkit::tls::Ca;
     let db = db().await;
     let src = unique("tls_src");
     db.batch_execute(&format!(
@@ -424,7 +424,7 @@ async fn sslmode_require_verify_ca_and_verify_full() {
             let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
             loop {
                 let (_, view) = a.get(&format!("/api/v1/dataflows/{name}")).await;
-                if view["phase"] == "Failed" {
+                if view["phase"] == "Error" {
                     break;
                 }
                 assert!(
@@ -458,7 +458,7 @@ async fn a_conflict_key_cannot_inject_sql() {
                    "sink": pg(&dst, json!({"upsertMode": true, "conflictKey": injected}))}))
         .await;
     let view = settled_view(&a, "inject", |_| false).await;
-    assert_eq!(view["phase"], "Failed", "{view}");
+    assert_eq!(view["phase"], "Error", "{view}");
     assert!(view["message"].as_str().unwrap().contains("not a column"), "{view}");
     assert_eq!(
         count(&db, &format!("SELECT count(*) FROM {victim}")).await,

@@ -5,12 +5,12 @@
 
 use std::time::{Duration, Instant};
 
-use crate::common::cp::register_request;
 use crate::common::sqs::{call, ready_queue_service};
-use crate::common::tls::Ca;
 use crate::common::{DevServer, TOKEN_A, TOKEN_B, TempDir};
 use serde_json::json;
 use sless_controlplane::proto::worker_control_plane_client::WorkerControlPlaneClient;
+use sless_testkit::cp::register_request;
+use sless_testkit::tls::Ca;
 
 #[tokio::test]
 async fn queue_services_become_gateway_routes() {

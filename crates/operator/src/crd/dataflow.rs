@@ -7,11 +7,14 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{Affinity, Toleration};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::CustomResource;
-use schemars::JsonSchema;
+use schemars::{JsonSchema, Schema, SchemaGenerator};
 use serde::{Deserialize, Serialize};
+use sless_dataflow::{component, registry};
 
 use sless_model::ValidationErrors;
-use sless_model::dataflow::{ConnectorSpec, DataFlowRequest, DataFlowSpec, Resources, TransformationSpec};
+use sless_model::dataflow::{
+    ConnectorSpec, DataFlowPhase, DataFlowRequest, DataFlowSpec, Resources, TransformationSpec,
+};
 
 #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[kube(
@@ -30,13 +33,17 @@ use sless_model::dataflow::{ConnectorSpec, DataFlowRequest, DataFlowSpec, Resour
 )]
 #[serde(rename_all = "camelCase")]
 pub struct DataFlowCrdSpec {
+    #[schemars(schema_with = "source_schema")]
     pub source: ConnectorSpec,
+    #[schemars(schema_with = "sink_schema")]
     pub sink: ConnectorSpec,
     /// Applied in order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "transformations_schema")]
     pub transformations: Vec<TransformationSpec>,
     /// Where messages the sink refused go.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "errors_schema")]
     pub errors: Option<ConnectorSpec>,
     /// CPU and memory of the processor pod.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -52,6 +59,47 @@ pub struct DataFlowCrdSpec {
     /// Processor image, instead of the operator's PROCESSOR_IMAGE.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub processor_image: Option<String>,
+}
+
+/// `schema` with its `type` property limited to `kinds`: the Kubernetes
+/// schema names the types the component registry has, so `kubectl explain`
+/// lists them and the API server refuses others before the webhook runs.
+fn with_kinds(mut schema: Schema, kinds: &[&str]) -> Schema {
+    if let Some(serde_json::Value::Object(kind)) = schema.pointer_mut("/properties/type") {
+        kind.insert("enum".into(), serde_json::json!(kinds));
+        // The API server requires a default to pass the schema, and "" is
+        // no kind; a missing type is the webhook's to report.
+        kind.remove("default");
+    }
+    schema
+}
+
+fn source_schema(generator: &mut SchemaGenerator) -> Schema {
+    with_kinds(
+        ConnectorSpec::json_schema(generator),
+        &component::kinds(registry::SOURCES),
+    )
+}
+
+fn sink_schema(generator: &mut SchemaGenerator) -> Schema {
+    with_kinds(
+        ConnectorSpec::json_schema(generator),
+        &component::kinds(registry::SINKS),
+    )
+}
+
+fn errors_schema(generator: &mut SchemaGenerator) -> Schema {
+    let mut schema = sink_schema(generator);
+    schema.insert("nullable".into(), true.into());
+    schema
+}
+
+fn transformations_schema(generator: &mut SchemaGenerator) -> Schema {
+    let item = with_kinds(
+        TransformationSpec::json_schema(generator),
+        &component::kinds(registry::TRANSFORMS),
+    );
+    schemars::json_schema!({"type": "array", "items": item})
 }
 
 /// Where the processor pod may run.
@@ -82,15 +130,6 @@ impl DataFlowCrdSpec {
         }
         .into_spec(&sless_dataflow::registry::Registry)
     }
-}
-
-/// Lifecycle phase of a DataFlow, mapped from its processor's Deployment.
-#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
-pub enum DataFlowPhase {
-    Pending,
-    Running,
-    Error,
-    Stopped,
 }
 
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
@@ -124,6 +163,25 @@ mod tests {
         assert_eq!(config["x-kubernetes-preserve-unknown-fields"], true, "{config}");
         assert_eq!(spec["required"], json!(["sink", "source"]));
         assert_eq!(crd["spec"]["group"], "dataflow.dataflow.io");
+    }
+
+    #[test]
+    fn the_schema_names_the_types_the_registry_has() {
+        let crd = serde_json::to_value(DataFlow::crd()).unwrap();
+        let spec = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"];
+        let kinds = |list: Vec<&str>| json!(list);
+        let sinks = kinds(component::kinds(registry::SINKS));
+        assert_eq!(
+            spec["source"]["properties"]["type"]["enum"],
+            kinds(component::kinds(registry::SOURCES))
+        );
+        assert_eq!(spec["sink"]["properties"]["type"]["enum"], sinks);
+        assert_eq!(spec["errors"]["properties"]["type"]["enum"], sinks);
+        assert_eq!(spec["errors"]["nullable"], true);
+        let step = &spec["transformations"]["items"]["properties"]["type"];
+        assert_eq!(step["enum"], kinds(component::kinds(registry::TRANSFORMS)));
+        assert!(step.get("default").is_none(), "a default outside the enum: {step}");
+        assert!(sinks.as_array().unwrap().contains(&json!("postgresql")));
     }
 
     #[test]

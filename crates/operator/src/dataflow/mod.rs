@@ -22,7 +22,9 @@ use serde_json::Value;
 
 use super::context::reconcile_finalized;
 pub use super::context::{Context, Error, error_policy};
-use super::crd::dataflow::{DataFlow, DataFlowPhase, DataFlowStatus};
+use sless_model::dataflow::DataFlowPhase;
+
+use super::crd::dataflow::{DataFlow, DataFlowStatus};
 use super::objects;
 use sless_dataflow::checkpoint::configmap::configmap_name as checkpoint_name;
 use sless_model::dataflow::DataFlowSpec;

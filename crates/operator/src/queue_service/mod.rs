@@ -24,7 +24,9 @@ use kube::runtime::finalizer::Event as Finalizer;
 use super::config::FIELD_MANAGER;
 use super::context::reconcile_finalized;
 pub use super::context::{Context, Error, error_policy};
-use super::crd::queue_service::{QueueService, QueueServicePhase, QueueServiceStatus};
+use sless_model::queue_service::QueueServicePhase;
+
+use super::crd::queue_service::{QueueService, QueueServiceStatus};
 use super::objects;
 
 pub const FINALIZER: &str = "sless.kube5s.ru/sqs-finalizer";

@@ -44,7 +44,10 @@ async fn a_queue_service_is_a_resource_in_the_tenant_namespace_with_its_keys() {
         .create_queue_service(&acme, &main, QueueServiceSpec::default())
         .await
         .unwrap();
-    assert_eq!((view.phase, view.access_key.as_deref()), (Phase::Pending, None));
+    assert_eq!(
+        (view.phase, view.access_key.as_deref()),
+        (QueueServicePhase::Pending, None)
+    );
     let stored = Api::<QueueService>::namespaced(client.clone(), "sless-fn-acme")
         .get("main")
         .await
@@ -85,7 +88,7 @@ async fn a_queue_service_is_a_resource_in_the_tenant_namespace_with_its_keys() {
         .await
         .unwrap();
     let ready = p.get_queue_service(&acme, &main).await.unwrap();
-    assert_eq!(ready.phase, Phase::Ready);
+    assert_eq!(ready.phase, QueueServicePhase::Ready);
     assert_eq!(ready.endpoint.as_deref(), Some("https://sqs.kube5s.ru/sqs/acme"));
     assert_eq!(ready.access_key.as_deref(), Some("SQSAKacme_abcdefgh"));
 
@@ -118,7 +121,7 @@ async fn dataflows_round_trip_and_keep_kubectl_only_fields_on_update() {
     let (p, client) = platform().await;
     let (acme, name) = (label("acme"), label("copy"));
     let view = p.create_dataflow(&acme, &name, flow("b")).await.unwrap();
-    assert_eq!(view.phase, Phase::Pending);
+    assert_eq!(view.phase, DataFlowPhase::Pending);
     let api = Api::<DataFlow>::namespaced(client, "sless-fn-acme");
     let image = serde_json::json!({"spec": {"processorImage": "my/proc:2"}});
     api.patch("copy", &PatchParams::default(), &Patch::Merge(&image))
@@ -130,7 +133,7 @@ async fn dataflows_round_trip_and_keep_kubectl_only_fields_on_update() {
         .unwrap();
     let updated = p.update_dataflow(&acme, &name, flow("c")).await.unwrap();
     assert_eq!(updated.sink.config.unwrap()["table"], "c");
-    assert_eq!(updated.phase, Phase::Ready);
+    assert_eq!(updated.phase, DataFlowPhase::Running);
     assert_eq!(
         api.get("copy").await.unwrap().spec.processor_image.as_deref(),
         Some("my/proc:2")

@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 
-use sless_model::Phase;
+use sless_model::queue_service::QueueServicePhase;
 use sless_model::queue_service::QueueServiceStatus;
 use sless_sqs::engine::server::EngineServer;
 use sless_sqs::engine::{Engine, EngineConfig};
@@ -115,17 +115,17 @@ impl LocalPlatform {
         q: QueueRecord,
         backend: Result<String, String>,
         acked: u64,
-    ) -> Result<Phase, StoreError> {
+    ) -> Result<QueueServicePhase, StoreError> {
         let previous = &q.status.status;
         let desired = match backend {
             Err(message) => QueueServiceStatus {
-                phase: Phase::Failed,
+                phase: QueueServicePhase::Failed,
                 message: Some(message),
                 endpoint: None,
                 ready_at: previous.ready_at.clone(),
             },
             Ok(backend) if !self.healthy(&backend).await => QueueServiceStatus {
-                phase: Phase::Failed,
+                phase: QueueServicePhase::Failed,
                 message: Some("the queue engine does not answer its health check".into()),
                 endpoint: previous.endpoint.clone(),
                 ready_at: previous.ready_at.clone(),
@@ -140,13 +140,13 @@ impl LocalPlatform {
                     .map(|(_, version)| *version);
                 match routed {
                     Some(version) if acked >= version => QueueServiceStatus {
-                        phase: Phase::Ready,
+                        phase: QueueServicePhase::Ready,
                         message: None,
                         endpoint: Some(self.endpoint(&q.tenant)),
                         ready_at: previous.ready_at.clone().or_else(|| Some(now_rfc3339())),
                     },
                     _ => QueueServiceStatus {
-                        phase: Phase::Provisioning,
+                        phase: QueueServicePhase::Provisioning,
                         message: Some("queue engine running; waiting for the gateway to apply its route".into()),
                         endpoint: None,
                         ready_at: previous.ready_at.clone(),

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sless_dataflow::checkpoint::CheckpointStore;
-use sless_model::Phase;
+use sless_model::dataflow::DataFlowPhase;
 use sless_model::dataflow::{DataFlowStatus, DataFlowView};
 
 use super::checkpoint::EmbeddedCheckpoint;
@@ -104,7 +104,7 @@ impl LocalPlatform {
     fn start_flow(&self, f: &DataFlowRecord) -> RunningFlow {
         let (stop, stopped) = tokio::sync::watch::channel(false);
         let status = Arc::new(std::sync::Mutex::new(DataFlowStatus {
-            phase: Phase::Provisioning,
+            phase: DataFlowPhase::Pending,
             message: Some("connecting the source and sinks".into()),
         }));
         let id = flow_id(&f.tenant, &f.name);

@@ -25,9 +25,10 @@ use self::db::{Record, Store, StoreError};
 use self::engines::RunningEngine;
 use self::flows::{RunningFlow, flow_id};
 use sless_dataflow::egress::EgressPolicy;
-use sless_model::Phase;
+use sless_model::dataflow::DataFlowPhase;
 use sless_model::dataflow::{DataFlowSpec, DataFlowStatus, DataFlowView};
 use sless_model::name::DnsLabel;
+use sless_model::queue_service::QueueServicePhase;
 use sless_model::queue_service::{Credentials, QueueServiceSpec, QueueServiceStatus, QueueServiceView};
 
 const QUEUE_SERVICE: &str = "queue-service";
@@ -215,7 +216,7 @@ impl LocalPlatform {
                 .cloned()
                 .unwrap_or_else(|| Err("queue engine not started".into()))
                 .map(|(address, _)| address);
-            pending |= self.reconcile_queue_service(q, backend, acked).await? != Phase::Ready;
+            pending |= self.reconcile_queue_service(q, backend, acked).await? != QueueServicePhase::Ready;
         }
         let _lifecycle = self.flow_lifecycle.lock().await;
         let flows: Vec<DataFlowRecord> = self.store.list(DATAFLOW, None).await?;
@@ -314,7 +315,7 @@ impl Platform for LocalPlatform {
             name: name.to_string(),
             spec,
             status: DataFlowStatus {
-                phase: Phase::Pending,
+                phase: DataFlowPhase::Pending,
                 message: Some("accepted; waiting to be provisioned".into()),
             },
             created_at: now_rfc3339(),

@@ -180,20 +180,3 @@ pub fn validate_queue_name(name: &str, fifo: bool) -> Result<(), SqsError> {
     }
     Ok(())
 }
-
-/// The string map of an `Attributes` request parameter.
-pub fn string_map(value: Option<&Value>) -> Result<BTreeMap<String, String>, SqsError> {
-    let Some(Value::Object(map)) = value else {
-        return Ok(BTreeMap::new());
-    };
-    map.iter()
-        .map(|(k, v)| match v {
-            Value::String(s) => Ok((k.clone(), s.clone())),
-            Value::Number(n) => Ok((k.clone(), n.to_string())),
-            Value::Bool(b) => Ok((k.clone(), b.to_string())),
-            _ => Err(SqsError::invalid_attribute_value(format!(
-                "Attribute {k} must be a string."
-            ))),
-        })
-        .collect()
-}

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::error::SqsError;
+use super::requests::AttributeInput;
 
 pub const MAX_MESSAGE_ATTRIBUTES: usize = 10;
 
@@ -66,14 +67,8 @@ fn validate_name(name: &str) -> Result<(), SqsError> {
     Ok(())
 }
 
-/// Parses the JSON protocol's `MessageAttributes` map.
-pub fn parse_attributes(value: Option<&Value>) -> Result<MessageAttributes, SqsError> {
-    let Some(value) = value else {
-        return Ok(MessageAttributes::new());
-    };
-    let map = value
-        .as_object()
-        .ok_or_else(|| SqsError::invalid_parameter_value("MessageAttributes must be a map"))?;
+/// Checks the message attributes sent with a message.
+pub fn parse_attributes(map: &BTreeMap<String, AttributeInput>) -> Result<MessageAttributes, SqsError> {
     if map.len() > MAX_MESSAGE_ATTRIBUTES {
         return Err(SqsError::invalid_parameter_value(format!(
             "Number of message attributes [{}] exceeds the allowed maximum [{MAX_MESSAGE_ATTRIBUTES}].",
@@ -83,11 +78,7 @@ pub fn parse_attributes(value: Option<&Value>) -> Result<MessageAttributes, SqsE
     let mut out = MessageAttributes::new();
     for (name, attr) in map {
         validate_name(name)?;
-        let data_type = attr
-            .get("DataType")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned();
+        let data_type = attr.data_type.clone().unwrap_or_default();
         let base = data_type.split('.').next().unwrap_or_default();
         if !matches!(base, "String" | "Number" | "Binary") || data_type.len() > 256 {
             return Err(SqsError::invalid_parameter_value(format!(
@@ -95,8 +86,8 @@ pub fn parse_attributes(value: Option<&Value>) -> Result<MessageAttributes, SqsE
                  prefixes is Binary, Number, and String."
             )));
         }
-        let string_value = attr.get("StringValue").and_then(Value::as_str).map(str::to_owned);
-        let binary_value = match attr.get("BinaryValue").and_then(Value::as_str) {
+        let string_value = attr.string_value.clone();
+        let binary_value = match &attr.binary_value {
             Some(b64) => Some(base64::engine::general_purpose::STANDARD.decode(b64).map_err(|_| {
                 SqsError::invalid_parameter_value(format!("The message attribute '{name}' has an invalid BinaryValue"))
             })?),
@@ -166,11 +157,10 @@ pub fn attributes_md5(attrs: &MessageAttributes) -> Option<String> {
     Some(md5_hex(&buf))
 }
 
-/// The JSON protocol's form of attributes, keeping only `selected` names.
-pub fn attributes_json(attrs: &MessageAttributes, selected: impl Fn(&str) -> bool) -> BTreeMap<String, Value> {
+/// The JSON protocol's form of attributes.
+pub fn attributes_json(attrs: &MessageAttributes) -> BTreeMap<String, Value> {
     attrs
         .iter()
-        .filter(|(name, _)| selected(name))
         .map(|(name, a)| {
             let mut v = json!({"DataType": a.data_type});
             if let Some(s) = &a.string_value {
@@ -188,12 +178,17 @@ pub fn attributes_json(attrs: &MessageAttributes, selected: impl Fn(&str) -> boo
 mod tests {
     use super::*;
 
+    /// Attributes as the JSON protocol sends them.
+    fn parse(value: Value) -> Result<MessageAttributes, SqsError> {
+        parse_attributes(&serde_json::from_value(value).expect("attribute inputs"))
+    }
+
     #[test]
     fn md5_of_attributes_matches_the_sqs_algorithm() {
         // The buffer of the documented algorithm, built by hand.
-        let attrs = parse_attributes(Some(&json!({
+        let attrs = parse(json!({
             "a": {"DataType": "String", "StringValue": "b"},
-        })))
+        }))
         .unwrap();
         let mut expected = Vec::new();
         expected.extend_from_slice(&[0, 0, 0, 1, b'a', 0, 0, 0, 6]);
@@ -205,16 +200,16 @@ mod tests {
 
     #[test]
     fn attribute_rules() {
-        assert!(parse_attributes(Some(&json!({"AWS.x": {"DataType": "String", "StringValue": "v"}}))).is_err());
-        assert!(parse_attributes(Some(&json!({"a..b": {"DataType": "String", "StringValue": "v"}}))).is_err());
-        assert!(parse_attributes(Some(&json!({"n": {"DataType": "Number", "StringValue": "x"}}))).is_err());
-        assert!(parse_attributes(Some(&json!({"n": {"DataType": "Number.int", "StringValue": "12"}}))).is_ok());
-        assert!(parse_attributes(Some(&json!({"b": {"DataType": "Binary", "BinaryValue": "AAE="}}))).is_ok());
-        assert!(parse_attributes(Some(&json!({"t": {"DataType": "Map", "StringValue": "v"}}))).is_err());
+        assert!(parse(json!({"AWS.x": {"DataType": "String", "StringValue": "v"}})).is_err());
+        assert!(parse(json!({"a..b": {"DataType": "String", "StringValue": "v"}})).is_err());
+        assert!(parse(json!({"n": {"DataType": "Number", "StringValue": "x"}})).is_err());
+        assert!(parse(json!({"n": {"DataType": "Number.int", "StringValue": "12"}})).is_ok());
+        assert!(parse(json!({"b": {"DataType": "Binary", "BinaryValue": "AAE="}})).is_ok());
+        assert!(parse(json!({"t": {"DataType": "Map", "StringValue": "v"}})).is_err());
         let many: serde_json::Map<String, Value> = (0..11)
             .map(|i| (format!("k{i}"), json!({"DataType": "String", "StringValue": "v"})))
             .collect();
-        assert!(parse_attributes(Some(&Value::Object(many))).is_err());
+        assert!(parse(Value::Object(many)).is_err());
     }
 
     #[test]

@@ -1,35 +1,18 @@
 //! Runs the real `sless` binary on a loopback port for black-box tests.
 
-pub mod cp;
 pub mod kafka;
 pub mod pg;
 pub mod pg_tls;
 pub mod sqs;
-pub mod tls;
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
+
+pub use sless_testkit::TempDir;
 
 pub const TOKEN_A: &str = "tenant-a-token-0123456789";
 pub const TOKEN_B: &str = "tenant-b-token-0123456789";
-
-/// A temporary directory removed on drop.
-pub struct TempDir(pub PathBuf);
-
-impl TempDir {
-    pub fn new(tag: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!("sless-{tag}-{}-{}", std::process::id(), rand::random::<u64>()));
-        std::fs::create_dir_all(&dir).unwrap();
-        Self(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// Sends SIGTERM and waits (at most 20 s) for the process to exit.
 pub fn terminate(child: &mut Child) -> ExitStatus {

@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use sless_sqs::gateway::sigv4;
+use sless_testkit::post;
 
 /// The first queue service of `client`'s tenant once it is Ready (its view:
 /// endpoint, accessKey, secretKey, …).
@@ -19,18 +20,6 @@ pub async fn ready_queue_service(client: &super::Client) -> Value {
         assert!(Instant::now() < deadline, "not Ready: {view}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-}
-
-/// POSTs `body` with `headers`: (status, body text).
-pub async fn post(url: &str, headers: reqwest::header::HeaderMap, body: String) -> (u16, String) {
-    let response = reqwest::Client::new()
-        .post(url)
-        .headers(headers)
-        .body(body)
-        .send()
-        .await
-        .unwrap();
-    (response.status().as_u16(), response.text().await.unwrap())
 }
 
 /// A JSON-protocol `action` at `endpoint`, signed with the keys of `view`.

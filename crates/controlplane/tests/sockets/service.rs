@@ -4,11 +4,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::common::cp::{Harness, ack_of, config, next, register, register_request, report, watch};
 use prost::Message;
 use sha2::{Digest, Sha256};
 use sless_controlplane::proto::{self, RoutingSnapshot};
 use sless_controlplane::store::memory::MemoryStore;
+use sless_testkit::cp::{Harness, ack_of, config, next, register, register_request, report, watch};
 use tonic::Code;
 
 async fn harness() -> Harness {

@@ -5,12 +5,12 @@
 
 use std::process::Command;
 
-use crate::common::TempDir;
 use serde_json::json;
 use sless_operator::config::OperatorConfig;
 use sless_operator::crd::dataflow::DataFlow;
 use sless_operator::crd::queue_service::{QueueService, QueueServiceSpec};
 use sless_operator::{dataflow, queue_service};
+use sless_testkit::TempDir;
 
 fn yaml<T: serde::Serialize>(object: &T) -> String {
     serde_saphyr::to_string(object).unwrap()

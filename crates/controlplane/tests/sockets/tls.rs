@@ -4,12 +4,12 @@
 
 use std::sync::Arc;
 
-use crate::common::cp::{Harness, config, register_request};
-use crate::common::tls::Ca;
 use sless_controlplane::config::TlsMaterial;
 use sless_controlplane::identity::IdentityPolicy;
 use sless_controlplane::proto::worker_control_plane_client::WorkerControlPlaneClient;
 use sless_controlplane::store::memory::MemoryStore;
+use sless_testkit::cp::{Harness, config, register_request};
+use sless_testkit::tls::Ca;
 use tonic::Code;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
 

@@ -5,7 +5,6 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::common::cp::{Harness, config};
 use serde_json::{Value, json};
 use sless_controlplane::proto::{AccessKey, RoutingSnapshot, TenantRoute};
 use sless_controlplane::store::ControlStore;
@@ -14,6 +13,7 @@ use sless_sqs::engine::server::EngineServer;
 use sless_sqs::engine::{Engine, EngineConfig};
 use sless_sqs::gateway::worker::WorkerConfig;
 use sless_sqs::gateway::{Gateway, sigv4};
+use sless_testkit::cp::{Harness, config};
 
 const ACCESS: &str = "SQSAKacme_AAAAAAAA";
 const SECRET: &str = "YWNtZS1zZWNyZXQ=";
@@ -35,7 +35,7 @@ const ENGINE_TOKEN: &str = "engine-token-of-the-test";
 async fn call(url: &str, secret: &str, action: &str, body: Value) -> (u16, Value) {
     let body = body.to_string();
     let headers = sigv4::signed_json_headers(url, action, body.as_bytes(), ACCESS, secret, "ru-msk-1").unwrap();
-    let (status, text) = crate::common::sqs::post(url, headers, body).await;
+    let (status, text) = sless_testkit::post(url, headers, body).await;
     (status, serde_json::from_str(&text).unwrap_or(Value::Null))
 }
 

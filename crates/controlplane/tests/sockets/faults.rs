@@ -5,8 +5,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::common::cp::{Harness, ack_of, config, next, register, report, watch};
 use sless_controlplane::store::redis::RedisStore;
+use sless_testkit::cp::{Harness, ack_of, config, next, register, report, watch};
 use tonic::Code;
 
 const WAIT: Duration = Duration::from_secs(3);
@@ -96,7 +96,7 @@ async fn redis_restart_gives_unavailable_then_recovers_without_stale_writes() {
     let ended = next(&mut stream, WAIT).await.expect("the stream ends");
     assert_eq!(ended.unwrap_err().code(), Code::Unavailable);
     assert_eq!(
-        c.register_worker(crate::common::cp::register_request("gw-1"))
+        c.register_worker(sless_testkit::cp::register_request("gw-1"))
             .await
             .unwrap_err()
             .code(),
@@ -107,7 +107,7 @@ async fn redis_restart_gives_unavailable_then_recovers_without_stale_writes() {
     // The client recovers: calls succeed again once Redis is back.
     let deadline = Instant::now() + Duration::from_secs(10);
     let fresh = loop {
-        match c.register_worker(crate::common::cp::register_request("gw-1")).await {
+        match c.register_worker(sless_testkit::cp::register_request("gw-1")).await {
             Ok(r) => break r.into_inner().session_id,
             Err(e) => {
                 assert_eq!(e.code(), Code::Unavailable);

@@ -1,10 +1,10 @@
 //! The DataFlow admission webhook over real HTTPS, with a certificate made
 //! at test time, answering AdmissionReviews as the API server sends them.
 
-use crate::common::TempDir;
-use crate::common::tls::Ca;
 use serde_json::{Value, json};
 use sless_operator::webhook::{DATAFLOW_PATH, Webhook};
+use sless_testkit::TempDir;
+use sless_testkit::tls::Ca;
 
 fn review(spec: Value) -> Value {
     json!({

@@ -1,0 +1,454 @@
+//! One queue's state machine, pure: every change takes the time as an
+//! argument and does no I/O, so its rules (visibility, FIFO groups, the
+//! deduplication window, dead-letter moves, delays, retention) are tested
+//! here without a clock. The engine around it journals what it decides.
+//! It is one file because the rules read as a whole: each change here has
+//! its undo beside it.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+
+use base64::Engine as _;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use tokio::sync::Notify;
+
+use super::attributes::QueueAttributes;
+use super::error::SqsError;
+use super::message::{MessageAttributes, attributes_md5, attributes_size, md5_hex, parse_attributes, validate_body};
+use super::requests::{MAX_DELAY_SECONDS, MAX_VISIBILITY_SECONDS, SendEntry, bounded, required};
+
+const DEDUP_WINDOW_MS: u64 = 5 * 60 * 1000;
+
+/// The durable part of a queue.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StoredQueue {
+    pub name: String,
+    pub fifo: bool,
+    pub attributes: QueueAttributes,
+    pub tags: BTreeMap<String, String>,
+    pub created_s: u64,
+    pub modified_s: u64,
+}
+
+/// The durable part of a message.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StoredMessage {
+    pub id: String,
+    pub body: String,
+    pub attributes: MessageAttributes,
+    pub sent_ms: u64,
+    pub visible_at_ms: u64,
+    pub group_id: Option<String>,
+    pub dedup_id: Option<String>,
+    pub sequence_number: Option<String>,
+    /// Receives before a move to a dead-letter queue, carried over.
+    pub receive_count: u32,
+}
+
+/// A message decided, to be made visible once committed.
+pub struct Put {
+    pub seq: u64,
+    pub message: StoredMessage,
+}
+
+pub struct Message {
+    pub stored: StoredMessage,
+    pub md5_body: String,
+    pub visible_at_ms: u64,
+    pub receive_count: u32,
+    pub first_receive_ms: Option<u64>,
+    /// When the current in-flight period began (for the 12 h cap).
+    received_ms: u64,
+    receipt: Option<String>,
+}
+
+/// A message's receive state, kept to undo a receive whose commit failed.
+pub struct Delivery {
+    visible_at_ms: u64,
+    receive_count: u32,
+    first_receive_ms: Option<u64>,
+    received_ms: u64,
+    receipt: Option<String>,
+}
+
+impl Message {
+    pub fn new(stored: StoredMessage) -> Self {
+        Self {
+            md5_body: md5_hex(stored.body.as_bytes()),
+            visible_at_ms: stored.visible_at_ms,
+            receive_count: stored.receive_count,
+            first_receive_ms: None,
+            received_ms: 0,
+            receipt: None,
+            stored,
+        }
+    }
+
+    fn in_flight(&self, now: u64) -> bool {
+        self.receipt.is_some() && self.visible_at_ms > now
+    }
+
+    fn delivery(&self) -> Delivery {
+        Delivery {
+            visible_at_ms: self.visible_at_ms,
+            receive_count: self.receive_count,
+            first_receive_ms: self.first_receive_ms,
+            received_ms: self.received_ms,
+            receipt: self.receipt.clone(),
+        }
+    }
+
+    fn restore(&mut self, d: Delivery) {
+        self.visible_at_ms = d.visible_at_ms;
+        self.receive_count = d.receive_count;
+        self.first_receive_ms = d.first_receive_ms;
+        self.received_ms = d.received_ms;
+        self.receipt = d.receipt;
+    }
+}
+
+/// What sending one message decided.
+pub struct Sent {
+    pub message_id: String,
+    pub md5_of_body: String,
+    pub md5_of_attributes: Option<String>,
+    pub sequence_number: Option<String>,
+    /// `None` for a duplicate within the deduplication window.
+    pub put: Option<Put>,
+}
+
+/// What one receive took.
+#[derive(Default)]
+pub struct Taken {
+    /// Each taken message's sequence, the receipt it was given, and its state before.
+    pub received: Vec<(u64, String, Delivery)>,
+    /// Messages taken out for the dead-letter queue, by their sequence here.
+    pub dead_letters: Vec<(u64, Message)>,
+}
+
+/// How many messages are in each state.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Counts {
+    pub visible: usize,
+    pub in_flight: usize,
+    pub delayed: usize,
+}
+
+pub struct Queue {
+    pub meta: StoredQueue,
+    /// Unique per creation: a change decided for one queue is never applied
+    /// to a later queue of the same name.
+    pub incarnation: u64,
+    /// Messages below this sequence were purged (their late commits are dropped).
+    purge_floor: u64,
+    /// Its deletion is being committed: absent to every action.
+    pub deleting: bool,
+    pub messages: BTreeMap<u64, Message>,
+    /// Deduplication id → (expiry, message id, sequence number).
+    dedup: HashMap<String, (u64, String, Option<String>)>,
+    /// Woken when messages may have become receivable.
+    pub notify: Arc<Notify>,
+}
+
+fn random_uuid() -> String {
+    let h = sless_runtime::hex::encode(&sless_runtime::random::bytes::<16>());
+    format!(
+        "{}-{}-4{}-a{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[13..16],
+        &h[17..20],
+        &h[20..32]
+    )
+}
+
+fn receipt_for(seq: u64) -> String {
+    let nonce = sless_runtime::hex::encode(&sless_runtime::random::bytes::<12>());
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(format!("{seq}:{nonce}"))
+}
+
+fn receipt_seq(handle: &str) -> Result<u64, SqsError> {
+    base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(handle)
+        .ok()
+        .and_then(|raw| String::from_utf8(raw).ok())
+        .and_then(|text| text.split_once(':').and_then(|(seq, _)| seq.parse().ok()))
+        .ok_or_else(|| {
+            SqsError::receipt_handle_is_invalid(format!(
+                "The input receipt handle \"{handle}\" is not a valid receipt handle."
+            ))
+        })
+}
+
+impl Queue {
+    pub fn new(meta: StoredQueue, incarnation: u64) -> Self {
+        Self {
+            meta,
+            incarnation,
+            purge_floor: 0,
+            deleting: false,
+            messages: BTreeMap::new(),
+            dedup: HashMap::new(),
+            notify: Arc::new(Notify::new()),
+        }
+    }
+
+    /// Drops messages past their retention period and deduplication ids
+    /// past their window; returns the dropped messages' sequences.
+    pub fn expire(&mut self, now: u64) -> Vec<u64> {
+        let retention_ms = u64::from(self.meta.attributes.number("MessageRetentionPeriod")) * 1000;
+        let expired: Vec<u64> = self
+            .messages
+            .iter()
+            .filter(|(_, m)| m.stored.sent_ms + retention_ms <= now)
+            .map(|(seq, _)| *seq)
+            .collect();
+        for seq in &expired {
+            self.messages.remove(seq);
+        }
+        self.dedup.retain(|_, (expires, ..)| *expires > now);
+        expired
+    }
+
+    pub fn counts(&self, now: u64) -> Counts {
+        let mut counts = Counts {
+            visible: 0,
+            in_flight: 0,
+            delayed: 0,
+        };
+        for m in self.messages.values() {
+            if m.visible_at_ms <= now {
+                counts.visible += 1;
+            } else if m.receipt.is_some() {
+                counts.in_flight += 1;
+            } else {
+                counts.delayed += 1;
+            }
+        }
+        counts
+    }
+
+    /// Checks one message against this queue's rules and decides it as
+    /// sequence `seq`. A deduplication id is reserved at once
+    /// ([`Self::forget_dedup`] undoes that).
+    pub fn send(&mut self, entry: &SendEntry, seq: u64, now: u64) -> Result<Sent, SqsError> {
+        let body = required(&entry.message_body, "MessageBody")?;
+        validate_body(body)?;
+        let attributes = parse_attributes(&entry.message_attributes)?;
+        let max = self.meta.attributes.number("MaximumMessageSize") as usize;
+        if body.len() + attributes_size(&attributes) > max {
+            return Err(SqsError::invalid_parameter_value(format!(
+                "One or more parameters are invalid. Reason: Message must be shorter than {max} bytes."
+            )));
+        }
+        let delay = bounded(entry.delay_seconds, "DelaySeconds", MAX_DELAY_SECONDS)?;
+        let group_id = entry.message_group_id.clone();
+        let mut dedup_id = entry.message_deduplication_id.clone();
+        for (value, field) in [(&group_id, "MessageGroupId"), (&dedup_id, "MessageDeduplicationId")] {
+            if let Some(v) = value
+                && (v.is_empty() || v.len() > 128 || !v.chars().all(|c| c.is_ascii_graphic()))
+            {
+                return Err(SqsError::invalid_parameter_value(format!(
+                    "Value {v} for parameter {field} is invalid. Reason: up to 128 printable ASCII characters."
+                )));
+            }
+        }
+        if self.meta.fifo {
+            if group_id.is_none() {
+                return Err(SqsError::missing_parameter(
+                    "The request must contain the parameter MessageGroupId.",
+                ));
+            }
+            if delay.is_some_and(|d| d > 0) {
+                return Err(SqsError::invalid_parameter_value(
+                    "Value for parameter DelaySeconds is invalid. Reason: The request include parameter that is not \
+                     valid for this queue type.",
+                ));
+            }
+            if dedup_id.is_none() {
+                if !self.meta.attributes.flag("ContentBasedDeduplication") {
+                    return Err(SqsError::invalid_parameter_value(
+                        "The queue should either have ContentBasedDeduplication enabled or MessageDeduplicationId \
+                         provided explicitly",
+                    ));
+                }
+                dedup_id = Some(sless_runtime::hex::encode(&Sha256::digest(body.as_bytes())));
+            }
+        } else if dedup_id.is_some() {
+            return Err(SqsError::invalid_parameter_value(
+                "The request include parameter MessageDeduplicationId that is not valid for this queue type",
+            ));
+        }
+        let md5_of_body = md5_hex(body.as_bytes());
+        let md5_of_attributes = attributes_md5(&attributes);
+        // Within the 5-minute window a duplicate is acknowledged, not enqueued.
+        if let Some(d) = &dedup_id
+            && let Some((expires, id, sequence_number)) = self.dedup.get(d)
+            && *expires > now
+        {
+            return Ok(Sent {
+                message_id: id.clone(),
+                md5_of_body,
+                md5_of_attributes,
+                sequence_number: sequence_number.clone(),
+                put: None,
+            });
+        }
+        let delay_ms = delay.unwrap_or_else(|| u64::from(self.meta.attributes.number("DelaySeconds"))) * 1000;
+        let sequence_number = self.meta.fifo.then(|| format!("{seq:020}"));
+        let stored = StoredMessage {
+            id: random_uuid(),
+            body: body.to_owned(),
+            attributes,
+            sent_ms: now,
+            visible_at_ms: now + delay_ms,
+            group_id,
+            dedup_id: dedup_id.clone(),
+            sequence_number: sequence_number.clone(),
+            receive_count: 0,
+        };
+        if let Some(d) = dedup_id {
+            self.dedup
+                .insert(d, (now + DEDUP_WINDOW_MS, stored.id.clone(), sequence_number.clone()));
+        }
+        Ok(Sent {
+            message_id: stored.id.clone(),
+            md5_of_body,
+            md5_of_attributes,
+            sequence_number,
+            put: Some(Put { seq, message: stored }),
+        })
+    }
+
+    /// After a failed commit: the deduplication ids `puts` reserved are free again.
+    pub fn forget_dedup(&mut self, puts: &[Put]) {
+        for put in puts {
+            if let Some(d) = &put.message.dedup_id
+                && self.dedup.get(d).is_some_and(|(_, id, _)| *id == put.message.id)
+            {
+                self.dedup.remove(d);
+            }
+        }
+    }
+
+    /// Makes committed messages receivable (unless purged past them meanwhile).
+    pub fn deliver(&mut self, puts: Vec<Put>) {
+        for put in puts.into_iter().filter(|p| p.seq >= self.purge_floor) {
+            self.messages.insert(put.seq, Message::new(put.message));
+        }
+        self.notify.notify_waiters();
+    }
+
+    /// Drops every message below sequence `floor`, now and when it commits late.
+    pub fn purge(&mut self, floor: u64) {
+        self.purge_floor = floor;
+        self.messages.retain(|seq, _| *seq >= floor);
+    }
+
+    /// Takes up to `max` receivable messages for `visibility_ms`. In a FIFO
+    /// queue a group with a message in flight or delayed yields nothing
+    /// behind it. With `max_receive_count`, a message received that often
+    /// already is taken out for the dead-letter queue instead.
+    pub fn receive(&mut self, max: usize, visibility_ms: u64, max_receive_count: Option<u32>, now: u64) -> Taken {
+        let fifo = self.meta.fifo;
+        let mut taken = Taken::default();
+        let mut to_dead_letter = Vec::new();
+        let mut blocked_groups: HashSet<String> = HashSet::new();
+        for (seq, m) in self.messages.iter_mut() {
+            if taken.received.len() >= max {
+                break;
+            }
+            if m.visible_at_ms > now {
+                if fifo && let Some(g) = &m.stored.group_id {
+                    blocked_groups.insert(g.clone());
+                }
+                continue;
+            }
+            if fifo
+                && let Some(g) = &m.stored.group_id
+                && blocked_groups.contains(g)
+            {
+                continue;
+            }
+            if max_receive_count.is_some_and(|limit| m.receive_count >= limit) {
+                to_dead_letter.push(*seq);
+                continue;
+            }
+            let before = m.delivery();
+            m.receive_count += 1;
+            m.first_receive_ms.get_or_insert(now);
+            m.received_ms = now;
+            m.visible_at_ms = now + visibility_ms;
+            let receipt = receipt_for(*seq);
+            m.receipt = Some(receipt.clone());
+            taken.received.push((*seq, receipt, before));
+        }
+        taken.dead_letters = to_dead_letter
+            .iter()
+            .filter_map(|seq| self.messages.remove(seq).map(|m| (*seq, m)))
+            .collect();
+        taken
+    }
+
+    /// After a failed commit: what a receive took is as it was.
+    pub fn undo_receive(&mut self, taken: Taken) {
+        for (seq, receipt, before) in taken.received {
+            if let Some(m) = self.messages.get_mut(&seq)
+                && m.receipt.as_deref() == Some(receipt.as_str())
+            {
+                m.restore(before);
+            }
+        }
+        self.messages.extend(taken.dead_letters);
+        self.notify.notify_waiters();
+    }
+
+    /// The sequence of the message a receipt handle names, if it is still
+    /// there under that receipt. Deleting a message that is gone, or with a
+    /// superseded receipt, succeeds without effect, as in SQS.
+    pub fn held_by_receipt(&self, handle: &str) -> Result<Option<u64>, SqsError> {
+        let seq = receipt_seq(handle)?;
+        Ok(self
+            .messages
+            .get(&seq)
+            .filter(|m| m.receipt.as_deref() == Some(handle))
+            .map(|_| seq))
+    }
+
+    /// Makes an in-flight message receivable again `timeout_s` from now,
+    /// within 12 hours of when it was received.
+    pub fn change_visibility(&mut self, handle: &str, timeout_s: u64, now: u64) -> Result<(), SqsError> {
+        let seq = receipt_seq(handle)?;
+        if timeout_s > MAX_VISIBILITY_SECONDS {
+            return Err(SqsError::invalid_parameter_value(format!(
+                "Value {timeout_s} for parameter VisibilityTimeout is invalid. Reason: Must be between 0 and 43200."
+            )));
+        }
+        let m = self
+            .messages
+            .get_mut(&seq)
+            .filter(|m| m.receipt.as_deref() == Some(handle) && m.in_flight(now))
+            .ok_or_else(|| {
+                SqsError::message_not_inflight(
+                    "Message does not exist or is not available for visibility timeout change.",
+                )
+            })?;
+        let until = now + timeout_s * 1000;
+        if until - m.received_ms > MAX_VISIBILITY_SECONDS * 1000 {
+            return Err(SqsError::invalid_parameter_value(
+                "Value for parameter VisibilityTimeout is invalid. Reason: Total VisibilityTimeout for the message is \
+                 beyond the limit [43200 seconds]",
+            ));
+        }
+        m.visible_at_ms = until;
+        if timeout_s == 0 {
+            self.notify.notify_waiters();
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+#[path = "queue_tests.rs"]
+mod tests;

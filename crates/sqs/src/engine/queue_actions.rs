@@ -1,0 +1,256 @@
+//! Actions on queues themselves: create, find, list, delete, purge, their
+//! attributes and tags. Each holds `meta` while its change commits.
+
+use std::collections::BTreeMap;
+
+use super::attributes::{self, QueueAttributes, validate_queue_name};
+use super::error::SqsError;
+use super::journal::Change;
+use super::queue::{Queue, StoredQueue};
+use super::requests::{self, AttributeNames, CreateQueue, GetQueueUrl, ListQueues, SetAttributes, TagKeys, Tags};
+use super::responses::{self, DeadLetterSources, Empty, QueueUrl, QueueUrls};
+use super::{Engine, now_ms};
+
+/// Most tags on one queue.
+const MAX_TAGS: usize = 50;
+const MAX_LIST_RESULTS: u64 = 1000;
+
+impl Engine {
+    /// Commits a new version of queue `name`'s metadata made by `change`,
+    /// then applies it. Holds `meta`, so nothing else changes the queue.
+    async fn update_meta(
+        &self,
+        name: &str,
+        change: impl FnOnce(&mut StoredQueue, u64) -> Result<(), SqsError>,
+    ) -> Result<Empty, SqsError> {
+        let _meta = self.meta.lock().await;
+        let (meta, pending) = {
+            let state = self.lock();
+            let mut meta = state.queue(name)?.meta.clone();
+            change(&mut meta, now_ms())?;
+            let pending = self.submit(vec![Change::PutQueue(meta.clone())]);
+            (meta, pending)
+        };
+        Self::committed(pending).await?;
+        if let Ok(q) = self.lock().queue_mut(name) {
+            q.meta = meta;
+        }
+        Ok(Empty {})
+    }
+
+    pub(super) async fn create_queue(&self, request: CreateQueue) -> Result<QueueUrl, SqsError> {
+        let name = requests::required(&request.queue_name, "QueueName")?;
+        let given = &request.attributes;
+        let fifo = name.ends_with(".fifo");
+        validate_queue_name(name, fifo || given.get("FifoQueue").is_some_and(|v| v == "true"))?;
+        let mut attributes = QueueAttributes::default();
+        attributes.apply(given, true, fifo)?;
+        let url = QueueUrl {
+            queue_url: self.queue_url(name),
+        };
+        let _meta = self.meta.lock().await;
+        let (meta, pending) = {
+            let state = self.lock();
+            if let Ok(existing) = state.queue(name) {
+                // Creating an existing queue again is idempotent when every
+                // attribute given has the value the queue already has.
+                let same = given.iter().all(|(k, v)| existing.meta.attributes.0.get(k) == Some(v));
+                if !same {
+                    return Err(SqsError::queue_name_exists(
+                        "A queue already exists with the same name and a different value for attribute(s)",
+                    ));
+                }
+                return Ok(url);
+            }
+            let now = now_ms() / 1000;
+            let meta = StoredQueue {
+                name: name.to_owned(),
+                fifo,
+                attributes,
+                tags: request.tags,
+                created_s: now,
+                modified_s: now,
+            };
+            let pending = self.submit(vec![Change::PutQueue(meta.clone())]);
+            (meta, pending)
+        };
+        Self::committed(pending).await?;
+        let mut state = self.lock();
+        let incarnation = state.take_seq();
+        state.queues.insert(name.to_owned(), Queue::new(meta, incarnation));
+        Ok(url)
+    }
+
+    pub(super) fn get_queue_url(&self, request: &GetQueueUrl) -> Result<QueueUrl, SqsError> {
+        let name = requests::required(&request.queue_name, "QueueName")?;
+        self.lock().queue(name)?;
+        Ok(QueueUrl {
+            queue_url: self.queue_url(name),
+        })
+    }
+
+    pub(super) fn list_queues(&self, request: &ListQueues) -> Result<QueueUrls, SqsError> {
+        let max = requests::bounded(request.max_results, "MaxResults", MAX_LIST_RESULTS)?;
+        let page = max.map_or(MAX_LIST_RESULTS, |m| m.max(1)) as usize;
+        let names: Vec<String> = self
+            .lock()
+            .queues
+            .iter()
+            .filter(|(n, q)| {
+                !q.deleting && n.starts_with(&request.queue_name_prefix) && n.as_str() > request.next_token.as_str()
+            })
+            .map(|(n, _)| n.clone())
+            .collect();
+        Ok(QueueUrls {
+            queue_urls: names.iter().take(page).map(|n| self.queue_url(n)).collect(),
+            // SQS pages only when asked to.
+            next_token: (names.len() > page && max.is_some()).then(|| names[page - 1].clone()),
+        })
+    }
+
+    pub(super) async fn delete_queue(&self, name: &str) -> Result<Empty, SqsError> {
+        let _meta = self.meta.lock().await;
+        let pending = {
+            let mut state = self.lock();
+            let q = state.queue_mut(name)?;
+            // Gone for every action from now on, so nothing new is journaled
+            // for it behind its deletion.
+            q.deleting = true;
+            q.notify.notify_waiters();
+            self.submit(vec![Change::DeleteQueue(name.to_owned())])
+        };
+        let committed = Self::committed(pending).await;
+        let mut state = self.lock();
+        match committed {
+            Ok(()) => {
+                state.queues.remove(name);
+                Ok(Empty {})
+            }
+            Err(e) => {
+                if let Some(q) = state.queues.get_mut(name) {
+                    q.deleting = false;
+                }
+                Err(e)
+            }
+        }
+    }
+
+    pub(super) async fn purge_queue(&self, name: &str) -> Result<Empty, SqsError> {
+        let _meta = self.meta.lock().await;
+        let (floor, pending) = {
+            let state = self.lock();
+            state.queue(name)?;
+            // Every message journaled before the purge has a lower sequence.
+            (state.next_seq, self.submit(vec![Change::PurgeQueue(name.to_owned())]))
+        };
+        Self::committed(pending).await?;
+        if let Ok(q) = self.lock().queue_mut(name) {
+            q.purge(floor);
+        }
+        Ok(Empty {})
+    }
+
+    pub(super) fn get_queue_attributes(
+        &self,
+        name: &str,
+        request: &AttributeNames,
+    ) -> Result<responses::Attributes, SqsError> {
+        let wanted = &request.attribute_names;
+        let everything = wanted.iter().any(|w| w == "All");
+        self.with_queue(name, |q, now| {
+            if let Some(unknown) = wanted.iter().find(|w| *w != "All" && !attributes::is_known(w)) {
+                return Err(SqsError::invalid_attribute_name(format!(
+                    "Unknown Attribute {unknown}."
+                )));
+            }
+            let mut all: BTreeMap<String, String> = q.meta.attributes.0.clone();
+            for n in attributes::numeric_names() {
+                all.entry(n.to_owned())
+                    .or_insert_with(|| q.meta.attributes.number(n).to_string());
+            }
+            if q.meta.fifo {
+                all.insert("FifoQueue".into(), "true".into());
+                all.entry("ContentBasedDeduplication".into())
+                    .or_insert_with(|| "false".into());
+            }
+            let counts = q.counts(now);
+            all.insert("ApproximateNumberOfMessages".into(), counts.visible.to_string());
+            all.insert(
+                "ApproximateNumberOfMessagesNotVisible".into(),
+                counts.in_flight.to_string(),
+            );
+            all.insert("ApproximateNumberOfMessagesDelayed".into(), counts.delayed.to_string());
+            all.insert("CreatedTimestamp".into(), q.meta.created_s.to_string());
+            all.insert("LastModifiedTimestamp".into(), q.meta.modified_s.to_string());
+            all.insert("QueueArn".into(), self.queue_arn(&q.meta.name));
+            all.retain(|k, _| everything || wanted.contains(k));
+            Ok(responses::Attributes { attributes: all })
+        })
+    }
+
+    pub(super) async fn set_queue_attributes(&self, name: &str, request: SetAttributes) -> Result<Empty, SqsError> {
+        self.update_meta(name, |meta, now| {
+            let fifo = meta.fifo;
+            meta.attributes.apply(&request.attributes, false, fifo)?;
+            meta.modified_s = now / 1000;
+            Ok(())
+        })
+        .await
+    }
+
+    pub(super) async fn tag_queue(&self, name: &str, request: Tags) -> Result<Empty, SqsError> {
+        self.update_meta(name, |meta, _| {
+            if request.tags.is_empty() {
+                return Err(SqsError::missing_parameter(
+                    "The request must contain the parameter Tags.",
+                ));
+            }
+            let added = request.tags.keys().filter(|k| !meta.tags.contains_key(*k)).count();
+            if meta.tags.len() + added > MAX_TAGS {
+                return Err(SqsError::invalid_parameter_value(format!(
+                    "Too many tags added for queue (at most {MAX_TAGS})."
+                )));
+            }
+            meta.tags.extend(request.tags);
+            Ok(())
+        })
+        .await
+    }
+
+    pub(super) async fn untag_queue(&self, name: &str, request: TagKeys) -> Result<Empty, SqsError> {
+        self.update_meta(name, |meta, _| {
+            for key in &request.tag_keys {
+                meta.tags.remove(key);
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    pub(super) fn list_queue_tags(&self, name: &str) -> Result<responses::Tags, SqsError> {
+        self.with_queue(name, |q, _| {
+            Ok(responses::Tags {
+                tags: q.meta.tags.clone(),
+            })
+        })
+    }
+
+    pub(super) fn list_dead_letter_sources(&self, name: &str) -> Result<DeadLetterSources, SqsError> {
+        let arn = self.queue_arn(name);
+        let state = self.lock();
+        state.queue(name)?;
+        let queue_urls = state
+            .queues
+            .values()
+            .filter(|q| {
+                !q.deleting
+                    && q.meta
+                        .attributes
+                        .redrive_policy()
+                        .is_some_and(|p| p.dead_letter_target_arn == arn)
+            })
+            .map(|q| self.queue_url(&q.meta.name))
+            .collect();
+        Ok(DeadLetterSources { queue_urls })
+    }
+}

@@ -1,0 +1,394 @@
+//! Typed requests: one struct per action, in the JSON protocol's shape (the
+//! query protocol is reshaped into it first). Parsing checks types, presence
+//! and the rules that need no queue; the rules that depend on a queue (its
+//! size limit, FIFO or not) are the queue's, in [`super::queue`].
+
+use std::collections::{BTreeMap, HashSet};
+use std::fmt;
+
+use serde::Deserialize;
+use serde::de::{self, DeserializeOwned, Deserializer, Unexpected};
+use serde_json::Value;
+
+use super::error::SqsError;
+
+pub const MAX_BATCH: usize = 10;
+pub const MAX_WAIT_SECONDS: u64 = 20;
+pub const MAX_VISIBILITY_SECONDS: u64 = 43_200;
+pub const MAX_DELAY_SECONDS: u64 = 900;
+/// How much of a rejected value an error message repeats.
+const MAX_ECHO: usize = 200;
+
+pub enum Request {
+    CreateQueue(CreateQueue),
+    GetQueueUrl(GetQueueUrl),
+    ListQueues(ListQueues),
+    /// An action on the queue a `QueueUrl` names.
+    OnQueue(String, QueueRequest),
+}
+
+pub enum QueueRequest {
+    DeleteQueue,
+    PurgeQueue,
+    GetQueueAttributes(AttributeNames),
+    SetQueueAttributes(SetAttributes),
+    TagQueue(Tags),
+    UntagQueue(TagKeys),
+    ListQueueTags,
+    ListDeadLetterSourceQueues,
+    SendMessage(SendEntry),
+    SendMessageBatch(Vec<SendEntry>),
+    ReceiveMessage(ReceiveMessage),
+    DeleteMessage(ReceiptEntry),
+    DeleteMessageBatch(Vec<ReceiptEntry>),
+    ChangeMessageVisibility(VisibilityEntry),
+    ChangeMessageVisibilityBatch(Vec<VisibilityEntry>),
+}
+
+impl Request {
+    pub fn parse(action: &str, input: &Value) -> Result<Self, SqsError> {
+        type Parse = fn(&Value) -> Result<QueueRequest, SqsError>;
+        let request: Parse = match action {
+            "CreateQueue" => return Ok(Self::CreateQueue(parse(input)?)),
+            "GetQueueUrl" => return Ok(Self::GetQueueUrl(parse(input)?)),
+            "ListQueues" => return Ok(Self::ListQueues(parse(input)?)),
+            "DeleteQueue" => |_| Ok(QueueRequest::DeleteQueue),
+            "PurgeQueue" => |_| Ok(QueueRequest::PurgeQueue),
+            "ListQueueTags" => |_| Ok(QueueRequest::ListQueueTags),
+            "ListDeadLetterSourceQueues" => |_| Ok(QueueRequest::ListDeadLetterSourceQueues),
+            "GetQueueAttributes" => |i| Ok(QueueRequest::GetQueueAttributes(parse(i)?)),
+            "SetQueueAttributes" => |i| Ok(QueueRequest::SetQueueAttributes(parse(i)?)),
+            "TagQueue" => |i| Ok(QueueRequest::TagQueue(parse(i)?)),
+            "UntagQueue" => |i| Ok(QueueRequest::UntagQueue(parse(i)?)),
+            "SendMessage" => |i| Ok(QueueRequest::SendMessage(parse(i)?)),
+            "SendMessageBatch" => |i| Ok(QueueRequest::SendMessageBatch(batch(i)?)),
+            "ReceiveMessage" => |i| Ok(QueueRequest::ReceiveMessage(parse(i)?)),
+            "DeleteMessage" => |i| Ok(QueueRequest::DeleteMessage(parse(i)?)),
+            "DeleteMessageBatch" => |i| Ok(QueueRequest::DeleteMessageBatch(batch(i)?)),
+            "ChangeMessageVisibility" => |i| Ok(QueueRequest::ChangeMessageVisibility(parse(i)?)),
+            "ChangeMessageVisibilityBatch" => |i| Ok(QueueRequest::ChangeMessageVisibilityBatch(batch(i)?)),
+            other => {
+                return Err(SqsError::invalid_action(format!(
+                    "The action {other} is not valid for this endpoint."
+                )));
+            }
+        };
+        // The queue first, so a request without one says so before
+        // anything else is wrong with it.
+        let name = parse::<QueueTarget>(input)?.name()?;
+        Ok(Self::OnQueue(name, request(input)?))
+    }
+}
+
+fn parse<T: DeserializeOwned>(input: &Value) -> Result<T, SqsError> {
+    serde_path_to_error::deserialize(input).map_err(|e| {
+        let path = e.path().to_string();
+        let mut reason = e.inner().to_string();
+        if reason.len() > MAX_ECHO {
+            let cut = (0..=MAX_ECHO).rev().find(|i| reason.is_char_boundary(*i)).unwrap_or(0);
+            reason.truncate(cut);
+            reason.push('…');
+        }
+        SqsError::invalid_parameter_value(format!("Invalid value for the parameter {path}: {reason}"))
+    })
+}
+
+/// A parameter SQS requires: absent or empty is a `MissingParameter`.
+pub fn required<'a>(value: &'a Option<String>, name: &str) -> Result<&'a str, SqsError> {
+    value
+        .as_deref()
+        .filter(|s| !s.is_empty())
+        .ok_or_else(|| SqsError::missing_parameter(format!("The request must contain the parameter {name}.")))
+}
+
+/// An integer parameter no greater than `max`.
+pub fn bounded(value: Option<Int>, name: &str, max: u64) -> Result<Option<u64>, SqsError> {
+    match value {
+        Some(Int(v)) if v > max => Err(SqsError::invalid_parameter_value(format!(
+            "Value {v} for parameter {name} is invalid. Reason: must be between 0 and {max}."
+        ))),
+        other => Ok(other.map(|Int(v)| v)),
+    }
+}
+
+/// A JSON `null` (the query protocol's empty parameter) as the default.
+fn or_default<'de, D: Deserializer<'de>, T: Default + Deserialize<'de>>(d: D) -> Result<T, D::Error> {
+    Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
+}
+
+/// An integer: a JSON number, or the query protocol's text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Int(pub u64);
+
+impl<'de> Deserialize<'de> for Int {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl de::Visitor<'_> for Visitor {
+            type Value = Int;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a whole number from 0")
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Int, E> {
+                Ok(Int(v))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Int, E> {
+                u64::try_from(v)
+                    .map(Int)
+                    .map_err(|_| E::invalid_value(Unexpected::Signed(v), &self))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Int, E> {
+                v.trim()
+                    .parse()
+                    .map(Int)
+                    .map_err(|_| E::invalid_value(Unexpected::Str(v), &self))
+            }
+        }
+        d.deserialize_any(Visitor)
+    }
+}
+
+/// A queue attribute's value: text, or a JSON number or boolean as text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Text(pub String);
+
+impl<'de> Deserialize<'de> for Text {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl de::Visitor<'_> for Visitor {
+            type Value = Text;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Text, E> {
+                Ok(Text(v.to_owned()))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Text, E> {
+                Ok(Text(v.to_string()))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Text, E> {
+                Ok(Text(v.to_string()))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Text, E> {
+                Ok(Text(v.to_string()))
+            }
+            fn visit_bool<E: de::Error>(self, v: bool) -> Result<Text, E> {
+                Ok(Text(v.to_string()))
+            }
+        }
+        d.deserialize_any(Visitor)
+    }
+}
+
+fn texts<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, String>, D::Error> {
+    let map: BTreeMap<String, Text> = or_default(d)?;
+    Ok(map.into_iter().map(|(k, Text(v))| (k, v)).collect())
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct QueueTarget {
+    queue_url: Option<String>,
+}
+
+impl QueueTarget {
+    /// The queue a `QueueUrl` names: its last path segment.
+    fn name(&self) -> Result<String, SqsError> {
+        let url = required(&self.queue_url, "QueueUrl")?;
+        Ok(url
+            .trim_end_matches('/')
+            .rsplit('/')
+            .next()
+            .unwrap_or_default()
+            .to_owned())
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct CreateQueue {
+    pub queue_name: Option<String>,
+    #[serde(default, deserialize_with = "texts")]
+    pub attributes: BTreeMap<String, String>,
+    /// Lower-case in the JSON protocol's CreateQueue.
+    #[serde(default, rename = "tags", deserialize_with = "texts")]
+    pub tags: BTreeMap<String, String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct GetQueueUrl {
+    pub queue_name: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct ListQueues {
+    #[serde(default, deserialize_with = "or_default")]
+    pub queue_name_prefix: String,
+    pub max_results: Option<Int>,
+    #[serde(default, deserialize_with = "or_default")]
+    pub next_token: String,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct AttributeNames {
+    #[serde(default, deserialize_with = "or_default")]
+    pub attribute_names: Vec<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct SetAttributes {
+    #[serde(default, deserialize_with = "texts")]
+    pub attributes: BTreeMap<String, String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct Tags {
+    #[serde(default, deserialize_with = "texts")]
+    pub tags: BTreeMap<String, String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct TagKeys {
+    #[serde(default, deserialize_with = "or_default")]
+    pub tag_keys: Vec<String>,
+}
+
+/// One message attribute as sent; [`super::message::parse_attributes`] checks it.
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "PascalCase")]
+pub struct AttributeInput {
+    pub data_type: Option<String>,
+    pub string_value: Option<String>,
+    /// Base64.
+    pub binary_value: Option<String>,
+}
+
+/// A message to send: SendMessage's parameters, or one batch entry's.
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct SendEntry {
+    #[serde(default, deserialize_with = "or_default")]
+    pub id: String,
+    pub message_body: Option<String>,
+    pub delay_seconds: Option<Int>,
+    #[serde(default, deserialize_with = "or_default")]
+    pub message_attributes: BTreeMap<String, AttributeInput>,
+    pub message_group_id: Option<String>,
+    pub message_deduplication_id: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct ReceiveMessage {
+    pub max_number_of_messages: Option<Int>,
+    pub visibility_timeout: Option<Int>,
+    pub wait_time_seconds: Option<Int>,
+    #[serde(default, deserialize_with = "or_default")]
+    pub attribute_names: Vec<String>,
+    #[serde(default, deserialize_with = "or_default")]
+    pub message_system_attribute_names: Vec<String>,
+    #[serde(default, deserialize_with = "or_default")]
+    pub message_attribute_names: Vec<String>,
+}
+
+impl ReceiveMessage {
+    /// How many messages to take at most (1 unless asked).
+    pub fn max(&self) -> Result<usize, SqsError> {
+        match self.max_number_of_messages {
+            None => Ok(1),
+            Some(Int(n @ 1..=10)) => Ok(n as usize),
+            Some(Int(n)) => Err(SqsError::invalid_parameter_value(format!(
+                "Value {n} for parameter MaxNumberOfMessages is invalid. Reason: Must be between 1 and 10, if \
+                 provided."
+            ))),
+        }
+    }
+}
+
+/// A message named by its receipt: DeleteMessage's, or one batch entry's.
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct ReceiptEntry {
+    #[serde(default, deserialize_with = "or_default")]
+    pub id: String,
+    pub receipt_handle: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct VisibilityEntry {
+    #[serde(default, deserialize_with = "or_default")]
+    pub id: String,
+    pub receipt_handle: Option<String>,
+    pub visibility_timeout: Option<Int>,
+}
+
+/// A batch entry's id, by which results are reported.
+pub trait Entry {
+    fn id(&self) -> &str;
+}
+
+impl Entry for SendEntry {
+    fn id(&self) -> &str {
+        &self.id
+    }
+}
+
+impl Entry for ReceiptEntry {
+    fn id(&self) -> &str {
+        &self.id
+    }
+}
+
+impl Entry for VisibilityEntry {
+    fn id(&self) -> &str {
+        &self.id
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+#[serde(bound = "T: Deserialize<'de>")]
+struct Batch<T> {
+    #[serde(default, deserialize_with = "or_default")]
+    entries: Vec<T>,
+}
+
+/// A batch's entries: 1–10, ids of 1–80 `[A-Za-z0-9_-]`, distinct.
+fn batch<T: DeserializeOwned + Entry>(input: &Value) -> Result<Vec<T>, SqsError> {
+    let entries = parse::<Batch<T>>(input)?.entries;
+    if entries.is_empty() {
+        return Err(SqsError::empty_batch(
+            "There should be at least one entry in the request.",
+        ));
+    }
+    if entries.len() > MAX_BATCH {
+        return Err(SqsError::too_many_entries(format!(
+            "Maximum number of entries per request are {MAX_BATCH}. You have sent {}.",
+            entries.len()
+        )));
+    }
+    let mut seen = HashSet::new();
+    for entry in &entries {
+        let id = entry.id();
+        if id.is_empty() || id.len() > 80 || !id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+            return Err(SqsError::invalid_batch_entry_id(
+                "A batch entry id can only contain alphanumeric characters, hyphens and underscores. It can be at \
+                 most 80 letters long.",
+            ));
+        }
+        if !seen.insert(id) {
+            return Err(SqsError::batch_ids_not_distinct(format!("Id {id} repeated.")));
+        }
+    }
+    Ok(entries)
+}
+
+#[cfg(test)]
+#[path = "requests_tests.rs"]
+mod tests;

@@ -1,0 +1,37 @@
+//! Helpers shared by the integration tests of several sless crates. A
+//! dev-dependency only; it depends on `sless-controlplane` (whose own
+//! socket tests use it too, as tokio's use tokio-test).
+
+pub mod cp;
+pub mod tls;
+
+use std::path::PathBuf;
+
+/// A temporary directory removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("sless-{tag}-{}-{}", std::process::id(), rand::random::<u64>()));
+        std::fs::create_dir_all(&dir).unwrap();
+        Self(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// POSTs `body` with `headers`: (status, body text).
+pub async fn post(url: &str, headers: reqwest::header::HeaderMap, body: String) -> (u16, String) {
+    let response = reqwest::Client::new()
+        .post(url)
+        .headers(headers)
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    (response.status().as_u16(), response.text().await.unwrap())
+}
