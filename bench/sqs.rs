@@ -208,7 +208,7 @@ async fn gateway_vs_direct() -> anyhow::Result<()> {
         "127.0.0.1:0".parse()?,
         None,
         WorkerConfig {
-            control_plane: format!("http://{}", control_plane.local_addr),
+            control_planes: vec![format!("http://{}", control_plane.local_addr)],
             worker_id: "bench-gateway".into(),
             instance_id: "bench".into(),
             tls: None,

@@ -115,7 +115,7 @@ impl Dev {
             opts.gateway_listen,
             opts.gateway_public_url,
             WorkerConfig {
-                control_plane: format!("https://{}", control_plane.local_addr),
+                control_planes: vec![format!("https://{}", control_plane.local_addr)],
                 worker_id: GATEWAY_WORKER_ID.into(),
                 instance_id: sless_runtime::random::id(),
                 tls: Some(pki.worker),

@@ -84,9 +84,11 @@ struct GatewayArgs {
     /// Public base URL clients use (default http://LISTEN).
     #[arg(long)]
     public_url: Option<String>,
-    /// Control plane URL: http://HOST:PORT (loopback) or https://HOST:PORT (mTLS).
-    #[arg(long, env = "SLESS_CONTROL_PLANE")]
-    control_plane: String,
+    /// Control plane URL: http://HOST:PORT (loopback) or https://HOST:PORT
+    /// (mTLS). Several, comma-separated, are tried in turn: only the
+    /// leading `sless serve` replica serves.
+    #[arg(long, env = "SLESS_CONTROL_PLANE", value_delimiter = ',', required = true)]
+    control_plane: Vec<String>,
     /// This worker's id; under mTLS it must match the certificate's SPIFFE id.
     #[arg(long, env = "SLESS_WORKER_ID")]
     worker_id: String,
@@ -266,7 +268,7 @@ async fn gateway(args: GatewayArgs) -> anyhow::Result<()> {
         _ => anyhow::bail!("mTLS needs all of --tls-ca, --tls-cert and --tls-key"),
     };
     let worker = WorkerConfig {
-        control_plane: args.control_plane,
+        control_planes: args.control_plane,
         worker_id: args.worker_id,
         instance_id: sless_runtime::random::id(),
         tls,

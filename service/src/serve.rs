@@ -1,7 +1,8 @@
-//! `sless serve`: production mode. The worker control plane with its state
-//! in Redis, the operator on the cluster, the DataFlow admission webhook,
-//! the REST API on custom resources and the internal metrics port, until
-//! `shutdown` resolves.
+//! `sless serve`: production mode. On every replica the REST API on custom
+//! resources, the DataFlow admission webhook and the internal metrics port;
+//! on the leader also the operator's controllers and the worker control
+//! plane (state in Redis) with the route publisher; until `shutdown`
+//! resolves.
 
 use std::future::{Future, IntoFuture};
 use std::net::SocketAddr;
@@ -11,10 +12,9 @@ use anyhow::Context;
 use sless::tenants::TenantArgs;
 use sless_controlplane::config::ControlPlaneArgs;
 use sless_controlplane::publisher::Debounce;
-use sless_controlplane::server::ControlPlane;
 use sless_controlplane::store::redis::RedisStore;
 use sless_operator::config::OperatorConfig;
-use sless_operator::runner::{OperatorMetrics, OperatorOptions};
+use sless_operator::runner::{LeaderWork, OperatorMetrics, OperatorOptions};
 use sless_runtime::shutdown::stopped;
 
 #[derive(clap::Args)]
@@ -52,16 +52,27 @@ pub struct OperatorArgs {
     /// TLS Secret of the SQS Ingress host, if the Ingress terminates TLS.
     #[arg(long, env = "SQS_TLS_SECRET")]
     sqs_tls_secret: Option<String>,
-    /// Image of a tenant's queue engine.
+    /// The sless image, which tenants' queue engines (sless queue) and the
+    /// dataflow processors (sless processor) run.
+    #[arg(long, env = "SLESS_IMAGE", default_value = "ghcr.io/kube5s/sless:latest")]
+    image: String,
+    /// Image of a queue engine whose QueueService asks for `engine: elasticmq`.
     #[arg(
         long,
         env = "SQS_ELASTICMQ_IMAGE",
         default_value = "softwaremill/elasticmq-native:1.7.1"
     )]
     elasticmq_image: String,
-    /// Image of the dataflow processors (sless processor).
-    #[arg(long, env = "PROCESSOR_IMAGE", default_value = "ghcr.io/kube5s/sless:latest")]
-    processor_image: String,
+    /// DNS name of the SQS gateway's Service, where tenant Ingresses route.
+    #[arg(
+        long,
+        env = "SLESS_GATEWAY_HOST",
+        default_value = "sless-gateway.sless-system.svc.cluster.local"
+    )]
+    gateway_host: String,
+    /// Namespace of the gateway pods, the only pods that may reach engines.
+    #[arg(long, env = "SLESS_GATEWAY_NAMESPACE", default_value = "sless-system")]
+    gateway_namespace: String,
     /// Create a tenant's namespace sless-fn-TENANT when missing (false where
     /// the platform provisions tenant namespaces).
     #[arg(long, env = "SLESS_CREATE_NAMESPACES", default_value_t = true, action = clap::ArgAction::Set)]
@@ -127,9 +138,21 @@ pub async fn run(args: ServeArgs, shutdown: impl Future<Output = ()> + Send + 's
     let api_listener = tokio::net::TcpListener::bind(op.listen)
         .await
         .with_context(|| format!("cannot listen on {}", op.listen))?;
-    let control_plane = ControlPlane::start(config, std::sync::Arc::new(store), Debounce::default())
-        .await
-        .context("cannot start the control plane")?;
+    let store: std::sync::Arc<dyn sless_controlplane::store::ControlStore> = std::sync::Arc::new(store);
+    // Only the leader serves gateways and publishes routes (under a fresh
+    // ownership epoch); followers serve the REST API and the webhook.
+    let while_leading: LeaderWork = {
+        let client = client.clone();
+        std::sync::Arc::new(move |stopped| {
+            Box::pin(sless_operator::routes::serve_control_plane(
+                config.clone(),
+                store.clone(),
+                client.clone(),
+                Debounce::default(),
+                stopped,
+            ))
+        })
+    };
 
     let (stop, stop_rx) = tokio::sync::watch::channel(false);
     let operator = tokio::spawn(sless_operator::runner::run(
@@ -137,13 +160,16 @@ pub async fn run(args: ServeArgs, shutdown: impl Future<Output = ()> + Send + 's
         OperatorOptions {
             config: OperatorConfig {
                 sqs_external_host: op.sqs_external_host,
+                image: op.image,
                 elasticmq_image: op.elasticmq_image,
                 sqs_tls_secret: op.sqs_tls_secret,
-                processor_image: op.processor_image,
+                gateway_host: op.gateway_host,
+                gateway_namespace: op.gateway_namespace,
                 create_namespaces: op.create_namespaces,
             },
             lease_namespace: op.lease_namespace,
             identity: op.pod_name.unwrap_or_else(sless_runtime::random::id),
+            while_leading: Some(while_leading),
         },
         metrics,
         stop_rx.clone(),
@@ -174,12 +200,10 @@ pub async fn run(args: ServeArgs, shutdown: impl Future<Output = ()> + Send + 's
             .into_future(),
     );
     tracing::info!(api = %op.listen, metrics = %op.metrics_listen, "sless serve running");
-    let stopping = stopped(&stop_rx);
     tokio::spawn(async move {
         shutdown.await;
         stop.send_replace(true);
     });
-    control_plane.serve(stopping).await?;
     operator.await?.context("operator failed")?;
     if let Some(webhook) = webhook {
         webhook.await??;

@@ -1,5 +1,5 @@
 //! Settings of the kubernetes operator (seed 000, step 8: the operator's
-//! ConfigMap sets `SQS_EXTERNAL_HOST` and the queue engine image).
+//! ConfigMap sets `SQS_EXTERNAL_HOST` and the images).
 
 /// Field manager of everything the operator applies.
 pub const FIELD_MANAGER: &str = "sless-operator";
@@ -8,13 +8,19 @@ pub const FIELD_MANAGER: &str = "sless-operator";
 pub struct OperatorConfig {
     /// Public host of the SQS endpoints: `https://{host}/sqs/{tenant}`.
     pub sqs_external_host: String,
-    /// Image of a tenant's queue engine.
+    /// The sless image: tenants' queue engines (`sless queue`) and the
+    /// dataflow processors (`sless processor`), unless a DataFlow names its own.
+    pub image: String,
+    /// Image of the queue engine of a QueueService with `engine: elasticmq`.
     pub elasticmq_image: String,
     /// TLS Secret of the SQS Ingress host.
     pub sqs_tls_secret: Option<String>,
-    /// Image of the dataflow processors (`sless processor`), unless a
-    /// DataFlow names its own.
-    pub processor_image: String,
+    /// DNS name of the SQS gateway's Service: tenant Ingresses route to it,
+    /// never to an engine.
+    pub gateway_host: String,
+    /// Namespace of the gateway pods, the only pods a tenant's
+    /// NetworkPolicy lets reach its engine.
+    pub gateway_namespace: String,
     /// Create a tenant's namespace `sless-fn-{tenant}` when it is missing;
     /// off where the platform provisions tenant namespaces itself (then the
     /// operator needs no cluster-wide right to create namespaces).
@@ -25,9 +31,11 @@ impl Default for OperatorConfig {
     fn default() -> Self {
         Self {
             sqs_external_host: "sqs.kube5s.ru".into(),
+            image: "ghcr.io/kube5s/sless:latest".into(),
             elasticmq_image: "softwaremill/elasticmq-native:1.7.1".into(),
             sqs_tls_secret: None,
-            processor_image: "ghcr.io/kube5s/sless:latest".into(),
+            gateway_host: "sless-gateway.sless-system.svc.cluster.local".into(),
+            gateway_namespace: "sless-system".into(),
             create_namespaces: true,
         }
     }

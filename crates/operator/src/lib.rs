@@ -10,5 +10,6 @@ pub mod dataflow;
 pub mod leader;
 pub mod objects;
 pub mod queue_service;
+pub mod routes;
 pub mod runner;
 pub mod webhook;

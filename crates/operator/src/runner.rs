@@ -1,7 +1,8 @@
 //! Runs the operator in `sless serve`: competes for the leader Lease, and
 //! while it holds it runs the QueueService and DataFlow controllers
-//! (`kube::runtime::Controller`, watching the children they own). Counts
-//! reconciles, failures and their duration for `/metrics`.
+//! (`kube::runtime::Controller`, watching the children they own) and
+//! whatever else only the leader may do. Counts reconciles, failures and
+//! their duration for `/metrics`.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -9,7 +10,9 @@ use std::sync::atomic::AtomicI64;
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
+use futures_util::future::BoxFuture;
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::watcher;
@@ -29,7 +32,7 @@ use super::crd::queue_service::QueueService;
 use super::leader::LeaderElector;
 use super::{dataflow, queue_service};
 
-const LEASE_NAME: &str = "sless-operator";
+pub const LEASE_NAME: &str = "sless-operator";
 const LEASE_DURATION: Duration = Duration::from_secs(15);
 const CANDIDATE_RETRY: Duration = Duration::from_secs(2);
 
@@ -102,22 +105,55 @@ pub struct OperatorOptions {
     pub lease_namespace: String,
     /// This replica's name in the Lease (its pod name).
     pub identity: String,
+    /// What else runs only on the leader, beside the controllers (the
+    /// worker control plane and its route publisher in `sless serve`).
+    pub while_leading: Option<LeaderWork>,
 }
+
+/// Work that runs while this replica leads, until its receiver turns true.
+pub type LeaderWork = Arc<dyn Fn(watch::Receiver<bool>) -> BoxFuture<'static, ()> + Send + Sync>;
 
 /// Runs until `shutdown` is set; gives the Lease up on the way out.
 pub async fn run(
     client: Client,
     opts: OperatorOptions,
     metrics: Arc<OperatorMetrics>,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
 ) -> Result<(), kube::Error> {
-    let elector = LeaderElector::new(
-        Api::namespaced(client.clone(), &opts.lease_namespace),
-        LEASE_NAME,
-        &opts.identity,
-        LEASE_DURATION,
-    );
+    let lease = Api::namespaced(client.clone(), &opts.lease_namespace);
     let ctx = Arc::new(Context::new(client, opts.config, Some(opts.identity.clone())));
+    let also = opts.while_leading;
+    lead(lease, &opts.identity, LEASE_DURATION, shutdown, move |stopped| {
+        let controllers = controllers(ctx.clone(), metrics.clone(), stopped.clone());
+        let also = also.as_ref().map(|work| work(stopped));
+        let metrics = metrics.clone();
+        async move {
+            metrics.leader.set(1);
+            match also {
+                Some(also) => drop(tokio::join!(controllers, also)),
+                None => controllers.await,
+            }
+            metrics.leader.set(0);
+        }
+    })
+    .await
+}
+
+/// Competes for the Lease `lease` (named [`LEASE_NAME`]); while it holds
+/// it, runs `work`, which must end once its receiver turns true: when the
+/// Lease is lost or on `shutdown` (then the Lease is released).
+pub async fn lead<W, F>(
+    lease: Api<Lease>,
+    identity: &str,
+    duration: Duration,
+    mut shutdown: watch::Receiver<bool>,
+    work: W,
+) -> Result<(), kube::Error>
+where
+    W: Fn(watch::Receiver<bool>) -> F,
+    F: Future<Output = ()> + Send + 'static,
+{
+    let elector = LeaderElector::new(lease, LEASE_NAME, identity, duration);
     loop {
         // A candidate until it holds the Lease.
         loop {
@@ -127,14 +163,13 @@ pub async fn run(
                 Err(e) => tracing::warn!(error = %e, "cannot reach the leader Lease"),
             }
             tokio::select! {
-                () = tokio::time::sleep(CANDIDATE_RETRY) => {}
+                () = tokio::time::sleep(CANDIDATE_RETRY.min(duration / 3)) => {}
                 _ = shutdown.wait_for(|s| *s) => return Ok(()),
             }
         }
-        tracing::info!(identity = %opts.identity, "leading: controllers start");
-        metrics.leader.set(1);
+        tracing::info!(%identity, "leading");
         let (stop, stopped) = watch::channel(false);
-        let controllers = tokio::spawn(controllers(ctx.clone(), metrics.clone(), stopped));
+        let working = tokio::spawn(work(stopped));
         let mut renewed = Instant::now();
         let lost = loop {
             tokio::select! {
@@ -145,7 +180,7 @@ pub async fn run(
                 Ok(true) => renewed = Instant::now(),
                 Ok(false) => break true,
                 // Without a renewal for a whole lease, another may lead.
-                Err(e) if renewed.elapsed() >= LEASE_DURATION => {
+                Err(e) if renewed.elapsed() >= duration => {
                     tracing::warn!(error = %e, "cannot renew the leader Lease");
                     break true;
                 }
@@ -153,12 +188,11 @@ pub async fn run(
             }
         };
         stop.send_replace(true);
-        let _ = controllers.await;
-        metrics.leader.set(0);
+        let _ = working.await;
         if !lost {
             return elector.release().await;
         }
-        tracing::warn!(identity = %opts.identity, "lost the leader Lease: controllers stopped");
+        tracing::warn!(%identity, "lost the leader Lease: leader work stopped");
     }
 }
 

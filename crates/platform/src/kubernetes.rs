@@ -177,6 +177,7 @@ impl Platform for KubePlatform {
                 memory_mb: spec.memory_mb,
                 storage_mb: spec.storage_mb,
                 persistence: spec.persistence,
+                engine: qs_crd::QueueEngine::default(),
             },
         );
         let created = api.create(&params(), &qs).await.map_err(api_error)?;

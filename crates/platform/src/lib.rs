@@ -4,7 +4,6 @@
 
 pub mod kubernetes;
 pub mod local;
-pub mod routing;
 
 use async_trait::async_trait;
 

@@ -24,6 +24,12 @@ pub fn generate(tenant: &str) -> Credentials {
     }
 }
 
+/// The token a gateway presents to a tenant's engine
+/// ([`crate::engine::server::ENGINE_TOKEN`]): 128 random bits.
+pub fn engine_token() -> String {
+    sless_runtime::random::id()
+}
+
 #[cfg(test)]
 mod tests {
     use base64::Engine;

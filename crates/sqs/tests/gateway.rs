@@ -55,7 +55,7 @@ async fn gateway_applies_snapshots_verifies_proxies_and_reports() {
         "127.0.0.1:0".parse().unwrap(),
         None,
         WorkerConfig {
-            control_plane: format!("http://{}", cp.addr),
+            control_planes: vec![format!("http://{}", cp.addr)],
             worker_id: "gw-test".into(),
             instance_id: "i-1".into(),
             tls: None,

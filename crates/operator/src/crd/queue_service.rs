@@ -39,6 +39,21 @@ pub struct QueueServiceSpec {
     /// Keep messages on disk; false keeps them in memory only.
     #[serde(default = "default_persistence")]
     pub persistence: bool,
+    /// The queue engine: `sless` (default) or `elasticmq` (seed 000's).
+    #[serde(default)]
+    pub engine: QueueEngine,
+}
+
+/// Which SQS-compatible engine serves a tenant. Either way the tenant's
+/// traffic reaches it only through the SigV4 gateway.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum QueueEngine {
+    /// `sless queue`, its journal on the volume, every send fsynced.
+    #[default]
+    Sless,
+    /// `softwaremill/elasticmq-native` with the HOCON config of seed 000.
+    Elasticmq,
 }
 
 fn default_memory() -> u32 {
@@ -61,7 +76,7 @@ pub struct QueueServiceStatus {
     /// `https://{SQS_EXTERNAL_HOST}/sqs/{tenantId}` once Ready.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub endpoint: Option<String>,
-    /// The Secret holding accessKey and secretKey.
+    /// The Secret holding accessKey, secretKey and the engine's token.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret_name: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

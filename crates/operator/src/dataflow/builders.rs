@@ -228,12 +228,7 @@ pub fn deployment(
                     service_account_name: spec.checkpoint_persistence.then(|| processor_account(&name)),
                     containers: vec![Container {
                         name: "processor".into(),
-                        image: Some(
-                            df.spec
-                                .processor_image
-                                .clone()
-                                .unwrap_or_else(|| config.processor_image.clone()),
-                        ),
+                        image: Some(df.spec.processor_image.clone().unwrap_or_else(|| config.image.clone())),
                         args: Some(vec![
                             "processor".into(),
                             format!("--spec-path={SPEC_DIR}/spec.json"),

@@ -2,6 +2,13 @@
 //! functions of the resource and the operator's config, so every field can
 //! be unit-tested. All live in the tenant's namespace `sless-fn-{tenant}`.
 //!
+//! The engine is `sless queue` unless the QueueService asks for ElasticMQ.
+//! Either way tenants reach it only through the SigV4 gateway: the tenant
+//! Ingress routes `/sqs/{tenant}` to the gateway (through an ExternalName
+//! Service, as an Ingress cannot name another namespace's Service), and a
+//! NetworkPolicy lets only gateway pods reach the engine, which reaches
+//! nothing.
+//!
 //! Over 400 lines only with its unit tests, which sit beside the builders
 //! they check.
 
@@ -9,14 +16,15 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{
-    ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, HTTPGetAction, Namespace,
-    PersistentVolumeClaim, PersistentVolumeClaimSpec, PersistentVolumeClaimVolumeSource, PodSpec, PodTemplateSpec,
-    Probe, ResourceRequirements, Secret, Service, ServicePort, ServiceSpec, Volume, VolumeMount,
-    VolumeResourceRequirements,
+    Capabilities, ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction,
+    Namespace, PersistentVolumeClaim, PersistentVolumeClaimSpec, PersistentVolumeClaimVolumeSource, PodSecurityContext,
+    PodSpec, PodTemplateSpec, Probe, ResourceRequirements, Secret, SecretKeySelector, SecurityContext, Service,
+    ServicePort, ServiceSpec, Volume, VolumeMount, VolumeResourceRequirements,
 };
 use k8s_openapi::api::networking::v1::{
     HTTPIngressPath, HTTPIngressRuleValue, Ingress, IngressBackend, IngressRule, IngressServiceBackend, IngressSpec,
-    IngressTLS, ServiceBackendPort,
+    IngressTLS, NetworkPolicy, NetworkPolicyIngressRule, NetworkPolicyPeer, NetworkPolicyPort, NetworkPolicySpec,
+    ServiceBackendPort,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
@@ -24,12 +32,17 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::Resource;
 
 use crate::config::OperatorConfig;
-use crate::crd::queue_service::QueueService;
+use crate::crd::queue_service::{QueueEngine, QueueService};
 use sless_model::queue_service::Credentials;
 
 pub const SQS_PORT: i32 = 9324;
-const CONFIG_PATH: &str = "/opt/elasticmq/custom.conf";
+/// Where elasticmq-native reads its configuration.
+const CONFIG_PATH: &str = "/opt/elasticmq.conf";
 const DATA_PATH: &str = "/data";
+/// The Secret's key of the token the gateway presents to the engine.
+pub const ENGINE_TOKEN_KEY: &str = "engineToken";
+/// Label of the gateway pods (deploy/gateway).
+pub const GATEWAY_LABEL: (&str, &str) = ("app.kubernetes.io/name", "sless-gateway");
 
 pub fn namespace_name(tenant: &str) -> String {
     format!("sless-fn-{tenant}")
@@ -51,6 +64,12 @@ pub fn service_name(tenant: &str) -> String {
 }
 pub fn ingress_name(tenant: &str) -> String {
     format!("sqs-ing-{tenant}")
+}
+pub fn gateway_service_name(tenant: &str) -> String {
+    format!("sqs-gw-{tenant}")
+}
+pub fn network_policy_name(tenant: &str) -> String {
+    format!("sqs-netpol-{tenant}")
 }
 
 /// The endpoint clients use once the instance is Ready.
@@ -93,12 +112,15 @@ pub fn namespace(qs: &QueueService) -> Namespace {
     }
 }
 
-pub fn secret(qs: &QueueService, credentials: &Credentials) -> Secret {
+/// The tenant's keys and the engine's token (which only the gateway and
+/// the engine know).
+pub fn secret(qs: &QueueService, credentials: &Credentials, engine_token: &str) -> Secret {
     Secret {
         metadata: meta(qs, secret_name(&qs.spec.tenant_id)),
         string_data: Some(BTreeMap::from([
             ("accessKey".to_owned(), credentials.access_key.clone()),
             ("secretKey".to_owned(), credentials.secret_key.clone()),
+            (ENGINE_TOKEN_KEY.to_owned(), engine_token.to_owned()),
         ])),
         type_: Some("Opaque".into()),
         ..Default::default()
@@ -182,24 +204,99 @@ fn health_probe(period: i32) -> Probe {
     }
 }
 
-pub fn deployment(qs: &QueueService, config: &OperatorConfig) -> Deployment {
-    let tenant = &qs.spec.tenant_id;
-    let quantity = |s: &str| Quantity(s.to_owned());
-    let mut volumes = vec![Volume {
-        name: "config".into(),
-        config_map: Some(ConfigMapVolumeSource {
-            name: configmap_name(tenant),
+/// What every engine container shares: no root, no writes outside its
+/// volume, no privilege.
+fn locked_down() -> SecurityContext {
+    SecurityContext {
+        allow_privilege_escalation: Some(false),
+        read_only_root_filesystem: Some(true),
+        run_as_non_root: Some(true),
+        capabilities: Some(Capabilities {
+            drop: Some(vec!["ALL".into()]),
             ..Default::default()
         }),
         ..Default::default()
-    }];
-    let mut mounts = vec![VolumeMount {
-        name: "config".into(),
-        mount_path: CONFIG_PATH.into(),
-        sub_path: Some("elasticmq.conf".into()),
-        read_only: Some(true),
+    }
+}
+
+/// The `sless queue` container: its journal on the volume when persistent,
+/// its token from the Secret.
+fn sless_container(qs: &QueueService, config: &OperatorConfig) -> Container {
+    let tenant = &qs.spec.tenant_id;
+    let mut args: Vec<String> = [
+        "queue",
+        "--listen",
+        &format!("0.0.0.0:{SQS_PORT}"),
+        "--account-id",
+        tenant,
+        "--base-url",
+        &endpoint(config, tenant),
+    ]
+    .map(str::to_owned)
+    .into();
+    if qs.spec.persistence {
+        args.extend(["--data-dir".to_owned(), DATA_PATH.to_owned()]);
+    }
+    Container {
+        name: "sqs".into(),
+        image: Some(config.image.clone()),
+        args: Some(args),
+        env: Some(vec![EnvVar {
+            name: "SLESS_ENGINE_TOKEN".into(),
+            value_from: Some(EnvVarSource {
+                secret_key_ref: Some(SecretKeySelector {
+                    name: secret_name(tenant),
+                    key: ENGINE_TOKEN_KEY.into(),
+                    optional: Some(false),
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }]),
+        security_context: Some(locked_down()),
         ..Default::default()
-    }];
+    }
+}
+
+/// The elasticmq-native container, its HOCON mounted where it reads it.
+fn elasticmq_container(config: &OperatorConfig) -> Container {
+    Container {
+        name: "elasticmq".into(),
+        image: Some(config.elasticmq_image.clone()),
+        security_context: Some(SecurityContext {
+            // The native image writes nothing outside its volume either, but
+            // its user is not declared numerically; leave the root check off.
+            run_as_non_root: None,
+            ..locked_down()
+        }),
+        ..Default::default()
+    }
+}
+
+pub fn deployment(qs: &QueueService, config: &OperatorConfig) -> Deployment {
+    let tenant = &qs.spec.tenant_id;
+    let quantity = |s: &str| Quantity(s.to_owned());
+    let (mut container, mut volumes, mut mounts) = match qs.spec.engine {
+        QueueEngine::Sless => (sless_container(qs, config), vec![], vec![]),
+        QueueEngine::Elasticmq => (
+            elasticmq_container(config),
+            vec![Volume {
+                name: "config".into(),
+                config_map: Some(ConfigMapVolumeSource {
+                    name: configmap_name(tenant),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }],
+            vec![VolumeMount {
+                name: "config".into(),
+                mount_path: CONFIG_PATH.into(),
+                sub_path: Some("elasticmq.conf".into()),
+                read_only: Some(true),
+                ..Default::default()
+            }],
+        ),
+    };
     if qs.spec.persistence {
         volumes.push(Volume {
             name: "data".into(),
@@ -215,11 +312,30 @@ pub fn deployment(qs: &QueueService, config: &OperatorConfig) -> Deployment {
             ..Default::default()
         });
     }
+    container.ports = Some(vec![ContainerPort {
+        container_port: SQS_PORT,
+        name: Some("sqs".into()),
+        ..Default::default()
+    }]);
+    container.resources = Some(ResourceRequirements {
+        requests: Some(BTreeMap::from([
+            ("cpu".to_owned(), quantity("10m")),
+            ("memory".to_owned(), quantity("16Mi")),
+        ])),
+        limits: Some(BTreeMap::from([
+            ("cpu".to_owned(), quantity("500m")),
+            ("memory".to_owned(), Quantity(format!("{}Mi", qs.spec.memory_mb))),
+        ])),
+        ..Default::default()
+    });
+    container.readiness_probe = Some(health_probe(5));
+    container.liveness_probe = Some(health_probe(10));
+    container.volume_mounts = Some(mounts).filter(|m| !m.is_empty());
     Deployment {
         metadata: meta(qs, deployment_name(tenant)),
         spec: Some(DeploymentSpec {
             replicas: Some(1),
-            // One writer of the H2 files at a time.
+            // One writer of the journal (or the H2 files) at a time.
             strategy: Some(k8s_openapi::api::apps::v1::DeploymentStrategy {
                 type_: Some("Recreate".into()),
                 ..Default::default()
@@ -234,39 +350,78 @@ pub fn deployment(qs: &QueueService, config: &OperatorConfig) -> Deployment {
                     ..Default::default()
                 }),
                 spec: Some(PodSpec {
-                    containers: vec![Container {
-                        name: "elasticmq".into(),
-                        image: Some(config.elasticmq_image.clone()),
-                        ports: Some(vec![ContainerPort {
-                            container_port: SQS_PORT,
-                            name: Some("sqs".into()),
-                            ..Default::default()
-                        }]),
-                        env: Some(vec![EnvVar {
-                            name: "JAVA_TOOL_OPTIONS".into(),
-                            value: Some(format!("-Dconfig.file={CONFIG_PATH}")),
-                            ..Default::default()
-                        }]),
-                        resources: Some(ResourceRequirements {
-                            requests: Some(BTreeMap::from([
-                                ("cpu".to_owned(), quantity("10m")),
-                                ("memory".to_owned(), quantity("32Mi")),
-                            ])),
-                            limits: Some(BTreeMap::from([
-                                ("cpu".to_owned(), quantity("500m")),
-                                ("memory".to_owned(), Quantity(format!("{}Mi", qs.spec.memory_mb))),
-                            ])),
-                            ..Default::default()
-                        }),
-                        readiness_probe: Some(health_probe(5)),
-                        liveness_probe: Some(health_probe(10)),
-                        volume_mounts: Some(mounts),
+                    containers: vec![container],
+                    volumes: Some(volumes).filter(|v| !v.is_empty()),
+                    // The engine needs no Kubernetes API.
+                    automount_service_account_token: Some(false),
+                    // The volume is writable by the image's non-root user.
+                    security_context: Some(PodSecurityContext {
+                        fs_group: Some(65532),
                         ..Default::default()
-                    }],
-                    volumes: Some(volumes),
+                    }),
                     ..Default::default()
                 }),
             },
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// Only gateway pods reach the engine, on its port; the engine reaches
+/// nothing (it resolves no names and calls no one).
+pub fn network_policy(qs: &QueueService, config: &OperatorConfig) -> NetworkPolicy {
+    let tenant = &qs.spec.tenant_id;
+    NetworkPolicy {
+        metadata: meta(qs, network_policy_name(tenant)),
+        spec: Some(NetworkPolicySpec {
+            pod_selector: Some(LabelSelector {
+                match_labels: Some(labels(tenant)),
+                ..Default::default()
+            }),
+            policy_types: Some(vec!["Ingress".into(), "Egress".into()]),
+            ingress: Some(vec![NetworkPolicyIngressRule {
+                from: Some(vec![NetworkPolicyPeer {
+                    namespace_selector: Some(LabelSelector {
+                        match_labels: Some(BTreeMap::from([(
+                            "kubernetes.io/metadata.name".to_owned(),
+                            config.gateway_namespace.clone(),
+                        )])),
+                        ..Default::default()
+                    }),
+                    pod_selector: Some(LabelSelector {
+                        match_labels: Some(BTreeMap::from([(
+                            GATEWAY_LABEL.0.to_owned(),
+                            GATEWAY_LABEL.1.to_owned(),
+                        )])),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }]),
+                ports: Some(vec![NetworkPolicyPort {
+                    port: Some(IntOrString::Int(SQS_PORT)),
+                    protocol: Some("TCP".into()),
+                    ..Default::default()
+                }]),
+            }]),
+            egress: Some(vec![]),
+        }),
+    }
+}
+
+/// The gateway's Service under a name in the tenant's namespace, for the
+/// tenant Ingress to route to.
+pub fn gateway_service(qs: &QueueService, config: &OperatorConfig) -> Service {
+    Service {
+        metadata: meta(qs, gateway_service_name(&qs.spec.tenant_id)),
+        spec: Some(ServiceSpec {
+            type_: Some("ExternalName".into()),
+            external_name: Some(config.gateway_host.clone()),
+            ports: Some(vec![ServicePort {
+                name: Some("sqs".into()),
+                port: SQS_PORT,
+                ..Default::default()
+            }]),
             ..Default::default()
         }),
         ..Default::default()
@@ -304,7 +459,7 @@ pub fn ingress(qs: &QueueService, config: &OperatorConfig) -> Ingress {
                         path_type: "Prefix".into(),
                         backend: IngressBackend {
                             service: Some(IngressServiceBackend {
-                                name: service_name(tenant),
+                                name: gateway_service_name(tenant),
                                 port: Some(ServiceBackendPort {
                                     number: Some(SQS_PORT),
                                     ..Default::default()
@@ -333,6 +488,10 @@ mod tests {
     use crate::crd::queue_service::QueueServiceSpec;
 
     fn qs(namespace: &str, persistence: bool) -> QueueService {
+        with_engine(namespace, persistence, QueueEngine::Sless)
+    }
+
+    fn with_engine(namespace: &str, persistence: bool, engine: QueueEngine) -> QueueService {
         let mut qs = QueueService::new(
             "main",
             QueueServiceSpec {
@@ -340,6 +499,7 @@ mod tests {
                 memory_mb: 128,
                 storage_mb: 1024,
                 persistence,
+                engine,
             },
         );
         qs.metadata.namespace = Some(namespace.into());
@@ -353,12 +513,14 @@ mod tests {
         let c = OperatorConfig::default();
         assert_eq!(namespace(&q).metadata.name.as_deref(), Some("sless-fn-acme"));
         let names = [
-            secret(&q, &sless_sqs::credentials::generate("acme")).metadata,
+            secret(&q, &sless_sqs::credentials::generate("acme"), "t0k3n").metadata,
             configmap(&q, &c).metadata,
             pvc(&q).metadata,
             deployment(&q, &c).metadata,
             service(&q).metadata,
             ingress(&q, &c).metadata,
+            gateway_service(&q, &c).metadata,
+            network_policy(&q, &c).metadata,
         ];
         let got: Vec<(&str, &str)> = names
             .iter()
@@ -373,6 +535,8 @@ mod tests {
                 ("sqs-acme", "sless-fn-acme"),
                 ("sqs-svc-acme", "sless-fn-acme"),
                 ("sqs-ing-acme", "sless-fn-acme"),
+                ("sqs-gw-acme", "sless-fn-acme"),
+                ("sqs-netpol-acme", "sless-fn-acme"),
             ]
         );
     }
@@ -417,14 +581,14 @@ mod tests {
 
     #[test]
     fn the_deployment_runs_elasticmq_with_its_config_volume_probes_and_limits() {
-        let d = deployment(&qs("sless-fn-acme", true), &OperatorConfig::default());
+        let elasticmq = |persistence| with_engine("sless-fn-acme", persistence, QueueEngine::Elasticmq);
+        let d = deployment(&elasticmq(true), &OperatorConfig::default());
         let pod = d.spec.unwrap().template.spec.unwrap();
         let c = &pod.containers[0];
         assert_eq!(c.image.as_deref(), Some("softwaremill/elasticmq-native:1.7.1"));
-        assert_eq!(
-            c.env.as_ref().unwrap()[0].value.as_deref(),
-            Some("-Dconfig.file=/opt/elasticmq/custom.conf")
-        );
+        // Where the native image reads it (not a -Dconfig.file option, which
+        // the native binary does not take from JAVA_TOOL_OPTIONS).
+        assert_eq!(c.env, None);
         let limits = c.resources.as_ref().unwrap().limits.as_ref().unwrap();
         assert_eq!(limits["memory"].0, "128Mi");
         assert_eq!(c.readiness_probe.as_ref().unwrap().period_seconds, Some(5));
@@ -436,7 +600,7 @@ mod tests {
             .iter()
             .map(|m| m.mount_path.as_str())
             .collect();
-        assert_eq!(mounts, ["/opt/elasticmq/custom.conf", "/data"]);
+        assert_eq!(mounts, ["/opt/elasticmq.conf", "/data"]);
         assert_eq!(
             pod.volumes.unwrap()[1]
                 .persistent_volume_claim
@@ -446,8 +610,77 @@ mod tests {
             "sqs-data-acme"
         );
         // Without persistence there is no data volume.
-        let d = deployment(&qs("sless-fn-acme", false), &OperatorConfig::default());
+        let d = deployment(&elasticmq(false), &OperatorConfig::default());
         assert_eq!(d.spec.unwrap().template.spec.unwrap().volumes.unwrap().len(), 1);
+    }
+
+    #[test]
+    fn the_default_deployment_runs_sless_queue_with_its_journal_and_token_and_no_privilege() {
+        let c = OperatorConfig::default();
+        let pod = deployment(&qs("sless-fn-acme", true), &c)
+            .spec
+            .unwrap()
+            .template
+            .spec
+            .unwrap();
+        let container = &pod.containers[0];
+        assert_eq!(container.image.as_deref(), Some("ghcr.io/kube5s/sless:latest"));
+        assert_eq!(
+            container.args.as_ref().unwrap().join(" "),
+            "queue --listen 0.0.0.0:9324 --account-id acme --base-url https://sqs.kube5s.ru/sqs/acme --data-dir /data"
+        );
+        let token = &container.env.as_ref().unwrap()[0];
+        let from = token.value_from.as_ref().unwrap().secret_key_ref.as_ref().unwrap();
+        assert_eq!(
+            (token.name.as_str(), from.name.as_str(), from.key.as_str()),
+            ("SLESS_ENGINE_TOKEN", "sqs-creds-acme", ENGINE_TOKEN_KEY)
+        );
+        assert_eq!(token.value, None, "the token never sits in the spec");
+        let security = container.security_context.as_ref().unwrap();
+        assert_eq!(
+            (
+                security.run_as_non_root,
+                security.read_only_root_filesystem,
+                security.allow_privilege_escalation
+            ),
+            (Some(true), Some(true), Some(false))
+        );
+        assert_eq!(pod.automount_service_account_token, Some(false));
+        let mounts = container.volume_mounts.as_ref().unwrap();
+        assert_eq!((mounts.len(), mounts[0].mount_path.as_str()), (1, "/data"));
+        // In memory: no volume at all, and no --data-dir.
+        let pod = deployment(&qs("sless-fn-acme", false), &c)
+            .spec
+            .unwrap()
+            .template
+            .spec
+            .unwrap();
+        assert_eq!(pod.volumes, None);
+        assert!(
+            !pod.containers[0]
+                .args
+                .as_ref()
+                .unwrap()
+                .contains(&"--data-dir".to_owned())
+        );
+    }
+
+    #[test]
+    fn only_gateway_pods_reach_the_engine_and_the_engine_reaches_nothing() {
+        let spec = network_policy(&qs("sless-fn-acme", true), &OperatorConfig::default())
+            .spec
+            .unwrap();
+        assert_eq!(spec.policy_types.unwrap(), ["Ingress", "Egress"]);
+        assert_eq!(spec.egress, Some(vec![]), "no egress at all");
+        assert_eq!(spec.pod_selector.unwrap().match_labels.unwrap(), labels("acme"));
+        let rules = spec.ingress.unwrap();
+        assert_eq!(rules.len(), 1);
+        let peer = &rules[0].from.as_ref().unwrap()[0];
+        let namespaces = peer.namespace_selector.as_ref().unwrap().match_labels.as_ref().unwrap();
+        assert_eq!(namespaces["kubernetes.io/metadata.name"], "sless-system");
+        let pods = peer.pod_selector.as_ref().unwrap().match_labels.as_ref().unwrap();
+        assert_eq!(pods["app.kubernetes.io/name"], "sless-gateway");
+        assert_eq!(rules[0].ports.as_ref().unwrap()[0].port, Some(IntOrString::Int(9324)));
     }
 
     #[test]
@@ -485,7 +718,16 @@ mod tests {
             (rule.host.as_deref(), path.path.as_deref(), path.path_type.as_str()),
             (Some("sqs.kube5s.ru"), Some("/sqs/acme"), "Prefix")
         );
-        assert_eq!(path.backend.service.as_ref().unwrap().name, "sqs-svc-acme");
+        // The tenant's path goes to the gateway, never to the engine.
+        assert_eq!(path.backend.service.as_ref().unwrap().name, "sqs-gw-acme");
+        let gateway = gateway_service(&q, &OperatorConfig::default()).spec.unwrap();
+        assert_eq!(
+            (gateway.type_.as_deref(), gateway.external_name.as_deref()),
+            (
+                Some("ExternalName"),
+                Some("sless-gateway.sless-system.svc.cluster.local")
+            )
+        );
         assert_eq!(spec.tls.unwrap()[0].secret_name.as_deref(), Some("sqs-tls"));
         assert_eq!(
             endpoint(&OperatorConfig::default(), "acme"),

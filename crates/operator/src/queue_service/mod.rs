@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, PersistentVolumeClaim, Secret, Service};
-use k8s_openapi::api::networking::v1::Ingress;
+use k8s_openapi::api::networking::v1::{Ingress, NetworkPolicy};
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
@@ -26,7 +26,7 @@ use super::context::reconcile_finalized;
 pub use super::context::{Context, Error, error_policy};
 use sless_model::queue_service::QueueServicePhase;
 
-use super::crd::queue_service::{QueueService, QueueServiceStatus};
+use super::crd::queue_service::{QueueEngine, QueueService, QueueServiceStatus};
 use super::objects;
 
 pub const FINALIZER: &str = "sless.kube5s.ru/sqs-finalizer";
@@ -71,16 +71,37 @@ async fn apply(qs: &QueueService, api: &Api<QueueService>, ctx: &Context) -> Res
         }
     }
     // The keys are made once and kept: a re-apply must not rotate them.
+    // A Secret from before engine tokens gets one added.
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
-    if secrets.get_opt(&builders::secret_name(tenant)).await?.is_none() {
-        let credentials = sless_sqs::credentials::generate(tenant);
-        secrets.create(&create, &builders::secret(qs, &credentials)).await?;
+    let secret_name = builders::secret_name(tenant);
+    match secrets.get_opt(&secret_name).await?.map(objects::secret_strings) {
+        None => {
+            let credentials = sless_sqs::credentials::generate(tenant);
+            let secret = builders::secret(qs, &credentials, &sless_sqs::credentials::engine_token());
+            secrets.create(&create, &secret).await?;
+        }
+        Some(values) if !values.contains_key(builders::ENGINE_TOKEN_KEY) => {
+            let patch = serde_json::json!({
+                "stringData": {builders::ENGINE_TOKEN_KEY: sless_sqs::credentials::engine_token()}
+            });
+            secrets
+                .patch(&secret_name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await?;
+        }
+        Some(_) => {}
     }
-    objects::apply(
-        &Api::namespaced(client.clone(), &ns),
-        &builders::configmap(qs, &ctx.config),
-    )
-    .await?;
+    match qs.spec.engine {
+        QueueEngine::Elasticmq => {
+            objects::apply(
+                &Api::namespaced(client.clone(), &ns),
+                &builders::configmap(qs, &ctx.config),
+            )
+            .await?;
+        }
+        QueueEngine::Sless => {
+            objects::delete::<ConfigMap>(client, &ns, &builders::configmap_name(tenant)).await?;
+        }
+    }
     if qs.spec.persistence {
         objects::apply(
             &Api::<PersistentVolumeClaim>::namespaced(client.clone(), &ns),
@@ -88,12 +109,23 @@ async fn apply(qs: &QueueService, api: &Api<QueueService>, ctx: &Context) -> Res
         )
         .await?;
     }
+    // The fence before the engine: only gateways reach it.
+    objects::apply(
+        &Api::<NetworkPolicy>::namespaced(client.clone(), &ns),
+        &builders::network_policy(qs, &ctx.config),
+    )
+    .await?;
     let deployment = objects::apply(
         &Api::<Deployment>::namespaced(client.clone(), &ns),
         &builders::deployment(qs, &ctx.config),
     )
     .await?;
     objects::apply(&Api::<Service>::namespaced(client.clone(), &ns), &builders::service(qs)).await?;
+    objects::apply(
+        &Api::<Service>::namespaced(client.clone(), &ns),
+        &builders::gateway_service(qs, &ctx.config),
+    )
+    .await?;
     objects::apply(
         &Api::<Ingress>::namespaced(client.clone(), &ns),
         &builders::ingress(qs, &ctx.config),
@@ -175,6 +207,8 @@ async fn cleanup(qs: &QueueService, ctx: &Context) -> Result<Action, Error> {
     objects::delete::<Deployment>(client, &ns, &builders::deployment_name(tenant)).await?;
     objects::delete::<Service>(client, &ns, &builders::service_name(tenant)).await?;
     objects::delete::<Ingress>(client, &ns, &builders::ingress_name(tenant)).await?;
+    objects::delete::<Service>(client, &ns, &builders::gateway_service_name(tenant)).await?;
+    objects::delete::<NetworkPolicy>(client, &ns, &builders::network_policy_name(tenant)).await?;
     objects::delete::<ConfigMap>(client, &ns, &builders::configmap_name(tenant)).await?;
     objects::delete::<Secret>(client, &ns, &builders::secret_name(tenant)).await?;
     tracing::info!(name = %qs.name_any(), %tenant, "QueueService removed; its PVC is kept");

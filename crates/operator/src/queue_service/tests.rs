@@ -8,17 +8,21 @@ use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentStatus};
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Secret, Service};
-use k8s_openapi::api::networking::v1::Ingress;
+use k8s_openapi::api::networking::v1::{Ingress, NetworkPolicy};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 
 use super::*;
 use crate::config::OperatorConfig;
-use crate::crd::queue_service::QueueServiceSpec;
+use crate::crd::queue_service::{QueueEngine, QueueServiceSpec};
 
 const NS: &str = "sless-fn-acme";
 const OTHER: &str = "example.com/backup";
 
 async fn setup() -> (Api<QueueService>, Arc<Context>) {
+    setup_with(QueueEngine::Elasticmq).await
+}
+
+async fn setup_with(engine: QueueEngine) -> (Api<QueueService>, Arc<Context>) {
     let client = kube_fake_client::ClientBuilder::new()
         .with_resource::<QueueService>()
         .with_status_subresource::<QueueService>()
@@ -34,6 +38,7 @@ async fn setup() -> (Api<QueueService>, Arc<Context>) {
             memory_mb: 64,
             storage_mb: 512,
             persistence: true,
+            engine,
         },
     );
     // Another controller's finalizer is there already. (Adding the first
@@ -261,4 +266,94 @@ async fn delete_removes_the_children_keeps_the_pvc_and_releases_the_finalizer() 
     );
     // Ours is released; the other controller's keeps the object for now.
     assert_eq!(api.get("main").await.unwrap().finalizers(), [OTHER]);
+}
+
+#[tokio::test]
+async fn the_sless_engine_gets_a_token_a_fence_and_the_gateway_behind_its_ingress() {
+    let (api, ctx) = setup_with(QueueEngine::Sless).await;
+    run(&api, &ctx).await;
+    run(&api, &ctx).await;
+    let client = ctx.client.clone();
+    let secrets = Api::<Secret>::namespaced(client.clone(), NS);
+    let values = crate::objects::secret_strings(secrets.get("sqs-creds-acme").await.unwrap());
+    let token = values[builders::ENGINE_TOKEN_KEY].clone();
+    assert_eq!(token.len(), 32, "{values:?}");
+    assert!(
+        Api::<ConfigMap>::namespaced(client.clone(), NS)
+            .get_opt("sqs-cfg-acme")
+            .await
+            .unwrap()
+            .is_none(),
+        "no HOCON for sless queue"
+    );
+    Api::<NetworkPolicy>::namespaced(client.clone(), NS)
+        .get("sqs-netpol-acme")
+        .await
+        .unwrap();
+    let gateway = Api::<Service>::namespaced(client.clone(), NS)
+        .get("sqs-gw-acme")
+        .await
+        .unwrap();
+    assert_eq!(gateway.spec.unwrap().type_.as_deref(), Some("ExternalName"));
+    let deployment = Api::<Deployment>::namespaced(client.clone(), NS)
+        .get("sqs-acme")
+        .await
+        .unwrap();
+    let container = &deployment.spec.unwrap().template.spec.unwrap().containers[0];
+    assert_eq!(container.args.as_ref().unwrap()[0], "queue");
+
+    // A Secret from before engine tokens (its token removed here) gets one;
+    // the keys stay.
+    let mut old = secrets.get("sqs-creds-acme").await.unwrap();
+    old.string_data = None;
+    old.data = Some(
+        values
+            .iter()
+            .filter(|(k, _)| k.as_str() != builders::ENGINE_TOKEN_KEY)
+            .map(|(k, v)| (k.clone(), k8s_openapi::ByteString(v.clone().into_bytes())))
+            .collect(),
+    );
+    secrets
+        .replace("sqs-creds-acme", &PostParams::default(), &old)
+        .await
+        .unwrap();
+    run(&api, &ctx).await;
+    let renewed = crate::objects::secret_strings(secrets.get("sqs-creds-acme").await.unwrap());
+    assert_eq!(renewed["accessKey"], values["accessKey"]);
+    assert_eq!(renewed[builders::ENGINE_TOKEN_KEY].len(), 32);
+    assert_ne!(
+        renewed[builders::ENGINE_TOKEN_KEY],
+        token,
+        "a new token, since the old one was gone"
+    );
+
+    // Switching to ElasticMQ brings its HOCON; cleanup removes the fence.
+    let patch = serde_json::json!({"spec": {"engine": "elasticmq"}});
+    api.patch("main", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    run(&api, &ctx).await;
+    Api::<ConfigMap>::namespaced(client.clone(), NS)
+        .get("sqs-cfg-acme")
+        .await
+        .unwrap();
+    let mut marked = api.get("main").await.unwrap();
+    marked.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        k8s_openapi::jiff::Timestamp::now(),
+    ));
+    reconcile(Arc::new(marked), ctx.clone()).await.unwrap();
+    for gone in [
+        Api::<NetworkPolicy>::namespaced(client.clone(), NS)
+            .get_opt("sqs-netpol-acme")
+            .await
+            .unwrap()
+            .is_none(),
+        Api::<Service>::namespaced(client, NS)
+            .get_opt("sqs-gw-acme")
+            .await
+            .unwrap()
+            .is_none(),
+    ] {
+        assert!(gone);
+    }
 }

@@ -8,7 +8,7 @@ use std::process::Command;
 use serde_json::json;
 use sless_operator::config::OperatorConfig;
 use sless_operator::crd::dataflow::DataFlow;
-use sless_operator::crd::queue_service::{QueueService, QueueServiceSpec};
+use sless_operator::crd::queue_service::{QueueEngine, QueueService, QueueServiceSpec};
 use sless_operator::{dataflow, queue_service};
 use sless_testkit::TempDir;
 
@@ -29,6 +29,7 @@ fn generated_children_pass_the_kubernetes_schemas() {
             memory_mb: 128,
             storage_mb: 1024,
             persistence: true,
+            engine: Default::default(),
         },
     );
     qs.metadata.namespace = Some("sless-fn-acme".into());
@@ -37,13 +38,18 @@ fn generated_children_pass_the_kubernetes_schemas() {
     use queue_service::builders as q;
     let mut objects = vec![
         ("namespace", yaml(&q::namespace(&qs))),
-        ("secret", yaml(&q::secret(&qs, &credentials))),
+        ("secret", yaml(&q::secret(&qs, &credentials, "t0k3n"))),
         ("configmap", yaml(&q::configmap(&qs, &config))),
         ("pvc", yaml(&q::pvc(&qs))),
         ("deployment", yaml(&q::deployment(&qs, &config))),
         ("service", yaml(&q::service(&qs))),
         ("ingress", yaml(&q::ingress(&qs, &config))),
+        ("gateway-service", yaml(&q::gateway_service(&qs, &config))),
+        ("network-policy", yaml(&q::network_policy(&qs, &config))),
     ];
+    let mut elasticmq = qs.clone();
+    elasticmq.spec.engine = QueueEngine::Elasticmq;
+    objects.push(("elasticmq-deployment", yaml(&q::deployment(&elasticmq, &config))));
 
     let mut df = DataFlow::new(
         "orders",

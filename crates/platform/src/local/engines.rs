@@ -67,7 +67,7 @@ impl LocalPlatform {
             .map_err(|e| format!("cannot open the message store: {}", e.message))?;
         // Only the gateway, which learns it from the routing snapshot, can
         // reach the engine's loopback port.
-        let token = sless_runtime::random::id();
+        let token = sless_sqs::credentials::engine_token();
         let server = EngineServer::start(
             engine,
             std::net::SocketAddr::from(([127, 0, 0, 1], 0)),

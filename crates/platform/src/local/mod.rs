@@ -15,10 +15,11 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{Mutex, Notify};
 
-use super::{Platform, PlatformError, Result, routing};
+use super::{Platform, PlatformError, Result};
 use sless_controlplane::publisher::{PublishedSnapshot, SnapshotPublisher};
 use sless_controlplane::store::ControlStore;
 use sless_sqs::credentials;
+use sless_sqs::gateway::routes;
 
 use self::checkpoint::EmbeddedCheckpoint;
 use self::db::{Record, Store, StoreError};
@@ -192,9 +193,9 @@ impl LocalPlatform {
     async fn reconcile_all(&self) -> Result<bool, StoreError> {
         let queues: Vec<QueueRecord> = self.store.list(QUEUE_SERVICE, None).await?;
         let backends = self.ensure_engines(&queues).await;
-        self.gateway.publisher.publish(routing::snapshot(queues.iter().map(|q| {
+        self.gateway.publisher.publish(routes::snapshot(queues.iter().map(|q| {
             let backend = backends.get(&q.tenant).and_then(|b| b.as_ref().ok());
-            routing::Route {
+            routes::Route {
                 tenant: &q.tenant,
                 backend_address: backend.map(|(address, _)| address.as_str()),
                 backend_token: backend.map(|(_, token)| token.as_str()),

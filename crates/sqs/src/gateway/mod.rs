@@ -2,6 +2,7 @@
 
 pub mod counters;
 pub mod proxy;
+pub mod routes;
 pub mod sigv4;
 pub mod table;
 pub mod worker;

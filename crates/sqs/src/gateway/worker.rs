@@ -22,8 +22,9 @@ const RETRY: Backoff = Backoff::new(Duration::from_millis(500), Duration::from_s
 
 #[derive(Clone)]
 pub struct WorkerConfig {
-    /// `http://host:port`, or `https://…` with `tls`.
-    pub control_plane: String,
+    /// `http://host:port`, or `https://…` with `tls`: one address (a
+    /// Service), or each replica's, tried in turn; only the leader serves.
+    pub control_planes: Vec<String>,
     pub worker_id: String,
     pub instance_id: String,
     pub tls: Option<ClientTlsConfig>,
@@ -40,10 +41,14 @@ pub async fn run(
 ) {
     tokio::pin!(shutdown);
     let mut retries = RETRY.start();
-    loop {
+    for attempt in 0usize.. {
+        let Some(address) = config.control_planes.get(attempt % config.control_planes.len().max(1)) else {
+            tracing::error!("no control plane address; the routing table stays empty");
+            return shutdown.await;
+        };
         tokio::select! {
             () = &mut shutdown => return,
-            result = session(&config, &table, &counters) => {
+            result = session(&config, address, &table, &counters) => {
                 match result {
                     Ok(()) => {
                         retries.succeeded();
@@ -60,8 +65,8 @@ pub async fn run(
     }
 }
 
-async fn connect(config: &WorkerConfig) -> Result<Client, Status> {
-    let mut endpoint = Endpoint::from_shared(config.control_plane.clone())
+async fn connect(config: &WorkerConfig, address: &str) -> Result<Client, Status> {
+    let mut endpoint = Endpoint::from_shared(address.to_owned())
         .map_err(|e| Status::invalid_argument(e.to_string()))?
         .connect_timeout(Duration::from_secs(5))
         .tcp_keepalive(Some(Duration::from_secs(30)));
@@ -85,8 +90,13 @@ struct Applied {
 }
 
 /// One session: lasts until an error ends it.
-async fn session(config: &WorkerConfig, table: &SharedTable, counters: &Arc<Counters>) -> Result<(), Status> {
-    let mut client = connect(config).await?;
+async fn session(
+    config: &WorkerConfig,
+    address: &str,
+    table: &SharedTable,
+    counters: &Arc<Counters>,
+) -> Result<(), Status> {
+    let mut client = connect(config, address).await?;
     let registration = client
         .register_worker(proto::RegisterWorkerRequest {
             supported_protocol_version: 1,

@@ -1,5 +1,6 @@
-//! The gateway's routing table, built from the queue services: the platform
-//! hands it to the control plane's snapshot publisher.
+//! The gateway's routing table, built from the queue services: `sless dev`'s
+//! local platform and `sless serve`'s route publisher hand it to the control
+//! plane's snapshot publisher.
 
 use sless_controlplane::proto::{AccessKey, RoutingSnapshot, TenantRoute};
 use sless_model::queue_service::Credentials;

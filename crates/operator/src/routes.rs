@@ -1,0 +1,173 @@
+//! The SQS gateways' routing table, from the cluster. While this replica
+//! leads, every QueueService's keys and engine token (its Secret) and the
+//! address of its engine (its Service's ClusterIP) go to the control
+//! plane's publisher, which debounces and publishes only changes. The
+//! cluster is polled, not watched: a deleted QueueService leaves the table
+//! within one poll, and a lost watch cannot leave a stale route behind.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Secret, Service};
+use kube::api::{Api, ListParams};
+use kube::{Client, ResourceExt};
+use sless_controlplane::config::ControlPlaneConfig;
+use sless_controlplane::proto::RoutingSnapshot;
+use sless_controlplane::publisher::{Debounce, SnapshotPublisher};
+use sless_controlplane::server::ControlPlane;
+use sless_controlplane::store::ControlStore;
+use sless_model::queue_service::Credentials;
+use sless_runtime::backoff::Backoff;
+use sless_runtime::shutdown::stopped;
+use sless_sqs::gateway::routes::{self, Route};
+use tokio::sync::watch;
+
+use crate::crd::queue_service::QueueService;
+use crate::objects::secret_strings;
+use crate::queue_service::builders::{self, ENGINE_TOKEN_KEY, SQS_PORT};
+
+/// How often the cluster (and the store's ownership epoch) is read.
+pub const POLL: Duration = Duration::from_secs(2);
+
+/// Starting the control plane again after a failure: 500 ms, doubling to 10 s.
+const RESTART: Backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(10));
+
+/// The children of QueueServices, as [`builders`] labels them.
+const CHILDREN: &str = "app.kubernetes.io/managed-by=sless-operator,app.kubernetes.io/name=sqs";
+
+/// Publishes the routing table every [`POLL`] until `stopped` is set. A
+/// failed read keeps the table as it was: gateways go on serving.
+pub async fn publish(client: Client, publisher: SnapshotPublisher, mut stopped: watch::Receiver<bool>) {
+    loop {
+        match table(&client).await {
+            Ok(snapshot) => publisher.publish(snapshot),
+            Err(e) => tracing::warn!(error = %e, "cannot read the queue services; the routing table is kept"),
+        }
+        tokio::select! {
+            () = tokio::time::sleep(POLL) => {}
+            _ = stopped.wait_for(|s| *s) => return,
+        }
+    }
+}
+
+/// The leader's part of the worker control plane: it claims a fresh
+/// ownership epoch, serves the gateways and publishes the routing table,
+/// until `stop` turns true. Followers serve nothing, so gateways settle on
+/// the leader. When the store's epoch moves away from this one (another
+/// replica claimed it, or Redis lost it in a restart), this control plane
+/// stops and claims again: gateways re-register with a current owner and
+/// keep serving from their last table meanwhile.
+pub async fn serve_control_plane(
+    config: ControlPlaneConfig,
+    store: Arc<dyn ControlStore>,
+    client: Client,
+    debounce: Debounce,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut retries = RESTART.start();
+    while !*stop.borrow() {
+        let control_plane = match ControlPlane::start(config.clone(), store.clone(), debounce).await {
+            Ok(cp) => cp,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot start the worker control plane; retrying");
+                if !retries.wait(&mut stop).await {
+                    return;
+                }
+                continue;
+            }
+        };
+        retries.succeeded();
+        let epoch = control_plane.ownership_epoch;
+        let (stop_this, this_stopped) = watch::channel(false);
+        let publishing = tokio::spawn(publish(
+            client.clone(),
+            control_plane.publisher.clone(),
+            this_stopped.clone(),
+        ));
+        let mut serving = tokio::spawn(control_plane.serve(stopped(&this_stopped)));
+        let ended = loop {
+            tokio::select! {
+                () = tokio::time::sleep(POLL) => {}
+                _ = stop.wait_for(|s| *s) => break None,
+                ended = &mut serving => break Some(ended),
+            }
+            match store.current_ownership_epoch().await {
+                Ok(current) if current != epoch => {
+                    tracing::warn!(epoch, current, "the ownership epoch moved; claiming it again");
+                    break None;
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "cannot read the ownership epoch"),
+            }
+        };
+        stop_this.send_replace(true);
+        let _ = publishing.await;
+        let ended = match ended {
+            Some(ended) => ended,
+            None => serving.await,
+        };
+        if let Ok(Err(e)) = ended {
+            tracing::warn!(error = %e, "the worker control plane stopped");
+        }
+    }
+}
+
+/// One tenant's route as read from its children.
+struct Read {
+    tenant: String,
+    credentials: Credentials,
+    token: Option<String>,
+    backend: Option<String>,
+}
+
+/// The routing table as the cluster has it now: a route per QueueService
+/// that is not being deleted and has its keys. Its engine address is empty
+/// until its Service has a ClusterIP (the gateway then answers 503).
+pub async fn table(client: &Client) -> Result<RoutingSnapshot, kube::Error> {
+    let queues = Api::<QueueService>::all(client.clone())
+        .list(&ListParams::default())
+        .await?;
+    let children = ListParams::default().labels(CHILDREN);
+    let key = |namespace: Option<String>, name: String| (namespace.unwrap_or_default(), name);
+    let mut secrets: HashMap<(String, String), Secret> = Api::<Secret>::all(client.clone())
+        .list(&children)
+        .await?
+        .into_iter()
+        .map(|s| (key(s.namespace(), s.name_any()), s))
+        .collect();
+    let addresses: HashMap<(String, String), String> = Api::<Service>::all(client.clone())
+        .list(&children)
+        .await?
+        .into_iter()
+        .filter_map(|s| {
+            let ip = s.spec.as_ref()?.cluster_ip.clone()?;
+            let usable = !ip.is_empty() && ip != "None";
+            usable.then(|| (key(s.namespace(), s.name_any()), format!("{ip}:{SQS_PORT}")))
+        })
+        .collect();
+    let mut read: Vec<Read> = Vec::new();
+    for qs in queues.into_iter().filter(|q| q.metadata.deletion_timestamp.is_none()) {
+        let tenant = qs.spec.tenant_id;
+        let namespace = builders::namespace_name(&tenant);
+        let Some(secret) = secrets.remove(&(namespace.clone(), builders::secret_name(&tenant))) else {
+            continue;
+        };
+        let mut values = secret_strings(secret);
+        let (Some(access_key), Some(secret_key)) = (values.remove("accessKey"), values.remove("secretKey")) else {
+            continue;
+        };
+        read.push(Read {
+            backend: addresses.get(&(namespace, builders::service_name(&tenant))).cloned(),
+            token: values.remove(ENGINE_TOKEN_KEY),
+            credentials: Credentials { access_key, secret_key },
+            tenant,
+        });
+    }
+    Ok(routes::snapshot(read.iter().map(|r| Route {
+        tenant: &r.tenant,
+        backend_address: r.backend.as_deref(),
+        backend_token: r.token.as_deref(),
+        credentials: &r.credentials,
+    })))
+}
