@@ -11,5 +11,6 @@ mod cli;
 mod dataflow_kafka;
 mod dataflow_pg;
 mod dev_routing;
+mod kubernetes;
 mod processor;
 mod restart;
