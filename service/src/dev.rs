@@ -10,7 +10,7 @@ use tokio::net::TcpListener;
 use sless_runtime::shutdown::stopped;
 
 use crate::api::{self, AppState, metrics::Metrics};
-use crate::tenants::{TenantArgs, TenantConfigError, Tenants};
+use crate::tenants::{Directory, TenantArgs, TenantConfigError, Tenants};
 use sless_controlplane::config::ControlPlaneConfig;
 use sless_controlplane::local_pki::LocalPki;
 use sless_controlplane::publisher::Debounce;
@@ -144,7 +144,7 @@ impl Dev {
         );
         let state = AppState {
             platform: platform.clone(),
-            tenants: Arc::new(tenants),
+            tenants: Arc::new(Directory::new(tenants)),
             metrics: Metrics::new(),
         };
         Ok(Self {

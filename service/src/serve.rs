@@ -123,13 +123,14 @@ pub async fn run(args: ServeArgs, shutdown: impl Future<Output = ()> + Send + 's
     let client = kube::Client::try_from(kube_config).context("cannot make a Kubernetes client")?;
     let mut tenants = sless::tenants::Tenants::default();
     op.tenants.load_into(&mut tenants)?;
+    let tenants = std::sync::Arc::new(sless::tenants::Directory::new(tenants));
     let mut operator_metrics = None;
     let api_state = sless::api::AppState {
         platform: std::sync::Arc::new(sless_platform::kubernetes::KubePlatform::new(
             client.clone(),
             op.create_namespaces,
         )),
-        tenants: std::sync::Arc::new(tenants),
+        tenants: tenants.clone(),
         metrics: sless::api::metrics::Metrics::with(|registry| {
             operator_metrics = Some(OperatorMetrics::register(registry));
         }),
@@ -141,6 +142,13 @@ pub async fn run(args: ServeArgs, shutdown: impl Future<Output = ()> + Send + 's
     let store: std::sync::Arc<dyn sless_controlplane::store::ControlStore> = std::sync::Arc::new(store);
     // Only the leader serves gateways and publishes routes (under a fresh
     // ownership epoch); followers serve the REST API and the webhook.
+    let readiness = {
+        let (store, client) = (store.clone(), client.clone());
+        axum::routing::get(move || {
+            let (store, client) = (store.clone(), client.clone());
+            async move { ready(&*store, &client).await }
+        })
+    };
     let while_leading: LeaderWork = {
         let client = client.clone();
         std::sync::Arc::new(move |stopped| {
@@ -184,8 +192,16 @@ pub async fn run(args: ServeArgs, shutdown: impl Future<Output = ()> + Send + 's
         }
         _ => None,
     };
+    let reloading = tokio::spawn(sless::tenants::reload(
+        op.tenants.clone(),
+        tenants,
+        sless::tenants::RELOAD_EVERY,
+        stop_rx.clone(),
+    ));
     // The API's and the operator's metrics name tenants: internal port only.
-    let app = sless::api::metrics_router(api_state.clone()).route("/healthz", axum::routing::get(|| async { "ok" }));
+    let app = sless::api::metrics_router(api_state.clone())
+        .route("/healthz", axum::routing::get(|| async { "ok" }))
+        .route("/readyz", readiness);
     let listener = tokio::net::TcpListener::bind(op.metrics_listen)
         .await
         .with_context(|| format!("cannot listen on {}", op.metrics_listen))?;
@@ -210,5 +226,24 @@ pub async fn run(args: ServeArgs, shutdown: impl Future<Output = ()> + Send + 's
     }
     metrics_server.await??;
     api.await??;
+    reloading.await?;
     Ok(())
+}
+
+/// Ready while Redis and the Kubernetes API answer: without them a replica
+/// can neither lead nor serve the API. The reason stays in the log.
+async fn ready(
+    store: &dyn sless_controlplane::store::ControlStore,
+    client: &kube::Client,
+) -> (axum::http::StatusCode, &'static str) {
+    use axum::http::StatusCode;
+    if let Err(e) = store.ping().await {
+        tracing::warn!(error = %e, "not ready: Redis does not answer");
+        return (StatusCode::SERVICE_UNAVAILABLE, "redis unreachable");
+    }
+    if let Err(e) = client.apiserver_version().await {
+        tracing::warn!(error = %e, "not ready: the Kubernetes API does not answer");
+        return (StatusCode::SERVICE_UNAVAILABLE, "kubernetes api unreachable");
+    }
+    (StatusCode::OK, "ready")
 }

@@ -3,6 +3,8 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
@@ -91,6 +93,15 @@ impl Tenants {
         self.by_digest.get(&digest(token))
     }
 
+    /// How many tokens are known.
+    pub fn len(&self) -> usize {
+        self.by_digest.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_digest.is_empty()
+    }
+
     /// Adds a tenant with a plaintext token.
     pub fn add(&mut self, id: &str, token: &str) -> Result<(), TenantConfigError> {
         if token.len() < MIN_TOKEN_LEN {
@@ -150,6 +161,77 @@ impl Tenants {
     }
 }
 
+/// The tenants in force. A reload replaces them whole, so a request sees
+/// either the old set or the new one.
+#[derive(Debug, Default)]
+pub struct Directory(RwLock<Arc<Tenants>>);
+
+impl Directory {
+    pub fn new(tenants: Tenants) -> Self {
+        Self(RwLock::new(Arc::new(tenants)))
+    }
+
+    pub fn current(&self) -> Arc<Tenants> {
+        self.0.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn replace(&self, tenants: Tenants) {
+        *self.0.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(tenants);
+    }
+}
+
+/// How often `sless serve` looks at its tenants file (a mounted Secret,
+/// which the kubelet updates in place).
+pub const RELOAD_EVERY: Duration = Duration::from_secs(5);
+
+/// Loads `args` again into `directory` whenever the tenants file's content
+/// changes, until `stop` turns true. A file that does not load (half
+/// written, invalid) keeps the tenants in force, and says why.
+pub async fn reload(
+    args: TenantArgs,
+    directory: Arc<Directory>,
+    every: Duration,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let Some(path) = args.tenants_file.clone() else {
+        return;
+    };
+    let read = |path: PathBuf| async move {
+        tokio::task::spawn_blocking(move || std::fs::read(path).ok())
+            .await
+            .ok()
+            .flatten()
+    };
+    // The first look loads the file again: what it held at start is not
+    // known here, and loading the same tenants twice changes nothing.
+    let mut loaded = None;
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(every) => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+        let now = read(path.clone()).await;
+        if now == loaded {
+            continue;
+        }
+        let args = args.clone();
+        let fresh = tokio::task::spawn_blocking(move || {
+            let mut tenants = Tenants::default();
+            args.load_into(&mut tenants).map(|()| tenants)
+        })
+        .await;
+        match fresh {
+            Ok(Ok(tenants)) => {
+                tracing::info!(tenants = tenants.len(), "tenants reloaded");
+                directory.replace(tenants);
+                loaded = now;
+            }
+            Ok(Err(e)) => tracing::error!(error = %e, "the tenants file does not load; the tenants in force stay"),
+            Err(e) => tracing::error!(error = %e, "reloading the tenants failed"),
+        }
+    }
+}
+
 fn invalid(tenant: &str, message: String) -> TenantConfigError {
     TenantConfigError::Invalid {
         tenant: tenant.into(),
@@ -187,6 +269,47 @@ mod tests {
         assert!(t.add("gamma", "short").is_err());
         assert!(t.add("Bad_Id", "dddddddddddddddd").is_err());
         assert!(t.add_flag("no-equals-sign").is_err());
+    }
+
+    /// A changed file is taken up while serving; a broken one is not.
+    #[tokio::test]
+    async fn the_tenants_file_is_reloaded_and_a_broken_one_keeps_the_tenants() {
+        let path = std::env::temp_dir().join(format!("sless-reload-{}-{}.toml", std::process::id(), rand_suffix()));
+        let entry = |token: &str| format!("[[tenant]]\nid = \"acme\"\ntoken = \"{token}\"\n");
+        std::fs::write(&path, entry("first-token-0123456")).unwrap();
+        let args = TenantArgs {
+            tenants_file: Some(path.clone()),
+            tenants: vec![],
+        };
+        let mut first = Tenants::default();
+        args.load_into(&mut first).unwrap();
+        let directory = Arc::new(Directory::new(first));
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let every = Duration::from_millis(20);
+        let task = tokio::spawn(reload(args, directory.clone(), every, stopped));
+        std::fs::write(&path, entry("second-token-012345")).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while directory.current().authenticate("second-token-012345").is_none() {
+            assert!(std::time::Instant::now() < deadline, "the new file was never taken up");
+            tokio::time::sleep(every).await;
+        }
+        assert!(
+            directory.current().authenticate("first-token-0123456").is_none(),
+            "the old token is gone"
+        );
+        std::fs::write(&path, entry("short")).unwrap();
+        tokio::time::sleep(every * 10).await;
+        assert!(
+            directory.current().authenticate("second-token-012345").is_some(),
+            "a file that does not load changes nothing"
+        );
+        stop.send_replace(true);
+        task.await.unwrap();
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    fn rand_suffix() -> u64 {
+        u64::from_le_bytes(sless_runtime::random::bytes::<8>())
     }
 
     #[test]

@@ -26,6 +26,7 @@ pub async fn require_tenant(State(state): State<AppState>, mut req: Request, nex
         .ok_or(ApiError::Unauthorized("Authorization header must be: Bearer <token>"))?;
     let tenant = state
         .tenants
+        .current()
         .authenticate(token)
         .ok_or(ApiError::Unauthorized("invalid token"))?
         .clone();

@@ -17,7 +17,7 @@ use axum::http::StatusCode;
 use axum::middleware;
 use axum::routing::get;
 
-use crate::tenants::Tenants;
+use crate::tenants::Directory;
 use error::ApiError;
 use metrics::Metrics;
 use sless_platform::Platform;
@@ -25,7 +25,7 @@ use sless_platform::Platform;
 #[derive(Clone)]
 pub struct AppState {
     pub platform: Arc<dyn Platform>,
-    pub tenants: Arc<Tenants>,
+    pub tenants: Arc<Directory>,
     pub metrics: Arc<Metrics>,
 }
 
@@ -102,7 +102,7 @@ mod tests {
         let client = kube_fake_client::ClientBuilder::new().build().await.unwrap();
         let state = AppState {
             platform: Arc::new(KubePlatform::new(client, false)),
-            tenants: Arc::new(Tenants::default()),
+            tenants: Arc::new(Directory::default()),
             metrics: Metrics::with(|registry| {
                 OperatorMetrics::register(registry);
             }),

@@ -55,7 +55,10 @@ fn free_port() -> u16 {
 
 fn sless() -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_sless"));
-    command.env("SLESS_LOG", "warn").stdout(Stdio::null()).stderr(Stdio::inherit());
+    command
+        .env("SLESS_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit());
     command
 }
 
@@ -87,7 +90,16 @@ struct Redis {
 impl Redis {
     async fn start(port: u16) -> Self {
         let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
             .stdout(Stdio::null())
             .spawn()
             .expect("redis-server");
@@ -242,12 +254,20 @@ impl Cluster {
         self.engines.insert(tenant.to_owned(), (listen, Some(Process(child))));
         let available = json!({"status": {"availableReplicas": 1, "readyReplicas": 1}});
         Api::<Deployment>::namespaced(self.client.clone(), &ns)
-            .patch_status(&format!("sqs-{tenant}"), &PatchParams::default(), &Patch::Merge(&available))
+            .patch_status(
+                &format!("sqs-{tenant}"),
+                &PatchParams::default(),
+                &Patch::Merge(&available),
+            )
             .await
             .unwrap();
         let address = json!({"spec": {"clusterIP": ip}});
         Api::<Service>::namespaced(self.client.clone(), &ns)
-            .patch(&format!("sqs-svc-{tenant}"), &PatchParams::default(), &Patch::Merge(&address))
+            .patch(
+                &format!("sqs-svc-{tenant}"),
+                &PatchParams::default(),
+                &Patch::Merge(&address),
+            )
             .await
             .unwrap();
     }
@@ -271,7 +291,9 @@ impl Cluster {
         marked.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
             k8s_openapi::jiff::Timestamp::now(),
         ));
-        queue_service::reconcile(Arc::new(marked), self.ctx.clone()).await.unwrap();
+        queue_service::reconcile(Arc::new(marked), self.ctx.clone())
+            .await
+            .unwrap();
         api.delete("main", &DeleteParams::default()).await.unwrap();
     }
 }
@@ -386,12 +408,23 @@ async fn the_kubernetes_path_routes_fences_and_survives_failures() {
 
     let mut gateways = Vec::new();
     for worker in ["gw-1", "gw-2"] {
-        let (cert, key) = ca.issue(&[], &[&format!("spiffe://{TRUST_DOMAIN}/{ENVIRONMENT}/worker/{worker}")]);
+        let (cert, key) = ca.issue(
+            &[],
+            &[&format!("spiffe://{TRUST_DOMAIN}/{ENVIRONMENT}/worker/{worker}")],
+        );
         let cert = write(&dir.0, &format!("{worker}.pem"), &cert);
         let key = write(&dir.0, &format!("{worker}.key"), &key);
         let listen = format!("127.0.0.1:{}", free_port());
         let child = sless()
-            .args(["gateway", "--listen", &listen, "--control-plane", &control_planes, "--worker-id", worker])
+            .args([
+                "gateway",
+                "--listen",
+                &listen,
+                "--control-plane",
+                &control_planes,
+                "--worker-id",
+                worker,
+            ])
             .arg("--tls-ca")
             .arg(&ca_file)
             .arg("--tls-cert")
@@ -424,7 +457,10 @@ async fn the_kubernetes_path_routes_fences_and_survives_failures() {
         })
         .await;
     }
-    assert_eq!(boto3(&gateways[1].0, "b", &keys_b, "send", "b1").await, json!({"ok": "sent"}));
+    assert_eq!(
+        boto3(&gateways[1].0, "b", &keys_b, "send", "b1").await,
+        json!({"ok": "sent"})
+    );
 
     // Keys are checked: another tenant's keys and made-up keys are refused.
     let mut forged = keys_a.clone();
@@ -457,12 +493,18 @@ async fn the_kubernetes_path_routes_fences_and_survives_failures() {
         .unwrap();
     let index = usize::from(leader == "replica-2");
     replicas[index].kill();
-    assert_eq!(boto3(&gateways[0].0, "a", &keys_a, "send", "during failover").await, json!({"ok": "sent"}));
+    assert_eq!(
+        boto3(&gateways[0].0, "a", &keys_a, "send", "during failover").await,
+        json!({"ok": "sent"})
+    );
 
     // Redis dies and comes back empty: gateways keep serving from their
     // tables meanwhile.
     redis.kill();
-    assert_eq!(boto3(&gateways[1].0, "a", &keys_a, "send", "after redis").await, json!({"ok": "sent"}));
+    assert_eq!(
+        boto3(&gateways[1].0, "a", &keys_a, "send", "after redis").await,
+        json!({"ok": "sent"})
+    );
     let _redis = Redis::start(redis.port).await;
 
     // The engine's journal survives kill -9.
@@ -483,12 +525,18 @@ async fn the_kubernetes_path_routes_fences_and_survives_failures() {
     cluster.delete("b").await;
     for (gateway, _) in &gateways {
         eventually(Duration::from_secs(30), "tenant b's keys refused", || async {
-            boto3(gateway, "b", &keys_b, "send", "late").await.get("error").is_some()
+            boto3(gateway, "b", &keys_b, "send", "late")
+                .await
+                .get("error")
+                .is_some()
         })
         .await;
     }
     // …and tenant a is still served.
-    assert_eq!(boto3(&gateways[1].0, "a", &keys_a, "send", "still").await, json!({"ok": "sent"}));
+    assert_eq!(
+        boto3(&gateways[1].0, "a", &keys_a, "send", "still").await,
+        json!({"ok": "sent"})
+    );
     drop(replicas);
     assert!(
         Api::<QueueService>::all(client)
