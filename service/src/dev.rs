@@ -20,7 +20,7 @@ use sless_platform::local::GatewayLink;
 use sless_platform::local::LocalPlatform;
 use sless_platform::local::db::{Store, StoreError};
 use sless_sqs::gateway::Gateway;
-use sless_sqs::gateway::worker::WorkerConfig;
+use sless_sqs::gateway::worker::{ClientTls, WorkerConfig};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DevError {
@@ -118,7 +118,7 @@ impl Dev {
                 control_planes: vec![format!("https://{}", control_plane.local_addr)],
                 worker_id: GATEWAY_WORKER_ID.into(),
                 instance_id: sless_runtime::random::id(),
-                tls: Some(pki.worker),
+                tls: Some(ClientTls::Fixed(pki.worker)),
             },
         )
         .await

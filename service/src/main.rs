@@ -251,22 +251,22 @@ async fn queue(args: QueueArgs) -> anyhow::Result<()> {
 }
 
 async fn gateway(args: GatewayArgs) -> anyhow::Result<()> {
-    use sless_sqs::gateway::{Gateway, worker::WorkerConfig};
-    use tonic::transport::{Certificate, ClientTlsConfig, Identity};
-    let tls = match (&args.tls_ca, &args.tls_cert, &args.tls_key) {
+    use sless_sqs::gateway::Gateway;
+    use sless_sqs::gateway::worker::{ClientTls, WorkerConfig};
+    let tls = match (args.tls_ca, args.tls_cert, args.tls_key) {
         (None, None, None) => None,
-        (Some(ca), Some(cert), Some(key)) => {
-            let read = |p: &PathBuf| std::fs::read(p).with_context(|| format!("cannot read {}", p.display()));
-            let mut tls = ClientTlsConfig::new()
-                .ca_certificate(Certificate::from_pem(read(ca)?))
-                .identity(Identity::from_pem(read(cert)?, read(key)?));
-            if let Some(domain) = &args.tls_domain {
-                tls = tls.domain_name(domain.clone());
-            }
-            Some(tls)
-        }
+        (Some(ca), Some(cert), Some(key)) => Some(ClientTls::Files {
+            ca,
+            cert,
+            key,
+            domain: args.tls_domain,
+        }),
         _ => anyhow::bail!("mTLS needs all of --tls-ca, --tls-cert and --tls-key"),
     };
+    // A wrong path fails now, not at every connection.
+    if let Some(tls) = &tls {
+        tls.load().await.map_err(|e| anyhow::anyhow!("{}", e.message()))?;
+    }
     let worker = WorkerConfig {
         control_planes: args.control_plane,
         worker_id: args.worker_id,

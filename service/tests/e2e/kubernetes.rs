@@ -407,11 +407,9 @@ async fn the_kubernetes_path_routes_fences_and_survives_failures() {
     let control_planes = format!("{},{}", replicas[0].address, replicas[1].address);
 
     let mut gateways = Vec::new();
+    let spiffe = |worker: &str| format!("spiffe://{TRUST_DOMAIN}/{ENVIRONMENT}/worker/{worker}");
     for worker in ["gw-1", "gw-2"] {
-        let (cert, key) = ca.issue(
-            &[],
-            &[&format!("spiffe://{TRUST_DOMAIN}/{ENVIRONMENT}/worker/{worker}")],
-        );
+        let (cert, key) = ca.issue(&[], &[&spiffe(worker)]);
         let cert = write(&dir.0, &format!("{worker}.pem"), &cert);
         let key = write(&dir.0, &format!("{worker}.key"), &key);
         let listen = format!("127.0.0.1:{}", free_port());
@@ -480,6 +478,12 @@ async fn the_kubernetes_path_routes_fences_and_survives_failures() {
         .await
         .unwrap();
     assert_eq!(direct.status().as_u16(), 403);
+
+    // cert-manager renews gw-1's identity with a new key in place: its next
+    // connection (after the failover below) must use the new files.
+    let (cert, key) = ca.issue(&[], &[&spiffe("gw-1")]);
+    write(&dir.0, "gw-1.pem", &cert);
+    write(&dir.0, "gw-1.key", &key);
 
     // kill -9 of the leading replica: the other takes the Lease, claims a
     // new epoch and serves; traffic flows all along.

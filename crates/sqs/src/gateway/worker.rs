@@ -2,11 +2,12 @@
 //! and ACK (or NACK) them, heartbeat with runtime counters, and send outcome
 //! batches. It reconnects and re-registers on any loss.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use prost::Message;
-use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 use tonic::{Code, Status};
 
 use super::counters::Counters;
@@ -20,6 +21,49 @@ const OUTCOME_FLUSH: Duration = Duration::from_secs(2);
 /// Registering again after a lost session: 500 ms, doubling to 10 s.
 const RETRY: Backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(10));
 
+/// The gateway's client certificate for mTLS to the control plane.
+#[derive(Clone)]
+pub enum ClientTls {
+    /// Material made in this process (`sless dev`).
+    Fixed(ClientTlsConfig),
+    /// PEM files, read again at every connection: a certificate renewed on
+    /// disk (by cert-manager) is used from the next connection on.
+    Files {
+        ca: PathBuf,
+        cert: PathBuf,
+        key: PathBuf,
+        /// Server name to verify (default: the host of the address).
+        domain: Option<String>,
+    },
+}
+
+impl ClientTls {
+    /// The TLS configuration as its files hold it now.
+    pub async fn load(&self) -> Result<ClientTlsConfig, Status> {
+        match self {
+            Self::Fixed(config) => Ok(config.clone()),
+            Self::Files { ca, cert, key, domain } => {
+                let paths = [ca.clone(), cert.clone(), key.clone()];
+                let [ca, cert, key] = tokio::task::spawn_blocking(move || {
+                    paths.map(|p| std::fs::read(&p).map_err(|e| format!("cannot read {}: {e}", p.display())))
+                })
+                .await
+                .map_err(|e| Status::internal(e.to_string()))?;
+                let mut config = ClientTlsConfig::new()
+                    .ca_certificate(Certificate::from_pem(ca.map_err(Status::failed_precondition)?))
+                    .identity(Identity::from_pem(
+                        cert.map_err(Status::failed_precondition)?,
+                        key.map_err(Status::failed_precondition)?,
+                    ));
+                if let Some(domain) = domain {
+                    config = config.domain_name(domain.clone());
+                }
+                Ok(config)
+            }
+        }
+    }
+}
+
 #[derive(Clone)]
 pub struct WorkerConfig {
     /// `http://host:port`, or `https://…` with `tls`: one address (a
@@ -27,7 +71,7 @@ pub struct WorkerConfig {
     pub control_planes: Vec<String>,
     pub worker_id: String,
     pub instance_id: String,
-    pub tls: Option<ClientTlsConfig>,
+    pub tls: Option<ClientTls>,
 }
 
 type Client = WorkerControlPlaneClient<Channel>;
@@ -73,7 +117,7 @@ async fn connect(config: &WorkerConfig, address: &str) -> Result<Client, Status>
     if let Some(tls) = &config.tls {
         sless_runtime::tls::install_default_provider();
         endpoint = endpoint
-            .tls_config(tls.clone())
+            .tls_config(tls.load().await?)
             .map_err(|e| Status::invalid_argument(e.to_string()))?;
     }
     let channel = endpoint
@@ -230,4 +274,35 @@ async fn apply(
         })
         .await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Renewed certificate files are used from the next connection on:
+    /// every load reads the files as they are now.
+    #[tokio::test]
+    async fn certificate_files_are_read_at_every_connection() {
+        let dir = sless_testkit::TempDir::new("client-tls");
+        let ca = sless_testkit::tls::Ca::new("test CA");
+        let (cert, key) = ca.issue(&[], &["spiffe://sless.test/ci/worker/gw-1"]);
+        let path = |name: &str| dir.0.join(name);
+        std::fs::write(path("ca.pem"), &ca.pem).unwrap();
+        std::fs::write(path("cert.pem"), &cert).unwrap();
+        std::fs::write(path("key.pem"), &key).unwrap();
+        let tls = ClientTls::Files {
+            ca: path("ca.pem"),
+            cert: path("cert.pem"),
+            key: path("key.pem"),
+            domain: Some("localhost".into()),
+        };
+        assert!(tls.load().await.is_ok());
+        std::fs::remove_file(path("key.pem")).unwrap();
+        let e = tls.load().await.unwrap_err();
+        assert!(e.message().contains("key.pem"), "{}", e.message());
+        let (_, renewed) = ca.issue(&[], &["spiffe://sless.test/ci/worker/gw-1"]);
+        std::fs::write(path("key.pem"), renewed).unwrap();
+        assert!(tls.load().await.is_ok());
+    }
 }
