@@ -1,0 +1,114 @@
+//! The way into a tenant's engine: only through the gateway. The tenant
+//! Ingress routes to the gateway's Service (by an ExternalName Service in
+//! the tenant's namespace) and a NetworkPolicy admits only gateway pods.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
+use k8s_openapi::api::networking::v1::{
+    HTTPIngressPath, HTTPIngressRuleValue, Ingress, IngressBackend, IngressRule, IngressServiceBackend, IngressSpec,
+    IngressTLS, NetworkPolicy, NetworkPolicyIngressRule, NetworkPolicyPeer, NetworkPolicyPort, NetworkPolicySpec,
+    ServiceBackendPort,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+use super::{GATEWAY_LABEL, SQS_PORT, gateway_service_name, ingress_name, labels, meta, network_policy_name};
+use crate::config::OperatorConfig;
+use crate::crd::queue_service::QueueService;
+
+/// Only gateway pods reach the engine, on its port; the engine reaches
+/// nothing (it resolves no names and calls no one).
+pub fn network_policy(qs: &QueueService, config: &OperatorConfig) -> NetworkPolicy {
+    let tenant = &qs.spec.tenant_id;
+    NetworkPolicy {
+        metadata: meta(qs, network_policy_name(tenant)),
+        spec: Some(NetworkPolicySpec {
+            pod_selector: Some(LabelSelector {
+                match_labels: Some(labels(tenant)),
+                ..Default::default()
+            }),
+            policy_types: Some(vec!["Ingress".into(), "Egress".into()]),
+            ingress: Some(vec![NetworkPolicyIngressRule {
+                from: Some(vec![NetworkPolicyPeer {
+                    namespace_selector: Some(LabelSelector {
+                        match_labels: Some(BTreeMap::from([(
+                            "kubernetes.io/metadata.name".to_owned(),
+                            config.gateway_namespace.clone(),
+                        )])),
+                        ..Default::default()
+                    }),
+                    pod_selector: Some(LabelSelector {
+                        match_labels: Some(BTreeMap::from([(
+                            GATEWAY_LABEL.0.to_owned(),
+                            GATEWAY_LABEL.1.to_owned(),
+                        )])),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }]),
+                ports: Some(vec![NetworkPolicyPort {
+                    port: Some(IntOrString::Int(SQS_PORT)),
+                    protocol: Some("TCP".into()),
+                    ..Default::default()
+                }]),
+            }]),
+            egress: Some(vec![]),
+        }),
+    }
+}
+
+/// The gateway's Service under a name in the tenant's namespace, for the
+/// tenant Ingress to route to.
+pub fn gateway_service(qs: &QueueService, config: &OperatorConfig) -> Service {
+    Service {
+        metadata: meta(qs, gateway_service_name(&qs.spec.tenant_id)),
+        spec: Some(ServiceSpec {
+            type_: Some("ExternalName".into()),
+            external_name: Some(config.gateway_host.clone()),
+            ports: Some(vec![ServicePort {
+                name: Some("sqs".into()),
+                port: SQS_PORT,
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+pub fn ingress(qs: &QueueService, config: &OperatorConfig) -> Ingress {
+    let tenant = &qs.spec.tenant_id;
+    Ingress {
+        metadata: meta(qs, ingress_name(tenant)),
+        spec: Some(IngressSpec {
+            rules: Some(vec![IngressRule {
+                host: Some(config.sqs_external_host.clone()),
+                http: Some(HTTPIngressRuleValue {
+                    paths: vec![HTTPIngressPath {
+                        path: Some(format!("/sqs/{tenant}")),
+                        path_type: "Prefix".into(),
+                        backend: IngressBackend {
+                            service: Some(IngressServiceBackend {
+                                name: gateway_service_name(tenant),
+                                port: Some(ServiceBackendPort {
+                                    number: Some(SQS_PORT),
+                                    ..Default::default()
+                                }),
+                            }),
+                            ..Default::default()
+                        },
+                    }],
+                }),
+            }]),
+            tls: config.sqs_tls_secret.as_ref().map(|secret| {
+                vec![IngressTLS {
+                    hosts: Some(vec![config.sqs_external_host.clone()]),
+                    secret_name: Some(secret.clone()),
+                }]
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}

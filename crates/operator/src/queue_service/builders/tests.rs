@@ -1,0 +1,252 @@
+//! Every field of the built children.
+
+use super::*;
+use crate::crd::queue_service::QueueServiceSpec;
+
+fn qs(namespace: &str, persistence: bool) -> QueueService {
+    with_engine(namespace, persistence, QueueEngine::Sless)
+}
+
+fn with_engine(namespace: &str, persistence: bool, engine: QueueEngine) -> QueueService {
+    let mut qs = QueueService::new(
+        "main",
+        QueueServiceSpec {
+            tenant_id: "acme".into(),
+            memory_mb: 128,
+            storage_mb: 1024,
+            persistence,
+            engine,
+        },
+    );
+    qs.metadata.namespace = Some(namespace.into());
+    qs.metadata.uid = Some("uid-1".into());
+    qs
+}
+
+#[test]
+fn names_follow_the_seed_and_live_in_the_tenant_namespace() {
+    let q = qs("sless-fn-acme", true);
+    let c = OperatorConfig::default();
+    assert_eq!(namespace(&q).metadata.name.as_deref(), Some("sless-fn-acme"));
+    let names = [
+        secret(&q, &sless_sqs::credentials::generate("acme"), "t0k3n").metadata,
+        configmap(&q, &c).metadata,
+        pvc(&q).metadata,
+        deployment(&q, &c).metadata,
+        service(&q).metadata,
+        ingress(&q, &c).metadata,
+        gateway_service(&q, &c).metadata,
+        network_policy(&q, &c).metadata,
+    ];
+    let got: Vec<(&str, &str)> = names
+        .iter()
+        .map(|m| (m.name.as_deref().unwrap(), m.namespace.as_deref().unwrap()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("sqs-creds-acme", "sless-fn-acme"),
+            ("sqs-cfg-acme", "sless-fn-acme"),
+            ("sqs-data-acme", "sless-fn-acme"),
+            ("sqs-acme", "sless-fn-acme"),
+            ("sqs-svc-acme", "sless-fn-acme"),
+            ("sqs-ing-acme", "sless-fn-acme"),
+            ("sqs-gw-acme", "sless-fn-acme"),
+            ("sqs-netpol-acme", "sless-fn-acme"),
+        ]
+    );
+}
+
+/// kube-fake-client has no garbage collector, so a reconcile test cannot
+/// see an owned PVC vanish: the built object is checked instead.
+#[test]
+fn the_message_volume_is_never_owned_so_deleting_the_queue_service_keeps_it() {
+    let same_namespace = qs("sless-fn-acme", true);
+    assert!(
+        deployment(&same_namespace, &OperatorConfig::default())
+            .metadata
+            .owner_references
+            .is_some()
+    );
+    assert_eq!(pvc(&same_namespace).metadata.owner_references, None);
+}
+
+#[test]
+fn children_are_owned_only_from_the_same_namespace() {
+    let c = OperatorConfig::default();
+    let owned = deployment(&qs("sless-fn-acme", true), &c)
+        .metadata
+        .owner_references
+        .unwrap();
+    assert_eq!(
+        (
+            owned[0].kind.as_str(),
+            owned[0].name.as_str(),
+            owned[0].uid.as_str(),
+            owned[0].controller
+        ),
+        ("QueueService", "main", "uid-1", Some(true))
+    );
+    assert!(
+        deployment(&qs("elsewhere", true), &c)
+            .metadata
+            .owner_references
+            .is_none()
+    );
+}
+
+#[test]
+fn the_deployment_runs_elasticmq_with_its_config_volume_probes_and_limits() {
+    let elasticmq = |persistence| with_engine("sless-fn-acme", persistence, QueueEngine::Elasticmq);
+    let d = deployment(&elasticmq(true), &OperatorConfig::default());
+    let pod = d.spec.unwrap().template.spec.unwrap();
+    let c = &pod.containers[0];
+    assert_eq!(c.image.as_deref(), Some("softwaremill/elasticmq-native:1.7.1"));
+    // Where the native image reads it (not a -Dconfig.file option, which
+    // the native binary does not take from JAVA_TOOL_OPTIONS).
+    assert_eq!(c.env, None);
+    let limits = c.resources.as_ref().unwrap().limits.as_ref().unwrap();
+    assert_eq!(limits["memory"].0, "128Mi");
+    assert_eq!(c.readiness_probe.as_ref().unwrap().period_seconds, Some(5));
+    assert_eq!(c.liveness_probe.as_ref().unwrap().period_seconds, Some(10));
+    let mounts: Vec<&str> = c
+        .volume_mounts
+        .as_ref()
+        .unwrap()
+        .iter()
+        .map(|m| m.mount_path.as_str())
+        .collect();
+    assert_eq!(mounts, ["/opt/elasticmq.conf", "/data"]);
+    assert_eq!(
+        pod.volumes.unwrap()[1]
+            .persistent_volume_claim
+            .as_ref()
+            .unwrap()
+            .claim_name,
+        "sqs-data-acme"
+    );
+    // Without persistence there is no data volume.
+    let d = deployment(&elasticmq(false), &OperatorConfig::default());
+    assert_eq!(d.spec.unwrap().template.spec.unwrap().volumes.unwrap().len(), 1);
+}
+
+#[test]
+fn the_default_deployment_runs_sless_queue_with_its_journal_and_token_and_no_privilege() {
+    let c = OperatorConfig::default();
+    let pod = deployment(&qs("sless-fn-acme", true), &c)
+        .spec
+        .unwrap()
+        .template
+        .spec
+        .unwrap();
+    let container = &pod.containers[0];
+    assert_eq!(container.image.as_deref(), Some("ghcr.io/kube5s/sless:latest"));
+    assert_eq!(
+        container.args.as_ref().unwrap().join(" "),
+        "queue --listen 0.0.0.0:9324 --account-id acme --base-url https://sqs.kube5s.ru/sqs/acme --data-dir /data"
+    );
+    let token = &container.env.as_ref().unwrap()[0];
+    let from = token.value_from.as_ref().unwrap().secret_key_ref.as_ref().unwrap();
+    assert_eq!(
+        (token.name.as_str(), from.name.as_str(), from.key.as_str()),
+        ("SLESS_ENGINE_TOKEN", "sqs-creds-acme", ENGINE_TOKEN_KEY)
+    );
+    assert_eq!(token.value, None, "the token never sits in the spec");
+    let security = container.security_context.as_ref().unwrap();
+    assert_eq!(
+        (
+            security.run_as_non_root,
+            security.read_only_root_filesystem,
+            security.allow_privilege_escalation
+        ),
+        (Some(true), Some(true), Some(false))
+    );
+    assert_eq!(pod.automount_service_account_token, Some(false));
+    let mounts = container.volume_mounts.as_ref().unwrap();
+    assert_eq!((mounts.len(), mounts[0].mount_path.as_str()), (1, "/data"));
+    // In memory: no volume at all, and no --data-dir.
+    let pod = deployment(&qs("sless-fn-acme", false), &c)
+        .spec
+        .unwrap()
+        .template
+        .spec
+        .unwrap();
+    assert_eq!(pod.volumes, None);
+    assert!(
+        !pod.containers[0]
+            .args
+            .as_ref()
+            .unwrap()
+            .contains(&"--data-dir".to_owned())
+    );
+}
+
+#[test]
+fn only_gateway_pods_reach_the_engine_and_the_engine_reaches_nothing() {
+    let spec = network_policy(&qs("sless-fn-acme", true), &OperatorConfig::default())
+        .spec
+        .unwrap();
+    assert_eq!(spec.policy_types.unwrap(), ["Ingress", "Egress"]);
+    assert_eq!(spec.egress, Some(vec![]), "no egress at all");
+    assert_eq!(spec.pod_selector.unwrap().match_labels.unwrap(), labels("acme"));
+    let rules = spec.ingress.unwrap();
+    assert_eq!(rules.len(), 1);
+    let peer = &rules[0].from.as_ref().unwrap()[0];
+    let namespaces = peer.namespace_selector.as_ref().unwrap().match_labels.as_ref().unwrap();
+    assert_eq!(namespaces["kubernetes.io/metadata.name"], "sless-system");
+    let pods = peer.pod_selector.as_ref().unwrap().match_labels.as_ref().unwrap();
+    assert_eq!(pods["app.kubernetes.io/name"], "sless-gateway");
+    assert_eq!(rules[0].ports.as_ref().unwrap()[0].port, Some(IntOrString::Int(9324)));
+}
+
+#[test]
+fn the_hocon_config_routes_under_the_tenant_path() {
+    let conf = elasticmq_conf(&OperatorConfig::default(), "acme", false);
+    assert!(conf.contains(r#"context-path = "/sqs/acme""#), "{conf}");
+    assert!(conf.contains(r#"host = "sqs.kube5s.ru""#));
+    assert!(conf.contains("bind-port = 9324"));
+    assert!(conf.contains("sqs-limits = strict"));
+    assert!(
+        conf.contains("enabled = false\n  uri = \"jdbc:h2:/data/elasticmq\""),
+        "{conf}"
+    );
+    assert!(conf.contains(r#"accountId = "acme""#));
+}
+
+#[test]
+fn pvc_service_and_ingress() {
+    let q = qs("sless-fn-acme", true);
+    let storage = &pvc(&q).spec.unwrap().resources.unwrap().requests.unwrap()["storage"];
+    assert_eq!(storage.0, "1024Mi");
+    let port = &service(&q).spec.unwrap().ports.unwrap()[0];
+    assert_eq!(
+        (port.port, port.target_port.clone()),
+        (9324, Some(IntOrString::Int(9324)))
+    );
+    let config = OperatorConfig {
+        sqs_tls_secret: Some("sqs-tls".into()),
+        ..Default::default()
+    };
+    let spec = ingress(&q, &config).spec.unwrap();
+    let rule = &spec.rules.unwrap()[0];
+    let path = &rule.http.as_ref().unwrap().paths[0];
+    assert_eq!(
+        (rule.host.as_deref(), path.path.as_deref(), path.path_type.as_str()),
+        (Some("sqs.kube5s.ru"), Some("/sqs/acme"), "Prefix")
+    );
+    // The tenant's path goes to the gateway, never to the engine.
+    assert_eq!(path.backend.service.as_ref().unwrap().name, "sqs-gw-acme");
+    let gateway = gateway_service(&q, &OperatorConfig::default()).spec.unwrap();
+    assert_eq!(
+        (gateway.type_.as_deref(), gateway.external_name.as_deref()),
+        (
+            Some("ExternalName"),
+            Some("sless-gateway.sless-system.svc.cluster.local")
+        )
+    );
+    assert_eq!(spec.tls.unwrap()[0].secret_name.as_deref(), Some("sqs-tls"));
+    assert_eq!(
+        endpoint(&OperatorConfig::default(), "acme"),
+        "https://sqs.kube5s.ru/sqs/acme"
+    );
+}
