@@ -3,6 +3,7 @@
 //! socket tests use it too, as tokio's use tokio-test).
 
 pub mod cp;
+pub mod redis;
 pub mod tls;
 
 use std::path::PathBuf;
@@ -22,6 +23,14 @@ impl Drop for TempDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
+}
+
+/// A loopback port free a moment ago.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap()
 }
 
 /// POSTs `body` with `headers`: (status, body text).

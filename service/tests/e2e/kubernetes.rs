@@ -15,7 +15,7 @@
 //! certificates made here, over mTLS; real engines with journals; boto3.
 
 use std::collections::BTreeMap;
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -34,8 +34,9 @@ use sless_controlplane::store::redis::RedisStore;
 use sless_operator::config::OperatorConfig;
 use sless_operator::crd::queue_service::{QueueService, QueueServiceSpec};
 use sless_operator::queue_service::{self, Context};
-use sless_testkit::TempDir;
+use sless_testkit::redis::RedisServer;
 use sless_testkit::tls::Ca;
+use sless_testkit::{TempDir, free_port};
 use tokio::sync::watch;
 
 const TRUST_DOMAIN: &str = "sless.test";
@@ -48,10 +49,6 @@ const FAST: Debounce = Debounce {
     quiet: Duration::from_millis(50),
     max_delay: Duration::from_millis(300),
 };
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
 
 fn sless() -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_sless"));
@@ -78,41 +75,6 @@ async fn listening(addr: &str) {
     while tokio::net::TcpStream::connect(addr).await.is_err() {
         assert!(Instant::now() < deadline, "nothing listens on {addr}");
         tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// A `redis-server` of this test alone, on its own port, without persistence.
-struct Redis {
-    port: u16,
-    process: Option<Process>,
-}
-
-impl Redis {
-    async fn start(port: u16) -> Self {
-        let child = Command::new("redis-server")
-            .args([
-                "--port",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("redis-server");
-        listening(&format!("127.0.0.1:{port}")).await;
-        Self {
-            port,
-            process: Some(Process(child)),
-        }
-    }
-
-    /// kill -9: everything Redis held is lost.
-    fn kill(&mut self) {
-        drop(self.process.take());
     }
 }
 
@@ -358,7 +320,7 @@ fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_kubernetes_path_routes_fences_and_survives_failures() {
     let dir = TempDir::new("k8s");
-    let mut redis = Redis::start(free_port()).await;
+    let mut redis = RedisServer::start();
     let client = kube_fake_client::ClientBuilder::new()
         .with_resource::<QueueService>()
         .with_status_subresource::<QueueService>()
@@ -509,7 +471,7 @@ async fn the_kubernetes_path_routes_fences_and_survives_failures() {
         boto3(&gateways[1].0, "a", &keys_a, "send", "after redis").await,
         json!({"ok": "sent"})
     );
-    let _redis = Redis::start(redis.port).await;
+    redis.restart();
 
     // The engine's journal survives kill -9.
     cluster.crash_engine("a").await;

@@ -1,74 +1,15 @@
 //! Faults against real Redis: a restart under a live stream, and two
 //! controller replicas sharing one Redis.
 
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sless_controlplane::store::redis::RedisStore;
 use sless_testkit::cp::{Harness, ack_of, config, next, register, report, watch};
+use sless_testkit::redis::RedisServer;
 use tonic::Code;
 
 const WAIT: Duration = Duration::from_secs(3);
-
-/// A private redis-server on its own port, killed on drop.
-struct RedisServer {
-    port: u16,
-    child: Option<Child>,
-}
-
-impl RedisServer {
-    fn start() -> Self {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let mut server = Self { port, child: None };
-        server.restart();
-        server
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
-    }
-
-    fn restart(&mut self) {
-        let child = Command::new("redis-server")
-            .args([
-                "--bind",
-                "127.0.0.1",
-                "--port",
-                &self.port.to_string(),
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("redis-server must be installed (scripts/install-test-deps.sh)");
-        self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
-            assert!(Instant::now() < deadline, "redis-server did not start");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            child.kill().unwrap();
-            child.wait().unwrap();
-        }
-    }
-}
-
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
 
 fn store(url: &str, namespace: &str) -> Arc<RedisStore> {
     Arc::new(RedisStore::new(url, namespace, Duration::from_millis(300)).unwrap())
