@@ -2,7 +2,7 @@
 # Installs and starts what the tests need, skipping whatever is already there:
 # a Rust toolchain (must exist), librdkafka's build prerequisites, Redis on
 # 127.0.0.1:6379, PostgreSQL on 127.0.0.1:5432, and the Python clients of
-# tests/requirements.txt.
+# tests/requirements.txt, and the npm packages of tests/js.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -82,7 +82,15 @@ if ! python3 -m pip --version >/dev/null 2>&1; then
 fi
 log "installing Python test requirements"
 python3 -m pip install --quiet --disable-pip-version-check -r tests/requirements.txt
-# New console scripts (aws, terraform) need shims under pyenv.
+# New console scripts (aws, terraform, kubectl, celery) need shims under pyenv.
 if command -v pyenv >/dev/null; then pyenv rehash; fi
+
+# The AWS SDK for JavaScript v3 of the SDK tests, on the machine's Node.js.
+if ! command -v npm >/dev/null; then
+  log "installing Node.js"
+  apt_install nodejs npm
+fi
+log "installing the JavaScript test packages"
+npm ci --prefix tests/js --no-audit --no-fund --loglevel=error
 
 log "test dependencies ready"

@@ -5,6 +5,7 @@ two tenants, `a` and `b`; each tenant's queue service is created through the
 REST API and awaited until Ready, then boto3 talks to its endpoint.
 """
 
+import hashlib
 import json
 import os
 import pathlib
@@ -105,6 +106,11 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def account_id(tenant):
+    """A tenant's 12-digit account id, as sless derives it (sless_sqs::credentials::account_id)."""
+    return f"{int.from_bytes(hashlib.sha256(tenant.encode()).digest()[:8], 'big') % 10**12:012d}"
 
 
 def sqs_client(view, secret=None, access_key=None, endpoint=None):

@@ -8,6 +8,8 @@ import uuid
 import pytest
 from botocore.exceptions import ClientError
 
+from conftest import account_id
+
 
 def name(prefix="q"):
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
@@ -20,7 +22,7 @@ def code(excinfo):
 def test_queue_lifecycle_and_urls(sqs, tenant_a):
     q = name()
     url = sqs.create_queue(QueueName=q, Attributes={"VisibilityTimeout": "7"})["QueueUrl"]
-    assert url == f"{tenant_a['endpoint']}/a/{q}", "clients see the gateway's /sqs/{tenant} URLs"
+    assert url == f"{tenant_a['endpoint']}/{account_id('a')}/{q}", "clients see the gateway's /sqs/{tenant} URLs"
     assert sqs.create_queue(QueueName=q, Attributes={"VisibilityTimeout": "7"})["QueueUrl"] == url, "idempotent"
     with pytest.raises(ClientError) as e:
         sqs.create_queue(QueueName=q, Attributes={"VisibilityTimeout": "8"})
@@ -29,7 +31,7 @@ def test_queue_lifecycle_and_urls(sqs, tenant_a):
     assert url in sqs.list_queues(QueueNamePrefix=q)["QueueUrls"]
     attrs = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
     assert attrs["VisibilityTimeout"] == "7"
-    assert attrs["QueueArn"] == f"arn:aws:sqs:ru-msk-1:a:{q}"
+    assert attrs["QueueArn"] == f"arn:aws:sqs:ru-msk-1:{account_id('a')}:{q}"
     sqs.set_queue_attributes(QueueUrl=url, Attributes={"DelaySeconds": "1", "MessageRetentionPeriod": "600"})
     attrs = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["DelaySeconds", "MessageRetentionPeriod"])
     assert attrs["Attributes"] == {"DelaySeconds": "1", "MessageRetentionPeriod": "600"}
@@ -205,7 +207,8 @@ def test_strict_limits_with_aws_error_codes(sqs):
         (lambda: sqs.create_queue(QueueName="x" * 81), "InvalidParameterValue"),
         (lambda: sqs.create_queue(QueueName=name(), Attributes={"VisibilityTimeout": "43201"}), "InvalidAttributeValue"),
         (lambda: sqs.create_queue(QueueName=name(), Attributes={"Bogus": "1"}), "InvalidAttributeName"),
-        (lambda: sqs.send_message(QueueUrl=url, MessageBody="x" * 262_145), "InvalidParameterValue"),
+        # AWS's limit since 2025: 1 MiB messages and batches.
+        (lambda: sqs.send_message(QueueUrl=url, MessageBody="x" * 1_048_577), "InvalidParameterValue"),
         (lambda: sqs.send_message(QueueUrl=url, MessageBody="bad \x01 char"), "InvalidMessageContents"),
         (lambda: sqs.send_message_batch(QueueUrl=url, Entries=[{"Id": str(i), "MessageBody": "x"} for i in range(11)]),
          "AWS.SimpleQueueService.TooManyEntriesInBatchRequest"),
@@ -213,7 +216,7 @@ def test_strict_limits_with_aws_error_codes(sqs):
          "AWS.SimpleQueueService.BatchEntryIdsNotDistinct"),
         (lambda: sqs.send_message_batch(QueueUrl=url, Entries=[{"Id": "a b", "MessageBody": "x"}]),
          "AWS.SimpleQueueService.InvalidBatchEntryId"),
-        (lambda: sqs.send_message_batch(QueueUrl=url, Entries=[{"Id": str(i), "MessageBody": "x" * 30_000} for i in range(10)]),
+        (lambda: sqs.send_message_batch(QueueUrl=url, Entries=[{"Id": str(i), "MessageBody": "x" * 110_000} for i in range(10)]),
          "AWS.SimpleQueueService.BatchRequestTooLong"),
         (lambda: sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=11), "InvalidParameterValue"),
         (lambda: sqs.receive_message(QueueUrl=url, WaitTimeSeconds=21), "InvalidParameterValue"),
@@ -230,7 +233,7 @@ def test_strict_limits_with_aws_error_codes(sqs):
             call()
         assert code(e) == expected, e.value.response["Error"]
         assert e.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400
-    sqs.send_message(QueueUrl=url, MessageBody="x" * 262_144)
+    sqs.send_message(QueueUrl=url, MessageBody="x" * 1_048_576)
     m = sqs.receive_message(QueueUrl=url)["Messages"][0]
     with pytest.raises(ClientError) as e:
         sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"], VisibilityTimeout=43_201)

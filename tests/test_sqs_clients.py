@@ -10,6 +10,7 @@ import urllib.parse
 import uuid
 import xml.etree.ElementTree as ET
 
+from conftest import account_id
 from sigv4 import signed_post
 
 NS = "{http://queue.amazonaws.com/doc/2012-11-05/}"
@@ -64,7 +65,7 @@ def test_query_protocol_with_xml(tenant_a):
                         **{"Attribute.1.Name": "VisibilityTimeout", "Attribute.1.Value": "9"})
     assert status == 200, ET.tostring(doc)
     url = doc.find(f"{NS}CreateQueueResult/{NS}QueueUrl").text
-    assert url == f"{tenant_a['endpoint']}/a/{q}"
+    assert url == f"{tenant_a['endpoint']}/{account_id('a')}/{q}"
     assert doc.find(f"{NS}ResponseMetadata/{NS}RequestId").text
 
     status, doc = query(tenant_a, Action="SendMessage", QueueUrl=url, MessageBody="<xml & body>",

@@ -24,6 +24,19 @@ pub fn generate(tenant: &str) -> Credentials {
     }
 }
 
+/// The tenant's 12-digit account id, in its queue URLs and ARNs: the first
+/// eight bytes of SHA-256 of its id, modulo 10^12. Derived, not stored, so
+/// every replica, engine and restart agrees and it never changes. Two
+/// tenants may share one (about one pair in a million tenants per 500k
+/// more); nothing is routed by it, the tenant's path or key decides.
+pub fn account_id(tenant: &str) -> String {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(tenant.as_bytes());
+    let mut head = [0u8; 8];
+    head.copy_from_slice(&digest[..8]);
+    format!("{:012}", u64::from_be_bytes(head) % 1_000_000_000_000)
+}
+
 /// The token a gateway presents to a tenant's engine
 /// ([`crate::engine::server::ENGINE_TOKEN`]): 128 random bits.
 pub fn engine_token() -> String {
@@ -32,6 +45,17 @@ pub fn engine_token() -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn account_ids_are_12_digits_and_stable() {
+        let acme = super::account_id("acme");
+        assert_eq!(acme.len(), 12);
+        assert!(acme.bytes().all(|b| b.is_ascii_digit()));
+        assert_eq!(acme, super::account_id("acme"));
+        assert_ne!(acme, super::account_id("acme2"));
+        // Fixed by its definition: a change would move every queue URL.
+        assert_eq!(super::account_id("a"), "634844962250");
+    }
+
     use base64::Engine;
 
     #[test]

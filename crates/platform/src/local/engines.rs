@@ -56,7 +56,7 @@ impl LocalPlatform {
             .persistence
             .then(|| self.data_dir.join("queues").join(format!("{}.db", q.tenant)));
         let config = EngineConfig {
-            account_id: q.tenant.clone(),
+            account_id: sless_sqs::credentials::account_id(&q.tenant),
             region: sless_sqs::DEFAULT_REGION.into(),
             base_url: self.endpoint(&q.tenant),
         };

@@ -6,7 +6,8 @@ use serde_json::Value;
 
 use super::error::SqsError;
 
-pub const MAX_MESSAGE_SIZE: u32 = 262_144;
+/// 1 MiB: AWS's message (and batch) size limit since 2025.
+pub const MAX_MESSAGE_SIZE: u32 = 1_048_576;
 
 /// Settable attributes with (min, max, default) for the numeric ones.
 const NUMERIC: &[(&str, u32, u32, u32)] = &[
@@ -17,15 +18,20 @@ const NUMERIC: &[(&str, u32, u32, u32)] = &[
     ("VisibilityTimeout", 0, 43_200, 30),
 ];
 
-/// Attributes accepted by CreateQueue/SetQueueAttributes but not acted on.
+/// Attributes accepted by CreateQueue/SetQueueAttributes but not acted on;
+/// an empty value removes them, as in SQS.
 const ACCEPTED: &[&str] = &[
     "Policy",
     "KmsMasterKeyId",
     "KmsDataKeyReusePeriodSeconds",
     "SqsManagedSseEnabled",
-    "DeduplicationScope",
-    "FifoThroughputLimit",
     "RedriveAllowPolicy",
+];
+
+/// FIFO-only attributes: their values, the first one the default.
+const FIFO_CHOICES: &[(&str, &[&str])] = &[
+    ("DeduplicationScope", &["queue", "messageGroup"]),
+    ("FifoThroughputLimit", &["perQueue", "perMessageGroupId"]),
 ];
 
 /// Read-only attributes that GetQueueAttributes reports.
@@ -49,6 +55,29 @@ pub struct RedrivePolicy {
     pub max_receive_count: u32,
 }
 
+impl RedrivePolicy {
+    fn parse(text: &str) -> Option<Self> {
+        let v: Value = serde_json::from_str(text).ok()?;
+        let count = match &v["maxReceiveCount"] {
+            Value::Number(n) => n.as_u64()?,
+            Value::String(s) => s.parse().ok()?,
+            _ => return None,
+        };
+        Some(Self {
+            dead_letter_target_arn: v["deadLetterTargetArn"].as_str()?.to_owned(),
+            max_receive_count: u32::try_from(count).ok()?,
+        })
+    }
+
+    fn to_json(&self) -> String {
+        serde_json::json!({
+            "deadLetterTargetArn": self.dead_letter_target_arn,
+            "maxReceiveCount": self.max_receive_count,
+        })
+        .to_string()
+    }
+}
+
 /// Names of the numeric settable attributes.
 pub fn numeric_names() -> impl Iterator<Item = &'static str> {
     NUMERIC.iter().map(|(name, ..)| *name)
@@ -59,7 +88,13 @@ pub fn is_known(name: &str) -> bool {
     numeric_names().any(|n| n == name)
         || ACCEPTED.contains(&name)
         || COMPUTED.contains(&name)
+        || FIFO_CHOICES.iter().any(|(n, _)| *n == name)
         || matches!(name, "RedrivePolicy" | "FifoQueue" | "ContentBasedDeduplication")
+}
+
+/// The FIFO-only attributes with their defaults, as a FIFO queue reports them.
+pub fn fifo_defaults() -> impl Iterator<Item = (&'static str, &'static str)> {
+    FIFO_CHOICES.iter().map(|(name, values)| (*name, values[0]))
 }
 
 impl QueueAttributes {
@@ -76,16 +111,7 @@ impl QueueAttributes {
     }
 
     pub fn redrive_policy(&self) -> Option<RedrivePolicy> {
-        let v: Value = serde_json::from_str(self.0.get("RedrivePolicy")?).ok()?;
-        let count = match &v["maxReceiveCount"] {
-            Value::Number(n) => n.as_u64()?,
-            Value::String(s) => s.parse().ok()?,
-            _ => return None,
-        };
-        Some(RedrivePolicy {
-            dead_letter_target_arn: v["deadLetterTargetArn"].as_str()?.to_owned(),
-            max_receive_count: u32::try_from(count).ok()?,
-        })
+        RedrivePolicy::parse(self.0.get("RedrivePolicy")?)
     }
 
     /// Validates and merges `given` (name → value) into `self`. `creating`
@@ -133,8 +159,7 @@ impl QueueAttributes {
                     }
                     "RedrivePolicy" => {
                         if !value.is_empty() {
-                            let probe = QueueAttributes(BTreeMap::from([(name.clone(), value.clone())]));
-                            match probe.redrive_policy() {
+                            match RedrivePolicy::parse(value) {
                                 Some(p) if (1..=1000).contains(&p.max_receive_count) => {}
                                 _ => {
                                     return Err(SqsError::invalid_attribute_value(
@@ -145,6 +170,18 @@ impl QueueAttributes {
                             }
                         }
                     }
+                    n if FIFO_CHOICES.iter().any(|(f, _)| *f == n) => {
+                        let values = FIFO_CHOICES.iter().find(|(f, _)| *f == n).map_or(&[][..], |(_, v)| *v);
+                        if !fifo {
+                            return Err(SqsError::invalid_attribute_name(format!("Unknown Attribute {n}.")));
+                        }
+                        if !values.contains(&value.as_str()) {
+                            return Err(SqsError::invalid_attribute_value(format!(
+                                "Invalid value for the parameter {n}: must be one of {}.",
+                                values.join(", ")
+                            )));
+                        }
+                    }
                     n if ACCEPTED.contains(&n) => {}
                     n if COMPUTED.contains(&n) => {
                         return Err(SqsError::invalid_attribute_name(format!("Attribute {n} is read-only.")));
@@ -153,13 +190,30 @@ impl QueueAttributes {
                 }
             }
         }
+        let mut merged = self.clone();
         for (name, value) in given {
-            if name == "RedrivePolicy" && value.is_empty() {
-                self.0.remove(name);
+            if value.is_empty() && (name == "RedrivePolicy" || ACCEPTED.contains(&name.as_str())) {
+                merged.0.remove(name);
+            } else if name == "RedrivePolicy" {
+                // Kept in SQS's own form: maxReceiveCount a number.
+                if let Some(p) = RedrivePolicy::parse(value) {
+                    merged.0.insert(name.clone(), p.to_json());
+                }
             } else {
-                self.0.insert(name.clone(), value.clone());
+                merged.0.insert(name.clone(), value.clone());
             }
         }
+        if merged
+            .0
+            .get("FifoThroughputLimit")
+            .is_some_and(|v| v == "perMessageGroupId")
+            && merged.0.get("DeduplicationScope").is_none_or(|v| v != "messageGroup")
+        {
+            return Err(SqsError::invalid_attribute_value(
+                "FifoThroughputLimit perMessageGroupId needs DeduplicationScope messageGroup.",
+            ));
+        }
+        *self = merged;
         Ok(())
     }
 }

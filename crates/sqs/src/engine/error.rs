@@ -46,6 +46,8 @@ errors! {
     invalid_action => "InvalidAction", "InvalidAction";
     malformed_request => "MalformedQueryString", "MalformedQueryString";
     over_limit => "OverLimit", "OverLimit";
+    purge_queue_in_progress => "PurgeQueueInProgress", "AWS.SimpleQueueService.PurgeQueueInProgress";
+    queue_deleted_recently => "QueueDeletedRecently", "AWS.SimpleQueueService.QueueDeletedRecently";
     access_denied => "AccessDenied", "AccessDenied";
     invalid_client_token_id => "InvalidClientTokenId", "InvalidClientTokenId";
     signature_does_not_match => "SignatureDoesNotMatch", "SignatureDoesNotMatch";

@@ -168,6 +168,7 @@ impl Engine {
                 let mut stored = m.stored.clone();
                 stored.receive_count = m.receive_count;
                 stored.visible_at_ms = now;
+                stored.dead_letter_source_arn = Some(self.queue_arn(name));
                 changes.push(Change::DeleteMessage {
                     queue: name.to_owned(),
                     seq: *old_seq,

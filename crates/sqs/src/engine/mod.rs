@@ -23,7 +23,7 @@ pub mod requests;
 pub mod responses;
 pub mod server;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -53,6 +53,9 @@ pub struct EngineConfig {
 struct State {
     queues: BTreeMap<String, Queue>,
     next_seq: u64,
+    /// When each queue was last deleted (ms): its name is not taken again
+    /// for 60 s, as in SQS. In memory: a restart forgets it.
+    deleted: HashMap<String, u64>,
 }
 
 fn no_such_queue() -> SqsError {
@@ -101,6 +104,7 @@ impl Engine {
         let mut state = State {
             queues: BTreeMap::new(),
             next_seq: 1,
+            deleted: HashMap::new(),
         };
         let journal = match journal {
             None => None,

@@ -44,6 +44,12 @@ pub struct StoredMessage {
     pub sequence_number: Option<String>,
     /// Receives before a move to a dead-letter queue, carried over.
     pub receive_count: u32,
+    /// The `AWSTraceHeader` system attribute, as sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_header: Option<String>,
+    /// Once moved to a dead-letter queue: the queue it came from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dead_letter_source_arn: Option<String>,
 }
 
 /// A message decided, to be made visible once committed.
@@ -144,6 +150,8 @@ pub struct Queue {
     purge_floor: u64,
     /// Its deletion is being committed: absent to every action.
     pub deleting: bool,
+    /// When it was last purged (ms), for SQS's one purge a minute.
+    pub purged_ms: Option<u64>,
     pub messages: BTreeMap<u64, Message>,
     /// Deduplication id → (expiry, message id, sequence number).
     dedup: HashMap<String, (u64, String, Option<String>)>,
@@ -181,6 +189,28 @@ fn receipt_seq(handle: &str) -> Result<u64, SqsError> {
         })
 }
 
+/// The one message system attribute SQS takes: `AWSTraceHeader`, a string.
+fn trace_header(entry: &SendEntry) -> Result<Option<String>, SqsError> {
+    let mut header = None;
+    for (name, attribute) in &entry.message_system_attributes {
+        let value = attribute.string_value.as_deref().filter(|v| !v.is_empty());
+        match (name.as_str(), attribute.data_type.as_deref(), value) {
+            ("AWSTraceHeader", Some("String"), Some(v)) if v.len() <= 16 * 1024 => header = Some(v.to_owned()),
+            ("AWSTraceHeader", ..) => {
+                return Err(SqsError::invalid_parameter_value(
+                    "The message system attribute AWSTraceHeader must be a non-empty String of at most 16 KiB.",
+                ));
+            }
+            (other, ..) => {
+                return Err(SqsError::invalid_parameter_value(format!(
+                    "Message system attribute name '{other}' is invalid."
+                )));
+            }
+        }
+    }
+    Ok(header)
+}
+
 impl Queue {
     pub fn new(meta: StoredQueue, incarnation: u64) -> Self {
         Self {
@@ -188,6 +218,7 @@ impl Queue {
             incarnation,
             purge_floor: 0,
             deleting: false,
+            purged_ms: None,
             messages: BTreeMap::new(),
             dedup: HashMap::new(),
             notify: Arc::new(Notify::new()),
@@ -260,11 +291,11 @@ impl Queue {
                     "The request must contain the parameter MessageGroupId.",
                 ));
             }
-            if delay.is_some_and(|d| d > 0) {
-                return Err(SqsError::invalid_parameter_value(
-                    "Value for parameter DelaySeconds is invalid. Reason: The request include parameter that is not \
-                     valid for this queue type.",
-                ));
+            if let Some(d) = delay.filter(|d| *d > 0) {
+                return Err(SqsError::invalid_parameter_value(format!(
+                    "Value {d} for parameter DelaySeconds is invalid. Reason: The request include parameter that is \
+                     not valid for this queue type."
+                )));
             }
             if dedup_id.is_none() {
                 if !self.meta.attributes.flag("ContentBasedDeduplication") {
@@ -280,6 +311,7 @@ impl Queue {
                 "The request include parameter MessageDeduplicationId that is not valid for this queue type",
             ));
         }
+        let trace_header = trace_header(entry)?;
         let md5_of_body = md5_hex(body.as_bytes());
         let md5_of_attributes = attributes_md5(&attributes);
         // Within the 5-minute window a duplicate is acknowledged, not enqueued.
@@ -307,6 +339,8 @@ impl Queue {
             dedup_id: dedup_id.clone(),
             sequence_number: sequence_number.clone(),
             receive_count: 0,
+            trace_header,
+            dead_letter_source_arn: None,
         };
         if let Some(d) = dedup_id {
             self.dedup

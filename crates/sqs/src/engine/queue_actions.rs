@@ -9,10 +9,14 @@ use super::journal::Change;
 use super::queue::{Queue, StoredQueue};
 use super::requests::{self, AttributeNames, CreateQueue, GetQueueUrl, ListQueues, SetAttributes, TagKeys, Tags};
 use super::responses::{self, DeadLetterSources, Empty, QueueUrl, QueueUrls};
-use super::{Engine, now_ms};
+use super::{Engine, State, now_ms};
 
 /// Most tags on one queue.
 const MAX_TAGS: usize = 50;
+/// SQS refuses a second purge of a queue within 60 s…
+const PURGE_EVERY_MS: u64 = 60_000;
+/// …and a queue of a name deleted less than 60 s ago.
+const RECREATE_AFTER_MS: u64 = 60_000;
 const MAX_LIST_RESULTS: u64 = 1000;
 
 impl Engine {
@@ -21,13 +25,13 @@ impl Engine {
     async fn update_meta(
         &self,
         name: &str,
-        change: impl FnOnce(&mut StoredQueue, u64) -> Result<(), SqsError>,
+        change: impl FnOnce(&State, &mut StoredQueue, u64) -> Result<(), SqsError>,
     ) -> Result<Empty, SqsError> {
         let _meta = self.meta.lock().await;
         let (meta, pending) = {
             let state = self.lock();
             let mut meta = state.queue(name)?.meta.clone();
-            change(&mut meta, now_ms())?;
+            change(&state, &mut meta, now_ms())?;
             let pending = self.submit(vec![Change::PutQueue(meta.clone())]);
             (meta, pending)
         };
@@ -36,6 +40,37 @@ impl Engine {
             q.meta = meta;
         }
         Ok(Empty {})
+    }
+
+    /// A redrive policy must name an existing queue of this tenant, of the
+    /// same type (FIFO or standard), other than the queue itself.
+    fn check_redrive(
+        &self,
+        state: &State,
+        name: &str,
+        attributes: &QueueAttributes,
+        fifo: bool,
+    ) -> Result<(), SqsError> {
+        let Some(policy) = attributes.redrive_policy() else {
+            return Ok(());
+        };
+        let invalid = |reason: &str| {
+            SqsError::invalid_parameter_value(format!(
+                "Value {} for parameter RedrivePolicy is invalid. Reason: {reason}",
+                attributes.0.get("RedrivePolicy").map_or("", String::as_str)
+            ))
+        };
+        let target = policy.dead_letter_target_arn.rsplit(':').next().unwrap_or_default();
+        if policy.dead_letter_target_arn != self.queue_arn(target) || target == name {
+            return Err(invalid("Dead-letter target does not exist."));
+        }
+        let dlq = state
+            .queue(target)
+            .map_err(|_| invalid("Dead-letter target does not exist."))?;
+        if dlq.meta.fifo != fifo {
+            return Err(invalid("Dead-letter queue must be same type of queue as the source."));
+        }
+        Ok(())
     }
 
     pub(super) async fn create_queue(&self, request: CreateQueue) -> Result<QueueUrl, SqsError> {
@@ -54,7 +89,9 @@ impl Engine {
             if let Ok(existing) = state.queue(name) {
                 // Creating an existing queue again is idempotent when every
                 // attribute given has the value the queue already has.
-                let same = given.iter().all(|(k, v)| existing.meta.attributes.0.get(k) == Some(v));
+                let same = given
+                    .keys()
+                    .all(|k| existing.meta.attributes.0.get(k) == attributes.0.get(k));
                 if !same {
                     return Err(SqsError::queue_name_exists(
                         "A queue already exists with the same name and a different value for attribute(s)",
@@ -62,6 +99,17 @@ impl Engine {
                 }
                 return Ok(url);
             }
+            if state
+                .deleted
+                .get(name)
+                .is_some_and(|at| now_ms() < at + RECREATE_AFTER_MS)
+            {
+                return Err(SqsError::queue_deleted_recently(
+                    "You must wait 60 seconds after deleting a queue before you can create another with the same \
+                     name.",
+                ));
+            }
+            self.check_redrive(&state, name, &attributes, fifo)?;
             let now = now_ms() / 1000;
             let meta = StoredQueue {
                 name: name.to_owned(),
@@ -124,6 +172,7 @@ impl Engine {
         match committed {
             Ok(()) => {
                 state.queues.remove(name);
+                state.deleted.insert(name.to_owned(), now_ms());
                 Ok(Empty {})
             }
             Err(e) => {
@@ -139,13 +188,19 @@ impl Engine {
         let _meta = self.meta.lock().await;
         let (floor, pending) = {
             let state = self.lock();
-            state.queue(name)?;
+            let q = state.queue(name)?;
+            if q.purged_ms.is_some_and(|at| now_ms() < at + PURGE_EVERY_MS) {
+                return Err(SqsError::purge_queue_in_progress(format!(
+                    "Only one PurgeQueue operation on {name} is allowed every 60 seconds."
+                )));
+            }
             // Every message journaled before the purge has a lower sequence.
             (state.next_seq, self.submit(vec![Change::PurgeQueue(name.to_owned())]))
         };
         Self::committed(pending).await?;
         if let Ok(q) = self.lock().queue_mut(name) {
             q.purge(floor);
+            q.purged_ms = Some(now_ms());
         }
         Ok(Empty {})
     }
@@ -172,6 +227,9 @@ impl Engine {
                 all.insert("FifoQueue".into(), "true".into());
                 all.entry("ContentBasedDeduplication".into())
                     .or_insert_with(|| "false".into());
+                for (attribute, default) in attributes::fifo_defaults() {
+                    all.entry(attribute.into()).or_insert_with(|| default.into());
+                }
             }
             let counts = q.counts(now);
             all.insert("ApproximateNumberOfMessages".into(), counts.visible.to_string());
@@ -189,9 +247,10 @@ impl Engine {
     }
 
     pub(super) async fn set_queue_attributes(&self, name: &str, request: SetAttributes) -> Result<Empty, SqsError> {
-        self.update_meta(name, |meta, now| {
+        self.update_meta(name, |state, meta, now| {
             let fifo = meta.fifo;
             meta.attributes.apply(&request.attributes, false, fifo)?;
+            self.check_redrive(state, name, &meta.attributes, fifo)?;
             meta.modified_s = now / 1000;
             Ok(())
         })
@@ -199,7 +258,7 @@ impl Engine {
     }
 
     pub(super) async fn tag_queue(&self, name: &str, request: Tags) -> Result<Empty, SqsError> {
-        self.update_meta(name, |meta, _| {
+        self.update_meta(name, |_, meta, _| {
             if request.tags.is_empty() {
                 return Err(SqsError::missing_parameter(
                     "The request must contain the parameter Tags.",
@@ -218,7 +277,12 @@ impl Engine {
     }
 
     pub(super) async fn untag_queue(&self, name: &str, request: TagKeys) -> Result<Empty, SqsError> {
-        self.update_meta(name, |meta, _| {
+        self.update_meta(name, |_, meta, _| {
+            if request.tag_keys.is_empty() {
+                return Err(SqsError::missing_parameter(
+                    "The request must contain the parameter TagKeys.",
+                ));
+            }
             for key in &request.tag_keys {
                 meta.tags.remove(key);
             }

@@ -61,12 +61,27 @@ impl Request {
             "TagQueue" => |i| Ok(QueueRequest::TagQueue(parse(i)?)),
             "UntagQueue" => |i| Ok(QueueRequest::UntagQueue(parse(i)?)),
             "SendMessage" => |i| Ok(QueueRequest::SendMessage(parse(i)?)),
-            "SendMessageBatch" => |i| Ok(QueueRequest::SendMessageBatch(batch(i)?)),
+            "SendMessageBatch" => |i| {
+                Ok(QueueRequest::SendMessageBatch(batch(
+                    i,
+                    "SendMessageBatchRequestEntry",
+                )?))
+            },
             "ReceiveMessage" => |i| Ok(QueueRequest::ReceiveMessage(parse(i)?)),
             "DeleteMessage" => |i| Ok(QueueRequest::DeleteMessage(parse(i)?)),
-            "DeleteMessageBatch" => |i| Ok(QueueRequest::DeleteMessageBatch(batch(i)?)),
+            "DeleteMessageBatch" => |i| {
+                Ok(QueueRequest::DeleteMessageBatch(batch(
+                    i,
+                    "DeleteMessageBatchRequestEntry",
+                )?))
+            },
             "ChangeMessageVisibility" => |i| Ok(QueueRequest::ChangeMessageVisibility(parse(i)?)),
-            "ChangeMessageVisibilityBatch" => |i| Ok(QueueRequest::ChangeMessageVisibilityBatch(batch(i)?)),
+            "ChangeMessageVisibilityBatch" => |i| {
+                Ok(QueueRequest::ChangeMessageVisibilityBatch(batch(
+                    i,
+                    "ChangeMessageVisibilityBatchRequestEntry",
+                )?))
+            },
             other => {
                 return Err(SqsError::invalid_action(format!(
                     "The action {other} is not valid for this endpoint."
@@ -278,6 +293,9 @@ pub struct SendEntry {
     pub delay_seconds: Option<Int>,
     #[serde(default, deserialize_with = "or_default")]
     pub message_attributes: BTreeMap<String, AttributeInput>,
+    /// `AWSTraceHeader` only.
+    #[serde(default, deserialize_with = "or_default")]
+    pub message_system_attributes: BTreeMap<String, AttributeInput>,
     pub message_group_id: Option<String>,
     pub message_deduplication_id: Option<String>,
 }
@@ -359,13 +377,14 @@ struct Batch<T> {
     entries: Vec<T>,
 }
 
-/// A batch's entries: 1–10, ids of 1–80 `[A-Za-z0-9_-]`, distinct.
-fn batch<T: DeserializeOwned + Entry>(input: &Value) -> Result<Vec<T>, SqsError> {
+/// A batch's entries (`entry` names their kind in errors): 1–10, ids of
+/// 1–80 `[A-Za-z0-9_-]`, distinct.
+fn batch<T: DeserializeOwned + Entry>(input: &Value, entry: &str) -> Result<Vec<T>, SqsError> {
     let entries = parse::<Batch<T>>(input)?.entries;
     if entries.is_empty() {
-        return Err(SqsError::empty_batch(
-            "There should be at least one entry in the request.",
-        ));
+        return Err(SqsError::empty_batch(format!(
+            "There should be at least one {entry} in the request."
+        )));
     }
     if entries.len() > MAX_BATCH {
         return Err(SqsError::too_many_entries(format!(

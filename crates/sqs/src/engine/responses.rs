@@ -202,6 +202,8 @@ impl ReceivedMessage {
         put("MessageGroupId", stored.group_id.clone());
         put("MessageDeduplicationId", stored.dedup_id.clone());
         put("SequenceNumber", stored.sequence_number.clone());
+        put("AWSTraceHeader", stored.trace_header.clone());
+        put("DeadLetterQueueSourceArn", stored.dead_letter_source_arn.clone());
         let selected: super::message::MessageAttributes = stored
             .attributes
             .iter()

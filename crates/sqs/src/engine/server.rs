@@ -18,8 +18,9 @@ use crate::protocol;
 /// The header in which the gateway presents the engine's token.
 pub const ENGINE_TOKEN: &str = "x-sless-engine-token";
 
-/// Largest request: a full 256 KiB batch, base64 and protocol overhead included.
-const BODY_LIMIT: usize = 2 * 1024 * 1024;
+/// Largest request: a full 1 MiB batch, URL-encoded (up to three bytes a
+/// byte) with the protocol's overhead.
+const BODY_LIMIT: usize = 8 * 1024 * 1024;
 
 #[derive(Clone)]
 struct Served {
@@ -64,7 +65,10 @@ async fn handle(State(served): State<Served>, request: Request) -> Response {
     let body = match axum::body::to_bytes(body, BODY_LIMIT).await {
         Ok(b) => b,
         Err(_) => {
-            let e = super::error::SqsError::malformed_request("The request body is too large or unreadable.");
+            // AWS answers an oversized request as an invalid value.
+            let e = super::error::SqsError::invalid_parameter_value(format!(
+                "The request body is unreadable or longer than {BODY_LIMIT} bytes."
+            ));
             return protocol::respond(protocol, "", Err(e), &id);
         }
     };

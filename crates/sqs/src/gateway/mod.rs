@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::routing::{any, get};
+use axum::routing::get;
 use tokio::net::TcpListener;
 
 use counters::Counters;
@@ -75,9 +75,6 @@ impl Gateway {
         };
         let table = self.state.table.clone();
         let app = Router::new()
-            .route("/sqs/{tenant}", any(proxy::handle))
-            .route("/sqs/{tenant}/", any(proxy::handle))
-            .route("/sqs/{tenant}/{*rest}", any(proxy::handle))
             .route(
                 "/healthz",
                 get(move || {
@@ -91,6 +88,10 @@ impl Gateway {
                     }
                 }),
             )
+            // Every other path is a tenant's: /sqs/{tenant}[/…], with or
+            // without a trailing slash, or any path with the tenant named
+            // by the access key.
+            .fallback(proxy::handle)
             .with_state(self.state);
         let served = axum::serve(self.listener, app)
             .with_graceful_shutdown(async move {

@@ -1,4 +1,5 @@
-//! The tenants' edge: `/sqs/{tenant}/…`. Each request is authenticated with
+//! The tenants' edge: `/sqs/{tenant}/…`, or any other path with the tenant
+//! named by the request's access key. Each request is authenticated with
 //! SigV4 against the local routing table and proxied to the tenant's queue
 //! engine. Nothing here calls the control plane or Redis.
 
@@ -19,7 +20,8 @@ use crate::engine::server::{ENGINE_TOKEN, request_id};
 use crate::protocol::{self, Protocol};
 use sless_controlplane::model::OutcomeKind;
 
-const BODY_LIMIT: usize = 2 * 1024 * 1024;
+/// As the engine's: a full 1 MiB batch, URL-encoded, with overhead.
+const BODY_LIMIT: usize = 8 * 1024 * 1024;
 /// Request headers passed on to the engine.
 const FORWARDED: &[&str] = &[
     "content-type",
@@ -70,20 +72,28 @@ pub async fn handle(State(state): State<GatewayState>, request: Request) -> Resp
     let (parts, body) = request.into_parts();
     let protocol = protocol::detect(&parts.headers);
     let path = parts.uri.path().to_owned();
-    let Some(after) = path.strip_prefix("/sqs/") else {
-        return error(protocol, SqsError::invalid_action("Requests go to /sqs/{tenant}/…"));
-    };
-    let (tenant, rest) = after.split_once('/').map_or((after, ""), |(t, r)| (t, r));
     let Ok(body) = axum::body::to_bytes(body, BODY_LIMIT).await else {
         return error(
             protocol,
-            SqsError::malformed_request("The request body is too large or unreadable."),
+            SqsError::invalid_parameter_value(format!(
+                "The request body is unreadable or longer than {BODY_LIMIT} bytes."
+            )),
         );
     };
     let table = state.table.current();
     let auth = match sigv4::parse_authorization(&parts.headers) {
         Ok(a) => a,
         Err(e) => return error(protocol, auth_error(e)),
+    };
+    let (tenant, rest) = match path.strip_prefix("/sqs/") {
+        Some(after) => after.split_once('/').unwrap_or((after, "")),
+        // Without the /sqs/{tenant} prefix (clients that cannot put a path
+        // in their endpoint, such as kombu's broker URL) the access key
+        // names the tenant; the signature below proves the key.
+        None => match table.keys.get(&auth.access_key) {
+            Some((key_tenant, _)) => (key_tenant.as_str(), path.trim_start_matches('/')),
+            None => return error(protocol, unknown_key()),
+        },
     };
     // A key of another tenant is refused exactly like an unknown key.
     let secret = match table.keys.get(&auth.access_key) {

@@ -89,6 +89,9 @@ fn reshape(object: Map<String, Value>) -> Map<String, Value> {
             "MessageAttribute" => {
                 out.insert("MessageAttributes".into(), keyed(value, "Name"));
             }
+            "MessageSystemAttribute" => {
+                out.insert("MessageSystemAttributes".into(), keyed(value, "Name"));
+            }
             "AttributeName" | "MessageAttributeName" | "MessageSystemAttributeName" | "TagKey" => {
                 out.insert(format!("{key}s"), Value::Array(entries(value).collect()));
             }

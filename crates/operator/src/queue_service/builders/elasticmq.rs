@@ -35,10 +35,11 @@ messages-storage {{
 }}
 aws {{
   region = ru-msk-1
-  accountId = "{tenant}"
+  accountId = "{account}"
 }}
 "#,
         host = config.sqs_external_host,
+        account = sless_sqs::credentials::account_id(tenant),
     )
 }
 

@@ -185,7 +185,7 @@ fn sless_container(qs: &QueueService, config: &OperatorConfig) -> Container {
         "--listen",
         &format!("0.0.0.0:{SQS_PORT}"),
         "--account-id",
-        tenant,
+        &sless_sqs::credentials::account_id(tenant),
         "--base-url",
         &endpoint(config, tenant),
     ]

@@ -1,0 +1,151 @@
+"""Today's AWS SQS semantics where an outside test suite found sless apart
+from them (issue 14), each checked with boto3 as a tenant would meet it."""
+
+import json
+import uuid
+from urllib.parse import urlsplit
+
+import pytest
+from botocore.exceptions import ClientError
+
+from conftest import sqs_client
+
+
+def name(prefix="q"):
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def code(e):
+    return e.value.response["Error"]["Code"]
+
+
+def refused(call, **kwargs):
+    with pytest.raises(ClientError) as e:
+        call(**kwargs)
+    return code(e)
+
+
+def test_arns_carry_a_12_digit_account_id(sqs):
+    url = sqs.create_queue(QueueName=name())["QueueUrl"]
+    arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    account = arn.split(":")[4]
+    assert len(account) == 12 and account.isdigit(), arn
+    assert url.split("/")[-2] == account, "the queue URL names the same account"
+
+
+def test_fifo_throughput_attributes(sqs):
+    url = sqs.create_queue(QueueName=name() + ".fifo", Attributes={"FifoQueue": "true"})["QueueUrl"]
+    attrs = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    assert (attrs["DeduplicationScope"], attrs["FifoThroughputLimit"]) == ("queue", "perQueue")
+    sqs.set_queue_attributes(QueueUrl=url, Attributes={
+        "DeduplicationScope": "messageGroup", "FifoThroughputLimit": "perMessageGroupId"})
+    attrs = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    assert (attrs["DeduplicationScope"], attrs["FifoThroughputLimit"]) == ("messageGroup", "perMessageGroupId")
+    assert refused(sqs.set_queue_attributes, QueueUrl=url,
+                   Attributes={"DeduplicationScope": "everywhere"}) == "InvalidAttributeValue"
+    standard = sqs.create_queue(QueueName=name())["QueueUrl"]
+    for attribute, value in [("DeduplicationScope", "queue"), ("FifoThroughputLimit", "perQueue")]:
+        assert refused(sqs.set_queue_attributes, QueueUrl=standard,
+                       Attributes={attribute: value}) == "InvalidAttributeName"
+    assert "DeduplicationScope" not in sqs.get_queue_attributes(
+        QueueUrl=standard, AttributeNames=["All"])["Attributes"]
+
+
+def test_message_actions_on_a_missing_queue_say_so(sqs):
+    url = sqs.create_queue(QueueName=name())["QueueUrl"]
+    sqs.send_message(QueueUrl=url, MessageBody="x")
+    handle = sqs.receive_message(QueueUrl=url)["Messages"][0]["ReceiptHandle"]
+    missing = url.rsplit("/", 1)[0] + "/" + name("missing")
+    missing_queue = "AWS.SimpleQueueService.NonExistentQueue"
+    assert refused(sqs.delete_message, QueueUrl=missing, ReceiptHandle=handle) == missing_queue
+    assert refused(sqs.change_message_visibility, QueueUrl=missing, ReceiptHandle=handle,
+                   VisibilityTimeout=1) == missing_queue
+
+
+def test_redrive_policies_are_checked_and_kept_in_sqs_form(sqs):
+    source = sqs.create_queue(QueueName=name())["QueueUrl"]
+    dlq = sqs.create_queue(QueueName=name("dlq"))["QueueUrl"]
+    dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    fifo = sqs.create_queue(QueueName=name() + ".fifo", Attributes={"FifoQueue": "true"})["QueueUrl"]
+
+    def policy(arn, count=3):
+        return {"RedrivePolicy": json.dumps({"deadLetterTargetArn": arn, "maxReceiveCount": count})}
+
+    assert refused(sqs.set_queue_attributes, QueueUrl=source,
+                   Attributes=policy(dlq_arn.rsplit(":", 1)[0] + ":nowhere")) == "InvalidParameterValue"
+    assert refused(sqs.set_queue_attributes, QueueUrl=fifo, Attributes=policy(dlq_arn)) == "InvalidParameterValue", \
+        "a FIFO queue cannot dead-letter into a standard queue"
+    sqs.set_queue_attributes(QueueUrl=source, Attributes=policy(dlq_arn, "5"))
+    kept = json.loads(sqs.get_queue_attributes(QueueUrl=source, AttributeNames=["RedrivePolicy"])
+                      ["Attributes"]["RedrivePolicy"])
+    assert kept == {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": 5}
+
+    # A message moved to the dead-letter queue says where it came from.
+    sqs.set_queue_attributes(QueueUrl=source, Attributes=policy(dlq_arn, 1))
+    sqs.send_message(QueueUrl=source, MessageBody="poison")
+    sqs.receive_message(QueueUrl=source, VisibilityTimeout=0)
+    assert "Messages" not in sqs.receive_message(QueueUrl=source)
+    moved = sqs.receive_message(QueueUrl=dlq, MessageSystemAttributeNames=["All"], WaitTimeSeconds=2)["Messages"]
+    source_arn = sqs.get_queue_attributes(QueueUrl=source, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    assert moved[0]["Attributes"]["DeadLetterQueueSourceArn"] == source_arn
+
+
+def test_an_empty_policy_removes_it(sqs):
+    url = sqs.create_queue(QueueName=name(), Attributes={"Policy": '{"Version": "2012-10-17"}'})["QueueUrl"]
+    assert "Policy" in sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["Policy"]).get("Attributes", {})
+    sqs.set_queue_attributes(QueueUrl=url, Attributes={"Policy": ""})
+    assert "Policy" not in sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["Policy"]).get("Attributes", {})
+
+
+def test_the_trace_header_travels_with_the_message(sqs):
+    url = sqs.create_queue(QueueName=name())["QueueUrl"]
+    header = "Root=1-5759e988-bd862e3fe1be46a994272793;Sampled=1"
+    sqs.send_message(QueueUrl=url, MessageBody="traced", MessageSystemAttributes={
+        "AWSTraceHeader": {"DataType": "String", "StringValue": header}})
+    got = sqs.receive_message(QueueUrl=url, MessageSystemAttributeNames=["AWSTraceHeader"])["Messages"][0]
+    assert got["Attributes"] == {"AWSTraceHeader": header}
+
+
+def test_purge_and_recreate_cool_downs(sqs):
+    url = sqs.create_queue(QueueName=name())["QueueUrl"]
+    sqs.purge_queue(QueueUrl=url)
+    assert refused(sqs.purge_queue, QueueUrl=url) == "AWS.SimpleQueueService.PurgeQueueInProgress"
+    queue = name()
+    url = sqs.create_queue(QueueName=queue)["QueueUrl"]
+    sqs.delete_queue(QueueUrl=url)
+    assert refused(sqs.create_queue, QueueName=queue) == "AWS.SimpleQueueService.QueueDeletedRecently"
+
+
+def test_untag_without_keys_is_refused(sqs):
+    url = sqs.create_queue(QueueName=name())["QueueUrl"]
+    assert refused(sqs.untag_queue, QueueUrl=url, TagKeys=[]) == "MissingParameter"
+
+
+def test_an_oversized_request_is_an_invalid_value(sqs):
+    url = sqs.create_queue(QueueName=name())["QueueUrl"]
+    with pytest.raises(ClientError) as e:
+        sqs.send_message(QueueUrl=url, MessageBody="x" * (9 * 1024 * 1024))
+    assert code(e) in ("InvalidParameterValue", "InvalidParameterValueException"), e.value.response
+
+
+def test_endpoints_with_a_slash_or_without_the_tenant_path(tenant_a):
+    endpoint = tenant_a["endpoint"]
+    root = f"{urlsplit(endpoint).scheme}://{urlsplit(endpoint).netloc}"
+    for url in (endpoint + "/", root, root + "/"):
+        client = sqs_client(tenant_a, endpoint=url)
+        queue = client.create_queue(QueueName=name())["QueueUrl"]
+        client.send_message(QueueUrl=queue, MessageBody=url)
+        assert client.receive_message(QueueUrl=queue)["Messages"][0]["Body"] == url
+
+
+def test_without_the_tenant_path_an_unknown_key_is_refused(tenant_a):
+    endpoint = tenant_a["endpoint"]
+    root = f"{urlsplit(endpoint).scheme}://{urlsplit(endpoint).netloc}"
+    client = sqs_client(tenant_a, endpoint=root, access_key="SQSAKa_unknown1")
+    with pytest.raises(ClientError) as e:
+        client.list_queues()
+    assert code(e) == "InvalidClientTokenId"
+    forged = sqs_client(tenant_a, endpoint=root, secret="bm90IHRoZSBzZWNyZXQ=")
+    with pytest.raises(ClientError) as e:
+        forged.list_queues()
+    assert code(e) == "SignatureDoesNotMatch"
