@@ -149,3 +149,63 @@ def test_without_the_tenant_path_an_unknown_key_is_refused(tenant_a):
     with pytest.raises(ClientError) as e:
         forged.list_queues()
     assert code(e) == "SignatureDoesNotMatch"
+
+
+def test_dead_letter_redrive_with_move_tasks(sqs):
+    source = sqs.create_queue(QueueName=name())["QueueUrl"]
+    other = sqs.create_queue(QueueName=name("other"))["QueueUrl"]
+    dlq = sqs.create_queue(QueueName=name("dlq"))["QueueUrl"]
+
+    def arn(url):
+        return sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+
+    assert refused(sqs.start_message_move_task, SourceArn=arn(dlq)) == "InvalidParameterValue", \
+        "only a dead-letter queue is a source"
+    sqs.set_queue_attributes(QueueUrl=source, Attributes={
+        "RedrivePolicy": json.dumps({"deadLetterTargetArn": arn(dlq), "maxReceiveCount": 1})})
+    for i in range(3):
+        sqs.send_message(QueueUrl=source, MessageBody=f"m{i}")
+    sqs.receive_message(QueueUrl=source, MaxNumberOfMessages=10, VisibilityTimeout=0)
+    sqs.receive_message(QueueUrl=source, MaxNumberOfMessages=10)  # moves all three to the DLQ
+    attrs = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["ApproximateNumberOfMessages"])["Attributes"]
+    assert attrs["ApproximateNumberOfMessages"] == "3"
+
+    # Back where they came from (no destination), counted, and listed.
+    handle = sqs.start_message_move_task(SourceArn=arn(dlq))["TaskHandle"]
+    tasks = sqs.list_message_move_tasks(SourceArn=arn(dlq), MaxResults=10)["Results"]
+    assert [(t["Status"], t["ApproximateNumberOfMessagesMoved"]) for t in tasks] == [("COMPLETED", 3)]
+    back = sqs.receive_message(QueueUrl=source, MaxNumberOfMessages=10, WaitTimeSeconds=1)["Messages"]
+    assert sorted(m["Body"] for m in back) == ["m0", "m1", "m2"]
+    assert refused(sqs.cancel_message_move_task, TaskHandle=handle) == "ResourceNotFoundException", \
+        "it has finished"
+
+    # To a chosen destination.
+    sqs.send_message(QueueUrl=dlq, MessageBody="direct")
+    sqs.start_message_move_task(SourceArn=arn(dlq), DestinationArn=arn(other), MaxNumberOfMessagesPerSecond=10)
+    assert sqs.receive_message(QueueUrl=other, WaitTimeSeconds=1)["Messages"][0]["Body"] == "direct"
+
+
+def test_permissions_are_kept_in_the_policy(sqs):
+    url = sqs.create_queue(QueueName=name())["QueueUrl"]
+    sqs.add_permission(QueueUrl=url, Label="partner", AWSAccountIds=["123456789012"], Actions=["SendMessage"])
+    assert refused(sqs.add_permission, QueueUrl=url, Label="partner", AWSAccountIds=["123456789012"],
+                   Actions=["SendMessage"]) == "InvalidParameterValue"
+    policy = json.loads(sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["Policy"])["Attributes"]["Policy"])
+    statement = policy["Statement"][0]
+    assert (statement["Sid"], statement["Action"], statement["Principal"]["AWS"]) == \
+        ("partner", ["SQS:SendMessage"], ["arn:aws:iam::123456789012:root"])
+    sqs.remove_permission(QueueUrl=url, Label="partner")
+    assert "Policy" not in sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["Policy"]).get("Attributes", {})
+    assert refused(sqs.remove_permission, QueueUrl=url, Label="partner") == "InvalidParameterValue"
+
+
+def test_a_fifo_receive_retried_with_its_attempt_id(sqs):
+    url = sqs.create_queue(QueueName=name() + ".fifo",
+                           Attributes={"FifoQueue": "true", "ContentBasedDeduplication": "true"})["QueueUrl"]
+    for i in range(3):
+        sqs.send_message(QueueUrl=url, MessageBody=f"m{i}", MessageGroupId="g")
+    first = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, ReceiveRequestAttemptId="attempt-1")["Messages"]
+    again = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, ReceiveRequestAttemptId="attempt-1")["Messages"]
+    assert [(m["Body"], m["ReceiptHandle"]) for m in again] == [(m["Body"], m["ReceiptHandle"]) for m in first]
+    assert "Messages" not in sqs.receive_message(QueueUrl=url, ReceiveRequestAttemptId="attempt-2"), \
+        "a new attempt sees the group in flight"

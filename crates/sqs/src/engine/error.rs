@@ -48,6 +48,7 @@ errors! {
     over_limit => "OverLimit", "OverLimit";
     purge_queue_in_progress => "PurgeQueueInProgress", "AWS.SimpleQueueService.PurgeQueueInProgress";
     queue_deleted_recently => "QueueDeletedRecently", "AWS.SimpleQueueService.QueueDeletedRecently";
+    resource_not_found => "ResourceNotFoundException", "ResourceNotFoundException";
     access_denied => "AccessDenied", "AccessDenied";
     invalid_client_token_id => "InvalidClientTokenId", "InvalidClientTokenId";
     signature_does_not_match => "SignatureDoesNotMatch", "SignatureDoesNotMatch";

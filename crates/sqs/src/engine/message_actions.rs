@@ -126,9 +126,29 @@ impl Engine {
         max: usize,
         visibility_ms: u64,
         selection: &Selection,
+        attempt: Option<&str>,
     ) -> Result<Received, SqsError> {
         let mut state = self.lock();
         let now = now_ms();
+        // A retried FIFO receive with the same attempt id gets the same
+        // messages and receipts while none of them changed.
+        let q = state.queue_mut(name)?;
+        if let Some(held) = attempt.and_then(|id| q.replay_attempt(id, now)) {
+            let messages = held
+                .iter()
+                .filter_map(|(seq, receipt)| {
+                    let m = q.messages.get(seq)?;
+                    Some(ReceivedMessage::new(m, receipt.clone(), &self.config.account_id, selection))
+                })
+                .collect();
+            return Ok(Received {
+                messages,
+                incarnation: q.incarnation,
+                taken: Taken::default(),
+                dead_letters: None,
+                pending: None,
+            });
+        }
         let (policy, incarnation) = {
             let q = state.queue(name)?;
             (q.meta.attributes.redrive_policy(), q.incarnation)
@@ -149,6 +169,9 @@ impl Engine {
             })
             .collect();
         let taken = q.receive(max, visibility_ms, max_receive_count, now);
+        if let Some(id) = attempt {
+            q.record_attempt(id, &taken, now);
+        }
         let messages = taken
             .received
             .iter()
@@ -219,17 +242,19 @@ impl Engine {
 
     pub(super) async fn receive_message(&self, name: &str, request: ReceiveMessage) -> Result<Messages, SqsError> {
         let max = request.max()?;
-        let (default_visibility, default_wait, notify) = self.with_queue(name, |q, _| {
+        let (default_visibility, default_wait, notify, fifo) = self.with_queue(name, |q, _| {
             Ok((
                 u64::from(q.meta.attributes.number("VisibilityTimeout")),
                 u64::from(q.meta.attributes.number("ReceiveMessageWaitTimeSeconds")),
                 q.notify.clone(),
+                q.meta.fifo,
             ))
         })?;
         let visibility = requests::bounded(request.visibility_timeout, "VisibilityTimeout", MAX_VISIBILITY_SECONDS)?
             .unwrap_or(default_visibility);
         let wait =
             requests::bounded(request.wait_time_seconds, "WaitTimeSeconds", MAX_WAIT_SECONDS)?.unwrap_or(default_wait);
+        let attempt = request.attempt_id(fifo)?.map(str::to_owned);
         let system: Vec<String> = request
             .attribute_names
             .into_iter()
@@ -244,7 +269,7 @@ impl Engine {
             let waiter = notify.notified();
             tokio::pin!(waiter);
             waiter.as_mut().enable();
-            let received = self.try_receive(name, max, visibility * 1000, &selection)?;
+            let received = self.try_receive(name, max, visibility * 1000, &selection, attempt.as_deref())?;
             let messages = self.finish_receive(name, received).await?;
             if !messages.is_empty() || tokio::time::Instant::now() >= deadline {
                 return Ok(Messages { messages });

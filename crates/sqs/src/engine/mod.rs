@@ -17,6 +17,7 @@ pub mod error;
 pub mod journal;
 pub mod message;
 mod message_actions;
+mod move_tasks;
 pub mod queue;
 mod queue_actions;
 pub mod requests;
@@ -56,6 +57,8 @@ struct State {
     /// When each queue was last deleted (ms): its name is not taken again
     /// for 60 s, as in SQS. In memory: a restart forgets it.
     deleted: HashMap<String, u64>,
+    /// Finished message move tasks, for ListMessageMoveTasks (in memory).
+    tasks: Vec<move_tasks::MoveTask>,
 }
 
 fn no_such_queue() -> SqsError {
@@ -105,6 +108,7 @@ impl Engine {
             queues: BTreeMap::new(),
             next_seq: 1,
             deleted: HashMap::new(),
+            tasks: Vec::new(),
         };
         let journal = match journal {
             None => None,
@@ -141,6 +145,9 @@ impl Engine {
             Request::CreateQueue(r) => reply(self.create_queue(r).await?),
             Request::GetQueueUrl(r) => reply(self.get_queue_url(&r)?),
             Request::ListQueues(r) => reply(self.list_queues(&r)?),
+            Request::StartMessageMoveTask(r) => reply(self.start_message_move_task(r).await?),
+            Request::ListMessageMoveTasks(r) => reply(self.list_message_move_tasks(&r)?),
+            Request::CancelMessageMoveTask(r) => reply(self.cancel_message_move_task(&r)?),
             Request::OnQueue(name, request) => match request {
                 QueueRequest::DeleteQueue => reply(self.delete_queue(&name).await?),
                 QueueRequest::PurgeQueue => reply(self.purge_queue(&name).await?),
@@ -157,6 +164,8 @@ impl Engine {
                 QueueRequest::DeleteMessageBatch(r) => reply(self.delete_message_batch(&name, r).await?),
                 QueueRequest::ChangeMessageVisibility(r) => reply(self.change_visibility(&name, &r)?),
                 QueueRequest::ChangeMessageVisibilityBatch(r) => reply(self.change_visibility_batch(&name, r)?),
+                QueueRequest::AddPermission(r) => reply(self.add_permission(&name, r).await?),
+                QueueRequest::RemovePermission(r) => reply(self.remove_permission(&name, &r).await?),
             },
         }
     }

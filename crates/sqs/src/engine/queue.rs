@@ -19,6 +19,8 @@ use super::message::{MessageAttributes, attributes_md5, attributes_size, md5_hex
 use super::requests::{MAX_DELAY_SECONDS, MAX_VISIBILITY_SECONDS, SendEntry, bounded, required};
 
 const DEDUP_WINDOW_MS: u64 = 5 * 60 * 1000;
+/// How long a FIFO receive can be retried with its attempt id.
+const ATTEMPT_WINDOW_MS: u64 = 5 * 60 * 1000;
 
 /// The durable part of a queue.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -152,6 +154,8 @@ pub struct Queue {
     pub deleting: bool,
     /// When it was last purged (ms), for SQS's one purge a minute.
     pub purged_ms: Option<u64>,
+    /// FIFO receive attempt id → (expiry, what that receive took).
+    attempts: HashMap<String, (u64, Vec<(u64, String)>)>,
     pub messages: BTreeMap<u64, Message>,
     /// Deduplication id → (expiry, message id, sequence number).
     dedup: HashMap<String, (u64, String, Option<String>)>,
@@ -219,6 +223,7 @@ impl Queue {
             purge_floor: 0,
             deleting: false,
             purged_ms: None,
+            attempts: HashMap::new(),
             messages: BTreeMap::new(),
             dedup: HashMap::new(),
             notify: Arc::new(Notify::new()),
@@ -423,6 +428,39 @@ impl Queue {
             .filter_map(|seq| self.messages.remove(seq).map(|m| (*seq, m)))
             .collect();
         taken
+    }
+
+    /// Takes out every message not in flight, for a move task.
+    pub fn take_movable(&mut self, now: u64) -> Vec<(u64, Message)> {
+        let seqs: Vec<u64> = self
+            .messages
+            .iter()
+            .filter(|(_, m)| !m.in_flight(now))
+            .map(|(seq, _)| *seq)
+            .collect();
+        seqs.into_iter()
+            .filter_map(|seq| self.messages.remove(&seq).map(|m| (seq, m)))
+            .collect()
+    }
+
+    /// What a receive with attempt `id` took, if it was within 5 minutes
+    /// and none of those messages changed since (deleted, made visible,
+    /// received again): the same messages, the same receipts.
+    pub fn replay_attempt(&mut self, id: &str, now: u64) -> Option<Vec<(u64, String)>> {
+        self.attempts.retain(|_, (expires, _)| *expires > now);
+        let (_, held) = self.attempts.get(id)?;
+        let unchanged = held.iter().all(|(seq, receipt)| {
+            self.messages
+                .get(seq)
+                .is_some_and(|m| m.receipt.as_deref() == Some(receipt.as_str()) && m.in_flight(now))
+        });
+        unchanged.then(|| held.clone())
+    }
+
+    /// Remembers what a receive with attempt `id` took, for 5 minutes.
+    pub fn record_attempt(&mut self, id: &str, taken: &Taken, now: u64) {
+        let held = taken.received.iter().map(|(seq, receipt, _)| (*seq, receipt.clone())).collect();
+        self.attempts.insert(id.to_owned(), (now + ATTEMPT_WINDOW_MS, held));
     }
 
     /// After a failed commit: what a receive took is as it was.

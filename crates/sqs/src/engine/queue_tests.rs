@@ -294,3 +294,23 @@ fn a_stale_receipt_deletes_nothing() {
     assert_eq!(q.held_by_receipt(&second[0]).unwrap(), Some(1));
     assert_eq!(q.held_by_receipt("%%%").unwrap_err().shape, "ReceiptHandleIsInvalid");
 }
+
+#[test]
+fn a_fifo_receive_retried_with_its_attempt_id_gets_the_same_messages_until_one_changes() {
+    let mut q = queue(true, &[("ContentBasedDeduplication", "true")]);
+    for (seq, body) in ["1", "2"].into_iter().enumerate() {
+        send(&mut q, seq as u64 + 1, json!({"MessageBody": body, "MessageGroupId": "g"}), 0).unwrap();
+    }
+    let taken = q.receive(10, 30 * SECOND, None, 0);
+    q.record_attempt("try-1", &taken, 0);
+    let first: Vec<(u64, String)> = taken.received.iter().map(|(s, r, _)| (*s, r.clone())).collect();
+    assert_eq!(q.replay_attempt("try-1", SECOND), Some(first.clone()));
+    assert_eq!(q.replay_attempt("other", SECOND), None);
+    // One of them made visible again: the attempt no longer replays.
+    q.change_visibility(&first[0].1, 0, 2 * SECOND).unwrap();
+    assert_eq!(q.replay_attempt("try-1", 2 * SECOND), None);
+    // And an attempt is forgotten after five minutes.
+    let taken = q.receive(10, 600 * SECOND, None, 3 * SECOND);
+    q.record_attempt("try-2", &taken, 3 * SECOND);
+    assert!(q.replay_attempt("try-2", 3 * SECOND + 5 * 60 * SECOND).is_none());
+}

@@ -23,6 +23,9 @@ pub enum Request {
     CreateQueue(CreateQueue),
     GetQueueUrl(GetQueueUrl),
     ListQueues(ListQueues),
+    StartMessageMoveTask(StartMessageMoveTask),
+    ListMessageMoveTasks(ListMessageMoveTasks),
+    CancelMessageMoveTask(CancelMessageMoveTask),
     /// An action on the queue a `QueueUrl` names.
     OnQueue(String, QueueRequest),
 }
@@ -43,6 +46,8 @@ pub enum QueueRequest {
     DeleteMessageBatch(Vec<ReceiptEntry>),
     ChangeMessageVisibility(VisibilityEntry),
     ChangeMessageVisibilityBatch(Vec<VisibilityEntry>),
+    AddPermission(AddPermission),
+    RemovePermission(Label),
 }
 
 impl Request {
@@ -52,6 +57,11 @@ impl Request {
             "CreateQueue" => return Ok(Self::CreateQueue(parse(input)?)),
             "GetQueueUrl" => return Ok(Self::GetQueueUrl(parse(input)?)),
             "ListQueues" => return Ok(Self::ListQueues(parse(input)?)),
+            "StartMessageMoveTask" => return Ok(Self::StartMessageMoveTask(parse(input)?)),
+            "ListMessageMoveTasks" => return Ok(Self::ListMessageMoveTasks(parse(input)?)),
+            "CancelMessageMoveTask" => return Ok(Self::CancelMessageMoveTask(parse(input)?)),
+            "AddPermission" => |i| Ok(QueueRequest::AddPermission(parse(i)?)),
+            "RemovePermission" => |i| Ok(QueueRequest::RemovePermission(parse(i)?)),
             "DeleteQueue" => |_| Ok(QueueRequest::DeleteQueue),
             "PurgeQueue" => |_| Ok(QueueRequest::PurgeQueue),
             "ListQueueTags" => |_| Ok(QueueRequest::ListQueueTags),
@@ -312,9 +322,27 @@ pub struct ReceiveMessage {
     pub message_system_attribute_names: Vec<String>,
     #[serde(default, deserialize_with = "or_default")]
     pub message_attribute_names: Vec<String>,
+    pub receive_request_attempt_id: Option<String>,
 }
 
 impl ReceiveMessage {
+    /// The attempt id of a receive from a FIFO queue (standard queues
+    /// ignore it, as SQS does): 1–128 printable ASCII characters.
+    pub fn attempt_id(&self, fifo: bool) -> Result<Option<&str>, SqsError> {
+        match self.receive_request_attempt_id.as_deref() {
+            Some(id) if fifo => {
+                if id.is_empty() || id.len() > 128 || !id.bytes().all(|b| b.is_ascii_graphic()) {
+                    return Err(SqsError::invalid_parameter_value(format!(
+                        "Value {id} for parameter ReceiveRequestAttemptId is invalid. Reason: up to 128 printable \
+                         ASCII characters."
+                    )));
+                }
+                Ok(Some(id))
+            }
+            _ => Ok(None),
+        }
+    }
+
     /// How many messages to take at most (1 unless asked).
     pub fn max(&self) -> Result<usize, SqsError> {
         match self.max_number_of_messages {
@@ -344,6 +372,43 @@ pub struct VisibilityEntry {
     pub id: String,
     pub receipt_handle: Option<String>,
     pub visibility_timeout: Option<Int>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct AddPermission {
+    pub label: Option<String>,
+    #[serde(default, rename = "AWSAccountIds", deserialize_with = "or_default")]
+    pub aws_account_ids: Vec<String>,
+    #[serde(default, deserialize_with = "or_default")]
+    pub actions: Vec<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct Label {
+    pub label: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct StartMessageMoveTask {
+    pub source_arn: Option<String>,
+    pub destination_arn: Option<String>,
+    pub max_number_of_messages_per_second: Option<Int>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct ListMessageMoveTasks {
+    pub source_arn: Option<String>,
+    pub max_results: Option<Int>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct CancelMessageMoveTask {
+    pub task_handle: Option<String>,
 }
 
 /// A batch entry's id, by which results are reported.

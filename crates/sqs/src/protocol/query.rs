@@ -92,8 +92,11 @@ fn reshape(object: Map<String, Value>) -> Map<String, Value> {
             "MessageSystemAttribute" => {
                 out.insert("MessageSystemAttributes".into(), keyed(value, "Name"));
             }
-            "AttributeName" | "MessageAttributeName" | "MessageSystemAttributeName" | "TagKey" => {
+            "AttributeName" | "MessageAttributeName" | "MessageSystemAttributeName" | "TagKey" | "AWSAccountId" => {
                 out.insert(format!("{key}s"), Value::Array(entries(value).collect()));
+            }
+            "ActionName" => {
+                out.insert("Actions".into(), Value::Array(entries(value).collect()));
             }
             k if k.ends_with("BatchRequestEntry") => {
                 let list = entries(value)
@@ -208,10 +211,10 @@ fn members(out: &mut String, action: &str, object: &Map<String, Value>) {
             ("Attributes", Value::Object(map)) => name_value(out, "Attribute", "Name", map, false),
             ("MessageAttributes", Value::Object(map)) => name_value(out, "MessageAttribute", "Name", map, true),
             ("Tags", Value::Object(map)) => name_value(out, "Tag", "Key", map, false),
-            ("Messages" | "Successful" | "Failed", Value::Array(items)) => {
+            ("Messages" | "Successful" | "Failed" | "Results", Value::Array(items)) => {
                 let tag = match key.as_str() {
                     "Messages" => "Message".to_owned(),
-                    "Successful" => format!("{action}ResultEntry"),
+                    "Successful" | "Results" => format!("{action}ResultEntry"),
                     _ => "BatchResultErrorEntry".to_owned(),
                 };
                 for item in items {
