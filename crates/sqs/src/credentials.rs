@@ -27,8 +27,9 @@ pub fn generate(tenant: &str) -> Credentials {
 /// The tenant's 12-digit account id, in its queue URLs and ARNs: the first
 /// eight bytes of SHA-256 of its id, modulo 10^12. Derived, not stored, so
 /// every replica, engine and restart agrees and it never changes. Two
-/// tenants may share one (about one pair in a million tenants per 500k
-/// more); nothing is routed by it, the tenant's path or key decides.
+/// tenants may share one (n²/2·10¹² pairs expected among n tenants: one
+/// among 1.4 million); nothing is routed by it, the tenant's path or key
+/// decides.
 pub fn account_id(tenant: &str) -> String {
     use sha2::Digest;
     let digest = sha2::Sha256::digest(tenant.as_bytes());

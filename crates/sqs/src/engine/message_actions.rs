@@ -138,7 +138,12 @@ impl Engine {
                 .iter()
                 .filter_map(|(seq, receipt)| {
                     let m = q.messages.get(seq)?;
-                    Some(ReceivedMessage::new(m, receipt.clone(), &self.config.account_id, selection))
+                    Some(ReceivedMessage::new(
+                        m,
+                        receipt.clone(),
+                        &self.config.account_id,
+                        selection,
+                    ))
                 })
                 .collect();
             return Ok(Received {

@@ -44,7 +44,11 @@ impl Engine {
 
     pub(super) async fn start_message_move_task(&self, request: StartMessageMoveTask) -> Result<TaskHandle, SqsError> {
         let source_arn = requests::required(&request.source_arn, "SourceArn")?.to_owned();
-        let rate = requests::bounded(request.max_number_of_messages_per_second, "MaxNumberOfMessagesPerSecond", MAX_RATE)?;
+        let rate = requests::bounded(
+            request.max_number_of_messages_per_second,
+            "MaxNumberOfMessagesPerSecond",
+            MAX_RATE,
+        )?;
         if rate == Some(0) {
             return Err(SqsError::invalid_parameter_value(format!(
                 "Value 0 for parameter MaxNumberOfMessagesPerSecond is invalid. Reason: must be between 1 and {MAX_RATE}."

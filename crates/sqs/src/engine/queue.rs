@@ -459,7 +459,11 @@ impl Queue {
 
     /// Remembers what a receive with attempt `id` took, for 5 minutes.
     pub fn record_attempt(&mut self, id: &str, taken: &Taken, now: u64) {
-        let held = taken.received.iter().map(|(seq, receipt, _)| (*seq, receipt.clone())).collect();
+        let held = taken
+            .received
+            .iter()
+            .map(|(seq, receipt, _)| (*seq, receipt.clone()))
+            .collect();
         self.attempts.insert(id.to_owned(), (now + ATTEMPT_WINDOW_MS, held));
     }
 

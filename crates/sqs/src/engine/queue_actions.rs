@@ -330,7 +330,9 @@ impl Engine {
             ));
         }
         if request.actions.is_empty() {
-            return Err(SqsError::missing_parameter("The request must contain the parameter Actions."));
+            return Err(SqsError::missing_parameter(
+                "The request must contain the parameter Actions.",
+            ));
         }
         if let Some(bad) = request
             .aws_account_ids
@@ -341,7 +343,11 @@ impl Engine {
                 "Value {bad} for parameter AWSAccountIds is invalid. Reason: an account id is 12 digits."
             )));
         }
-        if let Some(bad) = request.actions.iter().find(|a| !PERMISSION_ACTIONS.contains(&a.as_str())) {
+        if let Some(bad) = request
+            .actions
+            .iter()
+            .find(|a| !PERMISSION_ACTIONS.contains(&a.as_str()))
+        {
             return Err(SqsError::invalid_parameter_value(format!(
                 "Value SQS:{bad} for parameter ActionName is invalid. Reason: Please refer to the appropriate \
                  WSDL for a list of valid actions."
@@ -428,7 +434,11 @@ const PERMISSION_ACTIONS: &[&str] = &[
 /// A permission's label: 1–80 of `[A-Za-z0-9_-]`.
 fn permission_label(label: &Option<String>) -> Result<&str, SqsError> {
     let label = requests::required(label, "Label")?;
-    if label.len() > 80 || !label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') {
+    if label.len() > 80
+        || !label
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    {
         return Err(SqsError::invalid_parameter_value(format!(
             "Value {label} for parameter Label is invalid. Reason: up to 80 alphanumeric characters, hyphens or \
              underscores."

@@ -299,7 +299,13 @@ fn a_stale_receipt_deletes_nothing() {
 fn a_fifo_receive_retried_with_its_attempt_id_gets_the_same_messages_until_one_changes() {
     let mut q = queue(true, &[("ContentBasedDeduplication", "true")]);
     for (seq, body) in ["1", "2"].into_iter().enumerate() {
-        send(&mut q, seq as u64 + 1, json!({"MessageBody": body, "MessageGroupId": "g"}), 0).unwrap();
+        send(
+            &mut q,
+            seq as u64 + 1,
+            json!({"MessageBody": body, "MessageGroupId": "g"}),
+            0,
+        )
+        .unwrap();
     }
     let taken = q.receive(10, 30 * SECOND, None, 0);
     q.record_attempt("try-1", &taken, 0);
