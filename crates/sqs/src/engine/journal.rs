@@ -12,7 +12,7 @@ use rusqlite::{Connection, params};
 use tokio::sync::oneshot;
 
 use super::error::SqsError;
-use super::queue::{StoredMessage, StoredQueue};
+use super::records::{StoredMessage, StoredQueue};
 
 /// Most changes folded into one transaction.
 const MAX_GROUP: usize = 512;

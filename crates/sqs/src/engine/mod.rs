@@ -14,12 +14,16 @@
 
 pub mod attributes;
 pub mod error;
+mod ids;
 pub mod journal;
 pub mod message;
 mod message_actions;
 mod move_tasks;
+mod params;
+mod permissions;
 pub mod queue;
 mod queue_actions;
+pub mod records;
 pub mod requests;
 pub mod responses;
 pub mod server;

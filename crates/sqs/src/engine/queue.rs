@@ -8,51 +8,18 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
-use base64::Engine as _;
-use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use tokio::sync::Notify;
 
-use super::attributes::QueueAttributes;
 use super::error::SqsError;
-use super::message::{MessageAttributes, attributes_md5, attributes_size, md5_hex, parse_attributes, validate_body};
+use super::ids::{random_uuid, receipt_for, receipt_seq};
+use super::message::{attributes_md5, attributes_size, md5_hex, parse_attributes, validate_body};
+use super::records::{StoredMessage, StoredQueue};
 use super::requests::{MAX_DELAY_SECONDS, MAX_VISIBILITY_SECONDS, SendEntry, bounded, required};
 
 const DEDUP_WINDOW_MS: u64 = 5 * 60 * 1000;
 /// How long a FIFO receive can be retried with its attempt id.
 const ATTEMPT_WINDOW_MS: u64 = 5 * 60 * 1000;
-
-/// The durable part of a queue.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct StoredQueue {
-    pub name: String,
-    pub fifo: bool,
-    pub attributes: QueueAttributes,
-    pub tags: BTreeMap<String, String>,
-    pub created_s: u64,
-    pub modified_s: u64,
-}
-
-/// The durable part of a message.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct StoredMessage {
-    pub id: String,
-    pub body: String,
-    pub attributes: MessageAttributes,
-    pub sent_ms: u64,
-    pub visible_at_ms: u64,
-    pub group_id: Option<String>,
-    pub dedup_id: Option<String>,
-    pub sequence_number: Option<String>,
-    /// Receives before a move to a dead-letter queue, carried over.
-    pub receive_count: u32,
-    /// The `AWSTraceHeader` system attribute, as sent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub trace_header: Option<String>,
-    /// Once moved to a dead-letter queue: the queue it came from.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub dead_letter_source_arn: Option<String>,
-}
 
 /// A message decided, to be made visible once committed.
 pub struct Put {
@@ -161,36 +128,6 @@ pub struct Queue {
     dedup: HashMap<String, (u64, String, Option<String>)>,
     /// Woken when messages may have become receivable.
     pub notify: Arc<Notify>,
-}
-
-fn random_uuid() -> String {
-    let h = sless_runtime::hex::encode(&sless_runtime::random::bytes::<16>());
-    format!(
-        "{}-{}-4{}-a{}-{}",
-        &h[0..8],
-        &h[8..12],
-        &h[13..16],
-        &h[17..20],
-        &h[20..32]
-    )
-}
-
-fn receipt_for(seq: u64) -> String {
-    let nonce = sless_runtime::hex::encode(&sless_runtime::random::bytes::<12>());
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(format!("{seq}:{nonce}"))
-}
-
-fn receipt_seq(handle: &str) -> Result<u64, SqsError> {
-    base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .decode(handle)
-        .ok()
-        .and_then(|raw| String::from_utf8(raw).ok())
-        .and_then(|text| text.split_once(':').and_then(|(seq, _)| seq.parse().ok()))
-        .ok_or_else(|| {
-            SqsError::receipt_handle_is_invalid(format!(
-                "The input receipt handle \"{handle}\" is not a valid receipt handle."
-            ))
-        })
 }
 
 /// The one message system attribute SQS takes: `AWSTraceHeader`, a string.

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use serde_json::json;
 
 use super::*;
+use crate::engine::attributes::QueueAttributes;
 use crate::engine::requests::SendEntry;
 
 const SECOND: u64 = 1000;

@@ -1,0 +1,135 @@
+//! AddPermission and RemovePermission: statements in the queue's Policy.
+//! sless keeps and reports the policy but does not enforce it (see the
+//! README): a tenant's keys open its queues, and no other account exists.
+
+use super::Engine;
+use super::error::SqsError;
+use super::requests::{self, AddPermission, Label};
+use super::responses::Empty;
+
+impl Engine {
+    /// Adds a statement (`Sid` = its label) to the queue's Policy.
+    pub(super) async fn add_permission(&self, name: &str, request: AddPermission) -> Result<Empty, SqsError> {
+        let label = permission_label(&request.label)?;
+        if request.aws_account_ids.is_empty() {
+            return Err(SqsError::missing_parameter(
+                "The request must contain the parameter AWSAccountIds.",
+            ));
+        }
+        if request.actions.is_empty() {
+            return Err(SqsError::missing_parameter(
+                "The request must contain the parameter Actions.",
+            ));
+        }
+        if let Some(bad) = request
+            .aws_account_ids
+            .iter()
+            .find(|a| a.len() != 12 || !a.bytes().all(|b| b.is_ascii_digit()))
+        {
+            return Err(SqsError::invalid_parameter_value(format!(
+                "Value {bad} for parameter AWSAccountIds is invalid. Reason: an account id is 12 digits."
+            )));
+        }
+        if let Some(bad) = request
+            .actions
+            .iter()
+            .find(|a| !PERMISSION_ACTIONS.contains(&a.as_str()))
+        {
+            return Err(SqsError::invalid_parameter_value(format!(
+                "Value SQS:{bad} for parameter ActionName is invalid. Reason: Please refer to the appropriate \
+                 WSDL for a list of valid actions."
+            )));
+        }
+        let arn = self.queue_arn(name);
+        self.update_meta(name, |_, meta, now| {
+            let mut policy = meta
+                .attributes
+                .0
+                .get("Policy")
+                .and_then(|p| serde_json::from_str::<serde_json::Value>(p).ok())
+                .filter(serde_json::Value::is_object)
+                .unwrap_or_else(|| serde_json::json!({"Version": "2012-10-17", "Id": format!("{arn}/SQSDefaultPolicy")}));
+            if !policy["Statement"].is_array() {
+                policy["Statement"] = serde_json::json!([]);
+            }
+            let statements = policy["Statement"].as_array_mut().expect("an array, made so above");
+            if statements.iter().any(|s| s["Sid"] == label) {
+                return Err(SqsError::invalid_parameter_value(format!(
+                    "Value {label} for parameter Label is invalid. Reason: Already exists."
+                )));
+            }
+            statements.push(serde_json::json!({
+                "Sid": label,
+                "Effect": "Allow",
+                "Principal": {"AWS": request.aws_account_ids.iter().map(|a| format!("arn:aws:iam::{a}:root")).collect::<Vec<_>>()},
+                "Action": request.actions.iter().map(|a| format!("SQS:{a}")).collect::<Vec<_>>(),
+                "Resource": arn,
+            }));
+            meta.attributes.0.insert("Policy".into(), policy.to_string());
+            meta.modified_s = now / 1000;
+            Ok(())
+        })
+        .await
+    }
+
+    pub(super) async fn remove_permission(&self, name: &str, request: &Label) -> Result<Empty, SqsError> {
+        let label = permission_label(&request.label)?;
+        self.update_meta(name, |_, meta, now| {
+            let missing = || {
+                SqsError::invalid_parameter_value(format!(
+                    "Value {label} for parameter Label is invalid. Reason: can't find label on existing policy."
+                ))
+            };
+            let mut policy: serde_json::Value = meta
+                .attributes
+                .0
+                .get("Policy")
+                .and_then(|p| serde_json::from_str(p).ok())
+                .ok_or_else(missing)?;
+            let statements = policy["Statement"].as_array_mut().ok_or_else(missing)?;
+            let before = statements.len();
+            statements.retain(|s| s["Sid"] != label);
+            if statements.len() == before {
+                return Err(missing());
+            }
+            if statements.is_empty() {
+                meta.attributes.0.remove("Policy");
+            } else {
+                meta.attributes.0.insert("Policy".into(), policy.to_string());
+            }
+            meta.modified_s = now / 1000;
+            Ok(())
+        })
+        .await
+    }
+}
+
+/// Actions a permission may grant.
+const PERMISSION_ACTIONS: &[&str] = &[
+    "*",
+    "SendMessage",
+    "ReceiveMessage",
+    "DeleteMessage",
+    "ChangeMessageVisibility",
+    "GetQueueAttributes",
+    "GetQueueUrl",
+    "ListDeadLetterSourceQueues",
+    "PurgeQueue",
+    "ListQueueTags",
+];
+
+/// A permission's label: 1–80 of `[A-Za-z0-9_-]`.
+fn permission_label(label: &Option<String>) -> Result<&str, SqsError> {
+    let label = requests::required(label, "Label")?;
+    if label.len() > 80
+        || !label
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    {
+        return Err(SqsError::invalid_parameter_value(format!(
+            "Value {label} for parameter Label is invalid. Reason: up to 80 alphanumeric characters, hyphens or \
+             underscores."
+        )));
+    }
+    Ok(label)
+}
