@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::error::SqsError;
 use super::journal::{Change, Pending};
 use super::message::{attributes_size, parse_attributes};
-use super::queue::{Put, Taken};
+use super::queue::{Put, Queue, Taken};
 use super::requests::{
     self, Int, MAX_VISIBILITY_SECONDS, MAX_WAIT_SECONDS, ReceiptEntry, ReceiveMessage, SendEntry, VisibilityEntry,
 };
@@ -117,6 +117,26 @@ impl Engine {
         Ok(Batch::of(outcomes, |id, sent| SendResult { id: Some(id), ..sent }))
     }
 
+    /// The messages of `q` that `held` names by sequence, with their receipts,
+    /// as a receive answers them.
+    fn answered<'a>(
+        &self,
+        q: &Queue,
+        held: impl Iterator<Item = (&'a u64, &'a String)>,
+        selection: &Selection,
+    ) -> Vec<ReceivedMessage> {
+        held.filter_map(|(seq, receipt)| {
+            let m = q.messages.get(seq)?;
+            Some(ReceivedMessage::new(
+                m,
+                receipt.clone(),
+                &self.config.account_id,
+                selection,
+            ))
+        })
+        .collect()
+    }
+
     /// One receive attempt: takes up to `max` visible messages (at once, so
     /// no other receive takes them) and journals expiries and dead-letter
     /// moves before the lock is released.
@@ -134,20 +154,8 @@ impl Engine {
         // messages and receipts while none of them changed.
         let q = state.queue_mut(name)?;
         if let Some(held) = attempt.and_then(|id| q.replay_attempt(id, now)) {
-            let messages = held
-                .iter()
-                .filter_map(|(seq, receipt)| {
-                    let m = q.messages.get(seq)?;
-                    Some(ReceivedMessage::new(
-                        m,
-                        receipt.clone(),
-                        &self.config.account_id,
-                        selection,
-                    ))
-                })
-                .collect();
             return Ok(Received {
-                messages,
+                messages: self.answered(q, held.iter().map(|(seq, r)| (seq, r)), selection),
                 incarnation: q.incarnation,
                 taken: Taken::default(),
                 dead_letters: None,
@@ -177,19 +185,7 @@ impl Engine {
         if let Some(id) = attempt {
             q.record_attempt(id, &taken, now);
         }
-        let messages = taken
-            .received
-            .iter()
-            .filter_map(|(seq, receipt, _)| {
-                let m = q.messages.get(seq)?;
-                Some(ReceivedMessage::new(
-                    m,
-                    receipt.clone(),
-                    &self.config.account_id,
-                    selection,
-                ))
-            })
-            .collect();
+        let messages = self.answered(q, taken.received.iter().map(|(seq, r, _)| (seq, r)), selection);
         let mut dead_letters = Vec::new();
         if let Some((dlq_name, _)) = &dlq {
             for (old_seq, m) in &taken.dead_letters {
