@@ -8,7 +8,8 @@
 //!
 //! `user.address.city`, `$.items[0].price` and `items[0]` are paths. The
 //! leading `$.` of JSONPath is accepted everywhere, as upstream accepts it in
-//! some transformations and not others.
+//! some transformations and not others. A key of digits on an array is an
+//! index, as in upstream's gjson paths: `items.0.price` is `items[0].price`.
 
 use std::fmt;
 
@@ -24,6 +25,24 @@ pub const MAX_STEPS: usize = 32;
 pub enum Step {
     Key(String),
     Index(usize),
+}
+
+impl Step {
+    /// The array index this step names: `[i]`, or a key of digits.
+    fn index(&self) -> Option<usize> {
+        match self {
+            Self::Index(i) => Some(*i),
+            Self::Key(k) => array_index(k),
+        }
+    }
+}
+
+/// A key of decimal digits read as an array index (gjson's `items.0`).
+fn array_index(key: &str) -> Option<usize> {
+    if key.is_empty() || !key.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    key.parse().ok()
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -127,9 +146,11 @@ impl Path {
     }
 
     pub fn get<'a>(&self, value: &'a Value) -> Option<&'a Value> {
-        self.steps.iter().try_fold(value, |v, step| match step {
-            Step::Key(k) => v.as_object()?.get(k),
-            Step::Index(i) => v.as_array()?.get(*i),
+        self.steps.iter().try_fold(value, |v, step| match (step, v) {
+            (Step::Key(k), Value::Object(map)) => map.get(k),
+            (Step::Key(k), Value::Array(items)) => items.get(array_index(k)?),
+            (Step::Index(i), Value::Array(items)) => items.get(*i),
+            _ => None,
         })
     }
 
@@ -141,18 +162,13 @@ impl Path {
         };
         let mut current = value;
         for step in parents {
-            current = match step {
-                Step::Key(k) => {
-                    if !current.is_object() {
-                        return false;
-                    }
-                    let map = current.as_object_mut().expect("checked to be an object");
-                    map.entry(k.clone()).or_insert_with(|| Value::Object(Map::new()))
-                }
-                Step::Index(i) => match current.as_array_mut().and_then(|a| a.get_mut(*i)) {
+            current = match (step, current) {
+                (Step::Key(k), Value::Object(map)) => map.entry(k.clone()).or_insert_with(|| Value::Object(Map::new())),
+                (step, Value::Array(items)) => match step.index().and_then(|i| items.get_mut(i)) {
                     Some(v) => v,
                     None => return false,
                 },
+                _ => return false,
             };
         }
         match (last, current) {
@@ -160,10 +176,13 @@ impl Path {
                 map.insert(k.clone(), new);
                 true
             }
-            (Step::Index(i), Value::Array(items)) if *i < items.len() => {
-                items[*i] = new;
-                true
-            }
+            (step, Value::Array(items)) => match step.index().and_then(|i| items.get_mut(i)) {
+                Some(slot) => {
+                    *slot = new;
+                    true
+                }
+                None => false,
+            },
             _ => false,
         }
     }
@@ -173,17 +192,19 @@ impl Path {
         let (last, parents) = self.steps.split_last()?;
         let mut current = value;
         for step in parents {
-            current = match step {
-                Step::Key(k) => current.as_object_mut()?.get_mut(k)?,
-                Step::Index(i) => current.as_array_mut()?.get_mut(*i)?,
+            current = match (step, current) {
+                (Step::Key(k), Value::Object(map)) => map.get_mut(k)?,
+                (step, Value::Array(items)) => items.get_mut(step.index()?)?,
+                _ => return None,
             };
         }
-        match last {
-            Step::Key(k) => current.as_object_mut()?.remove(k),
-            Step::Index(i) => {
-                let items = current.as_array_mut()?;
-                (*i < items.len()).then(|| items.remove(*i))
+        match (last, current) {
+            (Step::Key(k), Value::Object(map)) => map.remove(k),
+            (step, Value::Array(items)) => {
+                let i = step.index()?;
+                (i < items.len()).then(|| items.remove(i))
             }
+            _ => None,
         }
     }
 }
@@ -241,5 +262,19 @@ mod tests {
         assert_eq!(p("user.tags[0]").remove(&mut v), Some(json!("x")));
         assert_eq!(v["user"]["tags"], json!(["y"]));
         assert_eq!(p("user.tags").leaf_name(), "tags");
+    }
+
+    #[test]
+    fn a_key_of_digits_indexes_an_array_and_names_an_object_key() {
+        let mut v = json!({"items": [{"card": "1234"}, {"card": "5678"}], "codes": {"0": "zero"}});
+        let p = |s| Path::parse(s).unwrap();
+        assert_eq!(p("items.1.card").get(&v), Some(&json!("5678")));
+        assert_eq!(p("codes.0").get(&v), Some(&json!("zero")), "on an object, 0 is a key");
+        assert!(p("items.0.card").set(&mut v, json!("****")));
+        assert_eq!(v["items"][0]["card"], "****");
+        assert!(!p("items.7.card").set(&mut v, json!(1)), "no element is created");
+        assert_eq!(p("items.1").remove(&mut v), Some(json!({"card": "5678"})));
+        assert_eq!(v["items"].as_array().unwrap().len(), 1);
+        assert_eq!(p("items.x").get(&v), None);
     }
 }

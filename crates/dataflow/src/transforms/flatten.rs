@@ -1,7 +1,8 @@
 //! `flatten`: one message per element of an array field, keeping the parent
 //! fields. An object element's keys are merged into the parent; any other
 //! element takes the array's place. An empty array drops the field; a
-//! missing or non-array field leaves the message as it is.
+//! missing or non-array field leaves the message as it is. An array in
+//! Avro's JSON wrapper, `{"array": [...]}`, is flattened as the array.
 
 use serde_json::Value;
 
@@ -51,8 +52,13 @@ impl Build for Flatten {
 
 impl Transform for Flatten {
     fn apply(&self, message: Message) -> Vec<Message> {
-        let Some(Value::Array(items)) = self.field.get(&message.data).cloned() else {
-            return vec![message];
+        let items = match self.field.get(&message.data) {
+            Some(Value::Array(items)) => items.clone(),
+            Some(Value::Object(wrapper)) if wrapper.len() == 1 => match wrapper.get("array") {
+                Some(Value::Array(items)) => items.clone(),
+                _ => return vec![message],
+            },
+            _ => return vec![message],
         };
         let mut parent = message.data.clone();
         self.field.remove(&mut parent);
@@ -115,5 +121,18 @@ mod tests {
             flatten("a.list", json!({"a": {"list": [1, 2]}})),
             [json!({"a": {"list": 1}}), json!({"a": {"list": 2}})]
         );
+    }
+
+    #[test]
+    fn an_avro_array_wrapper_is_the_array() {
+        assert_eq!(
+            flatten(
+                "items",
+                json!({"id": 1, "items": {"array": [{"sku": "a"}, {"sku": "b"}]}})
+            ),
+            [json!({"id": 1, "sku": "a"}), json!({"id": 1, "sku": "b"})]
+        );
+        let other = json!({"id": 1, "items": {"array": [1], "more": 2}});
+        assert_eq!(flatten("items", other.clone()), [other], "only the one-key wrapper");
     }
 }

@@ -1,6 +1,7 @@
-//! `mask`: replaces field values by a mask: as many mask characters as the
-//! value's text has characters with `keepLength`, else three. Missing
-//! fields are skipped.
+//! `mask`: replaces field values by a mask: the mask text repeated as many
+//! times as the value's text has characters with `keepLength` (characters,
+//! not bytes as upstream counts), else three times. Missing fields are
+//! skipped.
 
 use serde_json::Value;
 
@@ -17,7 +18,7 @@ use crate::path::Path;
 pub struct MaskConfig {
     #[serde(default)]
     pub fields: Vec<String>,
-    /// Default `*`.
+    /// Default `*`; several characters are repeated together, as upstream does.
     pub mask_char: Option<String>,
     #[serde(default)]
     pub keep_length: bool,
@@ -25,19 +26,18 @@ pub struct MaskConfig {
 
 pub struct Mask {
     fields: Vec<Path>,
-    mask: char,
+    mask: String,
     keep_length: bool,
 }
+
+/// Longest mask text: a masked value is at most this many times its length.
+const MAX_MASK_CHARS: usize = 8;
 
 impl Mask {
     pub fn new(config: &MaskConfig) -> Result<Self, BuildError> {
         Ok(Self {
             fields: super::paths(&config.fields)?,
-            mask: config
-                .mask_char
-                .as_deref()
-                .and_then(|m| m.chars().next())
-                .unwrap_or('*'),
+            mask: config.mask_char.clone().unwrap_or_else(|| "*".into()),
             keep_length: config.keep_length,
         })
     }
@@ -49,10 +49,14 @@ impl Component for Mask {
 
     fn check(config: &MaskConfig, path: &str, errors: &mut ValidationErrors) {
         super::check_fields(&config.fields, path, errors);
-        if config.mask_char.as_deref().is_some_and(|m| m.chars().count() != 1) {
+        if config
+            .mask_char
+            .as_deref()
+            .is_some_and(|m| m.is_empty() || m.chars().count() > MAX_MASK_CHARS)
+        {
             errors.push(FieldError::invalid(
                 format!("{path}.maskChar"),
-                "must be exactly one character",
+                format!("must be 1 to {MAX_MASK_CHARS} characters"),
             ));
         }
     }
@@ -74,7 +78,7 @@ impl Transform for Mask {
                 Value::String(s) => s.chars().count(),
                 other => other.to_string().chars().count(),
             };
-            let masked = std::iter::repeat_n(self.mask, if self.keep_length { length } else { 3 }).collect::<String>();
+            let masked = self.mask.repeat(if self.keep_length { length } else { 3 });
             field.set(&mut message.data, Value::String(masked));
         }
         vec![message]
@@ -110,5 +114,25 @@ mod tests {
             short.apply(Message::new(json!({"card": "4111"})))[0].data,
             json!({"card": "***"})
         );
+    }
+
+    #[test]
+    fn a_longer_mask_repeats_and_array_elements_are_fields() {
+        let mask = Mask::new(&MaskConfig {
+            fields: vec!["items.0.card".into(), "items[1].card".into()],
+            mask_char: Some("X-".into()),
+            keep_length: true,
+        })
+        .unwrap();
+        let out = mask.apply(Message::new(json!({"items": [{"card": "ab✓"}, {"card": "c"}]})));
+        assert_eq!(out[0].data, json!({"items": [{"card": "X-X-X-"}, {"card": "X-"}]}));
+        let mut errors = ValidationErrors::default();
+        let too_long = MaskConfig {
+            fields: vec!["a".into()],
+            mask_char: Some("123456789".into()),
+            keep_length: false,
+        };
+        Mask::check(&too_long, "t", &mut errors);
+        assert!(errors.to_string().contains("maskChar"), "{errors}");
     }
 }
