@@ -18,6 +18,7 @@ pub mod registry;
 pub mod sinks;
 pub mod sources;
 mod sql;
+pub mod sqs_client;
 pub mod supervisor;
 pub mod transforms;
 

@@ -28,12 +28,14 @@ pub static TRANSFORMS: &[transforms::Descriptor] = &[
 pub static SOURCES: &[sources::Descriptor] = &[
     sources::Descriptor::of::<sources::kafka::KafkaSource>(),
     sources::Descriptor::of::<sources::postgres::PostgresSource>(),
+    sources::Descriptor::of::<sources::sqs::SqsSource>(),
 ];
 
 /// Sinks, by type.
 pub static SINKS: &[sinks::Descriptor] = &[
     sinks::Descriptor::of::<sinks::kafka::KafkaSink>(),
     sinks::Descriptor::of::<sinks::postgres::PostgresSink>(),
+    sinks::Descriptor::of::<sinks::sqs::SqsSink>(),
 ];
 
 /// Connector types of the upstream design that sless does not run yet: a

@@ -10,6 +10,7 @@ mod attacks;
 mod cli;
 mod dataflow_kafka;
 mod dataflow_pg;
+mod dataflow_sqs;
 mod dev_routing;
 mod kubernetes;
 mod processor;

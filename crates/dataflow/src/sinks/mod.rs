@@ -2,6 +2,7 @@
 
 pub mod kafka;
 pub mod postgres;
+pub mod sqs;
 
 use std::future::Future;
 use std::pin::Pin;

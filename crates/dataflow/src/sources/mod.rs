@@ -3,6 +3,7 @@
 
 pub mod kafka;
 pub mod postgres;
+pub mod sqs;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -26,6 +27,8 @@ pub enum Position {
     Column(String),
     /// A Kafka record.
     Offset { partition: i32, offset: i64 },
+    /// An SQS message, by the receipt that deletes it.
+    Receipt(String),
 }
 
 /// One record read from a source.

@@ -42,6 +42,12 @@ pub struct DevServer {
 impl DevServer {
     /// Starts `sless dev` on a free port with tenants `a` and `b`.
     pub fn start(data_dir: &Path) -> Self {
+        Self::start_with_gateway(data_dir, "127.0.0.1:0")
+    }
+
+    /// As [`Self::start`], with the SQS gateway on `gateway` (to keep its
+    /// address across a restart).
+    pub fn start_with_gateway(data_dir: &Path, gateway: &str) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_sless"))
             .args([
                 "dev",
@@ -50,7 +56,7 @@ impl DevServer {
                 "--control-plane-listen",
                 "127.0.0.1:0",
                 "--gateway-listen",
-                "127.0.0.1:0",
+                gateway,
                 "--data-dir",
             ])
             .arg(data_dir)

@@ -1,0 +1,149 @@
+//! SQS source: long-polls a queue (a tenant's sless queue service or any
+//! SQS endpoint). A message is deleted only through `commit`, once every
+//! output of its batch is written, so a crash re-delivers it when its
+//! visibility timeout ends. A JSON body is the message; any other text
+//! becomes `{"body": text}`. The SQS message id is metadata `message_id`.
+
+use async_trait::async_trait;
+use serde_json::{Value, json};
+
+use super::{Position, Record, Source};
+use crate::ConnectorError;
+use crate::component::Component;
+use crate::context::PipelineContext;
+use crate::message::Message;
+use crate::sqs_client::{DEFAULT_VISIBILITY_SECONDS, DEFAULT_WAIT_SECONDS, SqsClient, SqsConfig};
+use sless_model::ValidationErrors;
+use sless_model::dataflow::Role;
+
+/// SQS's most messages per ReceiveMessage and per DeleteMessageBatch.
+const MAX_BATCH: usize = 10;
+
+pub struct SqsSource {
+    client: SqsClient,
+    wait: u64,
+    visibility: u64,
+}
+
+impl Component for SqsSource {
+    const KIND: &'static str = "sqs";
+    type Config = SqsConfig;
+
+    fn check(config: &SqsConfig, path: &str, errors: &mut ValidationErrors) {
+        config.check(Role::Source, path, errors);
+    }
+}
+
+#[async_trait]
+impl super::Open for SqsSource {
+    async fn open(config: &SqsConfig, ctx: &PipelineContext) -> Result<Self, ConnectorError> {
+        Ok(Self {
+            client: SqsClient::connect(config, &ctx.egress).await?,
+            wait: config.wait_time_seconds.unwrap_or(DEFAULT_WAIT_SECONDS),
+            visibility: config.visibility_timeout.unwrap_or(DEFAULT_VISIBILITY_SECONDS),
+        })
+    }
+}
+
+/// The message a received SQS message becomes.
+fn record(message: &Value) -> Option<Record> {
+    let receipt = message["ReceiptHandle"].as_str()?.to_owned();
+    let body = message["Body"].as_str().unwrap_or_default();
+    let data = serde_json::from_str::<Value>(body)
+        .ok()
+        .filter(Value::is_object)
+        .unwrap_or_else(|| json!({"body": body}));
+    let mut out = Message::new(data);
+    if let Some(id) = message["MessageId"].as_str() {
+        out.metadata.insert("message_id".into(), id.to_owned());
+    }
+    Some(Record {
+        message: out,
+        position: Position::Receipt(receipt),
+    })
+}
+
+#[async_trait]
+impl Source for SqsSource {
+    fn batch_size(&self) -> usize {
+        MAX_BATCH
+    }
+
+    async fn read(&self) -> Result<Vec<Record>, ConnectorError> {
+        loop {
+            let out = self
+                .client
+                .call(
+                    "ReceiveMessage",
+                    json!({
+                        "MaxNumberOfMessages": MAX_BATCH,
+                        "WaitTimeSeconds": self.wait,
+                        "VisibilityTimeout": self.visibility,
+                    }),
+                )
+                .await
+                .map_err(|e| match e {
+                    // A refused receive is not the data's fault: retry.
+                    ConnectorError::Data(m) => ConnectorError::Query(m),
+                    other => other,
+                })?;
+            let records: Vec<Record> = out["Messages"]
+                .as_array()
+                .map(|m| m.iter().filter_map(record).collect())
+                .unwrap_or_default();
+            if !records.is_empty() {
+                return Ok(records);
+            }
+            if self.wait == 0 {
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            }
+        }
+    }
+
+    async fn commit(&self, done: &[Record]) -> Result<(), ConnectorError> {
+        let receipts: Vec<&str> = done
+            .iter()
+            .filter_map(|r| match &r.position {
+                Position::Receipt(receipt) => Some(receipt.as_str()),
+                _ => None,
+            })
+            .collect();
+        for chunk in receipts.chunks(MAX_BATCH) {
+            let entries: Vec<Value> = chunk
+                .iter()
+                .enumerate()
+                .map(|(i, receipt)| json!({"Id": i.to_string(), "ReceiptHandle": receipt}))
+                .collect();
+            let out = self
+                .client
+                .call("DeleteMessageBatch", json!({"Entries": entries}))
+                .await
+                .map_err(|e| ConnectorError::Query(e.to_string()))?;
+            if let Some(failed) = out["Failed"].as_array().filter(|f| !f.is_empty()) {
+                return Err(ConnectorError::Query(format!(
+                    "SQS DeleteMessageBatch refused {} of {} messages: {}",
+                    failed.len(),
+                    chunk.len(),
+                    failed[0]["Message"].as_str().unwrap_or("no reason")
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_bodies_are_messages_and_text_is_wrapped() {
+        let r = record(&json!({"ReceiptHandle": "r1", "MessageId": "m1", "Body": "{\"id\": 7}"})).unwrap();
+        assert_eq!(r.message.data, json!({"id": 7}));
+        assert_eq!(r.message.metadata["message_id"], "m1");
+        assert_eq!(r.position, Position::Receipt("r1".into()));
+        let text = record(&json!({"ReceiptHandle": "r2", "Body": "plain [1]"})).unwrap();
+        assert_eq!(text.message.data, json!({"body": "plain [1]"}));
+        assert!(record(&json!({"Body": "no receipt"})).is_none());
+    }
+}

@@ -1,0 +1,207 @@
+//! What the SQS source and sink share: their config, its rules, and a small
+//! client of the SQS JSON protocol, signed with SigV4 (sless-sqs's signer),
+//! that connects only to addresses the egress policy permits. It talks to
+//! any SQS endpoint: a tenant's sless queue service or AWS.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde_json::{Value, json};
+use sless_model::dataflow::{Role, SecretRef};
+use sless_model::{FieldError, ValidationErrors};
+
+use crate::ConnectorError;
+use crate::egress::EgressPolicy;
+use crate::registry::{either, non_empty, secret_ref};
+
+pub const DEFAULT_REGION: &str = "ru-msk-1";
+pub const DEFAULT_WAIT_SECONDS: u64 = 20;
+pub const DEFAULT_VISIBILITY_SECONDS: u64 = 60;
+
+/// `config` of the `sqs` source and sink.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SqsConfig {
+    /// The queue's URL, as CreateQueue or GetQueueUrl returned it.
+    pub queue_url: Option<String>,
+    /// The region the endpoint signs for. Default `ru-msk-1`.
+    pub region: Option<String>,
+    pub access_key_id: Option<String>,
+    pub access_key_id_secret_ref: Option<SecretRef>,
+    pub secret_access_key: Option<String>,
+    pub secret_access_key_secret_ref: Option<SecretRef>,
+    /// Source: long-poll wait, 0–20 s. Default 20.
+    pub wait_time_seconds: Option<u64>,
+    /// Source: how long a batch has to be written before its messages are
+    /// delivered again, 1–43200 s. Default 60.
+    pub visibility_timeout: Option<u64>,
+}
+
+impl SqsConfig {
+    pub fn check(&self, role: Role, path: &str, errors: &mut ValidationErrors) {
+        match self.queue_url.as_deref() {
+            None | Some("") => errors.push(FieldError::required(format!("{path}.queueUrl"))),
+            Some(url) => {
+                if let Err(reason) = endpoint(url) {
+                    errors.push(FieldError::invalid(format!("{path}.queueUrl"), reason));
+                }
+            }
+        }
+        either(
+            non_empty(&self.access_key_id),
+            &self.access_key_id_secret_ref,
+            path,
+            "accessKeyId",
+            errors,
+        );
+        secret_ref(&self.access_key_id_secret_ref, path, "accessKeyIdSecretRef", errors);
+        either(
+            non_empty(&self.secret_access_key),
+            &self.secret_access_key_secret_ref,
+            path,
+            "secretAccessKey",
+            errors,
+        );
+        secret_ref(
+            &self.secret_access_key_secret_ref,
+            path,
+            "secretAccessKeySecretRef",
+            errors,
+        );
+        let source_only = |value: Option<u64>, field: &str, errors: &mut ValidationErrors| {
+            if value.is_some() && role == Role::Sink {
+                errors.push(FieldError::invalid(
+                    format!("{path}.{field}"),
+                    "applies to a source only",
+                ));
+            }
+        };
+        source_only(self.wait_time_seconds, "waitTimeSeconds", errors);
+        source_only(self.visibility_timeout, "visibilityTimeout", errors);
+        if self.wait_time_seconds.is_some_and(|w| w > 20) {
+            errors.push(FieldError::invalid(
+                format!("{path}.waitTimeSeconds"),
+                "must be 0 to 20",
+            ));
+        }
+        if self.visibility_timeout.is_some_and(|v| !(1..=43_200).contains(&v)) {
+            errors.push(FieldError::invalid(
+                format!("{path}.visibilityTimeout"),
+                "must be 1 to 43200",
+            ));
+        }
+    }
+}
+
+/// `(host, port, https)` of a queue URL.
+fn endpoint(url: &str) -> Result<(String, u16, bool), &'static str> {
+    let parsed = reqwest::Url::parse(url).map_err(|_| "must be an http:// or https:// URL")?;
+    let https = match parsed.scheme() {
+        "https" => true,
+        "http" => false,
+        _ => return Err("must be an http:// or https:// URL"),
+    };
+    let host = parsed.host_str().ok_or("must name a host")?.to_owned();
+    let port = parsed.port_or_known_default().ok_or("must name a port")?;
+    Ok((host, port, https))
+}
+
+/// A connected queue.
+pub struct SqsClient {
+    http: reqwest::Client,
+    queue_url: String,
+    access_key: String,
+    secret_key: String,
+    region: String,
+}
+
+impl SqsClient {
+    /// Connects to the queue (only at addresses the egress policy permits)
+    /// and checks the keys open it.
+    pub async fn connect(config: &SqsConfig, egress: &EgressPolicy) -> Result<Self, ConnectorError> {
+        let queue_url = config.queue_url.clone().unwrap_or_default();
+        let (host, port, https) = endpoint(&queue_url).map_err(|e| ConnectorError::Config(format!("queueUrl {e}")))?;
+        let addrs = egress.resolve(&host, port).await?;
+        let keys = |inline: &Option<String>, field: &str| {
+            inline
+                .clone()
+                .filter(|v| !v.is_empty())
+                .ok_or_else(|| ConnectorError::Config(format!("{field} is not resolved")))
+        };
+        if https {
+            sless_runtime::tls::install_default_provider();
+        }
+        let http = reqwest::Client::builder()
+            // Only the permitted addresses: the name is not resolved again.
+            .resolve_to_addrs(&host, &addrs)
+            .connect_timeout(Duration::from_secs(10))
+            .timeout(Duration::from_secs(DEFAULT_WAIT_SECONDS + 20))
+            .build()
+            .map_err(|e| ConnectorError::Config(e.to_string()))?;
+        let client = Self {
+            http,
+            queue_url,
+            access_key: keys(&config.access_key_id, "accessKeyId")?,
+            secret_key: keys(&config.secret_access_key, "secretAccessKey")?,
+            region: config.region.clone().unwrap_or_else(|| DEFAULT_REGION.to_owned()),
+        };
+        client
+            .call("GetQueueAttributes", json!({"AttributeNames": ["QueueArn"]}))
+            .await
+            .map_err(|e| match e {
+                ConnectorError::Data(m) => ConnectorError::Config(m),
+                other => other,
+            })?;
+        Ok(client)
+    }
+
+    pub fn queue_url(&self) -> &str {
+        &self.queue_url
+    }
+
+    /// One action on the queue. A refusal the sender caused is
+    /// `ConnectorError::Data`; anything else can be retried.
+    pub async fn call(&self, action: &str, mut input: Value) -> Result<Value, ConnectorError> {
+        input["QueueUrl"] = Value::String(self.queue_url.clone());
+        let body = serde_json::to_vec(&input).map_err(|e| ConnectorError::Data(e.to_string()))?;
+        let headers = sless_sqs::gateway::sigv4::signed_json_headers(
+            &self.queue_url,
+            action,
+            &body,
+            &self.access_key,
+            &self.secret_key,
+            &self.region,
+        )
+        .ok_or_else(|| ConnectorError::Config("the keys cannot sign a request".into()))?;
+        let response = self
+            .http
+            .post(&self.queue_url)
+            .headers(headers)
+            .body(body)
+            .send()
+            .await
+            .map_err(|e| ConnectorError::Connect(format!("SQS {action}: {}", e.without_url())))?;
+        let status = response.status();
+        let text = response
+            .text()
+            .await
+            .map_err(|e| ConnectorError::Connect(format!("SQS {action}: {}", e.without_url())))?;
+        let value: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+        if status.is_success() {
+            return Ok(value);
+        }
+        let code = value["__type"]
+            .as_str()
+            .unwrap_or("an error")
+            .rsplit('#')
+            .next()
+            .unwrap_or("");
+        let message = value["message"].as_str().or(value["Message"].as_str()).unwrap_or("");
+        let described = format!("SQS {action} answered {} {code}: {message}", status.as_u16());
+        Err(if status.is_client_error() {
+            ConnectorError::Data(described)
+        } else {
+            ConnectorError::Query(described)
+        })
+    }
+}
