@@ -106,7 +106,7 @@ async fn main() -> anyhow::Result<()> {
     );
     let sqs = sqs_to_pg(&db, &dsn).await?;
     println!(
-        "SQS→PG {SQS_ROWS} messages, ten a receive: dataflow {sqs:.0} rows/s, plain bulk INSERT {plain:.0} rows/s \
+        "SQS→PG {SQS_ROWS} messages, up to 100 a read: dataflow {sqs:.0} rows/s, plain bulk INSERT {plain:.0} rows/s \
          = ratio {:.2}",
         sqs / plain
     );

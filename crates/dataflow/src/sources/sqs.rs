@@ -1,5 +1,6 @@
 //! SQS source: long-polls a queue (a tenant's sless queue service or any
-//! SQS endpoint). A message is deleted only through `commit`, once every
+//! SQS endpoint), gathering up to 100 messages a read from several
+//! receives. A message is deleted only through `commit`, once every
 //! output of its batch is written, so a crash re-delivers it when its
 //! visibility timeout ends. A JSON body is the message; any other text
 //! becomes `{"body": text}`. The SQS message id is metadata `message_id`.
@@ -18,6 +19,9 @@ use sless_model::dataflow::Role;
 
 /// SQS's most messages per ReceiveMessage and per DeleteMessageBatch.
 const MAX_BATCH: usize = 10;
+/// Most messages one read gathers (from several receives), so the sinks
+/// write, and the source deletes, in batches larger than SQS's ten.
+const READ_BATCH: usize = 100;
 
 pub struct SqsSource {
     client: SqsClient,
@@ -63,40 +67,58 @@ fn record(message: &Value) -> Option<Record> {
     })
 }
 
+impl SqsSource {
+    /// One ReceiveMessage of up to ten messages, waiting up to `wait` s.
+    async fn receive(&self, wait: u64) -> Result<Vec<Record>, ConnectorError> {
+        let out = self
+            .client
+            .call(
+                "ReceiveMessage",
+                json!({
+                    "MaxNumberOfMessages": MAX_BATCH,
+                    "WaitTimeSeconds": wait,
+                    "VisibilityTimeout": self.visibility,
+                }),
+            )
+            .await
+            .map_err(|e| match e {
+                // A refused receive is not the data's fault: retry.
+                ConnectorError::Data(m) => ConnectorError::Query(m),
+                other => other,
+            })?;
+        Ok(out["Messages"]
+            .as_array()
+            .map(|m| m.iter().filter_map(record).collect())
+            .unwrap_or_default())
+    }
+}
+
 #[async_trait]
 impl Source for SqsSource {
     fn batch_size(&self) -> usize {
-        MAX_BATCH
+        READ_BATCH
     }
 
+    /// Long-polls until messages come, then takes what else is waiting
+    /// (without waiting) up to [`READ_BATCH`].
     async fn read(&self) -> Result<Vec<Record>, ConnectorError> {
         loop {
-            let out = self
-                .client
-                .call(
-                    "ReceiveMessage",
-                    json!({
-                        "MaxNumberOfMessages": MAX_BATCH,
-                        "WaitTimeSeconds": self.wait,
-                        "VisibilityTimeout": self.visibility,
-                    }),
-                )
-                .await
-                .map_err(|e| match e {
-                    // A refused receive is not the data's fault: retry.
-                    ConnectorError::Data(m) => ConnectorError::Query(m),
-                    other => other,
-                })?;
-            let records: Vec<Record> = out["Messages"]
-                .as_array()
-                .map(|m| m.iter().filter_map(record).collect())
-                .unwrap_or_default();
-            if !records.is_empty() {
-                return Ok(records);
+            let mut records = self.receive(self.wait).await?;
+            if records.is_empty() {
+                if self.wait == 0 {
+                    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                }
+                continue;
             }
-            if self.wait == 0 {
-                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            while records.len() + MAX_BATCH <= READ_BATCH {
+                // What was taken is returned even if a further receive fails:
+                // it is deleted only once written, either way.
+                match self.receive(0).await {
+                    Ok(more) if !more.is_empty() => records.extend(more),
+                    _ => break,
+                }
             }
+            return Ok(records);
         }
     }
 
