@@ -209,3 +209,55 @@ def test_a_fifo_receive_retried_with_its_attempt_id(sqs):
     assert [(m["Body"], m["ReceiptHandle"]) for m in again] == [(m["Body"], m["ReceiptHandle"]) for m in first]
     assert "Messages" not in sqs.receive_message(QueueUrl=url, ReceiveRequestAttemptId="attempt-2"), \
         "a new attempt sees the group in flight"
+
+
+def test_hostile_values_get_a_clear_400_without_being_echoed_and_the_engine_lives(sqs, tenant_a, tenant_b):
+    huge = "x" * 200_000
+    url = sqs.create_queue(QueueName=name())["QueueUrl"]
+    fifo = sqs.create_queue(QueueName=name() + ".fifo", Attributes={"FifoQueue": "true"})["QueueUrl"]
+    calls = [
+        lambda: sqs.add_permission(QueueUrl=url, Label=huge, AWSAccountIds=["123456789012"], Actions=["SendMessage"]),
+        lambda: sqs.add_permission(QueueUrl=url, Label="l", AWSAccountIds=[huge], Actions=["SendMessage"]),
+        lambda: sqs.add_permission(QueueUrl=url, Label="l", AWSAccountIds=["123456789012"], Actions=[huge]),
+        lambda: sqs.send_message(QueueUrl=fifo, MessageBody="x", MessageGroupId=huge, MessageDeduplicationId="d"),
+        lambda: sqs.receive_message(QueueUrl=fifo, ReceiveRequestAttemptId=huge),
+        lambda: sqs.send_message(QueueUrl=url, MessageBody="x", MessageSystemAttributes={
+            "AWSTraceHeader": {"DataType": "String", "StringValue": "t" * 20_000}}),
+    ]
+    for call in calls:
+        with pytest.raises(ClientError) as e:
+            call()
+        assert e.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400
+        assert code(e) in ("InvalidParameterValue", "InvalidParameterValueException"), e.value.response["Error"]
+        assert len(e.value.response["Error"]["Message"]) < 1000, "the value is not sent back whole"
+    # Another tenant's queue is not this tenant's to redrive.
+    other = sqs_client(tenant_b)
+    b_dlq = other.create_queue(QueueName=name("b-dlq"))["QueueUrl"]
+    b_arn = other.get_queue_attributes(QueueUrl=b_dlq, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    assert refused(sqs.start_message_move_task, SourceArn=b_arn) == "ResourceNotFoundException"
+    assert refused(sqs.set_queue_attributes, QueueUrl=url, Attributes={
+        "RedrivePolicy": json.dumps({"deadLetterTargetArn": b_arn, "maxReceiveCount": 1})}) == "InvalidParameterValue"
+    # The engine still answers.
+    sqs.send_message(QueueUrl=url, MessageBody="alive")
+    assert sqs.receive_message(QueueUrl=url)["Messages"][0]["Body"] == "alive"
+
+
+def test_a_dataflow_with_a_bad_sqs_connector_is_a_422(sless):
+    for config in [
+        {"queueUrl": "ftp://x/q", "accessKeyId": "k", "secretAccessKey": "s"},
+        {"queueUrl": "x" * 5000, "accessKeyId": "k", "secretAccessKey": "s"},
+        {"queueUrl": "http://h/q"},
+        {"queueUrl": "http://h/q", "accessKeyId": "k", "secretAccessKey": "s", "waitTimeSeconds": 99},
+        {"queueUrl": "http://h/q", "accessKeyId": "k", "secretAccessKey": "s", "nested": {"a": [[[[]]]]}},
+    ]:
+        good = {"queueUrl": "http://h/q", "accessKeyId": "k", "secretAccessKey": "s"}
+        spec = {"name": f"bad-{uuid.uuid4().hex[:6]}", "source": {"type": "sqs", "config": config},
+                "sink": {"type": "sqs", "config": good}}
+        response = sless.rest("a", "POST", "/dataflows", spec)
+        assert response.status_code == 422, (config, response.text)
+        assert "source.config" in response.text and "sink" not in response.text, response.text
+    spec = {"name": "bad-sink", "source": {"type": "sqs", "config": good},
+            "sink": {"type": "sqs", "config": {**good, "visibilityTimeout": 5}}}
+    response = sless.rest("a", "POST", "/dataflows", spec)
+    assert response.status_code == 422 and "sink.config.visibilityTimeout" in response.text, response.text
+    assert sless.rest("a", "GET", "/dataflows").status_code == 200, "the API still answers"

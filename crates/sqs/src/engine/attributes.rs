@@ -221,9 +221,7 @@ impl QueueAttributes {
 /// Queue names: 1–80 of `[A-Za-z0-9_-]`, FIFO queues ending in `.fifo`.
 pub fn validate_queue_name(name: &str, fifo: bool) -> Result<(), SqsError> {
     let stem = if fifo { name.strip_suffix(".fifo") } else { Some(name) };
-    let ok = stem.is_some_and(|s| {
-        !s.is_empty() && name.len() <= 80 && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
-    });
+    let ok = stem.is_some_and(super::requests::is_identifier) && name.len() <= 80;
     if !ok {
         return Err(SqsError::invalid_parameter_value(if fifo {
             "The name of a FIFO queue can only include alphanumeric characters, hyphens, or underscores, must end \

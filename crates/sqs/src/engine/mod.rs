@@ -214,6 +214,12 @@ impl Engine {
         )
     }
 
+    /// The name of this engine's existing queue whose ARN is `arn`.
+    fn queue_named_by<'a>(&self, state: &State, arn: &'a str) -> Option<&'a str> {
+        let name = arn.rsplit(':').next()?;
+        (arn == self.queue_arn(name) && state.queue(name).is_ok()).then_some(name)
+    }
+
     fn queue_arn(&self, name: &str) -> String {
         format!("arn:aws:sqs:{}:{}:{name}", self.config.region, self.config.account_id)
     }

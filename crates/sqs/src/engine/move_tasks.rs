@@ -33,13 +33,11 @@ pub struct MoveTask {
 impl Engine {
     /// The name of this engine's existing queue `arn`.
     fn local_queue(&self, state: &State, arn: &str, parameter: &str) -> Result<String, SqsError> {
-        let name = arn.rsplit(':').next().unwrap_or_default();
-        if arn != self.queue_arn(name) || state.queue(name).is_err() {
-            return Err(SqsError::resource_not_found(format!(
+        self.queue_named_by(state, arn).map(str::to_owned).ok_or_else(|| {
+            SqsError::resource_not_found(format!(
                 "The resource that you specified for the {parameter} parameter doesn't exist."
-            )));
-        }
-        Ok(name.to_owned())
+            ))
+        })
     }
 
     pub(super) async fn start_message_move_task(&self, request: StartMessageMoveTask) -> Result<TaskHandle, SqsError> {

@@ -27,7 +27,8 @@ impl Engine {
             .find(|a| a.len() != 12 || !a.bytes().all(|b| b.is_ascii_digit()))
         {
             return Err(SqsError::invalid_parameter_value(format!(
-                "Value {bad} for parameter AWSAccountIds is invalid. Reason: an account id is 12 digits."
+                "Value {} for parameter AWSAccountIds is invalid. Reason: an account id is 12 digits.",
+                requests::echo(bad)
             )));
         }
         if let Some(bad) = request
@@ -36,8 +37,9 @@ impl Engine {
             .find(|a| !PERMISSION_ACTIONS.contains(&a.as_str()))
         {
             return Err(SqsError::invalid_parameter_value(format!(
-                "Value SQS:{bad} for parameter ActionName is invalid. Reason: Please refer to the appropriate \
-                 WSDL for a list of valid actions."
+                "Value SQS:{} for parameter ActionName is invalid. Reason: Please refer to the appropriate \
+                 WSDL for a list of valid actions.",
+                requests::echo(bad)
             )));
         }
         let arn = self.queue_arn(name);
@@ -121,14 +123,11 @@ const PERMISSION_ACTIONS: &[&str] = &[
 /// A permission's label: 1–80 of `[A-Za-z0-9_-]`.
 fn permission_label(label: &Option<String>) -> Result<&str, SqsError> {
     let label = requests::required(label, "Label")?;
-    if label.len() > 80
-        || !label
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-    {
+    if !requests::is_identifier(label) {
         return Err(SqsError::invalid_parameter_value(format!(
-            "Value {label} for parameter Label is invalid. Reason: up to 80 alphanumeric characters, hyphens or \
-             underscores."
+            "Value {} for parameter Label is invalid. Reason: up to 80 alphanumeric characters, hyphens or \
+             underscores.",
+            requests::echo(label)
         )));
     }
     Ok(label)

@@ -15,7 +15,7 @@ use super::error::SqsError;
 use super::ids::{random_uuid, receipt_for, receipt_seq};
 use super::message::{attributes_md5, attributes_size, md5_hex, parse_attributes, validate_body};
 use super::records::{StoredMessage, StoredQueue};
-use super::requests::{MAX_DELAY_SECONDS, MAX_VISIBILITY_SECONDS, SendEntry, bounded, required};
+use super::requests::{MAX_DELAY_SECONDS, MAX_VISIBILITY_SECONDS, SendEntry, bounded, echo, required};
 
 const DEDUP_WINDOW_MS: u64 = 5 * 60 * 1000;
 /// How long a FIFO receive can be retried with its attempt id.
@@ -223,7 +223,8 @@ impl Queue {
                 && (v.is_empty() || v.len() > 128 || !v.chars().all(|c| c.is_ascii_graphic()))
             {
                 return Err(SqsError::invalid_parameter_value(format!(
-                    "Value {v} for parameter {field} is invalid. Reason: up to 128 printable ASCII characters."
+                    "Value {} for parameter {field} is invalid. Reason: up to 128 printable ASCII characters.",
+                    echo(v)
                 )));
             }
         }

@@ -61,13 +61,11 @@ impl Engine {
                 attributes.0.get("RedrivePolicy").map_or("", String::as_str)
             ))
         };
-        let target = policy.dead_letter_target_arn.rsplit(':').next().unwrap_or_default();
-        if policy.dead_letter_target_arn != self.queue_arn(target) || target == name {
-            return Err(invalid("Dead-letter target does not exist."));
-        }
-        let dlq = state
-            .queue(target)
-            .map_err(|_| invalid("Dead-letter target does not exist."))?;
+        let target = self
+            .queue_named_by(state, &policy.dead_letter_target_arn)
+            .filter(|target| *target != name)
+            .ok_or_else(|| invalid("Dead-letter target does not exist."))?;
+        let dlq = state.queue(target)?;
         if dlq.meta.fifo != fifo {
             return Err(invalid("Dead-letter queue must be same type of queue as the source."));
         }

@@ -109,14 +109,19 @@ impl Request {
 fn parse<T: DeserializeOwned>(input: &Value) -> Result<T, SqsError> {
     serde_path_to_error::deserialize(input).map_err(|e| {
         let path = e.path().to_string();
-        let mut reason = e.inner().to_string();
-        if reason.len() > MAX_ECHO {
-            let cut = (0..=MAX_ECHO).rev().find(|i| reason.is_char_boundary(*i)).unwrap_or(0);
-            reason.truncate(cut);
-            reason.push('…');
-        }
-        SqsError::invalid_parameter_value(format!("Invalid value for the parameter {path}: {reason}"))
+        let reason = e.inner().to_string();
+        SqsError::invalid_parameter_value(format!("Invalid value for the parameter {path}: {}", echo(&reason)))
     })
+}
+
+/// A rejected value as an error message repeats it: at most [`MAX_ECHO`]
+/// bytes of it, so a huge value is not sent back.
+pub fn echo(value: &str) -> std::borrow::Cow<'_, str> {
+    if value.len() <= MAX_ECHO {
+        return value.into();
+    }
+    let cut = (0..=MAX_ECHO).rev().find(|i| value.is_char_boundary(*i)).unwrap_or(0);
+    format!("{}…", &value[..cut]).into()
 }
 
 /// A parameter SQS requires: absent or empty is a `MissingParameter`.
@@ -261,8 +266,9 @@ impl ReceiveMessage {
             Some(id) if fifo => {
                 if id.is_empty() || id.len() > 128 || !id.bytes().all(|b| b.is_ascii_graphic()) {
                     return Err(SqsError::invalid_parameter_value(format!(
-                        "Value {id} for parameter ReceiveRequestAttemptId is invalid. Reason: up to 128 printable \
-                         ASCII characters."
+                        "Value {} for parameter ReceiveRequestAttemptId is invalid. Reason: up to 128 printable \
+                         ASCII characters.",
+                        echo(id)
                     )));
                 }
                 Ok(Some(id))
@@ -370,6 +376,15 @@ struct Batch<T> {
     entries: Vec<T>,
 }
 
+/// SQS's identifiers (batch entry ids, permission labels, queue names
+/// without `.fifo`): 1–80 of `[A-Za-z0-9_-]`.
+pub fn is_identifier(text: &str) -> bool {
+    (1..=80).contains(&text.len())
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
 /// A batch's entries (`entry` names their kind in errors): 1–10, ids of
 /// 1–80 `[A-Za-z0-9_-]`, distinct.
 fn batch<T: DeserializeOwned + Entry>(input: &Value, entry: &str) -> Result<Vec<T>, SqsError> {
@@ -388,7 +403,7 @@ fn batch<T: DeserializeOwned + Entry>(input: &Value, entry: &str) -> Result<Vec<
     let mut seen = HashSet::new();
     for entry in &entries {
         let id = entry.id();
-        if id.is_empty() || id.len() > 80 || !id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+        if !is_identifier(id) {
             return Err(SqsError::invalid_batch_entry_id(
                 "A batch entry id can only contain alphanumeric characters, hyphens and underscores. It can be at \
                  most 80 letters long.",
