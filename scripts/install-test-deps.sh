@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs and starts what the tests need, skipping whatever is already there:
 # a Rust toolchain (must exist), librdkafka's build prerequisites, Redis on
-# 127.0.0.1:6379, PostgreSQL on 127.0.0.1:5432, and the Python clients of
-# tests/requirements.txt, and the npm packages of tests/js.
+# 127.0.0.1:6379, PostgreSQL on 127.0.0.1:5432 with wal_level=logical,
+# clickhouse-server, the Python clients of tests/requirements.txt, and the
+# npm packages of tests/js.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -74,6 +75,25 @@ if ! psql "postgres://postgres@127.0.0.1/test" -qc 'SELECT 1' >/dev/null 2>&1; t
   as_root su postgres -c "psql -qc 'CREATE DATABASE test'" >/dev/null 2>&1 || true
 fi
 psql "postgres://postgres@127.0.0.1/test" -qc 'SELECT 1' >/dev/null
+# Change data capture (postgresql-cdc) needs logical decoding.
+if [ "$(psql "postgres://postgres@127.0.0.1/test" -Atc 'SHOW wal_level')" != logical ]; then
+  log "switching PostgreSQL to wal_level=logical"
+  psql "postgres://postgres@127.0.0.1/test" -qc 'ALTER SYSTEM SET wal_level = logical' >/dev/null
+  cluster=$(ls /etc/postgresql | sort -V | tail -n 1)
+  as_root pg_ctlcluster --skip-systemctl-redirect "$cluster" main restart
+  for _ in $(seq 50); do
+    pg_isready -q -h 127.0.0.1 -p 5432 && break
+    sleep 0.2
+  done
+  [ "$(psql "postgres://postgres@127.0.0.1/test" -Atc 'SHOW wal_level')" = logical ]
+fi
+
+# ClickHouse: source and sink of the dataflow tests; each test starts its own
+# server on a free port, so only the package is needed (Debian's 18.16.1).
+if ! command -v clickhouse-server >/dev/null; then
+  log "installing ClickHouse"
+  apt_install clickhouse-server
+fi
 
 # Python clients for the end-to-end tests: boto3, awscli v1, moto (reference SQS).
 if ! python3 -m pip --version >/dev/null 2>&1; then

@@ -11,6 +11,7 @@
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use super::ConnectorError;
 
@@ -143,6 +144,23 @@ impl EgressPolicy {
         Ok(permitted)
     }
 
+    /// An HTTP client for `url` that connects only to the addresses of its
+    /// host the policy permits (resolved once here, never again), with a
+    /// 10 s connect timeout and `timeout` for a whole request.
+    pub async fn http_client(&self, url: &str, timeout: Duration) -> Result<reqwest::Client, ConnectorError> {
+        let (host, port, https) = http_endpoint(url).map_err(|e| ConnectorError::Config(e.into()))?;
+        let addrs = self.resolve(&host, port).await?;
+        if https {
+            sless_runtime::tls::install_default_provider();
+        }
+        reqwest::Client::builder()
+            .resolve_to_addrs(&host, &addrs)
+            .connect_timeout(Duration::from_secs(10))
+            .timeout(timeout)
+            .build()
+            .map_err(|e| ConnectorError::Config(e.to_string()))
+    }
+
     /// The path of TLS file `name` (relative to the TLS directory, or
     /// absolute inside it), checked before anything is read.
     pub fn tls_file(&self, name: &str, field: &str) -> Result<PathBuf, ConnectorError> {
@@ -178,6 +196,19 @@ impl EgressPolicy {
             ))),
         }
     }
+}
+
+/// `(host, port, https)` of an HTTP endpoint a spec names.
+pub fn http_endpoint(url: &str) -> Result<(String, u16, bool), &'static str> {
+    let parsed = reqwest::Url::parse(url).map_err(|_| "must be an http:// or https:// URL")?;
+    let https = match parsed.scheme() {
+        "https" => true,
+        "http" => false,
+        _ => return Err("must be an http:// or https:// URL"),
+    };
+    let host = parsed.host_str().ok_or("must name a host")?.to_owned();
+    let port = parsed.port_or_known_default().ok_or("must name a port")?;
+    Ok((host, port, https))
 }
 
 fn refused() -> ConnectorError {

@@ -26,13 +26,16 @@ pub static TRANSFORMS: &[transforms::Descriptor] = &[
 
 /// Sources, by type.
 pub static SOURCES: &[sources::Descriptor] = &[
+    sources::Descriptor::of::<sources::clickhouse::ClickHouseSource>(),
     sources::Descriptor::of::<sources::kafka::KafkaSource>(),
     sources::Descriptor::of::<sources::postgres::PostgresSource>(),
+    sources::Descriptor::of::<sources::postgres_cdc::PostgresCdcSource>(),
     sources::Descriptor::of::<sources::sqs::SqsSource>(),
 ];
 
 /// Sinks, by type.
 pub static SINKS: &[sinks::Descriptor] = &[
+    sinks::Descriptor::of::<sinks::clickhouse::ClickHouseSink>(),
     sinks::Descriptor::of::<sinks::kafka::KafkaSink>(),
     sinks::Descriptor::of::<sinks::postgres::PostgresSink>(),
     sinks::Descriptor::of::<sinks::sqs::SqsSink>(),
@@ -40,7 +43,7 @@ pub static SINKS: &[sinks::Descriptor] = &[
 
 /// Connector types of the upstream design that sless does not run yet: a
 /// spec naming one is told so rather than that the type is unknown.
-pub const NOT_YET_SUPPORTED: &[&str] = &["clickhouse", "nessie", "trino"];
+pub const NOT_YET_SUPPORTED: &[&str] = &["nessie", "trino"];
 
 /// The component registry, as the model asks for it.
 pub struct Registry;

@@ -11,7 +11,7 @@ use sless_model::dataflow::{Role, SecretRef};
 use sless_model::{FieldError, ValidationErrors};
 
 use crate::ConnectorError;
-use crate::egress::EgressPolicy;
+use crate::egress::{EgressPolicy, http_endpoint};
 use crate::registry::{either, non_empty, secret_ref};
 
 pub const DEFAULT_REGION: &str = "ru-msk-1";
@@ -42,7 +42,7 @@ impl SqsConfig {
         match self.queue_url.as_deref() {
             None | Some("") => errors.push(FieldError::required(format!("{path}.queueUrl"))),
             Some(url) => {
-                if let Err(reason) = endpoint(url) {
+                if let Err(reason) = http_endpoint(url) {
                     errors.push(FieldError::invalid(format!("{path}.queueUrl"), reason));
                 }
             }
@@ -93,19 +93,6 @@ impl SqsConfig {
     }
 }
 
-/// `(host, port, https)` of a queue URL.
-fn endpoint(url: &str) -> Result<(String, u16, bool), &'static str> {
-    let parsed = reqwest::Url::parse(url).map_err(|_| "must be an http:// or https:// URL")?;
-    let https = match parsed.scheme() {
-        "https" => true,
-        "http" => false,
-        _ => return Err("must be an http:// or https:// URL"),
-    };
-    let host = parsed.host_str().ok_or("must name a host")?.to_owned();
-    let port = parsed.port_or_known_default().ok_or("must name a port")?;
-    Ok((host, port, https))
-}
-
 /// A connected queue.
 pub struct SqsClient {
     http: reqwest::Client,
@@ -120,24 +107,19 @@ impl SqsClient {
     /// and checks the keys open it.
     pub async fn connect(config: &SqsConfig, egress: &EgressPolicy) -> Result<Self, ConnectorError> {
         let queue_url = config.queue_url.clone().unwrap_or_default();
-        let (host, port, https) = endpoint(&queue_url).map_err(|e| ConnectorError::Config(format!("queueUrl {e}")))?;
-        let addrs = egress.resolve(&host, port).await?;
+        let http = egress
+            .http_client(&queue_url, Duration::from_secs(DEFAULT_WAIT_SECONDS + 20))
+            .await
+            .map_err(|e| match e {
+                ConnectorError::Config(m) => ConnectorError::Config(format!("queueUrl {m}")),
+                other => other,
+            })?;
         let keys = |inline: &Option<String>, field: &str| {
             inline
                 .clone()
                 .filter(|v| !v.is_empty())
                 .ok_or_else(|| ConnectorError::Config(format!("{field} is not resolved")))
         };
-        if https {
-            sless_runtime::tls::install_default_provider();
-        }
-        let http = reqwest::Client::builder()
-            // Only the permitted addresses: the name is not resolved again.
-            .resolve_to_addrs(&host, &addrs)
-            .connect_timeout(Duration::from_secs(10))
-            .timeout(Duration::from_secs(DEFAULT_WAIT_SECONDS + 20))
-            .build()
-            .map_err(|e| ConnectorError::Config(e.to_string()))?;
         let client = Self {
             http,
             queue_url,

@@ -190,7 +190,7 @@ mod tests {
         let response = answer(
             "UPDATE",
             json!({
-                "source": {"type": "clickhouse", "config": {}},
+                "source": {"type": "trino", "config": {}},
                 "sink": {"type": "postgresql", "config": {"table": "t"}},
                 "transformations": [{"type": "explode"}]
             }),

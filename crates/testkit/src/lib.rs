@@ -2,6 +2,7 @@
 //! dev-dependency only; it depends on `sless-controlplane` (whose own
 //! socket tests use it too, as tokio's use tokio-test).
 
+pub mod clickhouse;
 pub mod cp;
 pub mod redis;
 pub mod tls;

@@ -295,8 +295,18 @@ async fn bad_input_gets_4xx_json_and_creates_nothing() {
             "source.type",
         ),
         (
-            json!({"name": "d", "source": pg_dataflow("x")["source"], "sink": {"type": "clickhouse", "config": {}}}),
+            json!({"name": "d", "source": pg_dataflow("x")["source"], "sink": {"type": "nessie", "config": {}}}),
             "sink.type",
+        ),
+        (
+            json!({"name": "d", "source": pg_dataflow("x")["source"],
+                   "sink": {"type": "clickhouse", "config": {"connectionString": "clickhouse://ch:9000", "table": "t"}}}),
+            "sink.config.connectionString",
+        ),
+        (
+            json!({"name": "d", "source": {"type": "clickhouse", "config": {"connectionString": "http://ch:8123", "pollInterval": 0}},
+                   "sink": pg_dataflow("x")["sink"]}),
+            "source.config.table",
         ),
         (
             json!({"name": "d", "source": {"type": "postgresql", "config": {"table": "t"}}, "sink": pg_dataflow("x")["sink"]}),

@@ -8,6 +8,8 @@ mod common;
 mod api;
 mod attacks;
 mod cli;
+mod dataflow_cdc;
+mod dataflow_clickhouse;
 mod dataflow_kafka;
 mod dataflow_pg;
 mod dataflow_sqs;

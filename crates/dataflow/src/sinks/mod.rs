@@ -1,5 +1,6 @@
 //! Sinks: where a dataflow writes to.
 
+pub mod clickhouse;
 pub mod kafka;
 pub mod postgres;
 pub mod sqs;

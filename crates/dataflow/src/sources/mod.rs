@@ -1,8 +1,12 @@
 //! Sources: where a dataflow reads from. A source hands out records in
 //! order and learns, through `commit`, which of them every sink has written.
 
+pub mod clickhouse;
 pub mod kafka;
+mod pgoutput;
+mod polling;
 pub mod postgres;
+pub mod postgres_cdc;
 pub mod sqs;
 
 use std::future::Future;
@@ -29,6 +33,9 @@ pub enum Position {
     Offset { partition: i32, offset: i64 },
     /// An SQS message, by the receipt that deletes it.
     Receipt(String),
+    /// A change captured from PostgreSQL: the slot position that writing
+    /// it (and everything before it) lets the source confirm.
+    Lsn(u64),
 }
 
 /// One record read from a source.
@@ -63,6 +70,12 @@ pub trait Source: Send + Sync {
 #[async_trait]
 pub trait Open: Component + Source {
     async fn open(config: &Self::Config, ctx: &PipelineContext) -> Result<Self, ConnectorError>;
+
+    /// Removes what the source made on its server for this dataflow (a
+    /// replication slot), once the dataflow is deleted and stopped.
+    async fn release(_config: &Self::Config, _ctx: &PipelineContext) -> Result<(), ConnectorError> {
+        Ok(())
+    }
 }
 
 /// A source being connected.
@@ -70,16 +83,45 @@ type Opening<'a> = Pin<Box<dyn Future<Output = Result<Arc<dyn Source>, Connector
 
 pub type OpenFn = for<'a> fn(&'a Value, &'a PipelineContext) -> Opening<'a>;
 
+/// A source's server-side state being removed.
+type Releasing<'a> = Pin<Box<dyn Future<Output = Result<(), ConnectorError>> + Send + 'a>>;
+
+type ReleaseFn = for<'a> fn(&'a Value, &'a PipelineContext) -> Releasing<'a>;
+
+/// How a source starts and how its server-side state is removed.
+pub struct Lifecycle {
+    open: OpenFn,
+    release: ReleaseFn,
+}
+
 /// A registry entry of a source.
-pub type Descriptor = component::Descriptor<OpenFn>;
+pub type Descriptor = component::Descriptor<Lifecycle>;
 
 impl Descriptor {
     pub const fn of<C: Open>() -> Self {
         Self {
             kind: C::KIND,
             check: component::check_fn::<C>,
-            start: open::<C>,
+            start: Lifecycle {
+                open: open::<C>,
+                release: release::<C>,
+            },
         }
+    }
+}
+
+fn release<'a, C: Open>(config: &'a Value, ctx: &'a PipelineContext) -> Releasing<'a> {
+    Box::pin(async move {
+        let config = C::Config::deserialize(config).map_err(|e| ConnectorError::Config(e.to_string()))?;
+        C::release(&config, ctx).await
+    })
+}
+
+/// Removes what the source of a deleted dataflow made on its server.
+pub async fn release_source(spec: &ConnectorSpec, ctx: &PipelineContext) -> Result<(), ConnectorError> {
+    match component::find(registry::SOURCES, &spec.kind) {
+        Some(descriptor) => (descriptor.start.release)(spec.config.as_ref().unwrap_or(&Value::Null), ctx).await,
+        None => Ok(()),
     }
 }
 
@@ -94,5 +136,5 @@ fn open<'a, C: Open>(config: &'a Value, ctx: &'a PipelineContext) -> Opening<'a>
 pub async fn connect(spec: &ConnectorSpec, ctx: &PipelineContext) -> Result<Arc<dyn Source>, ConnectorError> {
     let descriptor = component::find(registry::SOURCES, &spec.kind)
         .ok_or_else(|| ConnectorError::Config(format!("the {} connector is not supported as a source", spec.kind)))?;
-    (descriptor.start)(spec.config.as_ref().unwrap_or(&Value::Null), ctx).await
+    (descriptor.start.open)(spec.config.as_ref().unwrap_or(&Value::Null), ctx).await
 }

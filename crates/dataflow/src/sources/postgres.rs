@@ -13,51 +13,18 @@
 //! holds the source back until it ends. A `query` source cannot see row
 //! versions and has no such guard (documented).
 
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
-
 use async_trait::async_trait;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
+use super::polling::{Polling, RowPosition};
 use super::{DEFAULT_BATCH, Position, Record, Source};
-use crate::checkpoint::CheckpointStore;
+use crate::ConnectorError;
 use crate::component::Component;
 use crate::context::PipelineContext;
 use crate::message::Message;
 use crate::sql::{connect, quote};
-use crate::{ConnectorError, store_error};
 use sless_model::dataflow::SecretRef;
 use sless_model::{FieldError, ValidationErrors};
-
-pub const DEFAULT_POLL: Duration = Duration::from_secs(5);
-
-/// Where reading goes on: after this row.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-struct RowPosition {
-    value: String,
-    /// The id of the row, when the incremental column is not the id.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    id: Option<String>,
-}
-
-impl RowPosition {
-    /// A checkpoint as saved: the plain value where the incremental column
-    /// is unique (and in checkpoints of before ids were kept), else JSON.
-    fn parse(text: &str) -> Self {
-        serde_json::from_str(text).unwrap_or_else(|_| Self {
-            value: text.to_owned(),
-            id: None,
-        })
-    }
-
-    fn text(&self) -> String {
-        match self.id {
-            None => self.value.clone(),
-            // A struct of strings serialises infallibly.
-            Some(_) => serde_json::to_string(self).unwrap_or_default(),
-        }
-    }
-}
 
 /// `config` of a `postgresql` source.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -88,10 +55,7 @@ pub struct PostgresSource {
     /// Whether `select` takes the row's id beside the incremental value.
     paired: bool,
     batch: usize,
-    poll_interval: Duration,
-    /// The position of the last row read.
-    read_position: Mutex<Option<RowPosition>>,
-    checkpoint: Option<Arc<dyn CheckpointStore>>,
+    polling: Polling,
 }
 
 /// The type name of `column` among `columns` (what the source returns).
@@ -147,20 +111,12 @@ impl PostgresSource {
                  ORDER BY q.{column}, q.{id} LIMIT {batch}"
             )
         };
-        let start = match &ctx.checkpoint {
-            Some(store) => store.load().await.map_err(store_error)?.map(|t| RowPosition::parse(&t)),
-            None => None,
-        };
         Ok(Self {
             client,
             select,
             paired: column_name != id_name,
             batch: batch as usize,
-            poll_interval: config
-                .poll_interval
-                .map_or(DEFAULT_POLL, |s| Duration::from_secs(u64::from(s.max(1)))),
-            read_position: Mutex::new(start),
-            checkpoint: ctx.checkpoint.clone(),
+            polling: Polling::start(config.poll_interval, ctx.checkpoint.clone()).await?,
         })
     }
 
@@ -228,50 +184,12 @@ impl Source for PostgresSource {
     }
 
     async fn read(&self) -> Result<Vec<Record>, ConnectorError> {
-        loop {
-            let after = self.read_position.lock().unwrap_or_else(|p| p.into_inner()).clone();
-            let rows = self.read_after(after.as_ref()).await?;
-            if let Some((_, last)) = rows.last() {
-                *self.read_position.lock().unwrap_or_else(|p| p.into_inner()) = Some(last.clone());
-                return Ok(rows.into_iter().map(|(record, _)| record).collect());
-            }
-            tokio::time::sleep(self.poll_interval).await;
-        }
+        self.polling
+            .read(|after| async move { self.read_after(after.as_ref()).await })
+            .await
     }
 
     async fn commit(&self, done: &[Record]) -> Result<(), ConnectorError> {
-        let (
-            Some(store),
-            Some(Record {
-                position: Position::Column(last),
-                ..
-            }),
-        ) = (&self.checkpoint, done.last())
-        else {
-            return Ok(());
-        };
-        store.save(last).await.map_err(store_error)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::RowPosition;
-
-    #[test]
-    fn positions_round_trip_and_old_checkpoints_still_load() {
-        for position in [
-            RowPosition {
-                value: "42".into(),
-                id: None,
-            },
-            RowPosition {
-                value: "2026-01-01 00:00:03+00".into(),
-                id: Some("7".into()),
-            },
-        ] {
-            assert_eq!(RowPosition::parse(&position.text()), position);
-        }
-        assert_eq!(RowPosition::parse("42").text(), "42");
+        self.polling.commit(done).await
     }
 }

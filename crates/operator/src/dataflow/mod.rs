@@ -221,10 +221,42 @@ async fn remove_checkpoint(client: &kube::Client, ns: &str, name: &str) -> Resul
     objects::delete::<ServiceAccount>(client, ns, &account).await
 }
 
+/// How long the operator tries to remove a deleted dataflow's source state.
+const RELEASE_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Removes what the source made on its server (a `postgresql-cdc`
+/// replication slot and publication), after the processor is gone. A
+/// failure is logged and does not hold the deletion: the slot is left on
+/// the tenant's server (docs/connectors.md says how to drop it).
+async fn release_source(df: &DataFlow, ctx: &Context, ns: &str, name: &str) -> Result<(), Error> {
+    let Ok(spec) = df.spec.to_spec() else { return Ok(()) };
+    let Ok((resolved, _)) = resolve(ctx, ns, spec).await? else {
+        return Ok(());
+    };
+    let pipeline = sless_dataflow::context::PipelineContext {
+        // The processor's id, which names the slot.
+        id: format!("{ns}/{name}"),
+        checkpoint: None,
+        egress: Arc::new(sless_dataflow::egress::EgressPolicy::restricted(vec![], vec![], None)),
+    };
+    let released = tokio::time::timeout(
+        RELEASE_TIMEOUT,
+        sless_dataflow::sources::release_source(&resolved.source, &pipeline),
+    )
+    .await;
+    match released {
+        Ok(Ok(())) => {}
+        Ok(Err(error)) => tracing::warn!(%ns, %name, %error, "cannot remove the dataflow's source state"),
+        Err(_) => tracing::warn!(%ns, %name, "removing the dataflow's source state timed out"),
+    }
+    Ok(())
+}
+
 async fn cleanup(df: &DataFlow, ctx: &Context) -> Result<Action, Error> {
     let ns = &df.namespace().ok_or(Error::NoNamespace)?;
     let name = df.name_any();
     objects::delete::<Deployment>(&ctx.client, ns, &builders::deployment_name(&name)).await?;
+    release_source(df, ctx, ns, &name).await?;
     objects::delete::<Secret>(&ctx.client, ns, &builders::spec_name(&name)).await?;
     objects::delete::<ConfigMap>(&ctx.client, ns, &builders::spec_name(&name)).await?;
     remove_checkpoint(&ctx.client, ns, &name).await?;

@@ -5,6 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sless_dataflow::checkpoint::CheckpointStore;
+use sless_dataflow::context::PipelineContext;
+use sless_model::dataflow::ConnectorSpec;
 use sless_model::dataflow::DataFlowPhase;
 use sless_model::dataflow::{DataFlowStatus, DataFlowView};
 
@@ -19,6 +21,10 @@ pub(super) struct RunningFlow {
     task: tokio::task::JoinHandle<()>,
     status: Arc<std::sync::Mutex<DataFlowStatus>>,
     pub(super) stats: Arc<sless_dataflow::pipeline::Stats>,
+    /// The source and context, to release the source's server-side state
+    /// (a replication slot) when the dataflow is deleted.
+    source: ConnectorSpec,
+    ctx: PipelineContext,
 }
 
 /// How long a stopping processor may take to write and commit the batch in
@@ -37,6 +43,15 @@ impl RunningFlow {
         }
     }
 
+    /// [`Self::finished`], for a deleted dataflow: then removes what its
+    /// source made on its server (a replication slot, which cannot be
+    /// dropped while the processor uses it).
+    pub(super) async fn deleted(self) {
+        let (source, ctx) = (self.source.clone(), self.ctx.clone());
+        self.finished().await;
+        release(&source, &ctx).await;
+    }
+
     /// [`Self::finished`] for several: all are signalled first, so they
     /// finish their batches side by side.
     pub(super) async fn all_finished(flows: Vec<RunningFlow>) {
@@ -46,6 +61,12 @@ impl RunningFlow {
         for flow in flows {
             flow.finished().await;
         }
+    }
+}
+
+async fn release(source: &ConnectorSpec, ctx: &PipelineContext) {
+    if let Err(error) = sless_dataflow::sources::release_source(source, ctx).await {
+        tracing::warn!(dataflow = %ctx.id, %error, "cannot remove the deleted dataflow's source state");
     }
 }
 
@@ -63,7 +84,12 @@ impl LocalPlatform {
             .extract_if(|(tenant, name), _| !flows.iter().any(|f| &f.tenant == tenant && &f.name == name))
             .map(|(_, flow)| flow)
             .collect();
+        let released: Vec<(ConnectorSpec, PipelineContext)> =
+            deleted.iter().map(|f| (f.source.clone(), f.ctx.clone())).collect();
         RunningFlow::all_finished(deleted).await;
+        for (source, ctx) in released {
+            release(&source, &ctx).await;
+        }
     }
 
     /// Runs each dataflow's processor as a task (restarted when its spec
@@ -108,7 +134,7 @@ impl LocalPlatform {
             message: Some("connecting the source and sinks".into()),
         }));
         let id = flow_id(&f.tenant, &f.name);
-        let ctx = sless_dataflow::context::PipelineContext {
+        let ctx = PipelineContext {
             egress: self.egress.clone(),
             checkpoint: f
                 .spec
@@ -120,7 +146,7 @@ impl LocalPlatform {
         let (spec, report, wake) = (f.spec.clone(), status.clone(), self.wake.clone());
         let task = tokio::spawn(sless_dataflow::supervisor::supervise(
             spec,
-            ctx,
+            ctx.clone(),
             stats.clone(),
             stopped,
             move |phase, message| {
@@ -137,6 +163,8 @@ impl LocalPlatform {
             task,
             status,
             stats,
+            source: f.spec.source.clone(),
+            ctx,
         }
     }
 

@@ -359,7 +359,7 @@ impl Platform for LocalPlatform {
             .unwrap_or_else(|p| p.into_inner())
             .remove(&(tenant.to_string(), name.to_string()));
         if let Some(flow) = running {
-            flow.finished().await;
+            flow.deleted().await;
         }
         // A new dataflow of the same name starts from the beginning: its
         // processor has stopped, so nothing writes this position again.

@@ -1,11 +1,18 @@
-//! PG→PG dataflow throughput with three transformations, in rows/s, as a
-//! ratio to a plain bulk INSERT of the same rows (read, then inserted in
-//! batches of the same size) in the same run. Goal: ratio >= 0.5. A second
-//! line drains the same rows from an SQS queue (a sless queue engine on
-//! loopback) into PostgreSQL, as a ratio to the same bulk INSERT.
+//! Dataflow throughput, each line in rows/s as a ratio to a baseline of the
+//! same run:
+//! - PG→PG with three transformations, against a plain bulk INSERT of the
+//!   same rows (read, then inserted in batches of the same size). Goal:
+//!   ratio >= 0.5.
+//! - SQS→PG (a sless queue engine on loopback), against the same bulk INSERT.
+//! - PG→ClickHouse and ClickHouse→PG (`sqs.rs`, `clickhouse.rs`), against
+//!   ClickHouse's own bulk load of the same rows and the bulk INSERT.
 //!
-//! Run: `cargo bench -p sless --bench dataflow_pg` (PostgreSQL at
-//! `SLESS_TEST_PG`, default postgres://postgres@127.0.0.1/test).
+//! Run: `cargo bench -p sless --bench dataflow` (PostgreSQL at
+//! `SLESS_TEST_PG`, default postgres://postgres@127.0.0.1/test;
+//! clickhouse-server from Debian's package).
+
+mod clickhouse;
+mod sqs;
 
 use std::time::{Duration, Instant};
 
@@ -15,10 +22,10 @@ use sless_dataflow::context::PipelineContext;
 use sless_dataflow::pipeline::Pipeline;
 use sless_model::dataflow::DataFlowRequest;
 
-const ROWS: i64 = 100_000;
-const BATCH: i64 = 1000;
+pub const ROWS: i64 = 100_000;
+pub const BATCH: i64 = 1000;
 
-async fn count(db: &tokio_postgres::Client, table: &str) -> anyhow::Result<i64> {
+pub async fn count(db: &tokio_postgres::Client, table: &str) -> anyhow::Result<i64> {
     Ok(db
         .query_one(&format!("SELECT count(*) FROM {table}"), &[])
         .await?
@@ -104,69 +111,15 @@ async fn main() -> anyhow::Result<()> {
          plain bulk INSERT {plain:.0} rows/s = ratio {:.2} (goal >= 0.5)",
         flow / plain
     );
-    let sqs = sqs_to_pg(&db, &dsn).await?;
+    let sqs = sqs::to_pg(&db, &dsn).await?;
     println!(
-        "SQS→PG {SQS_ROWS} messages, up to 100 a read: dataflow {sqs:.0} rows/s, plain bulk INSERT {plain:.0} rows/s \
+        "SQS→PG {} messages, up to 100 a read: dataflow {sqs:.0} rows/s, plain bulk INSERT {plain:.0} rows/s \
          = ratio {:.2}",
+        sqs::ROWS,
         sqs / plain
     );
+    clickhouse::lines(&db, &dsn, plain).await?;
     db.batch_execute("DROP TABLE bench_src, bench_plain, bench_flow, bench_sqs")
         .await?;
     Ok(())
-}
-
-/// Messages of the SQS line: SQS moves ten a request, so fewer rows.
-const SQS_ROWS: i64 = 20_000;
-
-/// Rows/s of a dataflow from a queue of `SQS_ROWS` messages (sent before
-/// it starts) into PostgreSQL.
-async fn sqs_to_pg(db: &tokio_postgres::Client, dsn: &str) -> anyhow::Result<f64> {
-    use sless_sqs::engine::server::EngineServer;
-    use sless_sqs::engine::{Engine, EngineConfig};
-    db.batch_execute("DROP TABLE IF EXISTS bench_sqs; CREATE TABLE bench_sqs (id int PRIMARY KEY, amount int);")
-        .await?;
-    let engine = Engine::open(
-        EngineConfig {
-            account_id: "000000000000".into(),
-            region: "ru-msk-1".into(),
-            base_url: "http://127.0.0.1".into(),
-        },
-        None,
-    )?;
-    let server = EngineServer::start(engine.clone(), "127.0.0.1:0".parse()?, None).await?;
-    let url = engine.handle("CreateQueue", &json!({"QueueName": "bench"})).await?["QueueUrl"]
-        .as_str()
-        .unwrap_or_default()
-        .replace("http://127.0.0.1", &format!("http://{}", server.addr));
-    for chunk in (0..SQS_ROWS).collect::<Vec<_>>().chunks(10) {
-        let entries: Vec<Value> = chunk
-            .iter()
-            .map(|i| json!({"Id": i.to_string(), "MessageBody": json!({"id": i, "amount": i % 1000}).to_string()}))
-            .collect();
-        engine
-            .handle("SendMessageBatch", &json!({"QueueUrl": url, "Entries": entries}))
-            .await?;
-    }
-    let spec = serde_json::from_value::<DataFlowRequest>(json!({
-        "source": {"type": "sqs", "config": {"queueUrl": url, "accessKeyId": "bench", "secretAccessKey": "bench",
-                   "waitTimeSeconds": 1}},
-        "sink": {"type": "postgresql", "config": {"connectionString": dsn, "table": "bench_sqs"}},
-    }))?
-    .into_spec(&sless_dataflow::registry::Registry)
-    .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let ctx = PipelineContext {
-        id: "bench/sqs".into(),
-        checkpoint: None,
-        egress: Default::default(),
-    };
-    let (stop, stopped) = tokio::sync::watch::channel(false);
-    let started = Instant::now();
-    let task = tokio::spawn(Pipeline::connect(&spec, &ctx, Default::default()).await?.run(stopped));
-    while count(db, "bench_sqs").await? < SQS_ROWS {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let rate = SQS_ROWS as f64 / started.elapsed().as_secs_f64();
-    stop.send_replace(true);
-    let _ = task.await;
-    Ok(rate)
 }

@@ -1,0 +1,266 @@
+//! What the ClickHouse source and sink share: a client of ClickHouse's HTTP
+//! interface (queries in the request body, rows as `JSONEachRow`) that
+//! connects only where the egress policy permits, and the classification of
+//! ClickHouse's errors. Tested against Debian's clickhouse-server 18.16.1,
+//! so it uses nothing newer: no query parameters, no `input()`.
+//!
+//! The connection string is an HTTP URL, `http[s]://user:password@host:8123/database`;
+//! the user defaults to `default` and the database to `default`. Names are
+//! quoted by the PostgreSQL rules (`crate::sql::quote`): ClickHouse reads
+//! double-quoted identifiers the same way.
+
+use std::time::Duration;
+
+use sless_model::dataflow::SecretRef;
+use sless_model::{FieldError, ValidationErrors};
+
+use crate::ConnectorError;
+use crate::egress::{EgressPolicy, http_endpoint};
+use crate::registry::{either, non_empty};
+
+/// Longest a query may take before the connector retries it.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// ClickHouse error codes that mean the rows, not the server or the spec,
+/// are at fault: retrying the same rows fails the same way.
+const DATA_CODES: &[u32] = &[
+    6,   // CANNOT_PARSE_TEXT
+    26,  // CANNOT_PARSE_QUOTED_STRING
+    27,  // CANNOT_PARSE_INPUT_ASSERTION_FAILED
+    38,  // CANNOT_PARSE_DATE
+    41,  // CANNOT_PARSE_DATETIME
+    53,  // TYPE_MISMATCH
+    69,  // ARGUMENT_OUT_OF_BOUND
+    70,  // CANNOT_CONVERT_TYPE
+    72,  // CANNOT_PARSE_NUMBER
+    117, // INCORRECT_DATA
+    131, // TOO_LARGE_STRING_SIZE
+];
+
+/// Codes that mean the spec names something wrong (an unknown table or
+/// column, a refused login, a bad statement): no retry can help.
+const CONFIG_CODES: &[u32] = &[
+    16,  // NO_SUCH_COLUMN_IN_TABLE
+    47,  // UNKNOWN_IDENTIFIER
+    60,  // UNKNOWN_TABLE
+    62,  // SYNTAX_ERROR
+    81,  // UNKNOWN_DATABASE
+    192, // UNKNOWN_USER
+    193, // WRONG_PASSWORD
+    194, // REQUIRED_PASSWORD
+    195, // IP_ADDRESS_NOT_ALLOWED
+    497, // ACCESS_DENIED
+    516, // AUTHENTICATION_FAILED
+];
+
+/// Checks a `connectionString` as the API and the webhook do.
+pub fn check_connection_string(dsn: &str) -> Result<(), String> {
+    if dsn.starts_with("clickhouse://") || dsn.starts_with("tcp://") {
+        return Err("sless speaks ClickHouse's HTTP interface: use http://user:password@host:8123/database".into());
+    }
+    http_endpoint(dsn).map(drop).map_err(str::to_owned)
+}
+
+/// The rules of a ClickHouse source or sink: a valid `connectionString`
+/// (or its secret), and a `table` (or its secret) where one is needed.
+pub fn check(
+    dsn: (&Option<String>, &Option<SecretRef>),
+    table: Option<(&Option<String>, &Option<SecretRef>)>,
+    path: &str,
+    errors: &mut ValidationErrors,
+) {
+    either(non_empty(dsn.0), dsn.1, path, "connectionString", errors);
+    if let Some((table, table_ref)) = table {
+        either(non_empty(table), table_ref, path, "table", errors);
+    }
+    if let Some(dsn) = dsn.0.as_deref().filter(|d| !d.is_empty())
+        && let Err(reason) = check_connection_string(dsn)
+    {
+        errors.push(FieldError::invalid(format!("{path}.connectionString"), reason));
+    }
+}
+
+/// A ClickHouse server and database, reached over HTTP.
+pub struct ClickHouse {
+    http: reqwest::Client,
+    /// `scheme://host:port/`, without the user, the password or a path.
+    endpoint: reqwest::Url,
+    database: String,
+    user: String,
+    password: String,
+}
+
+impl ClickHouse {
+    /// Connects and checks that the login works and the database exists.
+    pub async fn connect(dsn: &str, egress: &EgressPolicy) -> Result<Self, ConnectorError> {
+        check_connection_string(dsn).map_err(|e| ConnectorError::Config(format!("connectionString {e}")))?;
+        let parsed =
+            reqwest::Url::parse(dsn).map_err(|_| ConnectorError::Config("connectionString is not a URL".into()))?;
+        let decode = |s: &str| {
+            form_urlencoded::parse(format!("v={s}").as_bytes())
+                .next()
+                .map(|(_, v)| v.into_owned())
+                .unwrap_or_default()
+        };
+        let user = match parsed.username() {
+            "" => "default".to_owned(),
+            user => decode(user),
+        };
+        let password = parsed.password().map(decode).unwrap_or_default();
+        let database = match parsed.path().trim_matches('/') {
+            "" => "default".to_owned(),
+            db => decode(db),
+        };
+        let mut endpoint = parsed.clone();
+        endpoint.set_path("/");
+        endpoint.set_query(None);
+        endpoint.set_fragment(None);
+        // Only the URL's own credentials field carries them; they are sent
+        // as basic auth and never appear in an error.
+        let _ = endpoint.set_username("");
+        let _ = endpoint.set_password(None);
+        let http = egress
+            .http_client(endpoint.as_str(), REQUEST_TIMEOUT)
+            .await
+            .map_err(|e| match e {
+                ConnectorError::Config(m) => ConnectorError::Config(format!("connectionString {m}")),
+                other => other,
+            })?;
+        let client = Self {
+            http,
+            endpoint,
+            database,
+            user,
+            password,
+        };
+        client.query("SELECT 1").await?;
+        Ok(client)
+    }
+
+    /// Runs `sql` (sent as the body) and returns what the server answered.
+    pub async fn query(&self, sql: &str) -> Result<String, ConnectorError> {
+        // 64-bit integers as JSON numbers, as every other source gives them.
+        self.send(&[("output_format_json_quote_64bit_integers", "0")], sql.to_owned())
+            .await
+    }
+
+    /// Runs `INSERT … FORMAT JSONEachRow` with `rows` (one JSON object per
+    /// line) as its data; keys that are no column are skipped.
+    pub async fn insert(&self, statement: &str, rows: String) -> Result<(), ConnectorError> {
+        self.send(&[("query", statement), ("input_format_skip_unknown_fields", "1")], rows)
+            .await
+            .map(drop)
+    }
+
+    async fn send(&self, params: &[(&str, &str)], body: String) -> Result<String, ConnectorError> {
+        let mut url = self.endpoint.clone();
+        url.query_pairs_mut()
+            .append_pair("database", &self.database)
+            .extend_pairs(params);
+        let response = self
+            .http
+            .post(url)
+            .basic_auth(&self.user, Some(&self.password))
+            .body(body)
+            .send()
+            .await
+            .map_err(|e| {
+                tracing::info!(error = %e.without_url(), "ClickHouse request failed");
+                ConnectorError::Connect("the ClickHouse server cannot be reached or did not answer".into())
+            })?;
+        let status = response.status();
+        let text = response
+            .text()
+            .await
+            .map_err(|e| ConnectorError::Connect(format!("ClickHouse: {}", e.without_url())))?;
+        if status.is_success() {
+            Ok(text)
+        } else {
+            Err(classify(&text))
+        }
+    }
+}
+
+/// The error a ClickHouse exception text stands for.
+fn classify(text: &str) -> ConnectorError {
+    let code = text
+        .strip_prefix("Code: ")
+        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|digits| digits.parse::<u32>().ok());
+    // "Code: N, e.displayText() = DB::Exception: MESSAGE, e.what() = …"
+    let message = text
+        .split_once("DB::Exception: ")
+        .map_or(text, |(_, m)| m.split(", e.what()").next().unwrap_or(m))
+        .trim();
+    let message: String = message.chars().take(500).collect();
+    let described = format!("ClickHouse: {message}");
+    match code {
+        Some(c) if DATA_CODES.contains(&c) => ConnectorError::Data(described),
+        Some(c) if CONFIG_CODES.contains(&c) => ConnectorError::Config(described),
+        _ => ConnectorError::Query(described),
+    }
+}
+
+/// A ClickHouse string literal of `text`.
+pub fn literal(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 2);
+    out.push('\'');
+    for c in text.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\'' => out.push_str("\\'"),
+            '\0' => out.push_str("\\0"),
+            c => out.push(c),
+        }
+    }
+    out.push('\'');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_are_classified_by_code_and_keep_only_the_message() {
+        let e = classify(
+            "Code: 27, e.displayText() = DB::Exception: Cannot parse input: expected \" before: x (at row 1)\n, e.what() = DB::Exception\n",
+        );
+        assert!(
+            matches!(&e, ConnectorError::Data(m) if m == "ClickHouse: Cannot parse input: expected \" before: x (at row 1)"),
+            "{e:?}"
+        );
+        assert!(matches!(
+            classify(
+                "Code: 60, e.displayText() = DB::Exception: Table default.x doesn't exist., e.what() = DB::Exception"
+            ),
+            ConnectorError::Config(_)
+        ));
+        assert!(matches!(
+            classify("Code: 241, e.displayText() = DB::Exception: Memory limit"),
+            ConnectorError::Query(_)
+        ));
+        assert!(matches!(classify("<html>bad gateway</html>"), ConnectorError::Query(_)));
+        let long = format!("Code: 6, e.displayText() = DB::Exception: {}", "x".repeat(10_000));
+        assert!(classify(&long).to_string().len() < 600);
+    }
+
+    #[test]
+    fn literals_cannot_break_out() {
+        assert_eq!(literal("it's"), "'it\\'s'");
+        assert_eq!(literal("a\\' OR 1=1 --"), "'a\\\\\\' OR 1=1 --'");
+        assert_eq!(literal("2026-01-01 00:00:00"), "'2026-01-01 00:00:00'");
+    }
+
+    #[test]
+    fn only_http_connection_strings() {
+        assert!(check_connection_string("http://u:p@ch.example:8123/db").is_ok());
+        assert!(check_connection_string("https://ch.example").is_ok());
+        assert!(
+            check_connection_string("clickhouse://ch.example:9000")
+                .unwrap_err()
+                .contains("HTTP interface")
+        );
+        assert!(check_connection_string("ch.example:8123").is_err());
+    }
+}

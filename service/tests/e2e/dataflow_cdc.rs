@@ -1,0 +1,211 @@
+//! PostgreSQL change data capture (`postgresql-cdc`) run by `sless dev`
+//! against the local PostgreSQL (wal_level=logical, which
+//! scripts/install-test-deps.sh sets): events in commit order, Debezium's
+//! shape, the slot as the checkpoint across `kill -9`, and the slot and
+//! publication gone with the dataflow.
+
+use std::time::{Duration, Instant};
+
+use crate::common::pg::{count, db, dsn, pg, unique, wait_for, wait_mid_stream};
+use crate::common::{DevServer, TOKEN_A, TempDir};
+use serde_json::{Value, json};
+
+/// A dataflow name no other test (or earlier run) uses: it names the slot.
+fn flow_name(prefix: &str) -> String {
+    format!("{prefix}-{}", rand::random::<u32>())
+}
+
+fn cdc(tables: &[&str], extra: Value) -> Value {
+    let mut config = json!({"connectionString": dsn(), "tables": tables, "pollInterval": 1});
+    config
+        .as_object_mut()
+        .unwrap()
+        .extend(extra.as_object().unwrap().clone());
+    json!({"type": "postgresql-cdc", "config": config})
+}
+
+/// The names of the slots and publications on the server.
+async fn slots_and_publications(db: &tokio_postgres::Client) -> (Vec<String>, Vec<String>) {
+    let slots = db
+        .query("SELECT slot_name::text FROM pg_replication_slots", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let publications = db
+        .query("SELECT pubname::text FROM pg_publication", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    (slots, publications)
+}
+
+/// Waits until the dataflow is Running (its slot exists from then on).
+async fn running(client: &crate::common::Client, name: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let view = client.get(&format!("/api/v1/dataflows/{name}")).await.1;
+        if view["phase"] == "Running" {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{name} not running: {view}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn changes_arrive_in_commit_order_as_debezium_events_and_the_slot_goes_with_the_dataflow() {
+    let db = db().await;
+    let (items, notes, events) = (unique("cdc_items"), unique("cdc_notes"), unique("cdc_events"));
+    db.batch_execute(&format!(
+        "CREATE TABLE {items} (id int PRIMARY KEY, name text, qty int, doc jsonb);
+         ALTER TABLE {items} REPLICA IDENTITY FULL;
+         CREATE TABLE {notes} (id int PRIMARY KEY, body text);"
+    ))
+    .await
+    .unwrap();
+    let dir = TempDir::new("df-cdc");
+    let server = DevServer::start(&dir.0);
+    let a = server.client(TOKEN_A);
+    let name = flow_name("cdc");
+    a.create_dataflow(json!({
+        "name": name,
+        "source": cdc(&[&items, &notes], json!({})),
+        "sink": pg(&events, json!({"autoCreateTable": true})),
+    }))
+    .await;
+    running(&a, &name).await;
+
+    // Interleaved transactions on two tables, one rolled back.
+    db.batch_execute(&format!(
+        "BEGIN;
+         INSERT INTO {items} VALUES (1, 'a', 1, '{{\"tags\": [\"x\"]}}'), (2, 'b', 2, NULL);
+         INSERT INTO {notes} VALUES (1, E'it''s \\\\ \"quoted\"');
+         COMMIT;
+         BEGIN; INSERT INTO {items} VALUES (99, 'never', 0, NULL); ROLLBACK;
+         UPDATE {items} SET qty = 5 WHERE id = 1;
+         BEGIN; DELETE FROM {items} WHERE id = 2; UPDATE {notes} SET body = 'edited' WHERE id = 1; COMMIT;"
+    ))
+    .await
+    .unwrap();
+    wait_for(&db, &format!("SELECT count(*) FROM {events}"), 6).await;
+    let rows: Vec<Value> = db
+        .query(&format!("SELECT data::text FROM {events} ORDER BY id"), &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| serde_json::from_str(r.get::<_, &str>(0)).unwrap())
+        .collect();
+    let summary: Vec<(String, String)> = rows
+        .iter()
+        .map(|e| {
+            (
+                e["op"].as_str().unwrap().to_owned(),
+                e["source"]["table"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    let expected: Vec<(String, String)> = [
+        ("c", &items),
+        ("c", &items),
+        ("c", &notes),
+        ("u", &items),
+        ("d", &items),
+        ("u", &notes),
+    ]
+    .iter()
+    .map(|(op, t)| (op.to_string(), t.to_string()))
+    .collect();
+    assert_eq!(summary, expected, "commit order, nothing rolled back");
+    assert_eq!(
+        rows[0]["after"],
+        json!({"id": 1, "name": "a", "qty": 1, "doc": {"tags": ["x"]}})
+    );
+    assert_eq!(rows[0]["before"], Value::Null);
+    assert_eq!(rows[2]["after"]["body"], "it's \\ \"quoted\"");
+    // REPLICA IDENTITY FULL: an update has the old row.
+    assert_eq!(rows[3]["before"]["qty"], 1);
+    assert_eq!(rows[3]["after"]["qty"], 5);
+    assert_eq!(rows[4]["before"]["id"], 2);
+    assert_eq!(rows[4]["after"], Value::Null);
+    // Default identity: no old row on an update of notes.
+    assert_eq!(rows[5]["before"], Value::Null);
+    assert_eq!(rows[0]["source"]["txId"], rows[2]["source"]["txId"], "one transaction");
+    assert_ne!(rows[0]["source"]["txId"], rows[3]["source"]["txId"]);
+    assert!(rows[0]["source"]["lsn"].as_str().unwrap().contains('/'));
+
+    // The slot is confirmed as far as the written changes.
+    let (slots, publications) = slots_and_publications(&db).await;
+    let slot = slots.iter().find(|s| s.starts_with("sless_")).cloned();
+    assert!(
+        slot.is_some() && publications.contains(slot.as_ref().unwrap()),
+        "{slots:?} {publications:?}"
+    );
+
+    // Deleted: the slot and the publication are dropped.
+    assert_eq!(a.delete(&format!("/api/v1/dataflows/{name}")).await.0, 204);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (slots, publications) = slots_and_publications(&db).await;
+        let slot = slot.as_ref().unwrap();
+        if !slots.contains(slot) && !publications.contains(slot) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "slot {slot} still there: {slots:?} {publications:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    db.batch_execute(&format!("DROP TABLE {items}, {notes}, {events}"))
+        .await
+        .unwrap();
+}
+
+/// `kill -9` of `sless dev` while captured changes stream into PostgreSQL:
+/// after the restart the slot delivers again from its confirmed position,
+/// so every change lands, and at most the unconfirmed ones twice.
+#[tokio::test]
+async fn capture_survives_kill_9_mid_stream_from_the_confirmed_lsn() {
+    let db = db().await;
+    let (src, dst) = (unique("cdc_kill_src"), unique("cdc_kill_dst"));
+    db.batch_execute(&format!("CREATE TABLE {src} (id int PRIMARY KEY, payload text)"))
+        .await
+        .unwrap();
+    let dir = TempDir::new("df-cdc-kill");
+    let server = DevServer::start(&dir.0);
+    let a = server.client(TOKEN_A);
+    let name = flow_name("cdc-kill");
+    a.create_dataflow(json!({
+        "name": name,
+        "source": cdc(&[&src], json!({"batchSize": 50})),
+        "sink": pg(&dst, json!({"autoCreateTable": true})),
+        "channelBufferSize": 50,
+    }))
+    .await;
+    running(&a, &name).await;
+    // 20,000 rows in 400 transactions of 50.
+    db.batch_execute(&format!(
+        "DO $$ BEGIN FOR t IN 0..399 LOOP
+           INSERT INTO {src} SELECT g, repeat('x', 200) FROM generate_series(t * 50 + 1, t * 50 + 50) g;
+           COMMIT;
+         END LOOP; END $$;"
+    ))
+    .await
+    .unwrap();
+    let landed = format!("SELECT count(*) FROM {dst}");
+    wait_mid_stream(&db, &landed, 0, 20_000).await;
+    server.kill9();
+
+    let server = DevServer::start(&dir.0);
+    let distinct = format!("SELECT count(DISTINCT (data->'after'->>'id')) FROM {dst}");
+    wait_for(&db, &distinct, 20_000).await;
+    let total = count(&db, &landed).await;
+    assert!(total - 20_000 <= 200, "{} changes delivered twice", total - 20_000);
+    let a = server.client(TOKEN_A);
+    assert_eq!(a.delete(&format!("/api/v1/dataflows/{name}")).await.0, 204);
+    db.batch_execute(&format!("DROP TABLE {src}, {dst}")).await.unwrap();
+}
