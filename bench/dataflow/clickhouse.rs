@@ -26,6 +26,7 @@ async fn run(
         id: id.into(),
         checkpoint: None,
         egress: Default::default(),
+        queue_services: None,
     };
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let pipeline = Pipeline::connect(&spec, &ctx, Default::default()).await?;

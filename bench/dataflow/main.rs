@@ -92,6 +92,7 @@ async fn main() -> anyhow::Result<()> {
         checkpoint: None,
         // PostgreSQL on loopback: the dev policy.
         egress: Default::default(),
+        queue_services: None,
     };
     let pipeline = Pipeline::connect(&spec, &ctx, Default::default()).await?;
     let task = tokio::spawn(pipeline.run(stopped));

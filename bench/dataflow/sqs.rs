@@ -52,6 +52,7 @@ pub async fn to_pg(db: &tokio_postgres::Client, dsn: &str) -> anyhow::Result<f64
         id: "bench/sqs".into(),
         checkpoint: None,
         egress: Default::default(),
+        queue_services: None,
     };
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let started = Instant::now();

@@ -116,11 +116,11 @@ impl Pipeline {
             .collect::<Result<Vec<_>, _>>()?;
         let mut routes = Vec::with_capacity(outputs.sinks().len());
         for sink in outputs.sinks() {
-            routes.push(sinks::connect(sink, &ctx.egress).await?);
+            routes.push(sinks::connect(sink, ctx).await?);
         }
-        let main = sinks::connect(&spec.sink, &ctx.egress).await?;
+        let main = sinks::connect(&spec.sink, ctx).await?;
         let errors = match &spec.errors {
-            Some(e) => Some(sinks::connect(e, &ctx.egress).await?),
+            Some(e) => Some(sinks::connect(e, ctx).await?),
             None => None,
         };
         // The source last: a Kafka source joins its group only once the

@@ -148,6 +148,7 @@ pub async fn run(opts: ProcessorOptions, shutdown: impl Future<Output = ()>) -> 
         id: format!("{}/{}", opts.namespace, opts.name),
         checkpoint,
         egress: Arc::new(opts.egress),
+        queue_services: None,
     };
     tracing::info!(dataflow = %ctx.id, metrics = %opts.metrics_listen, "processor starting");
     let phase = probe.phase.clone();

@@ -5,25 +5,32 @@
 
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use sless_model::dataflow::{Role, SecretRef};
 use sless_model::{FieldError, ValidationErrors};
 
 use crate::ConnectorError;
-use crate::egress::{EgressPolicy, http_endpoint};
+use crate::context::{PipelineContext, QueueAccess};
+use crate::egress::http_endpoint;
 use crate::registry::{either, non_empty, secret_ref};
+use sless_sqs::engine::requests::is_identifier;
 
 pub const DEFAULT_REGION: &str = "ru-msk-1";
 pub const DEFAULT_WAIT_SECONDS: u64 = 20;
 pub const DEFAULT_VISIBILITY_SECONDS: u64 = 60;
 
 /// `config` of the `sqs` source and sink.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SqsConfig {
     /// The queue's URL, as CreateQueue or GetQueueUrl returned it.
     pub queue_url: Option<String>,
+    /// Instead of `queueUrl` and keys: the tenant's own queue service, by
+    /// name; the platform supplies its endpoint and keys.
+    pub queue_service: Option<String>,
+    /// With `queueService`: the queue's name.
+    pub queue_name: Option<String>,
     /// The region the endpoint signs for. Default `ru-msk-1`.
     pub region: Option<String>,
     pub access_key_id: Option<String>,
@@ -39,35 +46,11 @@ pub struct SqsConfig {
 
 impl SqsConfig {
     pub fn check(&self, role: Role, path: &str, errors: &mut ValidationErrors) {
-        match self.queue_url.as_deref() {
-            None | Some("") => errors.push(FieldError::required(format!("{path}.queueUrl"))),
-            Some(url) => {
-                if let Err(reason) = http_endpoint(url) {
-                    errors.push(FieldError::invalid(format!("{path}.queueUrl"), reason));
-                }
-            }
+        if self.queue_service.is_some() {
+            self.check_queue_service(path, errors);
+        } else {
+            self.check_queue_url(path, errors);
         }
-        either(
-            non_empty(&self.access_key_id),
-            &self.access_key_id_secret_ref,
-            path,
-            "accessKeyId",
-            errors,
-        );
-        secret_ref(&self.access_key_id_secret_ref, path, "accessKeyIdSecretRef", errors);
-        either(
-            non_empty(&self.secret_access_key),
-            &self.secret_access_key_secret_ref,
-            path,
-            "secretAccessKey",
-            errors,
-        );
-        secret_ref(
-            &self.secret_access_key_secret_ref,
-            path,
-            "secretAccessKeySecretRef",
-            errors,
-        );
         let source_only = |value: Option<u64>, field: &str, errors: &mut ValidationErrors| {
             if value.is_some() && role == Role::Sink {
                 errors.push(FieldError::invalid(
@@ -93,6 +76,109 @@ impl SqsConfig {
     }
 }
 
+impl SqsConfig {
+    /// A queue of the tenant's own queue service: its name and the queue's,
+    /// and nothing the platform supplies.
+    fn check_queue_service(&self, path: &str, errors: &mut ValidationErrors) {
+        if !self.queue_service.as_deref().is_some_and(is_dns_label) {
+            errors.push(FieldError::invalid(
+                format!("{path}.queueService"),
+                "must name a queue service of the tenant",
+            ));
+        }
+        match self.queue_name.as_deref() {
+            None | Some("") => errors.push(FieldError::required(format!("{path}.queueName"))),
+            Some(name) if !is_identifier(name.strip_suffix(".fifo").unwrap_or(name)) => {
+                errors.push(FieldError::invalid(
+                    format!("{path}.queueName"),
+                    "must be 1 to 80 of A-Z, a-z, 0-9, - and _ (and .fifo for a FIFO queue)",
+                ))
+            }
+            Some(_) => {}
+        }
+        let supplied = [
+            ("queueUrl", self.queue_url.is_some()),
+            ("region", self.region.is_some()),
+            ("accessKeyId", self.access_key_id.is_some()),
+            ("accessKeyIdSecretRef", self.access_key_id_secret_ref.is_some()),
+            ("secretAccessKey", self.secret_access_key.is_some()),
+            ("secretAccessKeySecretRef", self.secret_access_key_secret_ref.is_some()),
+        ];
+        for (field, _) in supplied.iter().filter(|(_, given)| *given) {
+            errors.push(FieldError::invalid(
+                format!("{path}.{field}"),
+                "the platform supplies it for a queueService; leave it out",
+            ));
+        }
+    }
+
+    /// Any SQS queue: its URL and keys.
+    fn check_queue_url(&self, path: &str, errors: &mut ValidationErrors) {
+        match self.queue_url.as_deref() {
+            None | Some("") => errors.push(FieldError::required(format!("{path}.queueUrl"))),
+            Some(url) => {
+                if let Err(reason) = http_endpoint(url) {
+                    errors.push(FieldError::invalid(format!("{path}.queueUrl"), reason));
+                }
+            }
+        }
+        if self.queue_name.is_some() {
+            errors.push(FieldError::invalid(
+                format!("{path}.queueName"),
+                "goes with queueService; queueUrl names the queue",
+            ));
+        }
+        either(
+            non_empty(&self.access_key_id),
+            &self.access_key_id_secret_ref,
+            path,
+            "accessKeyId",
+            errors,
+        );
+        secret_ref(&self.access_key_id_secret_ref, path, "accessKeyIdSecretRef", errors);
+        either(
+            non_empty(&self.secret_access_key),
+            &self.secret_access_key_secret_ref,
+            path,
+            "secretAccessKey",
+            errors,
+        );
+        secret_ref(
+            &self.secret_access_key_secret_ref,
+            path,
+            "secretAccessKeySecretRef",
+            errors,
+        );
+    }
+
+    /// The config with a `queueService` replaced by the queue's URL and the
+    /// service's keys.
+    pub fn with_access(&self, access: &QueueAccess) -> Self {
+        let name = self.queue_name.clone().unwrap_or_default();
+        Self {
+            queue_url: Some(sless_sqs::engine::queue_url(
+                &access.endpoint,
+                &access.account_id,
+                &name,
+            )),
+            queue_service: None,
+            queue_name: None,
+            access_key_id: Some(access.access_key.clone()),
+            secret_access_key: Some(access.secret_key.clone()),
+            ..self.clone()
+        }
+    }
+}
+
+fn is_dns_label(name: &str) -> bool {
+    (1..=63).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !name.starts_with('-')
+        && !name.ends_with('-')
+}
+
 /// A connected queue.
 pub struct SqsClient {
     http: reqwest::Client,
@@ -105,9 +191,24 @@ pub struct SqsClient {
 impl SqsClient {
     /// Connects to the queue (only at addresses the egress policy permits)
     /// and checks the keys open it.
-    pub async fn connect(config: &SqsConfig, egress: &EgressPolicy) -> Result<Self, ConnectorError> {
+    pub async fn connect(config: &SqsConfig, ctx: &PipelineContext) -> Result<Self, ConnectorError> {
+        let resolved;
+        let config = match &config.queue_service {
+            None => config,
+            Some(name) => {
+                let services = ctx
+                    .queue_services
+                    .as_ref()
+                    .ok_or_else(|| ConnectorError::Config("queueService was not resolved by the platform".into()))?;
+                // Not there or not ready yet: the supervisor retries.
+                let access = services.access(name).await.map_err(ConnectorError::Connect)?;
+                resolved = config.with_access(&access);
+                &resolved
+            }
+        };
         let queue_url = config.queue_url.clone().unwrap_or_default();
-        let http = egress
+        let http = ctx
+            .egress
             .http_client(&queue_url, Duration::from_secs(DEFAULT_WAIT_SECONDS + 20))
             .await
             .map_err(|e| match e {

@@ -170,3 +170,86 @@ async fn a_queue_source_survives_kill_9_mid_stream() {
     wait_for(&db, &rows, 600).await;
     assert_eq!(count(&db, &format!("SELECT count(DISTINCT id) FROM {dst}")).await, 600);
 }
+
+/// An SQS connector may name the tenant's own queue service instead of a
+/// URL and keys: the platform supplies them. Another tenant naming it gets
+/// its own (absent) service, never this one.
+#[tokio::test]
+async fn a_dataflow_names_its_tenants_queue_service_and_never_another_tenants() {
+    let db = db().await;
+    let src = unique("sqs_by_name");
+    db.batch_execute(&format!(
+        "CREATE TABLE {src} (id int PRIMARY KEY, amount int);
+         INSERT INTO {src} SELECT g, g FROM generate_series(1, 12) g;"
+    ))
+    .await
+    .unwrap();
+    let dir = TempDir::new("df-sqs-name");
+    let server = DevServer::start(&dir.0);
+    let a = server.client(TOKEN_A);
+    assert_eq!(a.post("/api/v1/queue-services", json!({"name": "main"})).await.0, 201);
+    let view = ready_queue_service(&a).await;
+    let queue = create_queue(&view, "by-name").await;
+    let by_name = json!({"type": "sqs", "config": {"queueService": "main", "queueName": "by-name"}});
+
+    // What the platform supplies cannot be given as well.
+    let mut both = by_name.clone();
+    both["config"]["accessKeyId"] = json!("AKIA");
+    let (status, err) = a
+        .post(
+            "/api/v1/dataflows",
+            json!({"name": "both", "source": pg(&src, json!({})), "sink": both}),
+        )
+        .await;
+    assert_eq!(
+        (status, err["error"]["field"].as_str()),
+        (422, Some("sink.config.accessKeyId")),
+        "{err}"
+    );
+    let (status, err) = a
+        .post(
+            "/api/v1/dataflows",
+            json!({"name": "bad", "source": pg(&src, json!({})),
+                   "sink": {"type": "sqs", "config": {"queueService": "main", "queueName": "../x"}}}),
+        )
+        .await;
+    assert_eq!(
+        (status, err["error"]["field"].as_str()),
+        (422, Some("sink.config.queueName")),
+        "{err}"
+    );
+
+    a.create_dataflow(json!({"name": "to-service", "source": pg(&src, json!({"pollInterval": 1})), "sink": by_name}))
+        .await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while held(&view, &queue).await < 12 {
+        assert!(Instant::now() < deadline, "the rows did not arrive");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // Tenant b has no queue service "main": its dataflow fails, a's queue
+    // gets nothing from it.
+    let b = server.client(crate::common::TOKEN_B);
+    b.create_dataflow(json!({
+        "name": "intruder",
+        "source": pg(&src, json!({"pollInterval": 1})),
+        "sink": {"type": "sqs", "config": {"queueService": "main", "queueName": "by-name"}},
+    }))
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let view_b = loop {
+        let v = b.get("/api/v1/dataflows/intruder").await.1;
+        if v["phase"] == "Error" {
+            break v;
+        }
+        assert!(Instant::now() < deadline, "{v}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(
+        view_b["message"].as_str().unwrap().contains("does not exist"),
+        "{view_b}"
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(held(&view, &queue).await, 12);
+    db.batch_execute(&format!("DROP TABLE {src}")).await.unwrap();
+}

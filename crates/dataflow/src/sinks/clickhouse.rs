@@ -17,7 +17,7 @@ use super::Sink;
 use crate::ConnectorError;
 use crate::clickhouse_client::{self, ClickHouse, literal};
 use crate::component::Component;
-use crate::egress::EgressPolicy;
+use crate::context::PipelineContext;
 use crate::message::Message;
 use crate::sql::{quote, quote_ident};
 use sless_model::dataflow::SecretRef;
@@ -65,7 +65,7 @@ impl Component for ClickHouseSink {
 
 #[async_trait]
 impl super::Open for ClickHouseSink {
-    async fn open(config: &ClickHouseSinkConfig, egress: &EgressPolicy) -> Result<Self, ConnectorError> {
+    async fn open(config: &ClickHouseSinkConfig, ctx: &PipelineContext) -> Result<Self, ConnectorError> {
         let dsn = config
             .connection_string
             .as_deref()
@@ -75,7 +75,7 @@ impl super::Open for ClickHouseSink {
             .clone()
             .ok_or_else(|| ConnectorError::Config("table is required".into()))?;
         let table_quoted = quote(&table)?;
-        let server = ClickHouse::connect(dsn, egress).await?;
+        let server = ClickHouse::connect(dsn, &ctx.egress).await?;
         if config.auto_create_table == Some(true) {
             server
                 .query(&format!(

@@ -11,6 +11,7 @@ use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use super::Sink;
 use crate::ConnectorError;
 use crate::component::Component;
+use crate::context::PipelineContext;
 use crate::egress::EgressPolicy;
 use crate::kafka_client::{KafkaConfig, check_brokers, check_reachable, classify, client_config, topic};
 use crate::message::Message;
@@ -49,8 +50,8 @@ impl Component for KafkaSink {
 
 #[async_trait]
 impl super::Open for KafkaSink {
-    async fn open(config: &KafkaConfig, egress: &EgressPolicy) -> Result<Self, ConnectorError> {
-        Self::connect(config, egress).await
+    async fn open(config: &KafkaConfig, ctx: &PipelineContext) -> Result<Self, ConnectorError> {
+        Self::connect(config, &ctx.egress).await
     }
 }
 

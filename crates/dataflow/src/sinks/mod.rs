@@ -15,7 +15,7 @@ use sless_model::dataflow::ConnectorSpec;
 
 use crate::ConnectorError;
 use crate::component::{self, Component};
-use crate::egress::EgressPolicy;
+use crate::context::PipelineContext;
 use crate::message::Message;
 use crate::registry;
 
@@ -34,13 +34,13 @@ pub trait Sink: Send + Sync {
 /// [`registry::SINKS`] lists them.
 #[async_trait]
 pub trait Open: Component + Sink {
-    async fn open(config: &Self::Config, egress: &EgressPolicy) -> Result<Self, ConnectorError>;
+    async fn open(config: &Self::Config, ctx: &PipelineContext) -> Result<Self, ConnectorError>;
 }
 
 /// A sink being connected.
 type Opening<'a> = Pin<Box<dyn Future<Output = Result<Box<dyn Sink>, ConnectorError>> + Send + 'a>>;
 
-pub type OpenFn = for<'a> fn(&'a Value, &'a EgressPolicy) -> Opening<'a>;
+pub type OpenFn = for<'a> fn(&'a Value, &'a PipelineContext) -> Opening<'a>;
 
 /// A registry entry of a sink.
 pub type Descriptor = component::Descriptor<OpenFn>;
@@ -55,16 +55,16 @@ impl Descriptor {
     }
 }
 
-fn open<'a, C: Open>(config: &'a Value, egress: &'a EgressPolicy) -> Opening<'a> {
+fn open<'a, C: Open>(config: &'a Value, ctx: &'a PipelineContext) -> Opening<'a> {
     Box::pin(async move {
         let config = C::Config::deserialize(config).map_err(|e| ConnectorError::Config(e.to_string()))?;
-        Ok(Box::new(C::open(&config, egress).await?) as Box<dyn Sink>)
+        Ok(Box::new(C::open(&config, ctx).await?) as Box<dyn Sink>)
     })
 }
 
 /// Connects the sink of a spec.
-pub async fn connect(spec: &ConnectorSpec, egress: &EgressPolicy) -> Result<Box<dyn Sink>, ConnectorError> {
+pub async fn connect(spec: &ConnectorSpec, ctx: &PipelineContext) -> Result<Box<dyn Sink>, ConnectorError> {
     let descriptor = component::find(registry::SINKS, &spec.kind)
         .ok_or_else(|| ConnectorError::Config(format!("the {} connector is not supported as a sink", spec.kind)))?;
-    (descriptor.start)(spec.config.as_ref().unwrap_or(&Value::Null), egress).await
+    (descriptor.start)(spec.config.as_ref().unwrap_or(&Value::Null), ctx).await
 }

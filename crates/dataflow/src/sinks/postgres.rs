@@ -10,6 +10,7 @@ use serde_json::Value;
 use super::Sink;
 use crate::ConnectorError;
 use crate::component::Component;
+use crate::context::PipelineContext;
 use crate::egress::EgressPolicy;
 use crate::message::Message;
 use crate::sql::{connect, quote, quote_ident};
@@ -124,8 +125,8 @@ impl Component for PostgresSink {
 
 #[async_trait]
 impl super::Open for PostgresSink {
-    async fn open(config: &PostgresSinkConfig, egress: &EgressPolicy) -> Result<Self, ConnectorError> {
-        Self::connect(config, egress).await
+    async fn open(config: &PostgresSinkConfig, ctx: &PipelineContext) -> Result<Self, ConnectorError> {
+        Self::connect(config, &ctx.egress).await
     }
 }
 

@@ -12,7 +12,7 @@ use sha2::{Digest, Sha256};
 use super::Sink;
 use crate::ConnectorError;
 use crate::component::Component;
-use crate::egress::EgressPolicy;
+use crate::context::PipelineContext;
 use crate::message::Message;
 use crate::sqs_client::{SqsClient, SqsConfig};
 use sless_model::ValidationErrors;
@@ -36,8 +36,8 @@ impl Component for SqsSink {
 
 #[async_trait]
 impl super::Open for SqsSink {
-    async fn open(config: &SqsConfig, egress: &EgressPolicy) -> Result<Self, ConnectorError> {
-        let client = SqsClient::connect(config, egress).await?;
+    async fn open(config: &SqsConfig, ctx: &PipelineContext) -> Result<Self, ConnectorError> {
+        let client = SqsClient::connect(config, ctx).await?;
         let fifo = client.queue_url().trim_end_matches('/').ends_with(".fifo");
         Ok(Self { client, fifo })
     }

@@ -42,7 +42,7 @@ impl Component for SqsSource {
 impl super::Open for SqsSource {
     async fn open(config: &SqsConfig, ctx: &PipelineContext) -> Result<Self, ConnectorError> {
         Ok(Self {
-            client: SqsClient::connect(config, &ctx.egress).await?,
+            client: SqsClient::connect(config, ctx).await?,
             wait: config.wait_time_seconds.unwrap_or(DEFAULT_WAIT_SECONDS),
             visibility: config.visibility_timeout.unwrap_or(DEFAULT_VISIBILITY_SECONDS),
         })

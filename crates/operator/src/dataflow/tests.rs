@@ -20,6 +20,10 @@ const NS: &str = "team-a";
 const OTHER: &str = "example.com/backup";
 
 async fn setup(spec: Value) -> (Api<DataFlow>, Arc<Context>) {
+    setup_with(spec, kube_fake_client::ClientBuilder::new()).await
+}
+
+async fn setup_with(spec: Value, builder: kube_fake_client::ClientBuilder) -> (Api<DataFlow>, Arc<Context>) {
     let secret = Secret {
         metadata: ObjectMeta {
             name: Some("pg".into()),
@@ -44,7 +48,7 @@ async fn setup(spec: Value) -> (Api<DataFlow>, Arc<Context>) {
         )])),
         ..Default::default()
     };
-    let client = kube_fake_client::ClientBuilder::new()
+    let client = builder
         .with_resource::<DataFlow>()
         .with_status_subresource::<DataFlow>()
         .with_status_subresource::<Deployment>()
@@ -328,4 +332,107 @@ async fn kafka_tls_secret_refs_become_mounted_files() {
             .unwrap()
             .contains(&"--tls-dir=/etc/dataflow-tls".to_owned())
     );
+}
+
+/// A QueueService in `namespace` for `tenant`, Ready or not, and its keys
+/// where the operator keeps them.
+fn queue_service(
+    builder: kube_fake_client::ClientBuilder,
+    namespace: &str,
+    name: &str,
+    tenant: &str,
+    ready: bool,
+) -> kube_fake_client::ClientBuilder {
+    use crate::crd::queue_service::{QueueService, QueueServiceStatus};
+    let mut qs = QueueService::new(name, serde_json::from_value(json!({"tenantId": tenant})).unwrap());
+    qs.metadata.namespace = Some(namespace.into());
+    qs.status = Some(QueueServiceStatus {
+        phase: Some(if ready {
+            QueueServicePhase::Ready
+        } else {
+            QueueServicePhase::Provisioning
+        }),
+        endpoint: ready.then(|| format!("https://sqs.example/sqs/{tenant}")),
+        ..Default::default()
+    });
+    let keys = Secret {
+        metadata: ObjectMeta {
+            name: Some(qs_builders::secret_name(tenant)),
+            namespace: Some(qs_builders::namespace_name(tenant)),
+            ..Default::default()
+        },
+        data: Some(BTreeMap::from([
+            ("accessKey".to_owned(), ByteString(format!("AK-{tenant}").into_bytes())),
+            ("secretKey".to_owned(), ByteString(format!("SK-{tenant}").into_bytes())),
+        ])),
+        ..Default::default()
+    };
+    builder
+        .with_resource::<QueueService>()
+        .with_status_subresource::<QueueService>()
+        .with_object(qs)
+        .with_object(keys)
+}
+
+/// An SQS connector naming a queue service gets the queue's URL and the
+/// service's keys in the resolved spec; only the DataFlow's own
+/// namespace's services are found, and only once Ready.
+#[tokio::test]
+async fn a_queue_service_by_name_resolves_to_its_url_and_keys_in_its_namespace_only() {
+    let builder = queue_service(kube_fake_client::ClientBuilder::new(), NS, "main", "acme", true);
+    let builder = queue_service(builder, "team-b", "theirs", "beta", true);
+    let builder = queue_service(builder, NS, "warming", "acme2", false);
+    let spec = json!({
+        "source": {"type": "kafka", "config": {"brokers": ["k:9092"], "topic": "orders"}},
+        "sink": {"type": "sqs", "config": {"queueService": "main", "queueName": "orders.fifo"}},
+    });
+    let (api, ctx) = setup_with(spec, builder).await;
+    run(&api, &ctx).await;
+    run(&api, &ctx).await;
+    assert_eq!(
+        status(&api).await.phase,
+        Some(DataFlowPhase::Pending),
+        "{:?}",
+        status(&api).await
+    );
+    let spec = Api::<Secret>::namespaced(ctx.client.clone(), NS)
+        .get("dataflow-orders-spec")
+        .await
+        .unwrap();
+    let written: Value = serde_json::from_slice(&spec.data.unwrap()["spec.json"].0).unwrap();
+    let config = &written["sink"]["config"];
+    assert_eq!(
+        config["queueUrl"],
+        format!(
+            "https://sqs.example/sqs/acme/{}/orders.fifo",
+            sless_sqs::credentials::account_id("acme")
+        )
+    );
+    assert_eq!(
+        (&config["accessKeyId"], &config["secretAccessKey"]),
+        (&json!("AK-acme"), &json!("SK-acme"))
+    );
+    assert!(
+        config["queueService"].is_null() && config["queueName"].is_null(),
+        "{config}"
+    );
+    let dir = std::env::temp_dir().join(format!("sless-op-{}", rand::random::<u64>()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("spec.json"), written.to_string()).unwrap();
+    sless_dataflow::processor::load_spec(&dir.join("spec.json")).unwrap();
+    std::fs::remove_dir_all(dir).unwrap();
+
+    for (service, reason) in [("theirs", "not found in team-a"), ("warming", "not Ready yet")] {
+        let patch = json!({"spec": {"sink": {"type": "sqs", "config": {"queueService": service, "queueName": "q"}}}});
+        api.patch("orders", &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap();
+        run(&api, &ctx).await;
+        let refused = status(&api).await;
+        assert_eq!(refused.phase, Some(DataFlowPhase::Error), "{service}");
+        assert!(
+            refused.message.as_deref().unwrap_or_default().contains(reason),
+            "{refused:?}"
+        );
+    }
 }

@@ -5,10 +5,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sless_dataflow::checkpoint::CheckpointStore;
-use sless_dataflow::context::PipelineContext;
+use sless_dataflow::context::{PipelineContext, QueueAccess, QueueServices};
 use sless_model::dataflow::ConnectorSpec;
 use sless_model::dataflow::DataFlowPhase;
 use sless_model::dataflow::{DataFlowStatus, DataFlowView};
+use sless_model::queue_service::QueueServicePhase;
 
 use super::checkpoint::EmbeddedCheckpoint;
 use super::db::StoreError;
@@ -67,6 +68,37 @@ impl RunningFlow {
 async fn release(source: &ConnectorSpec, ctx: &PipelineContext) {
     if let Err(error) = sless_dataflow::sources::release_source(source, ctx).await {
         tracing::warn!(dataflow = %ctx.id, %error, "cannot remove the deleted dataflow's source state");
+    }
+}
+
+/// One tenant's queue services, as its dataflows' SQS connectors see them.
+struct TenantQueueServices {
+    store: super::db::Store,
+    tenant: String,
+}
+
+#[async_trait::async_trait]
+impl QueueServices for TenantQueueServices {
+    async fn access(&self, name: &str) -> Result<QueueAccess, String> {
+        let record: Option<super::QueueRecord> = self
+            .store
+            .get(super::QUEUE_SERVICE, &self.tenant, name)
+            .await
+            .map_err(|e| format!("queue service {name}: {e}"))?;
+        let record = record.ok_or_else(|| format!("queue service {name} does not exist"))?;
+        let status = &record.status.status;
+        match (&status.phase, &status.endpoint) {
+            (QueueServicePhase::Ready, Some(endpoint)) => Ok(QueueAccess {
+                endpoint: endpoint.clone(),
+                account_id: sless_sqs::credentials::account_id(&self.tenant),
+                access_key: record.status.credentials.access_key.clone(),
+                secret_key: record.status.credentials.secret_key.clone(),
+            }),
+            (phase, _) => Err(format!(
+                "queue service {name} is {phase}, not Ready yet",
+                phase = format!("{phase:?}")
+            )),
+        }
     }
 }
 
@@ -140,6 +172,10 @@ impl LocalPlatform {
                 .spec
                 .checkpoint_persistence
                 .then(|| Arc::new(EmbeddedCheckpoint::new(self.store.clone(), &id)) as Arc<dyn CheckpointStore>),
+            queue_services: Some(Arc::new(TenantQueueServices {
+                store: self.store.clone(),
+                tenant: f.tenant.clone(),
+            })),
             id,
         };
         let stats = Arc::new(sless_dataflow::pipeline::Stats::default());

@@ -25,6 +25,12 @@ pub mod queue;
 mod queue_actions;
 pub mod records;
 pub mod requests;
+
+/// The URL of queue `name` of an engine (or a queue service) reached at
+/// `base_url` for `account_id`.
+pub fn queue_url(base_url: &str, account_id: &str, name: &str) -> String {
+    format!("{}/{account_id}/{name}", base_url.trim_end_matches('/'))
+}
 pub mod responses;
 pub mod server;
 
@@ -207,11 +213,7 @@ impl Engine {
     }
 
     fn queue_url(&self, name: &str) -> String {
-        format!(
-            "{}/{}/{name}",
-            self.config.base_url.trim_end_matches('/'),
-            self.config.account_id
-        )
+        queue_url(&self.config.base_url, &self.config.account_id, name)
     }
 
     /// The name of this engine's existing queue whose ARN is `arn`.
