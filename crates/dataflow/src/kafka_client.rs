@@ -8,10 +8,13 @@ use rdkafka::error::{KafkaError, KafkaResult, RDKafkaErrorCode};
 use rdkafka::metadata::Metadata;
 
 use serde::Deserialize;
+use serde_json::Value;
 use sless_model::dataflow::{Role, SecretRef};
 use sless_model::{FieldError, ValidationErrors};
 
 use crate::ConnectorError;
+use crate::avro::AvroSchema;
+use crate::avro::registry::RegistryConfig;
 use crate::egress::EgressPolicy;
 use crate::registry::{either, non_empty, secret_ref};
 
@@ -53,6 +56,72 @@ pub struct KafkaConfig {
     pub brokers_secret_ref: Option<SecretRef>,
     pub topic_secret_ref: Option<SecretRef>,
     pub consumer_group_secret_ref: Option<SecretRef>,
+    /// `json` (default) or `avro` (the Confluent wire format, with a
+    /// schema registry).
+    #[serde(default)]
+    pub format: Format,
+    /// With `format: avro`: where the schemas are.
+    pub schema_registry: Option<RegistryConfig>,
+    /// Sink with `format: avro`: the schema messages are written with (its
+    /// JSON, as text or as an object), registered under `subject`.
+    pub avro_schema: Option<Value>,
+    /// Sink with `format: avro`: the registry subject. Default `{topic}-value`.
+    pub subject: Option<String>,
+}
+
+/// How record values are encoded.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Format {
+    #[default]
+    Json,
+    Avro,
+}
+
+impl KafkaConfig {
+    /// The sink's Avro schema as text.
+    pub fn avro_schema_text(&self) -> Option<String> {
+        match &self.avro_schema {
+            Some(Value::String(text)) => Some(text.clone()),
+            Some(other) => Some(other.to_string()),
+            None => None,
+        }
+    }
+
+    fn check_format(&self, role: Role, path: &str, errors: &mut ValidationErrors) {
+        match (self.format, &self.schema_registry) {
+            (Format::Avro, None) => errors.push(FieldError::invalid(
+                format!("{path}.schemaRegistry"),
+                "format avro needs a schemaRegistry",
+            )),
+            (Format::Avro, Some(registry)) => registry.check(&format!("{path}.schemaRegistry"), errors),
+            (Format::Json, Some(_)) => errors.push(FieldError::invalid(
+                format!("{path}.schemaRegistry"),
+                "goes with format: avro",
+            )),
+            (Format::Json, None) => {}
+        }
+        let sink_avro = |field: &str, given: bool, errors: &mut ValidationErrors| {
+            if given && (role == Role::Source || self.format != Format::Avro) {
+                errors.push(FieldError::invalid(
+                    format!("{path}.{field}"),
+                    "applies to a sink with format: avro only",
+                ));
+            }
+        };
+        sink_avro("avroSchema", self.avro_schema.is_some(), errors);
+        sink_avro("subject", self.subject.is_some(), errors);
+        if role == Role::Sink && self.format == Format::Avro {
+            match self.avro_schema_text() {
+                None => errors.push(FieldError::required(format!("{path}.avroSchema"))),
+                Some(text) => {
+                    if let Err(e) = AvroSchema::parse(&text) {
+                        errors.push(FieldError::invalid(format!("{path}.avroSchema"), e.to_string()));
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// SASL mechanisms librdkafka is asked for.
@@ -75,6 +144,7 @@ impl KafkaConfig {
             errors,
         );
         either(non_empty(&self.topic), &self.topic_secret_ref, path, "topic", errors);
+        self.check_format(role, path, errors);
         secret_ref(&self.consumer_group_secret_ref, path, "consumerGroupSecretRef", errors);
         if let Some(sasl) = &self.sasl
             && !MECHANISMS.contains(&sasl.mechanism.as_str())

@@ -3,6 +3,7 @@
 //! listed in `registry`), and the pipeline that runs them with at-least-once
 //! delivery, in `sless dev` or as `sless processor`.
 
+pub mod avro;
 pub mod checkpoint;
 pub mod clickhouse_client;
 pub mod component;

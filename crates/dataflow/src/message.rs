@@ -16,7 +16,18 @@ pub struct Message {
     pub output: Output,
 }
 
+/// The metadata key of the reason a source refused a message.
+pub const REFUSED: &str = "refused";
+
 impl Message {
+    /// A message its source could not decode, kept whole for the error sink.
+    pub fn refused(data: Value, reason: String) -> Self {
+        let mut message = Self::new(data);
+        message.metadata.insert(REFUSED.into(), reason);
+        message.output = Output::Refused;
+        message
+    }
+
     pub fn new(data: Value) -> Self {
         Self {
             data,

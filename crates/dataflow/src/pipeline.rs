@@ -17,7 +17,7 @@ use sless_runtime::backoff::{Backoff, Retries};
 
 use crate::ConnectorError;
 use crate::context::PipelineContext;
-use crate::message::Message;
+use crate::message::{Message, REFUSED};
 use crate::sinks::{self, Sink};
 use crate::sources::{self, Record, Source};
 use crate::transforms::{self, Output, Outputs, Transform};
@@ -170,7 +170,12 @@ impl Pipeline {
         let mut main = Vec::new();
         let mut routed: Vec<Vec<Message>> = self.routes.iter().map(|_| Vec::new()).collect();
         Stats::add(&self.stats.read, records.len());
+        let mut refused = Vec::new();
         for record in records {
+            if record.message.output == Output::Refused {
+                refused.push(&record.message);
+                continue;
+            }
             let outputs = transforms::apply_all(&self.transforms, record.message.clone());
             if outputs.is_empty() {
                 Stats::add(&self.stats.filtered, 1);
@@ -185,6 +190,9 @@ impl Pipeline {
         self.write_reliably(self.main.as_ref(), &main, shutdown).await?;
         for (sink, messages) in self.routes.iter().zip(&routed) {
             self.write_reliably(sink.as_ref(), messages, shutdown).await?;
+        }
+        for message in refused {
+            self.refuse(message, shutdown).await?;
         }
         // Every output of every record is written (a filtered record counts
         // as done): the source may move past the batch. A failed commit
@@ -232,21 +240,7 @@ impl Pipeline {
                         break;
                     }
                     Err(ConnectorError::Data(reason)) if self.errors.is_some() => {
-                        let envelope = json!({
-                            "error": {
-                                "message": reason,
-                                "timestamp": humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
-                                "original_sink": sink.target(),
-                                "metadata": message.metadata,
-                            },
-                            "original_message": message.data,
-                        });
-                        if let Some(errors) = &self.errors {
-                            Box::pin(self.write_reliably(errors.as_ref(), &[Message::new(envelope)], shutdown)).await?;
-                            // The envelope is not a written message of the flow.
-                            self.stats.written.fetch_sub(1, Ordering::Relaxed);
-                        }
-                        Stats::add(&self.stats.failed, 1);
+                        self.to_error_sink(message, &reason, sink.target(), shutdown).await?;
                         break;
                     }
                     Err(ConnectorError::Config(e)) => return Err(ConnectorError::Config(e)),
@@ -260,6 +254,55 @@ impl Pipeline {
             }
         }
         Ok(())
+    }
+}
+
+impl Pipeline {
+    /// Writes `message` in an error envelope to the error sink, counted as
+    /// failed.
+    async fn to_error_sink(
+        &self,
+        message: &Message,
+        reason: &str,
+        origin: &str,
+        shutdown: &mut watch::Receiver<bool>,
+    ) -> Result<(), ConnectorError> {
+        let Some(errors) = &self.errors else {
+            return Ok(());
+        };
+        let envelope = json!({
+            "error": {
+                "message": reason,
+                "timestamp": humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
+                "original_sink": origin,
+                "metadata": message.metadata,
+            },
+            "original_message": message.data,
+        });
+        Box::pin(self.write_reliably(errors.as_ref(), &[Message::new(envelope)], shutdown)).await?;
+        // The envelope is not a written message of the flow.
+        self.stats.written.fetch_sub(1, Ordering::Relaxed);
+        Stats::add(&self.stats.failed, 1);
+        Ok(())
+    }
+
+    /// A message its source refused: to the error sink, or, without one,
+    /// held (the flow stalls and says why) until it is stopped, since
+    /// dropping it would lose it silently.
+    async fn refuse(&self, message: &Message, shutdown: &mut watch::Receiver<bool>) -> Result<(), ConnectorError> {
+        let reason = message
+            .metadata
+            .get(REFUSED)
+            .map_or("refused by the source", String::as_str);
+        if self.errors.is_some() {
+            return self.to_error_sink(message, reason, "source", shutdown).await;
+        }
+        let error = ConnectorError::Data(reason.to_owned());
+        let mut retries = RETRY.start();
+        loop {
+            self.stats.refused("the source", reason);
+            wait(&mut retries, &error, shutdown).await?;
+        }
     }
 }
 

@@ -8,6 +8,7 @@ mod common;
 mod api;
 mod attacks;
 mod cli;
+mod dataflow_avro;
 mod dataflow_cdc;
 mod dataflow_clickhouse;
 mod dataflow_kafka;

@@ -1,6 +1,9 @@
 //! Kafka sink: an idempotent producer (acks from all in-sync replicas).
 //! A batch is written once the broker acknowledged every message of it; the
 //! message key is the `key` metadata a Kafka source set, as upstream does.
+//! With `format: avro` each message is encoded with the configured schema,
+//! registered at start, in the Confluent wire format; a message that does
+//! not fit the schema is refused (to the error sink).
 
 use std::time::Duration;
 
@@ -10,10 +13,12 @@ use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 
 use super::Sink;
 use crate::ConnectorError;
+use crate::avro::registry::SchemaRegistry;
+use crate::avro::{self, AvroSchema};
 use crate::component::Component;
 use crate::context::PipelineContext;
 use crate::egress::EgressPolicy;
-use crate::kafka_client::{KafkaConfig, check_brokers, check_reachable, classify, client_config, topic};
+use crate::kafka_client::{Format, KafkaConfig, check_brokers, check_reachable, classify, client_config, topic};
 use crate::message::Message;
 use sless_model::ValidationErrors;
 use sless_model::dataflow::Role;
@@ -21,6 +26,8 @@ use sless_model::dataflow::Role;
 pub struct KafkaSink {
     producer: FutureProducer,
     topic: String,
+    /// With `format: avro`: the schema and its registry id.
+    avro: Option<(AvroSchema, u32)>,
 }
 
 impl KafkaSink {
@@ -35,7 +42,26 @@ impl KafkaSink {
             .map_err(|e| ConnectorError::Config(e.to_string()))?;
         let probe = (producer.clone(), topic.clone());
         check_reachable(move |timeout| probe.0.client().fetch_metadata(Some(&probe.1), timeout)).await?;
-        Ok(Self { producer, topic })
+        let avro = match (config.format, &config.schema_registry, config.avro_schema_text()) {
+            (Format::Avro, Some(registry), Some(text)) => {
+                let schema =
+                    AvroSchema::parse(&text).map_err(|e| ConnectorError::Config(format!("avroSchema: {e}")))?;
+                let subject = config.subject.clone().unwrap_or_else(|| format!("{topic}-value"));
+                let id = SchemaRegistry::connect(registry, egress)
+                    .await?
+                    .register(&subject, &text)
+                    .await?;
+                tracing::info!(%topic, %subject, id, "kafka sink writes Avro");
+                Some((schema, id))
+            }
+            (Format::Avro, _, _) => {
+                return Err(ConnectorError::Config(
+                    "format avro needs schemaRegistry and avroSchema".into(),
+                ));
+            }
+            (Format::Json, _, _) => None,
+        };
+        Ok(Self { producer, topic, avro })
     }
 }
 
@@ -64,7 +90,15 @@ impl Sink for KafkaSink {
     async fn write(&self, batch: &[Message]) -> Result<(), ConnectorError> {
         let mut deliveries = Vec::with_capacity(batch.len());
         for m in batch {
-            let payload = serde_json::to_vec(&m.data).map_err(|e| ConnectorError::Data(e.to_string()))?;
+            let payload = match &self.avro {
+                Some((schema, id)) => avro::frame(
+                    *id,
+                    &schema
+                        .encode(&m.data)
+                        .map_err(|e| ConnectorError::Data(e.to_string()))?,
+                ),
+                None => serde_json::to_vec(&m.data).map_err(|e| ConnectorError::Data(e.to_string()))?,
+            };
             let mut record = FutureRecord::to(&self.topic).payload(&payload);
             if let Some(key) = m.metadata.get("key") {
                 record = record.key(key.as_str());

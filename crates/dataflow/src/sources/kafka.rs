@@ -1,6 +1,8 @@
 //! Kafka source: a member of a consumer group on one topic. Offsets are
 //! stored in the group only through `commit`, after every sink wrote the
 //! records, so a crash or a rebalance re-delivers instead of losing.
+//! With `format: avro` a value is decoded with its writer's schema from the
+//! registry; one that cannot be is refused whole to the error sink.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -10,20 +12,30 @@ use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use rdkafka::message::{BorrowedMessage, Message as _};
 use rdkafka::{Offset, TopicPartitionList};
 use serde_json::Value;
+use std::time::Duration;
 
 use super::{Position, Record, Source};
 use crate::ConnectorError;
+use crate::avro::{self, registry::SchemaRegistry};
 use crate::component::Component;
 use crate::context::PipelineContext;
-use crate::kafka_client::{KafkaConfig, check_brokers, check_reachable, classify, client_config, inline, topic};
+use crate::kafka_client::{
+    Format, KafkaConfig, check_brokers, check_reachable, classify, client_config, inline, topic,
+};
 use crate::message::Message;
 use sless_model::ValidationErrors;
 use sless_model::dataflow::Role;
+use sless_runtime::backoff::Backoff;
 
 pub struct KafkaSource {
     consumer: Arc<StreamConsumer>,
     topic: String,
+    /// With `format: avro`: where the writers' schemas are.
+    registry: Option<SchemaRegistry>,
 }
+
+/// Waits between attempts to reach the schema registry for a record in hand.
+const REGISTRY_RETRY: Backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(30));
 
 /// The group a dataflow joins when its spec names none: one per dataflow,
 /// so two dataflows (or two tenants) never split a topic's records.
@@ -53,7 +65,34 @@ impl KafkaSource {
         check_reachable(move |timeout| probe.0.fetch_metadata(Some(&probe.1), timeout)).await?;
         consumer.subscribe(&[&topic]).map_err(classify)?;
         tracing::info!(%topic, %group, "kafka source joined its consumer group");
-        Ok(Self { consumer, topic })
+        let registry = match (config.format, &config.schema_registry) {
+            (Format::Avro, Some(registry)) => Some(SchemaRegistry::connect(registry, &ctx.egress).await?),
+            (Format::Avro, None) => return Err(ConnectorError::Config("format avro needs a schemaRegistry".into())),
+            (Format::Json, _) => None,
+        };
+        Ok(Self {
+            consumer,
+            topic,
+            registry,
+        })
+    }
+
+    /// An Avro record's value as JSON, or why it is not valid Avro for
+    /// its schema (or names no schema). The registry being unreachable is
+    /// waited out: this record's offset must not be passed.
+    async fn decode(&self, registry: &SchemaRegistry, payload: &[u8]) -> Result<Value, String> {
+        let mut retries = REGISTRY_RETRY.start();
+        let (id, body) = avro::split_wire(payload).map_err(|e| e.to_string())?;
+        loop {
+            match registry.schema(id).await {
+                Ok(schema) => return schema.decode(body).map_err(|e| e.to_string()),
+                Err(ConnectorError::Data(reason) | ConnectorError::Config(reason)) => return Err(reason),
+                Err(e) => {
+                    tracing::warn!(error = %e, "schema registry unavailable; retrying");
+                    tokio::time::sleep(retries.failed()).await;
+                }
+            }
+        }
     }
 }
 
@@ -123,7 +162,21 @@ impl super::Open for KafkaSource {
 impl Source for KafkaSource {
     async fn read(&self) -> Result<Vec<Record>, ConnectorError> {
         let m = self.consumer.recv().await.map_err(classify)?;
-        Ok(vec![record(&m)])
+        let mut record = record(&m);
+        if let (Some(registry), Some(payload)) = (&self.registry, m.payload().map(<[u8]>::to_vec)) {
+            drop(m);
+            match self.decode(registry, &payload).await {
+                Ok(data) => record.message.data = data,
+                // To the error sink as it came, with the reason.
+                Err(reason) => {
+                    let metadata = std::mem::take(&mut record.message.metadata);
+                    record.message =
+                        Message::refused(Value::String(String::from_utf8_lossy(&payload).into_owned()), reason);
+                    record.message.metadata.extend(metadata);
+                }
+            }
+        }
+        Ok(vec![record])
     }
 
     async fn commit(&self, done: &[Record]) -> Result<(), ConnectorError> {

@@ -86,6 +86,10 @@ pub enum Output {
     Main,
     /// An index into the pipeline's [`Outputs`].
     Route(usize),
+    /// Refused by its source (it could not be decoded): the pipeline sends
+    /// it to the error sink without transforming it. The reason is the
+    /// metadata [`crate::message::REFUSED`].
+    Refused,
 }
 
 /// The extra outputs of a pipeline, each with the sink it writes to, in the
