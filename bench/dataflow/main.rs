@@ -4,13 +4,15 @@
 //!   same rows (read, then inserted in batches of the same size). Goal:
 //!   ratio >= 0.5.
 //! - SQS→PG (a sless queue engine on loopback), against the same bulk INSERT.
-//! - PG→ClickHouse and ClickHouse→PG (`sqs.rs`, `clickhouse.rs`), against
+//! - PG→ClickHouse and ClickHouse→PG (`clickhouse.rs`), against
 //!   ClickHouse's own bulk load of the same rows and the bulk INSERT.
+//! - PostgreSQL CDC→PG (`cdc.rs`), against the rate of the captured inserts.
 //!
 //! Run: `cargo bench -p sless --bench dataflow` (PostgreSQL at
 //! `SLESS_TEST_PG`, default postgres://postgres@127.0.0.1/test;
 //! clickhouse-server from Debian's package).
 
+mod cdc;
 mod clickhouse;
 mod sqs;
 
@@ -120,6 +122,12 @@ async fn main() -> anyhow::Result<()> {
         sqs / plain
     );
     clickhouse::lines(&db, &dsn, plain).await?;
+    let (cdc, inserts) = cdc::to_pg(&db, &dsn).await?;
+    println!(
+        "PG CDC→PG {ROWS} rows in transactions of {BATCH}: dataflow draining them {cdc:.0} rows/s, \
+         the inserts themselves {inserts:.0} rows/s = ratio {:.2}",
+        cdc / inserts
+    );
     db.batch_execute("DROP TABLE bench_src, bench_plain, bench_flow, bench_sqs")
         .await?;
     Ok(())

@@ -37,7 +37,7 @@ pub fn schema() -> BlockSchema {
                 "source",
                 typed_config(),
                 Kind::Required,
-                "`{ type, config }`: `type` is `postgresql` or `kafka`; `config` is the connector's settings as a JSON string (use `jsonencode`).",
+                "`{ type, config }`: `type` is a connector type (`postgresql`, `postgresql-cdc`, `kafka`, `sqs`, `clickhouse`; the platform's docs/connectors.md lists each one's settings); `config` is the connector's settings as a JSON string (use `jsonencode`).",
             ),
             Attr::new(
                 "sink",

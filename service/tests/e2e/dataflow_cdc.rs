@@ -4,6 +4,7 @@
 //! shape, the slot as the checkpoint across `kill -9`, and the slot and
 //! publication gone with the dataflow.
 
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::common::pg::{count, db, dsn, pg, unique, wait_for, wait_mid_stream};
@@ -167,9 +168,12 @@ async fn changes_arrive_in_commit_order_as_debezium_events_and_the_slot_goes_wit
 
 /// `kill -9` of `sless dev` while captured changes stream into PostgreSQL:
 /// after the restart the slot delivers again from its confirmed position,
-/// so every change lands, and at most the unconfirmed ones twice.
+/// so every change lands; what repeats is what was written after the slot
+/// last moved (it moves at most once a second), never the stream from its
+/// start.
 #[tokio::test]
 async fn capture_survives_kill_9_mid_stream_from_the_confirmed_lsn() {
+    const ROWS: i64 = 40_000;
     let db = db().await;
     let (src, dst) = (unique("cdc_kill_src"), unique("cdc_kill_dst"));
     db.batch_execute(&format!("CREATE TABLE {src} (id int PRIMARY KEY, payload text)"))
@@ -187,25 +191,152 @@ async fn capture_survives_kill_9_mid_stream_from_the_confirmed_lsn() {
     }))
     .await;
     running(&a, &name).await;
-    // 20,000 rows in 400 transactions of 50.
+    // 40,000 rows in 800 transactions of 50.
     db.batch_execute(&format!(
-        "DO $$ BEGIN FOR t IN 0..399 LOOP
+        "DO $$ BEGIN FOR t IN 0..{last} LOOP
            INSERT INTO {src} SELECT g, repeat('x', 200) FROM generate_series(t * 50 + 1, t * 50 + 50) g;
            COMMIT;
-         END LOOP; END $$;"
+         END LOOP; END $$;",
+        last = ROWS / 50 - 1
     ))
     .await
     .unwrap();
     let landed = format!("SELECT count(*) FROM {dst}");
-    wait_mid_stream(&db, &landed, 0, 20_000).await;
+    let at_kill = wait_mid_stream(&db, &landed, ROWS * 3 / 8, ROWS).await;
     server.kill9();
 
     let server = DevServer::start(&dir.0);
     let distinct = format!("SELECT count(DISTINCT (data->'after'->>'id')) FROM {dst}");
-    wait_for(&db, &distinct, 20_000).await;
-    let total = count(&db, &landed).await;
-    assert!(total - 20_000 <= 200, "{} changes delivered twice", total - 20_000);
+    wait_for(&db, &distinct, ROWS).await;
+    let repeated = count(&db, &landed).await - ROWS;
+    assert!(
+        repeated <= at_kill / 2,
+        "{repeated} changes delivered twice of {at_kill} written before the kill: not resumed from the confirmed LSN"
+    );
     let a = server.client(TOKEN_A);
     assert_eq!(a.delete(&format!("/api/v1/dataflows/{name}")).await.0, 204);
     db.batch_execute(&format!("DROP TABLE {src}, {dst}")).await.unwrap();
+}
+
+/// A private PostgreSQL cluster with `wal_level=replica` (PostgreSQL's
+/// default), stopped on drop: initdb and pg_ctl of the installed server,
+/// run as `postgres` when the test runs as root.
+struct ReplicaCluster {
+    dir: TempDir,
+    port: u16,
+}
+
+fn as_postgres(program: &str) -> Command {
+    let bin = std::fs::read_dir("/usr/lib/postgresql")
+        .ok()
+        .and_then(|versions| versions.filter_map(Result::ok).map(|v| v.path()).max())
+        .map(|v| v.join("bin").join(program))
+        .expect("a PostgreSQL server under /usr/lib/postgresql");
+    if running_as_root() {
+        let mut c = Command::new("runuser");
+        c.args(["-u", "postgres", "--"]).arg(bin);
+        c
+    } else {
+        Command::new(bin)
+    }
+}
+
+fn running_as_root() -> bool {
+    std::process::Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+}
+
+impl ReplicaCluster {
+    fn start() -> Self {
+        let dir = TempDir::new("pg-replica");
+        if running_as_root() {
+            assert!(
+                Command::new("chown")
+                    .args(["-R", "postgres"])
+                    .arg(&dir.0)
+                    .status()
+                    .unwrap()
+                    .success()
+            );
+        }
+        let data = dir.0.join("data");
+        let out = as_postgres("initdb")
+            .args(["-A", "trust", "-U", "postgres", "-D"])
+            .arg(&data)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "initdb: {}", String::from_utf8_lossy(&out.stderr));
+        let port = sless_testkit::free_port();
+        let options = format!(
+            "-p {port} -k {} -c listen_addresses=127.0.0.1 -c wal_level=replica",
+            dir.0.display()
+        );
+        let out = as_postgres("pg_ctl")
+            .args(["-w", "-D"])
+            .arg(&data)
+            .args(["-o", &options, "-l"])
+            .arg(dir.0.join("log"))
+            .arg("start")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "pg_ctl start: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Self { dir, port }
+    }
+}
+
+impl Drop for ReplicaCluster {
+    fn drop(&mut self) {
+        let _ = as_postgres("pg_ctl")
+            .args(["-D"])
+            .arg(self.dir.0.join("data"))
+            .args(["-m", "immediate", "stop"])
+            .output();
+    }
+}
+
+#[tokio::test]
+async fn a_server_without_logical_wal_is_a_clear_error() {
+    let cluster = ReplicaCluster::start();
+    let dsn = format!("postgres://postgres@127.0.0.1:{}/postgres", cluster.port);
+    let (client, conn) = tokio_postgres::connect(&dsn, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(conn);
+    client
+        .batch_execute("CREATE TABLE t (id int PRIMARY KEY)")
+        .await
+        .unwrap();
+    let dir = TempDir::new("df-cdc-replica");
+    let server = DevServer::start(&dir.0);
+    let a = server.client(TOKEN_A);
+    a.create_dataflow(json!({
+        "name": "no-logical",
+        "source": {"type": "postgresql-cdc", "config": {"connectionString": dsn, "table": "t"}},
+        "sink": pg(&unique("never"), json!({"autoCreateTable": true})),
+    }))
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let view = loop {
+        let view = a.get("/api/v1/dataflows/no-logical").await.1;
+        if view["phase"] == "Error" {
+            break view;
+        }
+        assert!(Instant::now() < deadline, "{view}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let message = view["message"].as_str().unwrap();
+    assert!(
+        message.contains("wal_level = logical") && message.contains("replica"),
+        "{message}"
+    );
+    let slots: i64 = client
+        .query_one("SELECT count(*) FROM pg_replication_slots", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(slots, 0, "nothing was created");
 }

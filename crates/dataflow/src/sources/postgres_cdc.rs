@@ -7,7 +7,8 @@
 //! replication connection (and no `replication` line in pg_hba.conf) is
 //! needed. Peeking does not consume: the slot moves only when `commit`
 //! confirms a transaction whose every change is written
-//! (`pg_replication_slot_advance`), so the slot's confirmed LSN is the
+//! (`pg_replication_slot_advance`, at most once a second while changes keep
+//! coming, since it decodes WAL again), so the slot's confirmed LSN is the
 //! checkpoint, and a crash delivers again from the last confirmed
 //! transaction; nothing is skipped. The slot and the publication are made
 //! when the dataflow starts and dropped when it is deleted
@@ -39,6 +40,11 @@ use sless_model::{FieldError, ValidationErrors};
 /// Most tables one publication lists.
 pub const MAX_TABLES: usize = 100;
 const DEFAULT_POLL: Duration = Duration::from_secs(1);
+/// Longest the slot waits behind written changes while changes keep coming.
+const CONFIRM_EVERY: Duration = Duration::from_secs(1);
+/// Batches one peek reads ahead: each peek starts a decoding session (about
+/// 80 ms here whatever it reads), so few large peeks beat many small ones.
+const READ_AHEAD: usize = 16;
 
 /// `config` of a `postgresql-cdc` source.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -57,7 +63,7 @@ pub struct PostgresCdcConfig {
     pub publication_name: Option<String>,
     /// Seconds between polls when nothing changed. Default 1.
     pub poll_interval: Option<u32>,
-    /// Changes read at once (whole transactions, so possibly more). Default 1000.
+    /// Changes written and confirmed together. Default 1000.
     pub batch_size: Option<u32>,
 }
 
@@ -94,6 +100,10 @@ struct State {
     read_upto: u64,
     /// The slot's confirmed position.
     confirmed: u64,
+    /// Where every change before is written: the slot may move here.
+    done: u64,
+    /// When the slot last moved.
+    advanced: Option<std::time::Instant>,
     /// Transactions handed out and not confirmed: end LSN, messages.
     in_flight: VecDeque<(u64, usize)>,
 }
@@ -105,6 +115,9 @@ pub struct PostgresCdcSource {
     batch: usize,
     poll: Duration,
     state: Mutex<State>,
+    /// Woken when the slot moves, so a reader waiting behind transactions
+    /// in flight peeks again at once.
+    confirmed: tokio::sync::Notify,
 }
 
 impl Component for PostgresCdcSource {
@@ -253,6 +266,7 @@ impl super::Open for PostgresCdcSource {
                 confirmed,
                 ..State::default()
             }),
+            confirmed: tokio::sync::Notify::new(),
         })
     }
 
@@ -288,10 +302,10 @@ impl super::Open for PostgresCdcSource {
 
 impl PostgresCdcSource {
     /// One peek at the slot: the records of the transactions not handed out
-    /// yet, up to about a batch, and whether the read position moved.
+    /// yet, up to about [`READ_AHEAD`] batches.
     async fn peek(&self) -> Result<Vec<Record>, ConnectorError> {
         let pending: usize = self.lock().in_flight.iter().map(|(_, m)| m).sum();
-        let limit = i32::try_from(pending + self.batch).unwrap_or(i32::MAX);
+        let limit = i32::try_from(pending + READ_AHEAD * self.batch).unwrap_or(i32::MAX);
         let rows = self
             .client
             .query(
@@ -321,7 +335,7 @@ impl PostgresCdcSource {
             if tx.end_lsn <= state.read_upto {
                 continue; // handed out already, not yet confirmed
             }
-            if records.len() >= self.batch {
+            if records.len() >= READ_AHEAD * self.batch {
                 break; // the next peek starts with it
             }
             let before = state.read_upto;
@@ -351,6 +365,7 @@ impl PostgresCdcSource {
         if lsn <= self.lock().confirmed {
             return Ok(());
         }
+        self.lock().advanced = Some(std::time::Instant::now());
         self.client
             .execute(
                 "SELECT pg_replication_slot_advance($1, $2::text::pg_lsn)",
@@ -363,6 +378,8 @@ impl PostgresCdcSource {
         while state.in_flight.front().is_some_and(|(end, _)| *end <= lsn) {
             state.in_flight.pop_front();
         }
+        drop(state);
+        self.confirmed.notify_waiters();
         Ok(())
     }
 }
@@ -379,16 +396,26 @@ impl Source for PostgresCdcSource {
             if !records.is_empty() {
                 return Ok(records);
             }
+            // A quiet moment: confirm what is written.
+            let done = self.lock().done;
+            self.confirm(done).await?;
             // Transactions without a change of ours still hold WAL: with
             // nothing in flight, confirm past them.
             let idle_upto = {
                 let state = self.lock();
                 state.in_flight.is_empty().then_some(state.read_upto)
             };
-            if let Some(upto) = idle_upto {
-                self.confirm(upto).await?;
+            match idle_upto {
+                Some(upto) => {
+                    self.confirm(upto).await?;
+                    tokio::time::sleep(self.poll).await;
+                }
+                // What the slot holds is in flight: peek again once some
+                // of it is confirmed.
+                None => {
+                    let _ = tokio::time::timeout(self.poll, self.confirmed.notified()).await;
+                }
             }
-            tokio::time::sleep(self.poll).await;
         }
     }
 
@@ -397,7 +424,24 @@ impl Source for PostgresCdcSource {
             Some(Record {
                 position: Position::Lsn(lsn),
                 ..
-            }) => self.confirm(*lsn).await,
+            }) => {
+                // Advancing a slot decodes its WAL again (as long as a peek
+                // does), so it moves every CONFIRM_EVERY, or sooner when
+                // peeks would decode much again; a crash delivers again
+                // what was written since.
+                let due = {
+                    let mut state = self.lock();
+                    state.done = state.done.max(*lsn);
+                    // Also when every peek would decode a lot again.
+                    let behind: usize = state.in_flight.iter().map(|(_, m)| m).sum();
+                    state.advanced.is_none_or(|at| at.elapsed() >= CONFIRM_EVERY) || behind >= READ_AHEAD * self.batch
+                };
+                if due {
+                    let done = self.lock().done;
+                    self.confirm(done).await?;
+                }
+                Ok(())
+            }
             _ => Ok(()),
         }
     }

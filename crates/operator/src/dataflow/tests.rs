@@ -82,6 +82,15 @@ async fn events(ctx: &Context) -> Vec<(String, String, i32)> {
         .collect()
 }
 
+/// The processor loads the spec the operator wrote.
+fn processor_accepts(written: &Value) {
+    let dir = std::env::temp_dir().join(format!("sless-op-{}", rand::random::<u64>()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("spec.json"), written.to_string()).unwrap();
+    sless_dataflow::processor::load_spec(&dir.join("spec.json")).unwrap();
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
 async fn run(api: &Api<DataFlow>, ctx: &Arc<Context>) {
     let df = api.get("orders").await.unwrap();
     reconcile(Arc::new(df), ctx.clone()).await.unwrap();
@@ -134,11 +143,7 @@ async fn children_with_resolved_secrets_then_running_and_a_rerun_writes_nothing(
         json!({"connectionString": "postgres://etl:pw@db/dwh", "table": "t"})
     );
     // The processor accepts what the operator wrote.
-    let dir = std::env::temp_dir().join(format!("sless-op-{}", rand::random::<u64>()));
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("spec.json"), written.to_string()).unwrap();
-    sless_dataflow::processor::load_spec(&dir.join("spec.json")).unwrap();
-    std::fs::remove_dir_all(dir).unwrap();
+    processor_accepts(&written);
     Api::<ConfigMap>::namespaced(client.clone(), NS)
         .get("dataflow-orders-checkpoint")
         .await
@@ -300,11 +305,7 @@ async fn kafka_tls_secret_refs_become_mounted_files() {
         json!({"caFile": "kafka-tls/ca.crt"})
     );
     // The processor accepts what the operator wrote.
-    let dir = std::env::temp_dir().join(format!("sless-op-tls-{}", rand::random::<u64>()));
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("spec.json"), written.to_string()).unwrap();
-    sless_dataflow::processor::load_spec(&dir.join("spec.json")).unwrap();
-    std::fs::remove_dir_all(dir).unwrap();
+    processor_accepts(&written);
     let deployment = Api::<Deployment>::namespaced(client, NS)
         .get("dataflow-orders")
         .await
@@ -416,11 +417,7 @@ async fn a_queue_service_by_name_resolves_to_its_url_and_keys_in_its_namespace_o
         config["queueService"].is_null() && config["queueName"].is_null(),
         "{config}"
     );
-    let dir = std::env::temp_dir().join(format!("sless-op-{}", rand::random::<u64>()));
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("spec.json"), written.to_string()).unwrap();
-    sless_dataflow::processor::load_spec(&dir.join("spec.json")).unwrap();
-    std::fs::remove_dir_all(dir).unwrap();
+    processor_accepts(&written);
 
     for (service, reason) in [("theirs", "not found in team-a"), ("warming", "not Ready yet")] {
         let patch = json!({"spec": {"sink": {"type": "sqs", "config": {"queueService": service, "queueName": "q"}}}});

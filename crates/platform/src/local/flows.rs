@@ -94,10 +94,7 @@ impl QueueServices for TenantQueueServices {
                 access_key: record.status.credentials.access_key.clone(),
                 secret_key: record.status.credentials.secret_key.clone(),
             }),
-            (phase, _) => Err(format!(
-                "queue service {name} is {phase}, not Ready yet",
-                phase = format!("{phase:?}")
-            )),
+            (phase, _) => Err(format!("queue service {name} is {phase:?}, not Ready yet")),
         }
     }
 }

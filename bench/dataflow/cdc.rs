@@ -1,0 +1,63 @@
+//! The PostgreSQL CDC line of the dataflow benchmark: rows inserted into a
+//! captured table (in transactions of a batch each, after the slot exists)
+//! are drained into another table by a `postgresql-cdc` dataflow; its rate,
+//! from its start to the last row written, against the rate of the inserts
+//! themselves (the server's own load of the same rows). Started after the
+//! inserts, it measures throughput, not the poll interval's latency.
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use sless_dataflow::context::PipelineContext;
+use sless_dataflow::pipeline::Pipeline;
+use sless_model::dataflow::DataFlowRequest;
+
+use super::{BATCH, ROWS, count};
+
+/// Rows/s of the dataflow and of the inserts.
+pub async fn to_pg(db: &tokio_postgres::Client, dsn: &str) -> anyhow::Result<(f64, f64)> {
+    db.batch_execute(
+        "DROP TABLE IF EXISTS bench_cdc_src, bench_cdc_dst;
+         CREATE TABLE bench_cdc_src (id int PRIMARY KEY, customer_name text, card text, amount int);
+         CREATE TABLE bench_cdc_dst (id bigserial PRIMARY KEY, data jsonb NOT NULL, created_at timestamptz NOT NULL DEFAULT now());",
+    )
+    .await?;
+    let spec = serde_json::from_value::<DataFlowRequest>(json!({
+        "source": {"type": "postgresql-cdc", "config": {"connectionString": dsn, "table": "bench_cdc_src", "batchSize": BATCH, "pollInterval": 1}},
+        "sink": {"type": "postgresql", "config": {"connectionString": dsn, "table": "bench_cdc_dst"}},
+        "channelBufferSize": BATCH
+    }))?
+    .into_spec(&sless_dataflow::registry::Registry)
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let ctx = PipelineContext {
+        id: "bench/cdc".into(),
+        checkpoint: None,
+        egress: Default::default(),
+        queue_services: None,
+    };
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    // Connecting creates the slot: only later changes are captured.
+    let pipeline = Pipeline::connect(&spec, &ctx, Default::default()).await?;
+    let started = Instant::now();
+    for t in 0..ROWS / BATCH {
+        db.batch_execute(&format!(
+            "INSERT INTO bench_cdc_src SELECT g, 'customer ' || g, '4111111111111111', g % 1000
+             FROM generate_series({} , {}) g",
+            t * BATCH + 1,
+            (t + 1) * BATCH
+        ))
+        .await?;
+    }
+    let inserts = ROWS as f64 / started.elapsed().as_secs_f64();
+    let started = Instant::now();
+    let task = tokio::spawn(pipeline.run(stopped));
+    while count(db, "bench_cdc_dst").await? < ROWS {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let flow = ROWS as f64 / started.elapsed().as_secs_f64();
+    stop.send_replace(true);
+    let _ = task.await;
+    sless_dataflow::sources::release_source(&spec.source, &ctx).await?;
+    db.batch_execute("DROP TABLE bench_cdc_src, bench_cdc_dst").await?;
+    Ok((flow, inserts))
+}
