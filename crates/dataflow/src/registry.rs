@@ -269,7 +269,7 @@ mod tests {
             "transformations": [
                 {"type": "filter", "config": {"condition": "amount >"}},
                 {"type": "mask", "config": {"fields": ["card..number"]}},
-                {"type": "timestamp", "config": {"format": "whenever"}},
+                {"type": "timestamp", "config": {"format": "datetime"}},
                 {"type": "router", "config": {"routes": [{"condition": "kind == 'a' &&", "sink": pg("x")}]}},
                 {"type": "select", "config": {"fields": ["$.user.email", "items[0].sku"]}}
             ]

@@ -249,7 +249,7 @@ mod tests {
         let build = |s: &TransformationSpec| build(s, &mut Outputs::default());
         assert!(build(&spec("filter", json!({"condition": "a =="}))).is_err());
         assert!(build(&spec("mask", json!({"fields": ["a..b"]}))).is_err());
-        assert!(build(&spec("timestamp", json!({"format": "bogus"}))).is_err());
+        assert!(build(&spec("timestamp", json!({"format": "rfc3339"}))).is_err());
         assert!(build(&spec("explode", json!({}))).is_err());
     }
 }

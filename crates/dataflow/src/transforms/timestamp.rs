@@ -2,7 +2,9 @@
 //! in UTC. `format` is a Go reference layout as upstream takes it
 //! (`2006-01-02T15:04:05Z07:00`), one of the names `RFC3339` (the default),
 //! `RFC3339Nano`, `DateTime`, `DateOnly`, or `Unix` / `UnixMilli` for a
-//! number of seconds / milliseconds.
+//! number of seconds / milliseconds. A layout with no Go token is written
+//! as it is, as upstream does, except one that differs from a name only in
+//! case (`rfc3339nano`): that is a typo, refused with the name it meant.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -25,8 +27,14 @@ pub struct TimestampConfig {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("timestamp format {0:?} is neither a known name nor a Go layout such as 2006-01-02T15:04:05Z07:00")]
-pub struct FormatError(pub String);
+#[error("timestamp format {given:?} is not a layout: did you mean {meant}?")]
+pub struct FormatError {
+    pub given: String,
+    pub meant: &'static str,
+}
+
+/// The format names, as upstream spells them.
+const NAMES: &[&str] = &["RFC3339", "RFC3339Nano", "DateTime", "DateOnly", "Unix", "UnixMilli"];
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Token {
@@ -84,8 +92,11 @@ fn layout(text: &str) -> Result<Format, FormatError> {
     if !literal.is_empty() {
         tokens.push(Token::Literal(literal));
     }
-    if !tokens.iter().any(|t| !matches!(t, Token::Literal(_))) {
-        return Err(FormatError(text.to_owned()));
+    if let Some(meant) = NAMES.iter().find(|n| n.eq_ignore_ascii_case(text.trim())) {
+        return Err(FormatError {
+            given: text.to_owned(),
+            meant,
+        });
     }
     Ok(Format::Layout(tokens))
 }
@@ -222,7 +233,12 @@ mod tests {
         assert_eq!(stamp(Some("DateOnly"), Some("d"))["d"], "2015-08-30");
         assert_eq!(stamp(Some("Unix"), Some("t"))["t"], 1_440_938_160);
         assert_eq!(stamp(Some("UnixMilli"), Some("t"))["t"], 1_440_938_160_123i64);
-        assert!(check_format(Some("bogus")).is_err());
+        // No token: the text itself, as upstream writes it.
+        assert_eq!(stamp(Some("processed"), Some("d"))["d"], "processed");
+        // A name in the wrong case is a typo, not a constant.
+        let typo = check_format(Some("rfc3339nano")).unwrap_err().to_string();
+        assert!(typo.contains("did you mean RFC3339Nano"), "{typo}");
+        assert!(check_format(Some(" unix ")).is_err());
         assert_eq!(civil(0), (1970, 1, 1));
         assert_eq!(civil(11_016), (2000, 2, 29));
     }
