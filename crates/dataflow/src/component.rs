@@ -6,7 +6,10 @@
 
 use serde::de::DeserializeOwned;
 use serde_json::Value;
+use sless_model::dataflow::SecretRef;
 use sless_model::{FieldError, ValidationErrors};
+
+use crate::ConnectorError;
 
 pub trait Component: Sized + 'static {
     /// The `type` a spec names it with.
@@ -60,5 +63,17 @@ pub fn parse<T: DeserializeOwned>(config: &Value, path: &str, errors: &mut Valid
             errors.push(FieldError::invalid(path, e.to_string()));
             None
         }
+    }
+}
+
+/// A value given inline, or else the reason it is missing: a `…SecretRef`
+/// is resolved by the kubernetes operator, never by the processor.
+pub fn inline<'a>(value: Option<&'a str>, secret: &Option<SecretRef>, field: &str) -> Result<&'a str, ConnectorError> {
+    match (value.filter(|v| !v.is_empty()), secret) {
+        (Some(v), _) => Ok(v),
+        (None, Some(_)) => Err(ConnectorError::Config(format!(
+            "{field}SecretRef was not resolved: give {field} inline here, secrets are resolved only in kubernetes mode"
+        ))),
+        (None, None) => Err(ConnectorError::Config(format!("{field} is required"))),
     }
 }

@@ -15,6 +15,7 @@ use sless_model::{FieldError, ValidationErrors};
 use crate::ConnectorError;
 use crate::avro::AvroSchema;
 use crate::avro::registry::RegistryConfig;
+use crate::component::inline;
 use crate::egress::EgressPolicy;
 use crate::registry::{either, non_empty, secret_ref};
 
@@ -160,18 +161,6 @@ impl KafkaConfig {
 
 /// How long connecting waits for the brokers to answer.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// A value given inline, or else the reason it is missing: a `…SecretRef`
-/// is resolved by the kubernetes operator, never by the processor.
-pub fn inline<'a>(value: Option<&'a str>, secret: &Option<SecretRef>, field: &str) -> Result<&'a str, ConnectorError> {
-    match (value.filter(|v| !v.is_empty()), secret) {
-        (Some(v), _) => Ok(v),
-        (None, Some(_)) => Err(ConnectorError::Config(format!(
-            "{field}SecretRef was not resolved: give {field} inline here, secrets are resolved only in kubernetes mode"
-        ))),
-        (None, None) => Err(ConnectorError::Config(format!("{field} is required"))),
-    }
-}
 
 /// Topic of a config (inline or resolved).
 pub fn topic(config: &KafkaConfig) -> Result<String, ConnectorError> {

@@ -14,6 +14,7 @@ use sless_model::{FieldError, ValidationErrors};
 
 use super::AvroSchema;
 use crate::ConnectorError;
+use crate::component::inline;
 use crate::egress::{EgressPolicy, http_endpoint};
 use crate::registry::secret_ref;
 
@@ -56,6 +57,10 @@ pub struct SchemaRegistry {
 
 impl SchemaRegistry {
     pub async fn connect(config: &RegistryConfig, egress: &EgressPolicy) -> Result<Self, ConnectorError> {
+        if config.password.is_none() && config.password_secret_ref.is_some() {
+            // Resolved into `password` by the operator; never by the processor.
+            inline(None, &config.password_secret_ref, "schemaRegistry.password")?;
+        }
         let http = egress
             .http_client(&config.url, Duration::from_secs(30))
             .await

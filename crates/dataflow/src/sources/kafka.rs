@@ -17,11 +17,9 @@ use std::time::Duration;
 use super::{Position, Record, Source};
 use crate::ConnectorError;
 use crate::avro::{self, registry::SchemaRegistry};
-use crate::component::Component;
+use crate::component::{Component, inline};
 use crate::context::PipelineContext;
-use crate::kafka_client::{
-    Format, KafkaConfig, check_brokers, check_reachable, classify, client_config, inline, topic,
-};
+use crate::kafka_client::{Format, KafkaConfig, check_brokers, check_reachable, classify, client_config, topic};
 use crate::message::Message;
 use sless_model::ValidationErrors;
 use sless_model::dataflow::Role;
