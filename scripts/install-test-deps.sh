@@ -2,8 +2,8 @@
 # Installs and starts what the tests need, skipping whatever is already there:
 # a Rust toolchain (must exist), librdkafka's build prerequisites, Redis on
 # 127.0.0.1:6379, PostgreSQL on 127.0.0.1:5432 with wal_level=logical,
-# clickhouse-server, the Python clients of tests/requirements.txt, and the
-# npm packages of tests/js.
+# clickhouse-server, chromium, the Python clients of tests/requirements.txt,
+# and the npm packages of tests/js.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -109,6 +109,11 @@ if command -v pyenv >/dev/null; then pyenv rehash; fi
 if ! command -v npm >/dev/null; then
   log "installing Node.js"
   apt_install nodejs npm
+fi
+# Debian's chromium, driven by playwright-core through the web console.
+if ! command -v chromium >/dev/null; then
+  log "installing chromium"
+  apt_install chromium
 fi
 log "installing the JavaScript test packages"
 npm ci --prefix tests/js --no-audit --no-fund --loglevel=error

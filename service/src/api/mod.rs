@@ -1,6 +1,8 @@
-//! The REST API under `/api/v1`, plus `/healthz`, `/readyz` and `/metrics`.
+//! The REST API under `/api/v1`, plus the web console at `/console`,
+//! `/healthz`, `/readyz` and `/metrics`.
 
 pub mod auth;
+pub mod console;
 pub mod dataflows;
 pub mod error;
 pub mod json;
@@ -55,6 +57,7 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .nest("/api/v1", tenant_api)
         .route("/api/v1/openapi.json", get(openapi::serve))
+        .merge(console::routes())
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .fallback(|| async { ApiError::NoRoute })

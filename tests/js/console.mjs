@@ -1,0 +1,98 @@
+// Drives the sless console in Debian's chromium (playwright-core), as
+// tests/test_console.py asks: sign-in, a queue service becoming Ready, keys
+// hidden until asked, a dataflow created through the form (a 422 shown at
+// the field it names first), its counters moving, another tenant seeing
+// none of it, and a phone-sized screen. Screenshots go to SHOTS.
+import { chromium } from "playwright-core";
+import assert from "node:assert/strict";
+
+const { API, TOKEN_A, TOKEN_B, PG_DSN, SRC, DST, SHOTS } = process.env;
+const CHROMIUM = process.env.CHROMIUM || "/usr/bin/chromium";
+
+const browser = await chromium.launch({ executablePath: CHROMIUM, args: ["--no-sandbox"] });
+const requests = [];
+try {
+  const context = await browser.newContext({ viewport: { width: 1280, height: 860 } });
+  const page = await context.newPage();
+  page.on("request", (r) => requests.push(r.url()));
+  const errors = [];
+  page.on("pageerror", (e) => {
+    errors.push(e.message);
+    process.stderr.write(`page error: ${e.message}\n`);
+  });
+  page.on("console", (m) => process.stderr.write(`console ${m.type()}: ${m.text()}\n`));
+
+  // Sign-in: a wrong token is refused, the right one opens the overview.
+  await page.goto(`${API}/console`);
+  await page.fill("#token", "not-a-token");
+  await page.click("#sign-in button[type=submit]");
+  await page.waitForSelector("#sign-in-error:has-text('not valid')");
+  await page.fill("#token", TOKEN_A);
+  await page.click("#sign-in button[type=submit]");
+  await page.waitForSelector("#queue-services", { state: "attached" });
+  assert.equal(await page.evaluate(() => localStorage.length), 0, "nothing in localStorage");
+  assert.equal(await page.evaluate(() => sessionStorage.getItem("sless.token")), TOKEN_A);
+
+  // A queue service, created here, becomes Ready on its own.
+  await page.fill("#new-queue-service", "main");
+  await page.click("form:has(#new-queue-service) button[type=submit]");
+  await page.waitForSelector(".queue-service[data-name=main] .phase[data-phase=Ready]", { timeout: 30000 });
+  const hidden = await page.textContent(".queue-service[data-name=main] .secret");
+  assert.match(hidden, /^•+$/, "the secret key is hidden until asked");
+  await page.click(".queue-service[data-name=main] button.reveal");
+  await page.waitForFunction(() => !/^•+$/.test(document.querySelector(".queue-service[data-name=main] .secret").textContent));
+  const endpoint = await page.textContent(".queue-service[data-name=main] dd code");
+  assert.match(endpoint, /^http:\/\/127\.0\.0\.1:\d+\/sqs\/a$/);
+  await page.screenshot({ path: `${SHOTS}/overview.png`, fullPage: true });
+
+  // A dataflow through the form: the bad condition is shown at its field.
+  await page.goto(`${API}/console#/dataflows/new`);
+  await page.fill("[data-field=name] input", "console-flow");
+  await page.fill("[data-field=source] textarea", JSON.stringify({ type: "postgresql", config: { connectionString: PG_DSN, table: SRC, pollInterval: 1 } }));
+  await page.fill("[data-field=transformations] textarea", JSON.stringify([{ type: "filter", config: { condition: "amount >" } }]));
+  await page.fill("[data-field=sink] textarea", JSON.stringify({ type: "postgresql", config: { connectionString: PG_DSN, table: DST, autoCreateTable: true } }));
+  await page.click("#dataflow-form button[type=submit]");
+  await page.waitForSelector("[data-field=transformations].invalid");
+  const message = await page.textContent("[data-error-for=transformations]");
+  assert.match(message, /transformations\[0\]\.config\.condition/);
+  assert.equal(await page.$$eval("label.invalid", (l) => l.length), 1, "only the field named is marked");
+  await page.screenshot({ path: `${SHOTS}/dataflow-422.png`, fullPage: true });
+  await page.fill("[data-field=transformations] textarea", JSON.stringify([
+    { type: "filter", config: { condition: "amount > 5" } },
+    { type: "mask", config: { fields: ["card"], keepLength: true } },
+  ]));
+  await page.click("#dataflow-form button[type=submit]");
+  await page.waitForURL(/#\/dataflows\/console-flow$/);
+
+  // Its counters move and the page follows without a reload.
+  await page.waitForSelector(".phase[data-phase=Running]", { timeout: 30000 });
+  await page.waitForFunction(() => Number(document.querySelector("[data-counter=written] b")?.textContent) >= 45, null, { timeout: 30000 });
+  assert.equal(await page.textContent("[data-counter=filtered] b"), "5");
+  await page.waitForSelector("#pipeline .stage:has-text('filter')");
+  await page.waitForTimeout(4500); // a few samples for the chart
+  await page.screenshot({ path: `${SHOTS}/dataflow.png`, fullPage: true });
+
+  // On a phone-sized screen.
+  await page.setViewportSize({ width: 390, height: 844 });
+  await page.waitForTimeout(500);
+  await page.screenshot({ path: `${SHOTS}/dataflow-phone.png`, fullPage: true });
+  assert.ok(await page.evaluate(() => document.documentElement.scrollWidth <= window.innerWidth + 1), "no sideways scrolling on a phone");
+
+  // Another tenant, in its own browser context, sees none of it.
+  const other = await (await browser.newContext()).newPage();
+  await other.goto(`${API}/console`);
+  await other.fill("#token", TOKEN_B);
+  await other.click("#sign-in button[type=submit]");
+  await other.waitForSelector("#queue-services", { state: "attached" });
+  assert.equal(await other.$$eval(".queue-service[data-name=main]", (n) => n.length), 0);
+  assert.equal(await other.$$eval(".dataflow[data-name=console-flow]", (n) => n.length), 0);
+  await other.goto(`${API}/console#/dataflows/console-flow`);
+  await other.waitForSelector("p.error");
+  await other.screenshot({ path: `${SHOTS}/other-tenant.png`, fullPage: true });
+
+  assert.deepEqual(errors, [], "no script errors");
+  assert.ok(!requests.some((u) => u.includes(TOKEN_A)), "the token is never in a URL");
+  console.log(JSON.stringify({ ok: true, requests: requests.length }));
+} finally {
+  await browser.close();
+}
