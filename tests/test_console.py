@@ -49,7 +49,7 @@ def test_the_console_in_chromium(sless):
         )
         assert run.returncode == 0, run.stdout + run.stderr
         assert '"ok":true' in run.stdout
-        for name in ["overview", "dataflow-422", "dataflow", "dataflow-phone", "other-tenant"]:
+        for name in ["overview", "queues", "dataflow-422", "dataflow", "dataflow-phone", "other-tenant"]:
             assert (shots / f"{name}.png").stat().st_size > 5000, name
         # The rows the console's dataflow moved, masked, filtered.
         count = subprocess.run(
@@ -73,3 +73,58 @@ def test_console_assets_carry_a_strict_policy(sless):
         assert response.headers["X-Content-Type-Options"] == "nosniff"
     assert requests.get(sless.api + "/console/../api/v1/dataflows", timeout=10).status_code == 401
     assert requests.get(sless.api + "/console/nope.js", timeout=10).status_code == 404
+
+
+def test_queue_routes_reach_only_the_tenants_own_service(sless, tenant_a):
+    """The console's queue routes: SQS calls signed with the service's own
+    keys, so a tenant reaches its own queues and nothing else."""
+    base = "/queue-services/main/queues"
+    created = sless.rest("a", "POST", base, {"name": "api-q"})
+    assert created.status_code == 201, created.text
+    assert created.json()["url"].endswith("/api-q")
+    assert sless.rest("a", "POST", base, {"name": "api-q.fifo"}).json()["fifo"] is True
+    for bad in ["../x", "a" * 81, "", "q q", "x.fifo.fifo"]:
+        refused = sless.rest("a", "POST", base, {"name": bad})
+        assert refused.status_code == 422 and refused.json()["error"]["field"] == "name", (bad, refused.text)
+    sent = sless.rest("a", "POST", f"{base}/api-q/messages", {"body": "hi"})
+    assert sent.status_code == 201, sent.text
+    listed = {q["name"]: q for q in sless.rest("a", "GET", base).json()["items"]}
+    assert listed["api-q"]["visible"] == 1
+    peek = sless.rest("a", "GET", f"{base}/api-q/messages").json()["items"]
+    assert [m["body"] for m in peek] == ["hi"]
+    again = {q["name"]: q for q in sless.rest("a", "GET", base).json()["items"]}
+    assert again["api-q"]["visible"] == 1, "a peek leaves it there"
+    # Tenant b has no service "main"; a's queues are not reachable by b.
+    assert sless.rest("b", "GET", base).status_code == 404
+    assert sless.rest("b", "POST", f"{base}/api-q/messages", {"body": "x"}).status_code == 404
+    assert sless.rest("a", "GET", f"{base}/nosuch/messages").status_code == 404
+    assert sless.rest("a", "GET", "/queue-services/nosuch/queues").status_code == 404
+    assert sless.rest("a", "DELETE", f"{base}/api-q").status_code == 204
+    assert sless.rest("a", "DELETE", f"{base}/api-q.fifo").status_code == 204
+
+
+def test_a_dead_letter_queue_is_shown_and_redriven(sless, tenant_a):
+    import json
+
+    from conftest import sqs_client
+
+    sqs = sqs_client(tenant_a)
+    dlq = sqs.create_queue(QueueName="console-dlq")["QueueUrl"]
+    dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    src = sqs.create_queue(
+        QueueName="console-src",
+        Attributes={"RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": "1"})},
+    )["QueueUrl"]
+    sqs.send_message(QueueUrl=src, MessageBody="poison")
+    for _ in range(2):
+        sqs.receive_message(QueueUrl=src, VisibilityTimeout=0, WaitTimeSeconds=1)
+    base = "/queue-services/main/queues"
+    queues = {q["name"]: q for q in sless.rest("a", "GET", base).json()["items"]}
+    assert queues["console-src"]["deadLetterQueue"] == "console-dlq"
+    assert queues["console-dlq"]["deadLetterSources"] == ["console-src"]
+    assert queues["console-dlq"]["visible"] == 1 and queues["console-src"]["visible"] == 0
+    assert sless.rest("b", "POST", f"{base}/console-dlq/redrive").status_code == 404
+    moved = sless.rest("a", "POST", f"{base}/console-dlq/redrive")
+    assert moved.status_code == 200, moved.text
+    queues = {q["name"]: q for q in sless.rest("a", "GET", base).json()["items"]}
+    assert queues["console-dlq"]["visible"] == 0 and queues["console-src"]["visible"] == 1

@@ -45,6 +45,26 @@ try {
   assert.match(endpoint, /^http:\/\/127\.0\.0\.1:\d+\/sqs\/a$/);
   await page.screenshot({ path: `${SHOTS}/overview.png`, fullPage: true });
 
+  // Its queues: create one, send a message, watch the depth change, peek.
+  await page.click(".queue-service[data-name=main] h3 a");
+  await page.waitForSelector("#new-queue");
+  await page.fill("#new-queue", "jobs");
+  await page.click("form:has(#new-queue) button[type=submit]");
+  await page.waitForSelector(".queue[data-queue=jobs]");
+  assert.equal(await page.textContent(".queue[data-queue=jobs] [data-count=visible] b"), "0");
+  await page.fill("#send-jobs", "<img src=x onerror=alert(1)> hello");
+  await page.click(".queue[data-queue=jobs] form button[type=submit]");
+  await page.waitForFunction(() => document.querySelector(".queue[data-queue=jobs] [data-count=visible] b")?.textContent === "1");
+  await page.click(".queue[data-queue=jobs] button.peek");
+  await page.waitForSelector(".queue[data-queue=jobs] .peeked pre");
+  assert.match(await page.textContent(".queue[data-queue=jobs] .peeked pre"), /<img src=x onerror=alert\(1\)> hello/);
+  assert.equal(await page.$$eval(".peeked img", (n) => n.length), 0, "a message body is text, never markup");
+  assert.equal(await page.textContent(".queue[data-queue=jobs] [data-count=visible] b"), "1", "peeking consumes nothing");
+  await page.fill("#new-queue", "../etc");
+  await page.click("form:has(#new-queue) button[type=submit]");
+  await page.waitForSelector("#new-queue-error:has-text('must be 1 to 80')");
+  await page.screenshot({ path: `${SHOTS}/queues.png`, fullPage: true });
+
   // A dataflow through the form: the bad condition is shown at its field.
   await page.goto(`${API}/console#/dataflows/new`);
   await page.fill("[data-field=name] input", "console-flow");
@@ -88,6 +108,8 @@ try {
   assert.equal(await other.$$eval(".dataflow[data-name=console-flow]", (n) => n.length), 0);
   await other.goto(`${API}/console#/dataflows/console-flow`);
   await other.waitForSelector("p.error");
+  await other.goto(`${API}/console#/queue-services/main`);
+  await other.waitForSelector("p.error:has-text('not found')");
   await other.screenshot({ path: `${SHOTS}/other-tenant.png`, fullPage: true });
 
   assert.deepEqual(errors, [], "no script errors");

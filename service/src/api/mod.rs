@@ -10,6 +10,7 @@ pub mod metrics;
 pub mod openapi;
 pub mod path;
 pub mod queue_services;
+pub mod queues;
 
 use std::sync::Arc;
 
@@ -17,7 +18,7 @@ use axum::Router;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::StatusCode;
 use axum::middleware;
-use axum::routing::get;
+use axum::routing::{delete, get, post};
 
 use crate::tenants::Directory;
 use error::ApiError;
@@ -44,6 +45,13 @@ pub fn router(state: AppState) -> Router {
                 .patch(queue_services::patch)
                 .delete(queue_services::delete),
         )
+        .route("/queue-services/{name}/queues", get(queues::list).post(queues::create))
+        .route("/queue-services/{name}/queues/{queue}", delete(queues::delete))
+        .route(
+            "/queue-services/{name}/queues/{queue}/messages",
+            get(queues::peek).post(queues::send),
+        )
+        .route("/queue-services/{name}/queues/{queue}/redrive", post(queues::redrive))
         .route("/dataflows", get(dataflows::list).post(dataflows::create))
         .route(
             "/dataflows/{name}",

@@ -4,7 +4,7 @@ use axum::Json;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use super::{dataflows, error, queue_services};
+use super::{dataflows, error, queue_services, queues};
 use sless_model::{dataflow, queue_service};
 
 #[derive(OpenApi)]
@@ -15,12 +15,15 @@ use sless_model::{dataflow, queue_service};
         queue_services::put, queue_services::patch, queue_services::delete,
         dataflows::create, dataflows::list, dataflows::get,
         dataflows::put, dataflows::patch, dataflows::delete,
+        queues::list, queues::create, queues::delete, queues::send, queues::peek, queues::redrive,
     ),
     components(schemas(
         queue_service::QueueServicePhase, dataflow::DataFlowPhase, error::ErrorBody, error::ErrorDetail,
         queue_service::QueueServiceRequest, queue_service::QueueServiceView, queue_services::QueueServiceList,
         dataflow::DataFlowRequest, dataflow::DataFlowView, dataflow::DataFlowCounters, dataflow::ConnectorSpec,
         dataflow::TransformationSpec, dataflow::Resources, dataflows::DataFlowList,
+        queues::QueueView, queues::QueueList, queues::QueueRequest, queues::MessageRequest,
+        queues::PeekedMessage, queues::PeekList,
     )),
     modifiers(&BearerAuth),
 )]

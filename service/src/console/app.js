@@ -145,7 +145,7 @@ function queueServiceCard(view) {
   return h(
     "article",
     { class: "card queue-service", "data-name": view.name },
-    h("h3", {}, view.name + " ", phase(view.phase)),
+    h("h3", {}, h("a", { href: "#/queue-services/" + encodeURIComponent(view.name), text: view.name }), " ", phase(view.phase)),
     h(
       "dl",
       {},
@@ -218,6 +218,127 @@ async function overview() {
     h("h2", { text: "Dataflows" }),
     h("div", { class: "grid", id: "dataflows" }, (flows.json?.items || []).map(dataflowCard)),
     (flows.json?.items || []).length ? null : h("p", { class: "muted" }, "No dataflows yet. ", h("a", { href: "#/dataflows/new", text: "Create one" }), "."),
+  );
+}
+
+// ---- the queues of a queue service -----------------------------------------
+
+/** queue → the messages a peek showed, until the next peek. */
+const peeked = new Map();
+
+function queuePath(service, queue) {
+  return "/queue-services/" + encodeURIComponent(service) + "/queues" + (queue ? "/" + encodeURIComponent(queue) : "");
+}
+
+function queueRow(service, q) {
+  const body = h("input", { id: "send-" + q.name, placeholder: "message body" });
+  const shown = peeked.get(q.name);
+  return h(
+    "article",
+    { class: "card queue", "data-queue": q.name },
+    h("h3", { text: q.name + (q.fifo ? " (FIFO)" : "") }),
+    h(
+      "div",
+      { class: "counters" },
+      h("div", { class: "counter", "data-count": "visible" }, h("b", { text: String(q.visible) }), "visible"),
+      h("div", { class: "counter", "data-count": "inFlight" }, h("b", { text: String(q.inFlight) }), "in flight"),
+      h("div", { class: "counter", "data-count": "delayed" }, h("b", { text: String(q.delayed) }), "delayed"),
+    ),
+    q.deadLetterQueue ? h("p", {}, "Dead letters go to ", h("code", { text: q.deadLetterQueue })) : null,
+    q.deadLetterSources.length
+      ? h(
+          "p",
+          { class: "row" },
+          "Dead-letter queue of ",
+          h("code", { text: q.deadLetterSources.join(", ") }),
+          h("button", {
+            type: "button",
+            class: "redrive",
+            text: "Redrive to source",
+            onclick: async () => {
+              await api("POST", queuePath(service, q.name) + "/redrive", {});
+              refresh();
+            },
+          }),
+        )
+      : null,
+    h(
+      "form",
+      {
+        class: "row",
+        onsubmit: async (e) => {
+          e.preventDefault();
+          await api("POST", queuePath(service, q.name) + "/messages", { body: body.value });
+          body.value = "";
+          refresh();
+        },
+      },
+      body,
+      h("button", { type: "submit", text: "Send test message" }),
+    ),
+    h(
+      "div",
+      { class: "row" },
+      h("button", {
+        type: "button",
+        class: "peek",
+        text: "Peek",
+        onclick: async () => {
+          const got = await api("GET", queuePath(service, q.name) + "/messages");
+          peeked.set(q.name, got.json?.items || []);
+          refresh();
+        },
+      }),
+      h("button", {
+        type: "button",
+        class: "danger",
+        text: "Delete queue",
+        onclick: async () => {
+          if (!confirm(`Delete queue ${q.name} and its messages?`)) return;
+          await api("DELETE", queuePath(service, q.name));
+          refresh();
+        },
+      }),
+    ),
+    shown
+      ? h(
+          "div",
+          { class: "peeked" },
+          h("p", { class: "muted", text: "What ReceiveMessage with visibility 0 shows: the messages stay in the queue, and each receive counts." }),
+          shown.length ? shown.map((m) => h("pre", { text: `${m.messageId} (received ${m.receiveCount}×)\n${m.body}` })) : h("p", { text: "No message visible." }),
+        )
+      : null,
+  );
+}
+
+async function queueServicePage(name) {
+  const got = await api("GET", queuePath(name));
+  if (got.status !== 200) return h("section", {}, h("h1", { text: name }), h("p", { class: "error", text: got.json?.error?.message || "not available" }));
+  const input = h("input", { id: "new-queue", placeholder: "queue name (end it in .fifo for FIFO)" });
+  const error = h("span", { class: "field-error", id: "new-queue-error" });
+  return h(
+    "section",
+    {},
+    h("h1", { text: "Queues of " + name }),
+    h(
+      "form",
+      {
+        class: "row",
+        onsubmit: async (e) => {
+          e.preventDefault();
+          const created = await api("POST", queuePath(name), { name: input.value.trim() });
+          if (created.status === 201) {
+            input.value = "";
+            refresh();
+          } else error.textContent = created.json?.error?.message || "refused (" + created.status + ")";
+        },
+      },
+      input,
+      h("button", { class: "primary", type: "submit", text: "Create queue" }),
+      error,
+    ),
+    h("div", { class: "grid", id: "queues" }, got.json.items.map((q) => queueRow(name, q))),
+    got.json.items.length ? null : h("p", { class: "muted", text: "No queues yet." }),
   );
 }
 
@@ -445,14 +566,22 @@ async function refresh() {
   const path = location.hash.replace(/^#/, "") || "/";
   const parts = path.split("/").filter(Boolean).map(decodeURIComponent);
   try {
-    const page = parts[0] === "dataflows" && parts[1] ? await dataflowPage(parts[1]) : await overview();
-    // Keep what the user is typing on the overview.
-    const typing = document.activeElement && document.activeElement.id === "new-queue-service" ? document.activeElement.value : null;
+    const page =
+      parts[0] === "dataflows" && parts[1]
+        ? await dataflowPage(parts[1])
+        : parts[0] === "queue-services" && parts[1]
+          ? await queueServicePage(parts[1])
+          : await overview();
+    // Keep what the user is typing across the refresh.
+    const focused = document.activeElement;
+    const typing = focused && focused.id && focused.tagName === "INPUT" ? [focused.id, focused.value] : null;
     main.replaceChildren(page);
-    if (typing !== null) {
-      const input = document.getElementById("new-queue-service");
-      input.value = typing;
-      input.focus();
+    if (typing) {
+      const input = document.getElementById(typing[0]);
+      if (input) {
+        input.value = typing[1];
+        input.focus();
+      }
     }
   } catch (err) {
     if (err instanceof Unauthorized) signIn("Signed out: the token is no longer valid.");

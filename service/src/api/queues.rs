@@ -1,0 +1,360 @@
+//! `/api/v1/queue-services/{name}/queues`: the queues of a tenant's queue
+//! service, for the console. Each call is an SQS request the API signs with
+//! the service's own keys and sends to the service's own endpoint, so it
+//! reaches exactly what the tenant's SDK would, through the same gateway.
+
+use std::time::Duration;
+
+use axum::Extension;
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use utoipa::ToSchema;
+
+use super::AppState;
+use super::auth::Tenant;
+use super::error::{ApiError, ErrorBody};
+use super::json::ApiJson;
+use super::path::ApiPath;
+use super::queue_services::path_name;
+use sless_model::FieldError;
+use sless_model::queue_service::{QueueServicePhase, QueueServiceView};
+use sless_sqs::engine::requests::is_identifier;
+
+/// The region the console's requests are signed for (any region works with sless).
+const REGION: &str = "ru-msk-1";
+/// Most messages a peek shows.
+const PEEK: u8 = 10;
+
+/// A queue and its counts.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct QueueView {
+    pub name: String,
+    pub url: String,
+    pub fifo: bool,
+    /// Messages available to receive.
+    pub visible: u64,
+    /// Received and not yet deleted.
+    pub in_flight: u64,
+    pub delayed: u64,
+    /// The queue's dead-letter queue, by name.
+    pub dead_letter_queue: Option<String>,
+    /// The queues that send their dead letters here, by name.
+    pub dead_letter_sources: Vec<String>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct QueueList {
+    pub items: Vec<QueueView>,
+}
+
+#[derive(Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct QueueRequest {
+    /// 1–80 of `A-Z a-z 0-9 - _`; a FIFO queue's ends in `.fifo`.
+    pub name: String,
+}
+
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MessageRequest {
+    pub body: String,
+}
+
+/// A message as a receive with visibility 0 shows it: it stays in the queue.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PeekedMessage {
+    pub message_id: String,
+    pub body: String,
+    pub receive_count: u64,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct PeekList {
+    pub items: Vec<PeekedMessage>,
+}
+
+/// The SQS endpoint and keys of a tenant's Ready queue service.
+struct Service {
+    view: QueueServiceView,
+    endpoint: String,
+}
+
+fn queue_name(name: &str) -> Result<&str, ApiError> {
+    if is_identifier(name.strip_suffix(".fifo").unwrap_or(name)) {
+        Ok(name)
+    } else {
+        Err(ApiError::Validation(
+            FieldError::invalid(
+                "name",
+                "must be 1 to 80 of A-Z, a-z, 0-9, - and _, and .fifo for a FIFO queue",
+            )
+            .into(),
+        ))
+    }
+}
+
+impl Service {
+    async fn of(state: &AppState, tenant: &sless_model::name::DnsLabel, name: &str) -> Result<Self, ApiError> {
+        let what = || format!("queue service {name:?}");
+        let label = path_name(name, what)?;
+        let view = state
+            .platform
+            .get_queue_service(tenant, &label)
+            .await
+            .map_err(|e| ApiError::from_platform(e, what))?;
+        match (&view.phase, view.endpoint.clone()) {
+            (QueueServicePhase::Ready, Some(endpoint)) => Ok(Self { view, endpoint }),
+            (phase, _) => Err(ApiError::Conflict(format!(
+                "queue service {name:?} is {phase:?}, not Ready"
+            ))),
+        }
+    }
+
+    fn queue_url(&self, queue: &str) -> String {
+        sless_sqs::engine::queue_url(
+            &self.endpoint,
+            &sless_sqs::credentials::account_id(&self.view.tenant_id),
+            queue,
+        )
+    }
+
+    /// One SQS action, signed with the service's keys.
+    async fn call(&self, action: &str, input: Value) -> Result<Value, ApiError> {
+        let body = serde_json::to_vec(&input).map_err(|e| ApiError::BadRequest(e.to_string()))?;
+        let access = self.view.access_key.as_deref().unwrap_or_default();
+        let secret = self.view.secret_key.as_deref().unwrap_or_default();
+        let headers =
+            sless_sqs::gateway::sigv4::signed_json_headers(&self.endpoint, action, &body, access, secret, REGION)
+                .ok_or(ApiError::Unavailable)?;
+        let response = reqwest::Client::new()
+            .post(&self.endpoint)
+            .headers(headers)
+            .timeout(Duration::from_secs(10))
+            .body(body)
+            .send()
+            .await
+            .map_err(|e| {
+                tracing::warn!(error = %e.without_url(), "queue service unreachable from the API");
+                ApiError::Unavailable
+            })?;
+        let status = response.status();
+        let value: Value = response.json().await.unwrap_or(Value::Null);
+        if status.is_success() {
+            return Ok(value);
+        }
+        let code = value["__type"]
+            .as_str()
+            .unwrap_or("")
+            .rsplit('#')
+            .next()
+            .unwrap_or("")
+            .to_owned();
+        let message = value["message"].as_str().unwrap_or("refused").to_owned();
+        Err(match code.as_str() {
+            "QueueDoesNotExist" | "AWS.SimpleQueueService.NonExistentQueue" => ApiError::NotFound("queue".into()),
+            "QueueAlreadyExists" | "QueueNameExists" => ApiError::AlreadyExists("queue".into()),
+            _ if status.is_client_error() => ApiError::Validation(FieldError::invalid("name", message).into()),
+            _ => ApiError::Unavailable,
+        })
+    }
+
+    async fn view(&self, url: &str) -> Result<QueueView, ApiError> {
+        let attributes = self
+            .call(
+                "GetQueueAttributes",
+                json!({"QueueUrl": url, "AttributeNames": ["All"]}),
+            )
+            .await?["Attributes"]
+            .clone();
+        let count = |key: &str| attributes[key].as_str().and_then(|v| v.parse().ok()).unwrap_or(0);
+        let dead_letter_queue = attributes["RedrivePolicy"]
+            .as_str()
+            .and_then(|p| serde_json::from_str::<Value>(p).ok())
+            .and_then(|p| {
+                p["deadLetterTargetArn"]
+                    .as_str()
+                    .and_then(|a| a.rsplit(':').next())
+                    .map(str::to_owned)
+            });
+        let sources = self
+            .call("ListDeadLetterSourceQueues", json!({"QueueUrl": url}))
+            .await?;
+        let name = url.rsplit('/').next().unwrap_or_default().to_owned();
+        Ok(QueueView {
+            fifo: name.ends_with(".fifo"),
+            name,
+            url: url.to_owned(),
+            visible: count("ApproximateNumberOfMessages"),
+            in_flight: count("ApproximateNumberOfMessagesNotVisible"),
+            delayed: count("ApproximateNumberOfMessagesDelayed"),
+            dead_letter_queue,
+            dead_letter_sources: sources["queueUrls"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|u| u.as_str()?.rsplit('/').next().map(str::to_owned))
+                .collect(),
+        })
+    }
+}
+
+/// The queues of a queue service, with their counts.
+#[utoipa::path(get, path = "/api/v1/queue-services/{name}/queues", tag = "queues",
+    params(("name" = String, Path, description = "The queue service")),
+    responses((status = 200, body = QueueList), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 409, body = ErrorBody, description = "The queue service is not Ready")),
+    security(("bearer" = [])))]
+pub async fn list(
+    State(state): State<AppState>,
+    Extension(Tenant(tenant)): Extension<Tenant>,
+    ApiPath(name): ApiPath<String>,
+) -> Result<Json<QueueList>, ApiError> {
+    let service = Service::of(&state, &tenant, &name).await?;
+    let urls = service.call("ListQueues", json!({})).await?;
+    let mut items = Vec::new();
+    for url in urls["QueueUrls"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+    {
+        items.push(service.view(url).await?);
+    }
+    Ok(Json(QueueList { items }))
+}
+
+/// Create a queue (a FIFO queue when its name ends in `.fifo`).
+#[utoipa::path(post, path = "/api/v1/queue-services/{name}/queues", tag = "queues",
+    params(("name" = String, Path, description = "The queue service")),
+    request_body = QueueRequest,
+    responses((status = 201, body = QueueView), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn create(
+    State(state): State<AppState>,
+    Extension(Tenant(tenant)): Extension<Tenant>,
+    ApiPath(name): ApiPath<String>,
+    ApiJson(body): ApiJson<QueueRequest>,
+) -> Result<impl IntoResponse, ApiError> {
+    let queue = queue_name(&body.name)?;
+    let service = Service::of(&state, &tenant, &name).await?;
+    let mut input = json!({"QueueName": queue});
+    if queue.ends_with(".fifo") {
+        input["Attributes"] = json!({"FifoQueue": "true"});
+    }
+    let created = service.call("CreateQueue", input).await?;
+    let url = created["QueueUrl"].as_str().unwrap_or_default().to_owned();
+    Ok((StatusCode::CREATED, Json(service.view(&url).await?)))
+}
+
+/// Delete a queue and its messages.
+#[utoipa::path(delete, path = "/api/v1/queue-services/{name}/queues/{queue}", tag = "queues",
+    params(("name" = String, Path, description = "The queue service"), ("queue" = String, Path)),
+    responses((status = 204), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn delete(
+    State(state): State<AppState>,
+    Extension(Tenant(tenant)): Extension<Tenant>,
+    ApiPath((name, queue)): ApiPath<(String, String)>,
+) -> Result<StatusCode, ApiError> {
+    let queue = queue_name(&queue).map_err(|_| ApiError::NotFound("queue".into()))?;
+    let service = Service::of(&state, &tenant, &name).await?;
+    service
+        .call("DeleteQueue", json!({"QueueUrl": service.queue_url(queue)}))
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Send a test message.
+#[utoipa::path(post, path = "/api/v1/queue-services/{name}/queues/{queue}/messages", tag = "queues",
+    params(("name" = String, Path, description = "The queue service"), ("queue" = String, Path)),
+    request_body = MessageRequest,
+    responses((status = 201), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn send(
+    State(state): State<AppState>,
+    Extension(Tenant(tenant)): Extension<Tenant>,
+    ApiPath((name, queue)): ApiPath<(String, String)>,
+    ApiJson(body): ApiJson<MessageRequest>,
+) -> Result<impl IntoResponse, ApiError> {
+    let queue = queue_name(&queue).map_err(|_| ApiError::NotFound("queue".into()))?;
+    let service = Service::of(&state, &tenant, &name).await?;
+    let mut input = json!({"QueueUrl": service.queue_url(queue), "MessageBody": body.body});
+    if queue.ends_with(".fifo") {
+        input["MessageGroupId"] = json!("console");
+        // Each console send is a new message: the time is its identity.
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos();
+        input["MessageDeduplicationId"] = json!(format!("console-{now}"));
+    }
+    let sent = service.call("SendMessage", input).await?;
+    Ok((StatusCode::CREATED, Json(json!({"messageId": sent["MessageId"]}))))
+}
+
+/// What a ReceiveMessage with visibility 0 shows: up to ten messages, left
+/// in the queue (their receive count grows by one, as SQS's would).
+#[utoipa::path(get, path = "/api/v1/queue-services/{name}/queues/{queue}/messages", tag = "queues",
+    params(("name" = String, Path, description = "The queue service"), ("queue" = String, Path)),
+    responses((status = 200, body = PeekList), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn peek(
+    State(state): State<AppState>,
+    Extension(Tenant(tenant)): Extension<Tenant>,
+    ApiPath((name, queue)): ApiPath<(String, String)>,
+) -> Result<Json<PeekList>, ApiError> {
+    let queue = queue_name(&queue).map_err(|_| ApiError::NotFound("queue".into()))?;
+    let service = Service::of(&state, &tenant, &name).await?;
+    let received = service
+        .call(
+            "ReceiveMessage",
+            json!({"QueueUrl": service.queue_url(queue), "MaxNumberOfMessages": PEEK, "VisibilityTimeout": 0,
+                   "MessageSystemAttributeNames": ["ApproximateReceiveCount"]}),
+        )
+        .await?;
+    let items = received["Messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|m| PeekedMessage {
+            message_id: m["MessageId"].as_str().unwrap_or_default().to_owned(),
+            body: m["Body"].as_str().unwrap_or_default().to_owned(),
+            receive_count: m["Attributes"]["ApproximateReceiveCount"]
+                .as_str()
+                .and_then(|c| c.parse().ok())
+                .unwrap_or(0),
+        })
+        .collect();
+    Ok(Json(PeekList { items }))
+}
+
+/// Move a dead-letter queue's messages back to the queues they came from
+/// (SQS's StartMessageMoveTask; sless completes it at once).
+#[utoipa::path(post, path = "/api/v1/queue-services/{name}/queues/{queue}/redrive", tag = "queues",
+    params(("name" = String, Path, description = "The queue service"), ("queue" = String, Path, description = "The dead-letter queue")),
+    responses((status = 200), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn redrive(
+    State(state): State<AppState>,
+    Extension(Tenant(tenant)): Extension<Tenant>,
+    ApiPath((name, queue)): ApiPath<(String, String)>,
+) -> Result<Json<Value>, ApiError> {
+    let queue = queue_name(&queue).map_err(|_| ApiError::NotFound("queue".into()))?;
+    let service = Service::of(&state, &tenant, &name).await?;
+    let attributes = service
+        .call(
+            "GetQueueAttributes",
+            json!({"QueueUrl": service.queue_url(queue), "AttributeNames": ["QueueArn"]}),
+        )
+        .await?;
+    let arn = attributes["Attributes"]["QueueArn"].as_str().unwrap_or_default();
+    let task = service.call("StartMessageMoveTask", json!({"SourceArn": arn})).await?;
+    Ok(Json(json!({"taskHandle": task["TaskHandle"]})))
+}
