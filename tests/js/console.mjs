@@ -92,6 +92,23 @@ try {
   await page.waitForTimeout(4500); // a few samples for the chart
   await page.screenshot({ path: `${SHOTS}/dataflow.png`, fullPage: true });
 
+  // Edited through the form: the name is fixed, the change is saved.
+  await page.click("a:has-text('Edit')");
+  await page.waitForSelector("#dataflow-form");
+  assert.equal(await page.getAttribute("[data-field=name] input", "readonly"), "");
+  await page.fill("[data-field=transformations] textarea", JSON.stringify([
+    { type: "filter", config: { condition: "amount > 10" } },
+    { type: "mask", config: { fields: ["card"], keepLength: true } },
+  ]));
+  await page.click("#dataflow-form button[type=submit]");
+  await page.waitForURL(/#\/dataflows\/console-flow$/);
+  const saved = await page.evaluate(async () => {
+    const r = await fetch("/api/v1/dataflows/console-flow", { headers: { Authorization: "Bearer " + sessionStorage.getItem("sless.token") } });
+    return (await r.json()).transformations[0].config.condition;
+  });
+  assert.equal(saved, "amount > 10");
+  await page.waitForSelector(".phase[data-phase=Running]", { timeout: 30000 });
+
   // On a phone-sized screen.
   await page.setViewportSize({ width: 390, height: 844 });
   await page.waitForTimeout(500);
