@@ -8,6 +8,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use sless_model::dataflow::{Role, SecretRef};
+use sless_model::name::DnsLabel;
 use sless_model::{FieldError, ValidationErrors};
 
 use crate::ConnectorError;
@@ -80,7 +81,11 @@ impl SqsConfig {
     /// A queue of the tenant's own queue service: its name and the queue's,
     /// and nothing the platform supplies.
     fn check_queue_service(&self, path: &str, errors: &mut ValidationErrors) {
-        if !self.queue_service.as_deref().is_some_and(is_dns_label) {
+        if self
+            .queue_service
+            .as_deref()
+            .is_none_or(|name| DnsLabel::parse(name, "queueService").is_err())
+        {
             errors.push(FieldError::invalid(
                 format!("{path}.queueService"),
                 "must name a queue service of the tenant",
@@ -168,15 +173,6 @@ impl SqsConfig {
             ..self.clone()
         }
     }
-}
-
-fn is_dns_label(name: &str) -> bool {
-    (1..=63).contains(&name.len())
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !name.starts_with('-')
-        && !name.ends_with('-')
 }
 
 /// A connected queue.

@@ -3,6 +3,7 @@
 //! the service's own keys and sends to the service's own endpoint, so it
 //! reaches exactly what the tenant's SDK would, through the same gateway.
 
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use axum::Extension;
@@ -26,6 +27,8 @@ use sless_sqs::engine::requests::is_identifier;
 
 /// The region the console's requests are signed for (any region works with sless).
 const REGION: &str = "ru-msk-1";
+/// One client for every call, so connections to the gateway are reused.
+static HTTP: LazyLock<reqwest::Client> = LazyLock::new(reqwest::Client::new);
 /// Most messages a peek shows.
 const PEEK: u8 = 10;
 
@@ -132,7 +135,7 @@ impl Service {
         let headers =
             sless_sqs::gateway::sigv4::signed_json_headers(&self.endpoint, action, &body, access, secret, REGION)
                 .ok_or(ApiError::Unavailable)?;
-        let response = reqwest::Client::new()
+        let response = HTTP
             .post(&self.endpoint)
             .headers(headers)
             .timeout(Duration::from_secs(10))
@@ -164,6 +167,8 @@ impl Service {
         })
     }
 
+    /// A queue's counts and dead-letter queue; its sources are filled in
+    /// by [`Self::queues`], which sees every queue.
     async fn view(&self, url: &str) -> Result<QueueView, ApiError> {
         let attributes = self
             .call(
@@ -182,9 +187,6 @@ impl Service {
                     .and_then(|a| a.rsplit(':').next())
                     .map(str::to_owned)
             });
-        let sources = self
-            .call("ListDeadLetterSourceQueues", json!({"QueueUrl": url}))
-            .await?;
         let name = url.rsplit('/').next().unwrap_or_default().to_owned();
         Ok(QueueView {
             fifo: name.ends_with(".fifo"),
@@ -194,13 +196,36 @@ impl Service {
             in_flight: count("ApproximateNumberOfMessagesNotVisible"),
             delayed: count("ApproximateNumberOfMessagesDelayed"),
             dead_letter_queue,
-            dead_letter_sources: sources["queueUrls"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|u| u.as_str()?.rsplit('/').next().map(str::to_owned))
-                .collect(),
+            dead_letter_sources: Vec::new(),
         })
+    }
+
+    /// Every queue of the service. A queue's dead-letter sources are the
+    /// queues whose redrive policy names it, so they come from the same
+    /// attributes rather than a ListDeadLetterSourceQueues per queue.
+    async fn queues(&self) -> Result<Vec<QueueView>, ApiError> {
+        let urls = self.call("ListQueues", json!({})).await?;
+        let mut views = Vec::new();
+        for url in urls["QueueUrls"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+        {
+            views.push(self.view(url).await?);
+        }
+        let targets: Vec<(String, String)> = views
+            .iter()
+            .filter_map(|v| Some((v.dead_letter_queue.clone()?, v.name.clone())))
+            .collect();
+        for view in &mut views {
+            view.dead_letter_sources = targets
+                .iter()
+                .filter(|(dlq, _)| *dlq == view.name)
+                .map(|(_, source)| source.clone())
+                .collect();
+        }
+        Ok(views)
     }
 }
 
@@ -216,17 +241,9 @@ pub async fn list(
     ApiPath(name): ApiPath<String>,
 ) -> Result<Json<QueueList>, ApiError> {
     let service = Service::of(&state, &tenant, &name).await?;
-    let urls = service.call("ListQueues", json!({})).await?;
-    let mut items = Vec::new();
-    for url in urls["QueueUrls"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-    {
-        items.push(service.view(url).await?);
-    }
-    Ok(Json(QueueList { items }))
+    Ok(Json(QueueList {
+        items: service.queues().await?,
+    }))
 }
 
 /// Create a queue (a FIFO queue when its name ends in `.fifo`).
@@ -249,8 +266,14 @@ pub async fn create(
         input["Attributes"] = json!({"FifoQueue": "true"});
     }
     let created = service.call("CreateQueue", input).await?;
-    let url = created["QueueUrl"].as_str().unwrap_or_default().to_owned();
-    Ok((StatusCode::CREATED, Json(service.view(&url).await?)))
+    let url = created["QueueUrl"].as_str().unwrap_or_default();
+    // Listed with the others for its dead-letter sources (a list is at most
+    // SQS's 1,000 queues: beyond, the queue alone).
+    let view = match service.queues().await?.into_iter().find(|q| q.url == url) {
+        Some(view) => view,
+        None => service.view(url).await?,
+    };
+    Ok((StatusCode::CREATED, Json(view)))
 }
 
 /// Delete a queue and its messages.

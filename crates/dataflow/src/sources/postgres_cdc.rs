@@ -108,6 +108,13 @@ struct State {
     in_flight: VecDeque<(u64, usize)>,
 }
 
+impl State {
+    /// Messages a peek decodes again before it reaches new ones.
+    fn pending(&self) -> usize {
+        self.in_flight.iter().map(|(_, m)| m).sum()
+    }
+}
+
 pub struct PostgresCdcSource {
     client: tokio_postgres::Client,
     slot: String,
@@ -144,21 +151,19 @@ impl Component for PostgresCdcSource {
                 format!("at most {MAX_TABLES} tables"),
             ));
         }
-        for (i, table) in c.tables.iter().enumerate() {
+        let named = c.table.iter().map(|t| (format!("{path}.table"), t));
+        let listed = c
+            .tables
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (format!("{path}.tables[{i}]"), t));
+        for (field, table) in named.chain(listed) {
             if quote(table).is_err() {
                 errors.push(FieldError::invalid(
-                    format!("{path}.tables[{i}]"),
+                    field,
                     "must be name or schema.name, each [A-Za-z_][A-Za-z0-9_]*",
                 ));
             }
-        }
-        if let Some(table) = &c.table
-            && quote(table).is_err()
-        {
-            errors.push(FieldError::invalid(
-                format!("{path}.table"),
-                "must be name or schema.name, each [A-Za-z_][A-Za-z0-9_]*",
-            ));
         }
         for (field, value) in [("slotName", &c.slot_name), ("publicationName", &c.publication_name)] {
             if value.as_deref().is_some_and(|v| !valid_name(v)) {
@@ -304,7 +309,7 @@ impl PostgresCdcSource {
     /// One peek at the slot: the records of the transactions not handed out
     /// yet, up to about [`READ_AHEAD`] batches.
     async fn peek(&self) -> Result<Vec<Record>, ConnectorError> {
-        let pending: usize = self.lock().in_flight.iter().map(|(_, m)| m).sum();
+        let pending = self.lock().pending();
         let limit = i32::try_from(pending + READ_AHEAD * self.batch).unwrap_or(i32::MAX);
         let rows = self
             .client
@@ -433,14 +438,14 @@ impl Source for PostgresCdcSource {
                     let mut state = self.lock();
                     state.done = state.done.max(*lsn);
                     // Also when every peek would decode a lot again.
-                    let behind: usize = state.in_flight.iter().map(|(_, m)| m).sum();
-                    state.advanced.is_none_or(|at| at.elapsed() >= CONFIRM_EVERY) || behind >= READ_AHEAD * self.batch
+                    (state.advanced.is_none_or(|at| at.elapsed() >= CONFIRM_EVERY)
+                        || state.pending() >= READ_AHEAD * self.batch)
+                        .then_some(state.done)
                 };
-                if due {
-                    let done = self.lock().done;
-                    self.confirm(done).await?;
+                match due {
+                    Some(done) => self.confirm(done).await,
+                    None => Ok(()),
                 }
-                Ok(())
             }
             _ => Ok(()),
         }
