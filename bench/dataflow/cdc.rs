@@ -7,12 +7,8 @@
 
 use std::time::{Duration, Instant};
 
+use super::{BATCH, Flow, ROWS, count};
 use serde_json::json;
-use sless_dataflow::context::PipelineContext;
-use sless_dataflow::pipeline::Pipeline;
-use sless_model::dataflow::DataFlowRequest;
-
-use super::{BATCH, ROWS, count};
 
 /// Rows/s of the dataflow and of the inserts.
 pub async fn to_pg(db: &tokio_postgres::Client, dsn: &str) -> anyhow::Result<(f64, f64)> {
@@ -22,22 +18,16 @@ pub async fn to_pg(db: &tokio_postgres::Client, dsn: &str) -> anyhow::Result<(f6
          CREATE TABLE bench_cdc_dst (id bigserial PRIMARY KEY, data jsonb NOT NULL, created_at timestamptz NOT NULL DEFAULT now());",
     )
     .await?;
-    let spec = serde_json::from_value::<DataFlowRequest>(json!({
-        "source": {"type": "postgresql-cdc", "config": {"connectionString": dsn, "table": "bench_cdc_src", "batchSize": BATCH, "pollInterval": 1}},
-        "sink": {"type": "postgresql", "config": {"connectionString": dsn, "table": "bench_cdc_dst"}},
-        "channelBufferSize": BATCH
-    }))?
-    .into_spec(&sless_dataflow::registry::Registry)
-    .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let ctx = PipelineContext {
-        id: "bench/cdc".into(),
-        checkpoint: None,
-        egress: Default::default(),
-        queue_services: None,
-    };
-    let (stop, stopped) = tokio::sync::watch::channel(false);
     // Connecting creates the slot: only later changes are captured.
-    let pipeline = Pipeline::connect(&spec, &ctx, Default::default()).await?;
+    let flow = Flow::connect(
+        json!({
+            "source": {"type": "postgresql-cdc", "config": {"connectionString": dsn, "table": "bench_cdc_src", "batchSize": BATCH, "pollInterval": 1}},
+            "sink": {"type": "postgresql", "config": {"connectionString": dsn, "table": "bench_cdc_dst"}},
+            "channelBufferSize": BATCH
+        }),
+        "bench/cdc",
+    )
+    .await?;
     let started = Instant::now();
     for t in 0..ROWS / BATCH {
         db.batch_execute(&format!(
@@ -50,14 +40,14 @@ pub async fn to_pg(db: &tokio_postgres::Client, dsn: &str) -> anyhow::Result<(f6
     }
     let inserts = ROWS as f64 / started.elapsed().as_secs_f64();
     let started = Instant::now();
-    let task = tokio::spawn(pipeline.run(stopped));
+    let (source, ctx) = (flow.spec.source.clone(), flow.ctx.clone());
+    let running = flow.run();
     while count(db, "bench_cdc_dst").await? < ROWS {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let flow = ROWS as f64 / started.elapsed().as_secs_f64();
-    stop.send_replace(true);
-    let _ = task.await;
-    sless_dataflow::sources::release_source(&spec.source, &ctx).await?;
+    running.stop().await;
+    sless_dataflow::sources::release_source(&source, &ctx).await?;
     db.batch_execute("DROP TABLE bench_cdc_src, bench_cdc_dst").await?;
     Ok((flow, inserts))
 }

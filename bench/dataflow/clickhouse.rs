@@ -6,35 +6,11 @@
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use sless_dataflow::context::PipelineContext;
-use sless_dataflow::pipeline::Pipeline;
-use sless_model::dataflow::DataFlowRequest;
 use sless_testkit::clickhouse::ClickHouseServer;
 
-use super::{BATCH, ROWS, count};
+use super::{BATCH, Flow, ROWS, count};
 
 const COLUMNS: &str = "(id UInt64, customer_name String, card String, amount Int64, note String)";
-
-async fn run(
-    spec: serde_json::Value,
-    id: &str,
-) -> anyhow::Result<(tokio::sync::watch::Sender<bool>, tokio::task::JoinHandle<()>)> {
-    let spec = serde_json::from_value::<DataFlowRequest>(spec)?
-        .into_spec(&sless_dataflow::registry::Registry)
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let ctx = PipelineContext {
-        id: id.into(),
-        checkpoint: None,
-        egress: Default::default(),
-        queue_services: None,
-    };
-    let (stop, stopped) = tokio::sync::watch::channel(false);
-    let pipeline = Pipeline::connect(&spec, &ctx, Default::default()).await?;
-    let task = tokio::spawn(async move {
-        let _ = pipeline.run(stopped).await;
-    });
-    Ok((stop, task))
-}
 
 /// Prints both lines; `plain` is the PostgreSQL bulk INSERT's rows/s.
 pub async fn lines(db: &tokio_postgres::Client, dsn: &str, plain: f64) -> anyhow::Result<()> {
@@ -61,7 +37,7 @@ pub async fn lines(db: &tokio_postgres::Client, dsn: &str, plain: f64) -> anyhow
     let bulk = ROWS as f64 / started.elapsed().as_secs_f64();
 
     let started = Instant::now();
-    let (stop, task) = run(
+    let running = Flow::connect(
         json!({
             "source": {"type": "postgresql", "config": {"connectionString": dsn, "table": "bench_src", "batchSize": BATCH, "pollInterval": 1}},
             "sink": {"type": "clickhouse", "config": {"connectionString": ch.dsn(), "table": "bench_flow"}},
@@ -70,13 +46,13 @@ pub async fn lines(db: &tokio_postgres::Client, dsn: &str, plain: f64) -> anyhow
         }),
         "bench/to-clickhouse",
     )
-    .await?;
+    .await?
+    .run();
     while ch.count("SELECT count() FROM bench_flow").await < ROWS {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let to_ch = ROWS as f64 / started.elapsed().as_secs_f64();
-    stop.send_replace(true);
-    let _ = task.await;
+    running.stop().await;
     println!(
         "PG→ClickHouse {ROWS} rows, batches of {BATCH}: dataflow {to_ch:.0} rows/s, ClickHouse bulk load \
          (one JSONEachRow INSERT) {bulk:.0} rows/s = ratio {:.2}",
@@ -88,7 +64,7 @@ pub async fn lines(db: &tokio_postgres::Client, dsn: &str, plain: f64) -> anyhow
     )
     .await?;
     let started = Instant::now();
-    let (stop, task) = run(
+    let running = Flow::connect(
         json!({
             "source": {"type": "clickhouse", "config": {"connectionString": ch.dsn(), "table": "bench_bulk", "batchSize": BATCH, "pollInterval": 1}},
             "sink": {"type": "postgresql", "config": {"connectionString": dsn, "table": "bench_from_ch"}},
@@ -96,13 +72,13 @@ pub async fn lines(db: &tokio_postgres::Client, dsn: &str, plain: f64) -> anyhow
         }),
         "bench/from-clickhouse",
     )
-    .await?;
+    .await?
+    .run();
     while count(db, "bench_from_ch").await? < ROWS {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let from_ch = ROWS as f64 / started.elapsed().as_secs_f64();
-    stop.send_replace(true);
-    let _ = task.await;
+    running.stop().await;
     println!(
         "ClickHouse→PG {ROWS} rows, batches of {BATCH}: dataflow {from_ch:.0} rows/s, plain bulk INSERT {plain:.0} rows/s \
          = ratio {:.2}",

@@ -22,10 +22,57 @@ use anyhow::Context;
 use serde_json::{Value, json};
 use sless_dataflow::context::PipelineContext;
 use sless_dataflow::pipeline::Pipeline;
-use sless_model::dataflow::DataFlowRequest;
+use sless_model::dataflow::{DataFlowRequest, DataFlowSpec};
 
 pub const ROWS: i64 = 100_000;
 pub const BATCH: i64 = 1000;
+
+/// A dataflow of the benchmark, connected (its source made what it needs,
+/// a CDC slot) under the dev egress policy (servers on loopback).
+pub struct Flow {
+    pub spec: DataFlowSpec,
+    pub ctx: PipelineContext,
+    pipeline: Pipeline,
+}
+
+impl Flow {
+    /// Connects the dataflow of `request` (the API's JSON body) as `id`.
+    pub async fn connect(request: Value, id: &str) -> anyhow::Result<Self> {
+        let spec = serde_json::from_value::<DataFlowRequest>(request)?
+            .into_spec(&sless_dataflow::registry::Registry)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let ctx = PipelineContext {
+            id: id.into(),
+            checkpoint: None,
+            egress: Default::default(),
+            queue_services: None,
+        };
+        let pipeline = Pipeline::connect(&spec, &ctx, Default::default()).await?;
+        Ok(Self { spec, ctx, pipeline })
+    }
+
+    /// Runs it until the returned stop is called.
+    pub fn run(self) -> Running {
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let task = tokio::spawn(async move {
+            let _ = self.pipeline.run(stopped).await;
+        });
+        Running { stop, task }
+    }
+}
+
+pub struct Running {
+    stop: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Running {
+    /// Stops it after the batch in hand.
+    pub async fn stop(self) {
+        self.stop.send_replace(true);
+        let _ = self.task.await;
+    }
+}
 
 pub async fn count(db: &tokio_postgres::Client, table: &str) -> anyhow::Result<i64> {
     Ok(db
@@ -75,35 +122,27 @@ async fn main() -> anyhow::Result<()> {
     let plain = ROWS as f64 / started.elapsed().as_secs_f64();
 
     // The dataflow: filter + mask + snakeCase, then remove of a field.
-    let spec = serde_json::from_value::<DataFlowRequest>(json!({
-        "source": {"type": "postgresql", "config": {"connectionString": dsn, "table": "bench_src", "batchSize": BATCH, "pollInterval": 1}},
-        "sink": {"type": "postgresql", "config": {"connectionString": dsn, "table": "bench_flow"}},
-        "transformations": [
-            {"type": "mask", "config": {"fields": ["card"], "keepLength": true}},
-            {"type": "snakeCase", "config": {}},
-            {"type": "remove", "config": {"fields": ["note"]}}
-        ],
-        "channelBufferSize": BATCH
-    }))?
-    .into_spec(&sless_dataflow::registry::Registry)
-    .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let (stop, stopped) = tokio::sync::watch::channel(false);
     let started = Instant::now();
-    let ctx = PipelineContext {
-        id: "bench/flow".into(),
-        checkpoint: None,
-        // PostgreSQL on loopback: the dev policy.
-        egress: Default::default(),
-        queue_services: None,
-    };
-    let pipeline = Pipeline::connect(&spec, &ctx, Default::default()).await?;
-    let task = tokio::spawn(pipeline.run(stopped));
+    let running = Flow::connect(
+        json!({
+            "source": {"type": "postgresql", "config": {"connectionString": dsn, "table": "bench_src", "batchSize": BATCH, "pollInterval": 1}},
+            "sink": {"type": "postgresql", "config": {"connectionString": dsn, "table": "bench_flow"}},
+            "transformations": [
+                {"type": "mask", "config": {"fields": ["card"], "keepLength": true}},
+                {"type": "snakeCase", "config": {}},
+                {"type": "remove", "config": {"fields": ["note"]}}
+            ],
+            "channelBufferSize": BATCH
+        }),
+        "bench/flow",
+    )
+    .await?
+    .run();
     while count(&db, "bench_flow").await? < ROWS {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let flow = ROWS as f64 / started.elapsed().as_secs_f64();
-    stop.send_replace(true);
-    let _ = task.await;
+    running.stop().await;
     let masked: Value = db
         .query_one("SELECT to_json(card)::text FROM bench_flow LIMIT 1", &[])
         .await

@@ -2,12 +2,8 @@
 
 use std::time::{Duration, Instant};
 
+use super::{Flow, count};
 use serde_json::{Value, json};
-use sless_dataflow::context::PipelineContext;
-use sless_dataflow::pipeline::Pipeline;
-use sless_model::dataflow::DataFlowRequest;
-
-use super::count;
 
 /// Messages of the SQS line: SQS moves ten a request, so fewer rows.
 pub const ROWS: i64 = 20_000;
@@ -41,27 +37,21 @@ pub async fn to_pg(db: &tokio_postgres::Client, dsn: &str) -> anyhow::Result<f64
             .handle("SendMessageBatch", &json!({"QueueUrl": url, "Entries": entries}))
             .await?;
     }
-    let spec = serde_json::from_value::<DataFlowRequest>(json!({
-        "source": {"type": "sqs", "config": {"queueUrl": url, "accessKeyId": "bench", "secretAccessKey": "bench",
-                   "waitTimeSeconds": 1}},
-        "sink": {"type": "postgresql", "config": {"connectionString": dsn, "table": "bench_sqs"}},
-    }))?
-    .into_spec(&sless_dataflow::registry::Registry)
-    .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let ctx = PipelineContext {
-        id: "bench/sqs".into(),
-        checkpoint: None,
-        egress: Default::default(),
-        queue_services: None,
-    };
-    let (stop, stopped) = tokio::sync::watch::channel(false);
     let started = Instant::now();
-    let task = tokio::spawn(Pipeline::connect(&spec, &ctx, Default::default()).await?.run(stopped));
+    let running = Flow::connect(
+        json!({
+            "source": {"type": "sqs", "config": {"queueUrl": url, "accessKeyId": "bench", "secretAccessKey": "bench",
+                       "waitTimeSeconds": 1}},
+            "sink": {"type": "postgresql", "config": {"connectionString": dsn, "table": "bench_sqs"}},
+        }),
+        "bench/sqs",
+    )
+    .await?
+    .run();
     while count(db, "bench_sqs").await? < ROWS {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let rate = ROWS as f64 / started.elapsed().as_secs_f64();
-    stop.send_replace(true);
-    let _ = task.await;
+    running.stop().await;
     Ok(rate)
 }

@@ -44,19 +44,6 @@ async fn slots_and_publications(db: &tokio_postgres::Client) -> (Vec<String>, Ve
     (slots, publications)
 }
 
-/// Waits until the dataflow is Running (its slot exists from then on).
-async fn running(client: &crate::common::Client, name: &str) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let view = client.get(&format!("/api/v1/dataflows/{name}")).await.1;
-        if view["phase"] == "Running" {
-            return;
-        }
-        assert!(Instant::now() < deadline, "{name} not running: {view}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 #[tokio::test]
 async fn changes_arrive_in_commit_order_as_debezium_events_and_the_slot_goes_with_the_dataflow() {
     let db = db().await;
@@ -78,7 +65,8 @@ async fn changes_arrive_in_commit_order_as_debezium_events_and_the_slot_goes_wit
         "sink": pg(&events, json!({"autoCreateTable": true})),
     }))
     .await;
-    running(&a, &name).await;
+    // Running: its slot exists from then on.
+    a.wait_for_phase(&name, "Running", Duration::from_secs(30)).await;
 
     // Interleaved transactions on two tables, one rolled back.
     db.batch_execute(&format!(
@@ -190,7 +178,8 @@ async fn capture_survives_kill_9_mid_stream_from_the_confirmed_lsn() {
         "channelBufferSize": 50,
     }))
     .await;
-    running(&a, &name).await;
+    // Running: its slot exists from then on.
+    a.wait_for_phase(&name, "Running", Duration::from_secs(30)).await;
     // 40,000 rows in 800 transactions of 50.
     db.batch_execute(&format!(
         "DO $$ BEGIN FOR t IN 0..{last} LOOP
@@ -319,15 +308,7 @@ async fn a_server_without_logical_wal_is_a_clear_error() {
         "sink": pg(&unique("never"), json!({"autoCreateTable": true})),
     }))
     .await;
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let view = loop {
-        let view = a.get("/api/v1/dataflows/no-logical").await.1;
-        if view["phase"] == "Error" {
-            break view;
-        }
-        assert!(Instant::now() < deadline, "{view}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let view = a.wait_for_phase("no-logical", "Error", Duration::from_secs(20)).await;
     let message = view["message"].as_str().unwrap();
     assert!(
         message.contains("wal_level = logical") && message.contains("replica"),

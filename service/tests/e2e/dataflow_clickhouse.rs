@@ -2,25 +2,12 @@
 //! 18.16.1, started by the test on loopback), run by `sless dev`, with a
 //! real PostgreSQL at the other end.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::common::pg::{bulk_table, count, db, pg, unique, wait_for, wait_mid_stream};
 use crate::common::{DevServer, TOKEN_A, TempDir};
 use serde_json::{Value, json};
 use sless_testkit::clickhouse::{ClickHouseServer, PASSWORD};
-
-/// The dataflow's view once its phase is `phase` (within 20 s).
-async fn phase(client: &crate::common::Client, name: &str, phase: &str) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let view = client.get(&format!("/api/v1/dataflows/{name}")).await.1;
-        if view["phase"] == phase {
-            return view;
-        }
-        assert!(Instant::now() < deadline, "{name} never became {phase}: {view}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
 
 #[tokio::test]
 async fn postgresql_to_clickhouse_and_back_with_hostile_text_intact() {
@@ -121,7 +108,7 @@ async fn postgresql_to_clickhouse_and_back_with_hostile_text_intact() {
         "sink": {"type": "clickhouse", "config": {"connectionString": wrong, "table": typed}},
     }))
     .await;
-    let view = phase(&a, "refused", "Error").await;
+    let view = a.wait_for_phase("refused", "Error", Duration::from_secs(20)).await;
     let message = view["message"].as_str().unwrap_or_default();
     assert!(message.contains("password"), "{view}");
     assert!(
@@ -136,7 +123,7 @@ async fn postgresql_to_clickhouse_and_back_with_hostile_text_intact() {
         "sink": pg(&back, json!({})),
     }))
     .await;
-    let view = phase(&a, "missing", "Error").await;
+    let view = a.wait_for_phase("missing", "Error", Duration::from_secs(20)).await;
     assert!(
         view["message"].as_str().unwrap_or_default().contains("no_such_table"),
         "{view}"

@@ -175,15 +175,7 @@ async fn an_unreachable_broker_fails_the_dataflow_with_the_reason() {
         "sink": pg(&db_table, json!({"autoCreateTable": true}))
     }))
     .await;
-    let deadline = Instant::now() + Duration::from_secs(40);
-    let view = loop {
-        let view = a.get("/api/v1/dataflows/down").await.1;
-        if view["phase"] == "Error" || Instant::now() > deadline {
-            break view;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
-    assert_eq!(view["phase"], "Error", "{view}");
+    let view = a.wait_for_phase("down", "Error", Duration::from_secs(40)).await;
     let message = view["message"].as_str().unwrap_or_default();
     assert!(message.contains("Kafka brokers did not answer"), "{message}");
     db().await

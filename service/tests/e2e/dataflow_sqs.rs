@@ -236,15 +236,7 @@ async fn a_dataflow_names_its_tenants_queue_service_and_never_another_tenants() 
         "sink": {"type": "sqs", "config": {"queueService": "main", "queueName": "by-name"}},
     }))
     .await;
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let view_b = loop {
-        let v = b.get("/api/v1/dataflows/intruder").await.1;
-        if v["phase"] == "Error" {
-            break v;
-        }
-        assert!(Instant::now() < deadline, "{v}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let view_b = b.wait_for_phase("intruder", "Error", Duration::from_secs(20)).await;
     assert!(
         view_b["message"].as_str().unwrap().contains("does not exist"),
         "{view_b}"

@@ -166,6 +166,23 @@ impl Client {
         assert_eq!(status, 201, "{body}");
     }
 
+    /// The dataflow's view once its phase is `phase`; panics with the last
+    /// view after `within`.
+    pub async fn wait_for_phase(&self, name: &str, phase: &str, within: std::time::Duration) -> serde_json::Value {
+        let deadline = std::time::Instant::now() + within;
+        loop {
+            let view = self.get(&format!("/api/v1/dataflows/{name}")).await.1;
+            if view["phase"] == phase {
+                return view;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{name} never became {phase}: {view}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    }
+
     pub async fn put(&self, path: &str, body: serde_json::Value) -> (u16, serde_json::Value) {
         self.send(reqwest::Method::PUT, path, Some(body)).await
     }
