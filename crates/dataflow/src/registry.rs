@@ -313,4 +313,78 @@ mod tests {
         assert_eq!(patched.channel_buffer_size, 7);
         assert_eq!(patched.sink.config.unwrap()["table"], "c");
     }
+
+    /// Hostile configs of the newer connectors: every problem at its field,
+    /// nothing echoed without bound.
+    #[test]
+    fn hostile_configs_of_cdc_clickhouse_avro_and_sqs_are_named_at_their_fields() {
+        let many: Vec<String> = (0..101).map(|i| format!("t{i}")).collect();
+        let injected = "t; DROP TABLE users; --".repeat(100);
+        let mut deep = "\"null\"".to_owned();
+        for _ in 0..100 {
+            deep = format!("{{\"type\":\"array\",\"items\":{deep}}}");
+        }
+        let cases = [
+            (
+                json!({"type": "postgresql-cdc", "config": {"connectionString": "postgres://db/x", "tables": many}}),
+                "source.config.tables",
+            ),
+            (
+                json!({"type": "postgresql-cdc", "config": {"connectionString": "postgres://db/x", "tables": ["ok", injected]}}),
+                "source.config.tables[1]",
+            ),
+            (
+                json!({"type": "postgresql-cdc", "config": {"connectionString": "postgres://db/x", "table": "t", "slotName": "Other-Tenant's"}}),
+                "source.config.slotName",
+            ),
+            (
+                json!({"type": "postgresql-cdc", "config": {"connectionString": "postgres://db/x"}}),
+                "source.config.tables",
+            ),
+            (
+                json!({"type": "clickhouse", "config": {"connectionString": "clickhouse://ch:9000", "table": "t"}}),
+                "source.config.connectionString",
+            ),
+            (
+                json!({"type": "clickhouse", "config": {"connectionString": "http://ch:8123", "table": "t", "batchSize": 0}}),
+                "source.config.batchSize",
+            ),
+            (
+                json!({"type": "kafka", "config": {"brokers": ["k:9092"], "topic": "t", "format": "avro"}}),
+                "source.config.schemaRegistry",
+            ),
+            (
+                json!({"type": "kafka", "config": {"brokers": ["k:9092"], "topic": "t", "format": "avro",
+                    "schemaRegistry": {"url": "file:///etc/passwd"}}}),
+                "source.config.schemaRegistry.url",
+            ),
+            (
+                json!({"type": "kafka", "config": {"brokers": ["k:9092"], "topic": "t", "avroSchema": "\"string\""}}),
+                "source.config.avroSchema",
+            ),
+            (
+                json!({"type": "sqs", "config": {"queueService": "../a", "queueName": "q"}}),
+                "source.config.queueService",
+            ),
+            (
+                json!({"type": "sqs", "config": {"queueService": "main", "queueName": "q".repeat(81)}}),
+                "source.config.queueName",
+            ),
+        ];
+        for (source, field) in cases {
+            let err = request(json!({"source": source, "sink": pg("b")}))
+                .into_spec(&Registry)
+                .unwrap_err();
+            let first = &err.0[0];
+            assert_eq!(first.field, field, "{source}");
+            assert!(first.message.len() < 500, "{}", first.message);
+        }
+        // A sink's Avro schema is parsed with its depth bounded.
+        let sink = json!({"type": "kafka", "config": {"brokers": ["k:9092"], "topic": "t", "format": "avro",
+            "schemaRegistry": {"url": "http://registry:8081"}, "avroSchema": deep}});
+        let err = request(json!({"source": pg("a"), "sink": sink}))
+            .into_spec(&Registry)
+            .unwrap_err();
+        assert_eq!(fields_of(err), ["sink.config.avroSchema"]);
+    }
 }
