@@ -94,6 +94,8 @@ def test_queue_routes_reach_only_the_tenants_own_service(sless, tenant_a):
     assert [m["body"] for m in peek] == ["hi"]
     again = {q["name"]: q for q in sless.rest("a", "GET", base).json()["items"]}
     assert again["api-q"]["visible"] == 1, "a peek leaves it there"
+    assert again["api-q"]["oldestMessageAgeSeconds"] >= 0
+    assert again["api-q.fifo"]["oldestMessageAgeSeconds"] == 0, "an empty queue"
     # Tenant b has no service "main"; a's queues are not reachable by b.
     assert sless.rest("b", "GET", base).status_code == 404
     assert sless.rest("b", "POST", f"{base}/api-q/messages", {"body": "x"}).status_code == 404
@@ -128,3 +130,36 @@ def test_a_dead_letter_queue_is_shown_and_redriven(sless, tenant_a):
     assert moved.status_code == 200, moved.text
     queues = {q["name"]: q for q in sless.rest("a", "GET", base).json()["items"]}
     assert queues["console-dlq"]["visible"] == 0 and queues["console-src"]["visible"] == 1
+
+
+def test_a_dataflows_events_say_why_it_fails_and_only_to_its_tenant(sless):
+    """A source that cannot be reached: the events show the start and the
+    retries (counted, not one event each); another tenant gets 404."""
+    import time
+
+    name = "events-" + uuid.uuid4().hex[:8]
+    flow = {
+        "name": name,
+        # Nothing listens on port 1: every start fails and is retried.
+        "source": {"type": "postgresql", "config": {"connectionString": "postgres://u@127.0.0.1:1/x", "table": "t"}},
+        "sink": {"type": "postgresql", "config": {"connectionString": "postgres://u@127.0.0.1:1/x", "table": "u"}},
+    }
+    assert sless.rest("a", "POST", "/dataflows", flow).status_code == 201
+    path = f"/dataflows/{name}/events"
+    deadline = time.time() + 30
+    while True:
+        events = sless.rest("a", "GET", path)
+        assert events.status_code == 200, events.text
+        items = events.json()["items"]
+        if items and items[0]["reason"] == "Error" and items[0]["count"] >= 2:
+            break
+        assert time.time() < deadline, items
+        time.sleep(0.5)
+    assert [e["reason"] for e in items] == ["Error", "Pending"]
+    assert items[0]["kind"] == "Warning" and "retrying" in items[0]["message"]
+    assert items[1]["message"] == "connecting the source and sinks"
+    assert sless.rest("b", "GET", path).status_code == 404
+    assert sless.rest("a", "GET", "/dataflows/nosuch/events").status_code == 404
+    assert sless.rest("a", "GET", "/dataflows/..%2Fx/events").status_code in (400, 404)
+    assert sless.rest("a", "DELETE", f"/dataflows/{name}").status_code == 204
+    assert sless.rest("a", "GET", path).status_code == 404

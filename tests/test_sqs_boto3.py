@@ -242,3 +242,22 @@ def test_strict_limits_with_aws_error_codes(sqs):
     with pytest.raises(ClientError) as e:
         sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"], VisibilityTimeout=5)
     assert code(e) == "AWS.SimpleQueueService.MessageNotInflight"
+
+
+def test_age_of_the_oldest_message_is_an_attribute_asked_for_by_name(sqs):
+    """sless's extension (the CloudWatch metric SQS has instead): `All` keeps
+    what SQS returns, the name asked for gets whole seconds."""
+    url = sqs.create_queue(QueueName=name())["QueueUrl"]
+    age = lambda: sqs.get_queue_attributes(  # noqa: E731
+        QueueUrl=url, AttributeNames=["ApproximateAgeOfOldestMessage"]
+    )["Attributes"]
+    assert age() == {"ApproximateAgeOfOldestMessage": "0"}, "an empty queue"
+    sqs.send_message(QueueUrl=url, MessageBody="old")
+    time.sleep(1.2)
+    assert int(age()["ApproximateAgeOfOldestMessage"]) >= 1
+    all_ = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    assert "ApproximateAgeOfOldestMessage" not in all_
+    got = sqs.receive_message(QueueUrl=url)["Messages"][0]
+    assert int(age()["ApproximateAgeOfOldestMessage"]) >= 1, "in flight still counts"
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=got["ReceiptHandle"])
+    assert age() == {"ApproximateAgeOfOldestMessage": "0"}

@@ -60,6 +60,8 @@ try {
   assert.match(await page.textContent(".queue[data-queue=jobs] .peeked pre"), /<img src=x onerror=alert\(1\)> hello/);
   assert.equal(await page.$$eval(".peeked img", (n) => n.length), 0, "a message body is text, never markup");
   assert.equal(await page.textContent(".queue[data-queue=jobs] [data-count=visible] b"), "1", "peeking consumes nothing");
+  // The oldest message's age, from sless's own queue attribute, grows.
+  await page.waitForFunction(() => /^[1-9]\d* s$/.test(document.querySelector(".queue[data-queue=jobs] [data-count=oldest] b")?.textContent), null, { timeout: 10000 });
   await page.fill("#new-queue", "../etc");
   await page.click("form:has(#new-queue) button[type=submit]");
   await page.waitForSelector("#new-queue-error:has-text('must be 1 to 80')");
@@ -89,6 +91,9 @@ try {
   await page.waitForFunction(() => Number(document.querySelector("[data-counter=written] b")?.textContent) >= 45, null, { timeout: 30000 });
   assert.equal(await page.textContent("[data-counter=filtered] b"), "5");
   await page.waitForSelector("#pipeline .stage:has-text('filter')");
+  // The platform's events: the processor started, then ran.
+  await page.waitForSelector("#events li[data-reason=Running]");
+  assert.match(await page.textContent("#events li:last-child"), /Pending connecting the source and sinks/);
   await page.waitForTimeout(4500); // a few samples for the chart
   await page.screenshot({ path: `${SHOTS}/dataflow.png`, fullPage: true });
 
@@ -108,6 +113,8 @@ try {
   });
   assert.equal(saved, "amount > 10");
   await page.waitForSelector(".phase[data-phase=Running]", { timeout: 30000 });
+  // The restart for the new spec is in the events, newest first.
+  await page.waitForFunction(() => [...document.querySelectorAll("#events li")].map((li) => li.dataset.reason).join(",") === "Running,Pending,Running,Pending", null, { timeout: 10000 });
 
   // On a phone-sized screen.
   await page.setViewportSize({ width: 390, height: 844 });

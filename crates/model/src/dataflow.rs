@@ -281,6 +281,38 @@ pub struct DataFlowCounters {
     pub last_checkpoint_at: Option<String>,
 }
 
+/// Most events kept or returned for one dataflow.
+pub const MAX_EVENTS: usize = 20;
+
+/// Something that happened to a dataflow: a phase it entered, or another
+/// reason to be in it. `sless dev` records its processors' reports;
+/// `sless serve` reads the Kubernetes Events the operator publishes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DataFlowEvent {
+    /// When it last happened, RFC 3339.
+    pub at: String,
+    /// `Warning` or `Normal`, as Kubernetes Events say it.
+    pub kind: EventKind,
+    /// A short word: the phase entered, or the operator's reason.
+    pub reason: String,
+    pub message: String,
+    /// How many times in a row it happened.
+    pub count: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+pub enum EventKind {
+    Normal,
+    Warning,
+}
+
+/// A dataflow's recent events, newest first.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct DataFlowEventList {
+    pub items: Vec<DataFlowEvent>,
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

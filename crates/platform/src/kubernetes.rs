@@ -4,12 +4,12 @@
 //! only its own namespace, so another tenant's object is simply not found.
 
 use async_trait::async_trait;
-use k8s_openapi::api::core::v1::{Namespace, Secret};
+use k8s_openapi::api::core::v1::{Event, Namespace, Secret};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 
 use super::{Platform, PlatformError, Result};
-use sless_model::dataflow::{DataFlowPhase, DataFlowSpec, DataFlowView};
+use sless_model::dataflow::{DataFlowEvent, DataFlowPhase, DataFlowSpec, DataFlowView, EventKind, MAX_EVENTS};
 use sless_model::name::DnsLabel;
 use sless_model::queue_service::{QueueServicePhase, QueueServiceSpec, QueueServiceView};
 use sless_operator::config::FIELD_MANAGER;
@@ -157,6 +157,33 @@ fn flow_view(tenant: &DnsLabel, df: DataFlow) -> DataFlowView {
     }
 }
 
+/// A Kubernetes Event as a dataflow event. The operator publishes
+/// events.k8s.io/v1 Events; the API server serves the same objects as
+/// core/v1 Events, whose field selectors name `involvedObject`.
+fn flow_event(e: Event) -> (k8s_openapi::jiff::Timestamp, DataFlowEvent) {
+    let at = e
+        .series
+        .as_ref()
+        .and_then(|s| s.last_observed_time.as_ref().map(|t| t.0))
+        .or(e.last_timestamp.map(|t| t.0))
+        .or(e.event_time.map(|t| t.0))
+        .or(e.metadata.creation_timestamp.map(|t| t.0))
+        .unwrap_or_default();
+    let count = e.series.as_ref().and_then(|s| s.count).or(e.count).unwrap_or(1);
+    let event = DataFlowEvent {
+        at: at.to_string(),
+        kind: if e.type_.as_deref() == Some("Warning") {
+            EventKind::Warning
+        } else {
+            EventKind::Normal
+        },
+        reason: e.reason.unwrap_or_default(),
+        message: e.message.unwrap_or_default(),
+        count: u32::try_from(count).unwrap_or(1),
+    };
+    (at, event)
+}
+
 #[async_trait]
 impl Platform for KubePlatform {
     async fn create_queue_service(
@@ -262,6 +289,22 @@ impl Platform for KubePlatform {
             .await
             .map(drop)
             .map_err(api_error)
+    }
+
+    async fn dataflow_events(&self, tenant: &DnsLabel, name: &DnsLabel) -> Result<Vec<DataFlowEvent>> {
+        let df = self.flows(tenant).get(name.as_str()).await.map_err(api_error)?;
+        let selector = format!("involvedObject.kind=DataFlow,involvedObject.name={name}");
+        let events = Api::<Event>::namespaced(self.client.clone(), &namespace_name(tenant.as_str()))
+            .list(&ListParams::default().fields(&selector))
+            .await;
+        // A dataflow deleted and made again keeps its name, not its uid.
+        let mut events: Vec<_> = listed(events)?
+            .into_iter()
+            .filter(|e| e.involved_object.uid == df.metadata.uid)
+            .map(flow_event)
+            .collect();
+        events.sort_by_key(|(at, _)| std::cmp::Reverse(*at));
+        Ok(events.into_iter().take(MAX_EVENTS).map(|(_, e)| e).collect())
     }
 
     async fn ready(&self) -> Result<()> {

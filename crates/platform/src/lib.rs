@@ -7,7 +7,7 @@ pub mod local;
 
 use async_trait::async_trait;
 
-use sless_model::dataflow::{DataFlowSpec, DataFlowView};
+use sless_model::dataflow::{DataFlowEvent, DataFlowSpec, DataFlowView};
 use sless_model::name::DnsLabel;
 use sless_model::queue_service::{QueueServiceSpec, QueueServiceView};
 
@@ -64,6 +64,9 @@ pub trait Platform: Send + Sync {
     async fn list_dataflows(&self, tenant: &DnsLabel) -> Result<Vec<DataFlowView>>;
     async fn update_dataflow(&self, tenant: &DnsLabel, name: &DnsLabel, spec: DataFlowSpec) -> Result<DataFlowView>;
     async fn delete_dataflow(&self, tenant: &DnsLabel, name: &DnsLabel) -> Result<()>;
+    /// The dataflow's recent events, newest first, at most
+    /// [`sless_model::dataflow::MAX_EVENTS`].
+    async fn dataflow_events(&self, tenant: &DnsLabel, name: &DnsLabel) -> Result<Vec<DataFlowEvent>>;
 
     /// Whether the backend can serve requests (for `/readyz`).
     async fn ready(&self) -> Result<()>;

@@ -16,7 +16,7 @@ use super::error::{ApiError, ErrorBody};
 use super::json::ApiJson;
 use super::queue_services::{check_body_name, path_name};
 use sless_dataflow::registry::Registry;
-use sless_model::dataflow::{DataFlowRequest, DataFlowSpec, DataFlowView};
+use sless_model::dataflow::{DataFlowEventList, DataFlowRequest, DataFlowSpec, DataFlowView};
 use sless_model::name::DnsLabel;
 
 #[derive(Serialize, ToSchema)]
@@ -95,6 +95,27 @@ pub async fn get(
         .get_dataflow(&tenant, &label)
         .await
         .map(Json)
+        .map_err(|e| ApiError::from_platform(e, what(&name)))
+}
+
+/// The dataflow's recent events, newest first: the phases it entered and
+/// why (at most 20; `sless serve` keeps them as long as Kubernetes keeps
+/// Events).
+#[utoipa::path(get, path = "/api/v1/dataflows/{name}/events", tag = "dataflows",
+    params(("name" = String, Path, description = "Dataflow name")),
+    responses((status = 200, body = DataFlowEventList), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn events(
+    State(state): State<AppState>,
+    Extension(Tenant(tenant)): Extension<Tenant>,
+    ApiPath(name): ApiPath,
+) -> Result<Json<DataFlowEventList>, ApiError> {
+    let label = path_name(&name, what(&name))?;
+    state
+        .platform
+        .dataflow_events(&tenant, &label)
+        .await
+        .map(|items| Json(DataFlowEventList { items }))
         .map_err(|e| ApiError::from_platform(e, what(&name)))
 }
 

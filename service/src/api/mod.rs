@@ -60,6 +60,7 @@ pub fn router(state: AppState) -> Router {
                 .patch(dataflows::patch)
                 .delete(dataflows::delete),
         )
+        .route("/dataflows/{name}/events", get(dataflows::events))
         .route_layer(middleware::from_fn_with_state(state.clone(), auth::require_tenant));
 
     Router::new()

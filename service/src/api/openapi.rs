@@ -14,7 +14,7 @@ use sless_model::{dataflow, queue_service};
         queue_services::create, queue_services::list, queue_services::get,
         queue_services::put, queue_services::patch, queue_services::delete,
         dataflows::create, dataflows::list, dataflows::get,
-        dataflows::put, dataflows::patch, dataflows::delete,
+        dataflows::put, dataflows::patch, dataflows::delete, dataflows::events,
         queues::list, queues::create, queues::delete, queues::send, queues::peek, queues::redrive,
     ),
     components(schemas(
@@ -22,6 +22,7 @@ use sless_model::{dataflow, queue_service};
         queue_service::QueueServiceRequest, queue_service::QueueServiceView, queue_services::QueueServiceList,
         dataflow::DataFlowRequest, dataflow::DataFlowView, dataflow::DataFlowCounters, dataflow::ConnectorSpec,
         dataflow::TransformationSpec, dataflow::Resources, dataflows::DataFlowList,
+        dataflow::DataFlowEvent, dataflow::DataFlowEventList, dataflow::EventKind,
         queues::QueueView, queues::QueueList, queues::QueueRequest, queues::MessageRequest,
         queues::PeekedMessage, queues::PeekList,
     )),

@@ -14,8 +14,6 @@ const main = document.getElementById("main");
 let refreshTimer = null;
 /** name → [{at, written, read, failed, filtered}], newest last. */
 const history = new Map();
-/** name → [{at, text}] phase and message changes seen while watching. */
-const events = new Map();
 /** Queue services whose keys are shown, and whose snippets are open. */
 const revealed = new Set();
 const opened = new Set();
@@ -243,6 +241,7 @@ function queueRow(service, q) {
       h("div", { class: "counter", "data-count": "visible" }, h("b", { text: String(q.visible) }), "visible"),
       h("div", { class: "counter", "data-count": "inFlight" }, h("b", { text: String(q.inFlight) }), "in flight"),
       h("div", { class: "counter", "data-count": "delayed" }, h("b", { text: String(q.delayed) }), "delayed"),
+      h("div", { class: "counter", "data-count": "oldest" }, h("b", { text: q.oldestMessageAgeSeconds == null ? "–" : duration(q.oldestMessageAgeSeconds) }), "oldest message"),
     ),
     q.deadLetterQueue ? h("p", {}, "Dead letters go to ", h("code", { text: q.deadLetterQueue })) : null,
     q.deadLetterSources.length
@@ -378,11 +377,30 @@ function record(view) {
   list.push({ at: Date.now(), read: c.read, written: c.written, failed: c.failed, filtered: c.filtered });
   while (list.length > SAMPLES) list.shift();
   history.set(view.name, list);
-  const seen = events.get(view.name) || [];
-  const text = `${view.phase}: ${view.message || ""}`;
-  if (!seen.length || seen[seen.length - 1].text !== text) seen.push({ at: new Date(), text });
-  while (seen.length > 20) seen.shift();
-  events.set(view.name, seen);
+}
+
+/** Whole seconds as "42 s", "3 min 5 s", "2 h 10 min". */
+function duration(seconds) {
+  if (seconds < 60) return seconds + " s";
+  if (seconds < 3600) return Math.floor(seconds / 60) + " min " + (seconds % 60) + " s";
+  return Math.floor(seconds / 3600) + " h " + Math.floor((seconds % 3600) / 60) + " min";
+}
+
+function eventList(items) {
+  if (!items.length) return h("p", { class: "muted", text: "No events yet." });
+  return h(
+    "ul",
+    { class: "events", id: "events" },
+    items.map((e) =>
+      h(
+        "li",
+        { class: e.kind === "Warning" ? "warning" : null, "data-reason": e.reason },
+        h("span", { class: "muted", text: new Date(e.at).toLocaleTimeString() + " " }),
+        h("b", { text: e.reason }),
+        " " + e.message + (e.count > 1 ? ` (×${e.count})` : ""),
+      ),
+    ),
+  );
 }
 
 function drawChart(canvas, samples) {
@@ -433,6 +451,7 @@ async function dataflowPage(name) {
   if (got.status !== 200) return h("section", {}, h("h1", { text: name }), h("p", { class: "error", text: got.json?.error?.message || "not found" }));
   const view = got.json;
   record(view);
+  const events = await api("GET", "/dataflows/" + encodeURIComponent(name) + "/events");
   const c = view.counters || {};
   const counter = (key, label) => h("div", { class: "counter", "data-counter": key }, h("b", { text: String(c[key] ?? 0) }), label);
   const canvas = h("canvas", { id: "throughput", "aria-label": "throughput chart" });
@@ -448,7 +467,7 @@ async function dataflowPage(name) {
     h("h2", { text: "Throughput (read blue, written green), since this page opened" }),
     canvas,
     h("h2", { text: "Recent events" }),
-    h("ul", { class: "events" }, [...(events.get(name) || [])].reverse().map((e) => h("li", {}, h("span", { class: "muted", text: e.at.toLocaleTimeString() + " " }), e.text))),
+    eventList(events.status === 200 ? events.json.items : []),
     h("p", { class: "row" }, h("a", { href: "#/dataflows/" + encodeURIComponent(name) + "/edit", text: "Edit" }), h("button", {
       class: "danger",
       type: "button",
@@ -592,7 +611,6 @@ async function refresh() {
 document.getElementById("sign-out").addEventListener("click", () => {
   sessionStorage.removeItem(TOKEN);
   history.clear();
-  events.clear();
   revealed.clear();
   opened.clear();
   signIn();

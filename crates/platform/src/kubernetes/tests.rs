@@ -149,3 +149,108 @@ async fn dataflows_round_trip_and_keep_kubectl_only_fields_on_update() {
         Err(PlatformError::NotFound)
     ));
 }
+
+/// The fake keeps one store per API group, so the test writes the core/v1
+/// Events that the real API server serves for the operator's events.k8s.io
+/// ones (one store, two views).
+#[tokio::test]
+async fn a_dataflows_events_are_its_own_newest_first() {
+    use k8s_openapi::api::core::v1::{EventSeries, ObjectReference};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+
+    let (p, client) = platform().await;
+    let (acme, name) = (label("acme"), label("copy"));
+    p.create_dataflow(&acme, &name, flow("b")).await.unwrap();
+    let uid = Api::<DataFlow>::namespaced(client.clone(), "sless-fn-acme")
+        .get("copy")
+        .await
+        .unwrap()
+        .metadata
+        .uid;
+    assert!(uid.is_some(), "the fake gives objects a uid");
+    let at = |s: &str| MicroTime(s.parse().unwrap());
+    let event = |ns: &str, object: &str, uid: Option<String>, reason: &str, time: &str, series: Option<i32>| Event {
+        metadata: ObjectMeta {
+            name: Some(format!("{object}.{reason}.{time}").to_lowercase().replace(':', "-")),
+            namespace: Some(ns.into()),
+            ..Default::default()
+        },
+        involved_object: ObjectReference {
+            kind: Some("DataFlow".into()),
+            name: Some(object.into()),
+            namespace: Some(ns.into()),
+            uid,
+            ..Default::default()
+        },
+        reason: Some(reason.into()),
+        message: Some(format!("{reason} message")),
+        type_: Some(if reason == "Unavailable" { "Warning" } else { "Normal" }.into()),
+        event_time: Some(at(time)),
+        series: series.map(|count| EventSeries {
+            count: Some(count),
+            last_observed_time: Some(at("2026-12-03T10:05:00Z")),
+        }),
+        ..Default::default()
+    };
+    let seeded = [
+        event(
+            "sless-fn-acme",
+            "copy",
+            uid.clone(),
+            "Starting",
+            "2026-12-03T10:00:00Z",
+            None,
+        ),
+        event(
+            "sless-fn-acme",
+            "copy",
+            uid.clone(),
+            "Unavailable",
+            "2026-12-03T10:01:00Z",
+            Some(3),
+        ),
+        event(
+            "sless-fn-acme",
+            "copy",
+            uid.clone(),
+            "Running",
+            "2026-12-03T10:02:00Z",
+            None,
+        ),
+        // The same name before it was deleted and made again.
+        event(
+            "sless-fn-acme",
+            "copy",
+            Some("an-older-uid".into()),
+            "Invalid",
+            "2026-12-03T09:00:00Z",
+            None,
+        ),
+        event("sless-fn-acme", "other", None, "Running", "2026-12-03T10:03:00Z", None),
+    ];
+    for e in &seeded {
+        Api::<Event>::namespaced(client.clone(), e.metadata.namespace.as_deref().unwrap())
+            .create(&PostParams::default(), e)
+            .await
+            .unwrap();
+    }
+    let events = p.dataflow_events(&acme, &name).await.unwrap();
+    let seen: Vec<_> = events
+        .iter()
+        .map(|e| (e.reason.as_str(), e.kind, e.count, e.at.as_str()))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("Unavailable", EventKind::Warning, 3, "2026-12-03T10:05:00Z"),
+            ("Running", EventKind::Normal, 1, "2026-12-03T10:02:00Z"),
+            ("Starting", EventKind::Normal, 1, "2026-12-03T10:00:00Z"),
+        ]
+    );
+    assert_eq!(events[0].message, "Unavailable message");
+    // Another tenant cannot read them, not even by the same name.
+    assert!(matches!(
+        p.dataflow_events(&label("beta"), &name).await,
+        Err(PlatformError::NotFound)
+    ));
+}

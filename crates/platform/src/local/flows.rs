@@ -1,31 +1,74 @@
 //! The dataflows of `sless dev`: one pipeline task each, restarted when its
 //! spec changes, its state reported as the dataflow's status.
 
-use std::sync::Arc;
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use sless_dataflow::checkpoint::CheckpointStore;
 use sless_dataflow::context::{PipelineContext, QueueAccess, QueueServices};
 use sless_model::dataflow::ConnectorSpec;
 use sless_model::dataflow::DataFlowPhase;
-use sless_model::dataflow::{DataFlowStatus, DataFlowView};
+use sless_model::dataflow::{DataFlowEvent, DataFlowStatus, DataFlowView, EventKind, MAX_EVENTS};
 use sless_model::queue_service::QueueServicePhase;
 
 use super::checkpoint::EmbeddedCheckpoint;
 use super::db::StoreError;
-use super::{DATAFLOW, DataFlowRecord, LocalPlatform, dataflow_view};
+use super::{DATAFLOW, DataFlowRecord, LocalPlatform, dataflow_view, now_rfc3339};
 
 /// A dataflow's processor task, and what it last reported.
 pub(super) struct RunningFlow {
     generation: i64,
     stop: tokio::sync::watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
-    status: Arc<std::sync::Mutex<DataFlowStatus>>,
+    status: Arc<Mutex<DataFlowStatus>>,
+    /// Kept across restarts for a new spec, dropped with the dataflow.
+    pub(super) events: Arc<Mutex<EventLog>>,
     pub(super) stats: Arc<sless_dataflow::pipeline::Stats>,
     /// The source and context, to release the source's server-side state
     /// (a replication slot) when the dataflow is deleted.
     source: ConnectorSpec,
     ctx: PipelineContext,
+}
+
+/// A dataflow's recent events, oldest first.
+#[derive(Default)]
+pub(super) struct EventLog(VecDeque<DataFlowEvent>);
+
+impl EventLog {
+    /// Records what the processor reported. A report in the phase of the
+    /// last event counts that one up and takes its message (a retry loop,
+    /// a refusal counting up), instead of pushing out older events.
+    fn record(&mut self, phase: DataFlowPhase, message: &str) {
+        let reason = format!("{phase:?}");
+        let at = now_rfc3339();
+        if let Some(last) = self.0.back_mut()
+            && last.reason == reason
+        {
+            last.count = last.count.saturating_add(1);
+            last.message = message.to_owned();
+            last.at = at;
+            return;
+        }
+        if self.0.len() == MAX_EVENTS {
+            self.0.pop_front();
+        }
+        self.0.push_back(DataFlowEvent {
+            at,
+            kind: if phase == DataFlowPhase::Error {
+                EventKind::Warning
+            } else {
+                EventKind::Normal
+            },
+            reason,
+            message: message.to_owned(),
+            count: 1,
+        });
+    }
+
+    pub(super) fn newest_first(&self) -> Vec<DataFlowEvent> {
+        self.0.iter().rev().cloned().collect()
+    }
 }
 
 /// How long a stopping processor may take to write and commit the batch in
@@ -137,10 +180,11 @@ impl LocalPlatform {
             None => {
                 // The old processor commits its last batch before the new
                 // one reads the position.
+                let events = replaced.as_ref().map(|old| old.events.clone()).unwrap_or_default();
                 if let Some(old) = replaced {
                     old.finished().await;
                 }
-                let flow = self.start_flow(&f);
+                let flow = self.start_flow(&f, events);
                 let status = flow.status.clone();
                 self.flows.lock().unwrap_or_else(|p| p.into_inner()).insert(key, flow);
                 status
@@ -156,11 +200,16 @@ impl LocalPlatform {
         Ok(())
     }
 
-    fn start_flow(&self, f: &DataFlowRecord) -> RunningFlow {
+    fn start_flow(&self, f: &DataFlowRecord, events: Arc<Mutex<EventLog>>) -> RunningFlow {
         let (stop, stopped) = tokio::sync::watch::channel(false);
-        let status = Arc::new(std::sync::Mutex::new(DataFlowStatus {
+        let starting = "connecting the source and sinks";
+        events
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .record(DataFlowPhase::Pending, starting);
+        let status = Arc::new(Mutex::new(DataFlowStatus {
             phase: DataFlowPhase::Pending,
-            message: Some("connecting the source and sinks".into()),
+            message: Some(starting.into()),
         }));
         let id = flow_id(&f.tenant, &f.name);
         let ctx = PipelineContext {
@@ -176,13 +225,14 @@ impl LocalPlatform {
             id,
         };
         let stats = Arc::new(sless_dataflow::pipeline::Stats::default());
-        let (spec, report, wake) = (f.spec.clone(), status.clone(), self.wake.clone());
+        let (spec, report, log, wake) = (f.spec.clone(), status.clone(), events.clone(), self.wake.clone());
         let task = tokio::spawn(sless_dataflow::supervisor::supervise(
             spec,
             ctx.clone(),
             stats.clone(),
             stopped,
             move |phase, message| {
+                log.lock().unwrap_or_else(|p| p.into_inner()).record(phase, &message);
                 *report.lock().unwrap_or_else(|p| p.into_inner()) = DataFlowStatus {
                     phase,
                     message: Some(message),
@@ -195,6 +245,7 @@ impl LocalPlatform {
             stop,
             task,
             status,
+            events,
             stats,
             source: f.spec.source.clone(),
             ctx,
@@ -210,5 +261,40 @@ impl LocalPlatform {
             .get(&(r.tenant.clone(), r.name.clone()))
             .map(|f| f.stats.snapshot());
         dataflow_view(r, counters)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_event_log_counts_repeats_and_keeps_the_newest_twenty() {
+        let mut log = EventLog::default();
+        log.record(DataFlowPhase::Pending, "connecting");
+        for attempt in 1..=3 {
+            log.record(DataFlowPhase::Error, &format!("refused; attempt {attempt}"));
+        }
+        log.record(DataFlowPhase::Running, "running");
+        let seen: Vec<_> = log
+            .newest_first()
+            .into_iter()
+            .map(|e| (e.reason, e.kind, e.message, e.count))
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                ("Running".into(), EventKind::Normal, "running".into(), 1),
+                ("Error".into(), EventKind::Warning, "refused; attempt 3".into(), 3),
+                ("Pending".into(), EventKind::Normal, "connecting".into(), 1),
+            ]
+        );
+        for _ in 0..30 {
+            log.record(DataFlowPhase::Error, "down");
+            log.record(DataFlowPhase::Running, "running");
+        }
+        let kept = log.newest_first();
+        assert_eq!(kept.len(), MAX_EVENTS);
+        assert_eq!(kept[0].reason, "Running");
     }
 }

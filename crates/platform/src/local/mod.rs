@@ -27,7 +27,7 @@ use self::engines::RunningEngine;
 use self::flows::{RunningFlow, flow_id};
 use sless_dataflow::egress::EgressPolicy;
 use sless_model::dataflow::DataFlowPhase;
-use sless_model::dataflow::{DataFlowSpec, DataFlowStatus, DataFlowView};
+use sless_model::dataflow::{DataFlowEvent, DataFlowSpec, DataFlowStatus, DataFlowView};
 use sless_model::name::DnsLabel;
 use sless_model::queue_service::QueueServicePhase;
 use sless_model::queue_service::{Credentials, QueueServiceSpec, QueueServiceStatus, QueueServiceView};
@@ -371,6 +371,19 @@ impl Platform for LocalPlatform {
             .await?;
         self.wake.notify_one();
         Ok(())
+    }
+
+    async fn dataflow_events(&self, tenant: &DnsLabel, name: &DnsLabel) -> Result<Vec<DataFlowEvent>> {
+        self.dataflow(tenant, name).await?;
+        let events = self
+            .flows
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&(tenant.to_string(), name.to_string()))
+            .map(|f| f.events.clone());
+        Ok(events
+            .map(|e| e.lock().unwrap_or_else(|p| p.into_inner()).newest_first())
+            .unwrap_or_default())
     }
 
     async fn ready(&self) -> Result<()> {

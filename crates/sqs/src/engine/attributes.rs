@@ -44,6 +44,12 @@ pub const COMPUTED: &[&str] = &[
     "QueueArn",
 ];
 
+/// sless's own read-only attributes, reported only when asked for by name,
+/// so that `All` stays what SQS returns. `ApproximateAgeOfOldestMessage`
+/// (seconds, as the CloudWatch metric of that name) is what SQS shows only
+/// in CloudWatch.
+pub const EXTENSIONS: &[&str] = &["ApproximateAgeOfOldestMessage"];
+
 /// Validated settable attributes of a queue.
 #[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub struct QueueAttributes(pub BTreeMap<String, String>);
@@ -88,6 +94,7 @@ pub fn is_known(name: &str) -> bool {
     numeric_names().any(|n| n == name)
         || ACCEPTED.contains(&name)
         || COMPUTED.contains(&name)
+        || EXTENSIONS.contains(&name)
         || FIFO_CHOICES.iter().any(|(n, _)| *n == name)
         || matches!(name, "RedrivePolicy" | "FifoQueue" | "ContentBasedDeduplication")
 }

@@ -202,6 +202,17 @@ impl Queue {
         counts
     }
 
+    /// How old the oldest message still in the queue is, in seconds (0
+    /// when it is empty). Linear, as [`Self::counts`]: both are asked for
+    /// by a person, not per message.
+    pub fn oldest_age_s(&self, now: u64) -> u64 {
+        self.messages
+            .values()
+            .map(|m| m.stored.sent_ms)
+            .min()
+            .map_or(0, |sent| now.saturating_sub(sent) / 1000)
+    }
+
     /// Checks one message against this queue's rules and decides it as
     /// sequence `seq`. A deduplication id is reserved at once
     /// ([`Self::forget_dedup`] undoes that).

@@ -241,6 +241,9 @@ impl Engine {
             all.insert("LastModifiedTimestamp".into(), q.meta.modified_s.to_string());
             all.insert("QueueArn".into(), self.queue_arn(&q.meta.name));
             all.retain(|k, _| everything || wanted.contains(k));
+            if wanted.iter().any(|w| w == "ApproximateAgeOfOldestMessage") {
+                all.insert("ApproximateAgeOfOldestMessage".into(), q.oldest_age_s(now).to_string());
+            }
             Ok(responses::Attributes { attributes: all })
         })
     }

@@ -321,3 +321,20 @@ fn a_fifo_receive_retried_with_its_attempt_id_gets_the_same_messages_until_one_c
     q.record_attempt("try-2", &taken, 3 * SECOND);
     assert!(q.replay_attempt("try-2", 3 * SECOND + 5 * 60 * SECOND).is_none());
 }
+
+#[test]
+fn the_oldest_message_age_counts_in_flight_and_delayed_messages_until_deleted() {
+    let mut q = queue(false, &[]);
+    assert_eq!(q.oldest_age_s(90 * SECOND), 0, "an empty queue");
+    send(&mut q, 1, json!({"MessageBody": "a"}), SECOND).unwrap();
+    send(&mut q, 2, json!({"MessageBody": "b", "DelaySeconds": 60}), 5 * SECOND).unwrap();
+    receive(&mut q, 10, 30, 6 * SECOND);
+    assert_eq!(q.counts(6 * SECOND).in_flight, 1);
+    assert_eq!(
+        q.oldest_age_s(11 * SECOND + 999),
+        10,
+        "whole seconds of the in-flight one"
+    );
+    q.messages.remove(&1);
+    assert_eq!(q.oldest_age_s(11 * SECOND), 6, "then the delayed one");
+}
