@@ -87,6 +87,14 @@ impl Stats {
     fn add(counter: &AtomicU64, n: usize) {
         counter.fetch_add(n as u64, Ordering::Relaxed);
     }
+
+    #[cfg(test)]
+    pub(crate) fn count_for_test(&self, read: usize, written: usize, failed: usize, filtered: usize) {
+        Self::add(&self.read, read);
+        Self::add(&self.written, written);
+        Self::add(&self.failed, failed);
+        Self::add(&self.filtered, filtered);
+    }
 }
 
 pub struct Pipeline {

@@ -4,17 +4,23 @@
 //! only its own namespace, so another tenant's object is simply not found.
 
 use async_trait::async_trait;
-use k8s_openapi::api::core::v1::{Event, Namespace, Secret};
+use std::time::{Duration, SystemTime};
+
+use k8s_openapi::api::core::v1::{Event, Namespace, Pod, Secret};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 
 use super::{Platform, PlatformError, Result};
-use sless_model::dataflow::{DataFlowEvent, DataFlowPhase, DataFlowSpec, DataFlowView, EventKind, MAX_EVENTS};
+use sless_dataflow::metrics::{MAX_EXPOSITION_BYTES, counters_of};
+use sless_model::dataflow::{
+    DataFlowCounters, DataFlowEvent, DataFlowPhase, DataFlowSpec, DataFlowView, EventKind, MAX_EVENTS,
+};
 use sless_model::name::DnsLabel;
 use sless_model::queue_service::{QueueServicePhase, QueueServiceSpec, QueueServiceView};
 use sless_operator::config::FIELD_MANAGER;
 use sless_operator::crd::dataflow::{DataFlow, DataFlowCrdSpec};
 use sless_operator::crd::queue_service::{self as qs_crd, QueueService};
+use sless_operator::dataflow::builders::{METRICS_PORT, processor_labels};
 use sless_operator::queue_service::builders::{namespace_name, secret_name};
 
 pub struct KubePlatform {
@@ -22,6 +28,9 @@ pub struct KubePlatform {
     /// Create a tenant's namespace on its first object (else the platform
     /// provisions it).
     create_namespaces: bool,
+    /// Reads processors' counters from their pods' `/metrics`.
+    http: reqwest::Client,
+    processor_metrics_port: u16,
 }
 
 fn api_error(e: kube::Error) -> PlatformError {
@@ -53,7 +62,65 @@ impl KubePlatform {
         Self {
             client,
             create_namespaces,
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(1))
+                .redirect(reqwest::redirect::Policy::none())
+                .build()
+                .unwrap_or_default(),
+            processor_metrics_port: u16::try_from(METRICS_PORT).unwrap_or(9090),
         }
+    }
+
+    /// Where processors serve `/metrics` (a test serves it elsewhere).
+    pub fn with_processor_metrics_port(mut self, port: u16) -> Self {
+        self.processor_metrics_port = port;
+        self
+    }
+
+    /// The live counters of a dataflow's processor, read from its ready
+    /// pod's `/metrics` (the processor runs in its own pod, so nothing
+    /// else holds them); `None` while no pod is ready or it does not answer.
+    async fn counters(&self, tenant: &DnsLabel, name: &str) -> Option<DataFlowCounters> {
+        let selector = processor_labels(name)
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let pods = Api::<Pod>::namespaced(self.client.clone(), &namespace_name(tenant.as_str()))
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .inspect_err(|error| tracing::debug!(%error, "cannot list a processor's pods"))
+            .ok()?;
+        let ip = pods.items.iter().find_map(|pod| {
+            let status = pod.status.as_ref()?;
+            let ready = status
+                .conditions
+                .iter()
+                .flatten()
+                .any(|c| c.type_ == "Ready" && c.status == "True");
+            ready.then(|| status.pod_ip.clone()).flatten()
+        })?;
+        let ip: std::net::IpAddr = ip.parse().ok()?;
+        let url = format!(
+            "http://{}/metrics",
+            std::net::SocketAddr::new(ip, self.processor_metrics_port)
+        );
+        let mut response = self
+            .http
+            .get(url)
+            .send()
+            .await
+            .map_err(|error| tracing::debug!(error = %error.without_url(), "a processor's metrics do not answer"))
+            .ok()?;
+        let mut text = Vec::new();
+        while let Some(chunk) = response.chunk().await.ok()? {
+            if text.len() + chunk.len() > MAX_EXPOSITION_BYTES {
+                tracing::warn!(dataflow = %name, "a processor's metrics exceed the bound; ignored");
+                return None;
+            }
+            text.extend_from_slice(&chunk);
+        }
+        counters_of(std::str::from_utf8(&text).ok()?, name, SystemTime::now())
     }
 
     fn queues(&self, tenant: &DnsLabel) -> Api<QueueService> {
@@ -152,7 +219,7 @@ fn flow_view(tenant: &DnsLabel, df: DataFlow) -> DataFlowView {
             .as_ref()
             .map(|t| t.0.to_string())
             .unwrap_or_default(),
-        // The processor's counters are on its own /metrics.
+        // Filled in by `get_dataflow` from the processor's pod.
         counters: None,
     }
 }
@@ -256,9 +323,15 @@ impl Platform for KubePlatform {
         Ok(flow_view(tenant, created))
     }
 
+    /// With the processor's counters; a list leaves them out (a request to
+    /// every processor for one list).
     async fn get_dataflow(&self, tenant: &DnsLabel, name: &DnsLabel) -> Result<DataFlowView> {
         let df = self.flows(tenant).get(name.as_str()).await.map_err(api_error)?;
-        Ok(flow_view(tenant, df))
+        let counters = self.counters(tenant, name.as_str()).await;
+        Ok(DataFlowView {
+            counters,
+            ..flow_view(tenant, df)
+        })
     }
 
     async fn list_dataflows(&self, tenant: &DnsLabel) -> Result<Vec<DataFlowView>> {

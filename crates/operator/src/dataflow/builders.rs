@@ -29,7 +29,8 @@ use sless_dataflow::egress::PROCESSOR_TLS_DIR;
 use sless_model::dataflow::DataFlowSpec;
 
 const SPEC_DIR: &str = "/etc/dataflow";
-const METRICS_PORT: i32 = 9090;
+/// Where a processor serves `/metrics` (the API reads its counters there).
+pub const METRICS_PORT: i32 = 9090;
 
 pub fn spec_name(dataflow: &str) -> String {
     format!("dataflow-{dataflow}-spec")
@@ -41,12 +42,17 @@ pub fn processor_account(dataflow: &str) -> String {
     format!("dataflow-{dataflow}-processor")
 }
 
-fn labels(df: &DataFlow) -> BTreeMap<String, String> {
+/// The labels of a dataflow's children and its processor's pods.
+pub fn processor_labels(dataflow: &str) -> BTreeMap<String, String> {
     BTreeMap::from([
         ("app.kubernetes.io/name".to_owned(), "dataflow-processor".to_owned()),
-        ("app.kubernetes.io/instance".to_owned(), df.name_any()),
+        ("app.kubernetes.io/instance".to_owned(), dataflow.to_owned()),
         ("app.kubernetes.io/managed-by".to_owned(), "sless-operator".to_owned()),
     ])
+}
+
+fn labels(df: &DataFlow) -> BTreeMap<String, String> {
+    processor_labels(&df.name_any())
 }
 
 /// A child in the DataFlow's namespace, owned (and so garbage-collected) by it.

@@ -254,3 +254,96 @@ async fn a_dataflows_events_are_its_own_newest_first() {
         Err(PlatformError::NotFound)
     ));
 }
+
+/// Serves `body` as the answer to every HTTP request on 127.0.0.1 (a
+/// processor's `/metrics`); returns the port.
+async fn metrics_server(body: String) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let mut request = [0u8; 1024];
+            let _ = socket.read(&mut request).await;
+            let head = format!(
+                "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                body.len()
+            );
+            let _ = socket.write_all(head.as_bytes()).await;
+            let _ = socket.write_all(body.as_bytes()).await;
+        }
+    });
+    port
+}
+
+/// The fake has no kubelet: the test writes the processor pod a ready
+/// status with the loopback address, where its `/metrics` is served.
+async fn processor_pod(client: &Client, dataflow: &str, ready: bool) {
+    use k8s_openapi::api::core::v1::{PodCondition, PodStatus};
+    let pod = Pod {
+        metadata: ObjectMeta {
+            name: Some(format!("dataflow-{dataflow}-abc")),
+            namespace: Some("sless-fn-acme".into()),
+            labels: Some(processor_labels(dataflow)),
+            ..Default::default()
+        },
+        status: Some(PodStatus {
+            pod_ip: Some("127.0.0.1".into()),
+            conditions: Some(vec![PodCondition {
+                type_: "Ready".into(),
+                status: if ready { "True" } else { "False" }.into(),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    Api::<Pod>::namespaced(client.clone(), "sless-fn-acme")
+        .create(&PostParams::default(), &pod)
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_dataflows_counters_are_read_from_its_ready_processor() {
+    let exposition = "# TYPE sless_dataflow_messages_read counter\n\
+        sless_dataflow_messages_read_total{namespace=\"sless-fn-acme\",dataflow=\"copy\"} 50\n\
+        sless_dataflow_messages_written_total{namespace=\"sless-fn-acme\",dataflow=\"copy\"} 45\n\
+        sless_dataflow_messages_failed_total{namespace=\"sless-fn-acme\",dataflow=\"copy\"} 0\n\
+        sless_dataflow_messages_filtered_total{namespace=\"sless-fn-acme\",dataflow=\"copy\"} 5\n\
+        # EOF\n";
+    let port = metrics_server(exposition.into()).await;
+    let (p, client) = platform().await;
+    let p = p.with_processor_metrics_port(port);
+    let (acme, copy, idle) = (label("acme"), label("copy"), label("idle"));
+    p.create_dataflow(&acme, &copy, flow("b")).await.unwrap();
+    p.create_dataflow(&acme, &idle, flow("c")).await.unwrap();
+    assert_eq!(p.get_dataflow(&acme, &copy).await.unwrap().counters, None, "no pod yet");
+    processor_pod(&client, "copy", true).await;
+    processor_pod(&client, "idle", false).await;
+    let counters = p.get_dataflow(&acme, &copy).await.unwrap().counters.unwrap();
+    assert_eq!(
+        (counters.read, counters.written, counters.failed, counters.filtered),
+        (50, 45, 0, 5)
+    );
+    assert_eq!(
+        p.get_dataflow(&acme, &idle).await.unwrap().counters,
+        None,
+        "a pod not ready is not asked"
+    );
+    assert!(
+        p.list_dataflows(&acme)
+            .await
+            .unwrap()
+            .iter()
+            .all(|d| d.counters.is_none())
+    );
+
+    // A processor answering more than the bound is not read whole.
+    let huge = metrics_server(format!("{exposition}{}", "# x\n".repeat(MAX_EXPOSITION_BYTES / 4))).await;
+    let (p, client) = platform().await;
+    let p = p.with_processor_metrics_port(huge);
+    p.create_dataflow(&acme, &copy, flow("b")).await.unwrap();
+    processor_pod(&client, "copy", true).await;
+    assert_eq!(p.get_dataflow(&acme, &copy).await.unwrap().counters, None);
+}
