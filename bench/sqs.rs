@@ -9,27 +9,22 @@
 //!
 //! Run: `cargo bench -p sless --bench sqs` (needs python3 with moto[server]).
 
-use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
+#[path = "support.rs"]
+mod support;
+
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use serde_json::{Value, json};
-use sless_controlplane::proto::{AccessKey, RoutingSnapshot, TenantRoute};
-use sless_controlplane::publisher::Debounce;
-use sless_controlplane::server::ControlPlane;
-use sless_controlplane::store::memory::MemoryStore;
 use sless_sqs::engine::server::EngineServer;
 use sless_sqs::engine::{Engine, EngineConfig};
 use sless_sqs::gateway::worker::WorkerConfig;
 use sless_sqs::gateway::{Gateway, sigv4};
+use support::{ACCESS, ENGINE_TOKEN, Process, REGION, SECRET, free_port, rss_kib, wait_up};
 
 const WORKERS: usize = 16;
 const CYCLES_PER_WORKER: usize = 150;
-const ACCESS: &str = "SQSAKbench_AAAAAAAA";
-const SECRET: &str = "YmVuY2gtc2VjcmV0LWtleS0wMTIzNDU2Nzg5";
-const REGION: &str = "us-east-1";
-const ENGINE_TOKEN: &str = "bench-engine-token";
 
 /// A JSON-protocol request signed as an SDK signs it.
 fn signed(client: &reqwest::Client, url: &str, action: &str, body: &Value) -> reqwest::RequestBuilder {
@@ -124,29 +119,6 @@ async fn p50_latency(endpoint: &str) -> anyhow::Result<Duration> {
     Ok(samples[samples.len() / 2])
 }
 
-struct Process(Child);
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
-
-async fn wait_up(url: &str) -> anyhow::Result<()> {
-    for _ in 0..200 {
-        if reqwest::get(url).await.is_ok() {
-            return Ok(());
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    bail!("{url} did not come up")
-}
-
 async fn engine_vs_moto() -> anyhow::Result<()> {
     let (ours, moto) = (free_port()?, free_port()?);
     let _engine = Process(
@@ -187,28 +159,12 @@ async fn gateway_vs_direct() -> anyhow::Result<()> {
     )?;
     // As in sless dev: the engine takes only its gateway's token.
     let engine_server = EngineServer::start(engine, "127.0.0.1:0".parse()?, Some(ENGINE_TOKEN.into())).await?;
-    let mut config = sless_controlplane::config::ControlPlaneArgs {
-        listen: "127.0.0.1:0".parse()?,
-        heartbeat_interval: Duration::from_secs(10),
-        session_ttl: Duration::from_secs(35),
-        max_stale_age: Duration::from_secs(30),
-        max_message_bytes: 4 << 20,
-        max_runtime_counters: 100_000,
-        tls: sless_controlplane::config::TlsMode::Disabled,
-        server_cert: None,
-        server_key: None,
-        client_ca: None,
-        spiffe_trust_domain: None,
-        spiffe_environment: None,
-    }
-    .validate()?;
-    config.service.stream_poll_interval = Duration::from_millis(100);
-    let control_plane = ControlPlane::start(config, Arc::new(MemoryStore::new()), Debounce::default()).await?;
+    let control_plane = support::control_plane_routing(engine_server.addr).await?;
     let gateway = Gateway::bind(
         "127.0.0.1:0".parse()?,
         None,
         WorkerConfig {
-            control_planes: vec![format!("http://{}", control_plane.local_addr)],
+            control_planes: vec![format!("http://{control_plane}")],
             worker_id: "bench-gateway".into(),
             instance_id: "bench".into(),
             tls: None,
@@ -218,28 +174,8 @@ async fn gateway_vs_direct() -> anyhow::Result<()> {
     // moto knows only AWS's regions, and both share the signing helper.
     .with_region(REGION);
     let gateway_url = gateway.public_url().to_owned();
-    control_plane.publisher.publish(RoutingSnapshot {
-        routes: vec![TenantRoute {
-            tenant: "bench".into(),
-            backend_address: engine_server.addr.to_string(),
-            backend_token: ENGINE_TOKEN.into(),
-            keys: vec![AccessKey {
-                access_key_id: ACCESS.into(),
-                secret_access_key: SECRET.into(),
-            }],
-        }],
-    });
-    tokio::spawn(control_plane.serve(std::future::pending()));
     tokio::spawn(gateway.run(std::future::pending()));
-    for _ in 0..100 {
-        if reqwest::get(format!("{gateway_url}/healthz"))
-            .await
-            .is_ok_and(|r| r.status().is_success())
-        {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_up(&format!("{gateway_url}/healthz")).await?;
     let direct = format!("http://{}", engine_server.addr);
     let through = format!("{gateway_url}/sqs/bench");
     let direct_rate = cycle_rate(&direct).await?;
@@ -254,12 +190,6 @@ async fn gateway_vs_direct() -> anyhow::Result<()> {
         (gateway_p50.as_secs_f64() - direct_p50.as_secs_f64()) * 1e6
     );
     Ok(())
-}
-
-fn rss_kib(pid: u32) -> anyhow::Result<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    let line = status.lines().find(|l| l.starts_with("VmRSS:")).context("no VmRSS")?;
-    Ok(line.split_whitespace().nth(1).context("VmRSS value")?.parse()?)
 }
 
 async fn idle_rss_per_tenant() -> anyhow::Result<()> {

@@ -1,0 +1,86 @@
+//! What the benchmarks share: child processes stopped on drop, free ports,
+//! readiness waits, RSS, and a control plane that routes one tenant.
+
+#![allow(dead_code)] // each benchmark uses part of it
+
+use std::process::Child;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use sless_controlplane::proto::{AccessKey, RoutingSnapshot, TenantRoute};
+use sless_controlplane::publisher::Debounce;
+use sless_controlplane::server::ControlPlane;
+use sless_controlplane::store::memory::MemoryStore;
+
+pub const ACCESS: &str = "SQSAKbench_AAAAAAAA";
+pub const SECRET: &str = "YmVuY2gtc2VjcmV0LWtleS0wMTIzNDU2Nzg5";
+pub const REGION: &str = "us-east-1";
+pub const ENGINE_TOKEN: &str = "bench-engine-token";
+
+/// A child process, killed and reaped when dropped.
+pub struct Process(pub Child);
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+pub fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// Waits until `url` answers 2xx.
+pub async fn wait_up(url: &str) -> anyhow::Result<()> {
+    for _ in 0..200 {
+        if reqwest::get(url).await.is_ok_and(|r| r.status().is_success()) {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    bail!("{url} did not come up")
+}
+
+pub fn rss_kib(pid: u32) -> anyhow::Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).context("no VmRSS")?;
+    Ok(line.split_whitespace().nth(1).context("VmRSS value")?.parse()?)
+}
+
+/// A plaintext loopback control plane (memory store) serving in this
+/// process, routing tenant `bench` with [`ACCESS`] to `engine`.
+pub async fn control_plane_routing(engine: std::net::SocketAddr) -> anyhow::Result<std::net::SocketAddr> {
+    let mut config = sless_controlplane::config::ControlPlaneArgs {
+        listen: "127.0.0.1:0".parse()?,
+        heartbeat_interval: Duration::from_secs(10),
+        session_ttl: Duration::from_secs(35),
+        max_stale_age: Duration::from_secs(30),
+        max_message_bytes: 4 << 20,
+        max_runtime_counters: 100_000,
+        tls: sless_controlplane::config::TlsMode::Disabled,
+        server_cert: None,
+        server_key: None,
+        client_ca: None,
+        spiffe_trust_domain: None,
+        spiffe_environment: None,
+    }
+    .validate()?;
+    config.service.stream_poll_interval = Duration::from_millis(100);
+    let control_plane = ControlPlane::start(config, Arc::new(MemoryStore::new()), Debounce::default()).await?;
+    let addr = control_plane.local_addr;
+    control_plane.publisher.publish(RoutingSnapshot {
+        routes: vec![TenantRoute {
+            tenant: "bench".into(),
+            backend_address: engine.to_string(),
+            backend_token: ENGINE_TOKEN.into(),
+            keys: vec![AccessKey {
+                access_key_id: ACCESS.into(),
+                secret_access_key: SECRET.into(),
+            }],
+        }],
+    });
+    tokio::spawn(control_plane.serve(std::future::pending()));
+    Ok(addr)
+}
