@@ -29,15 +29,22 @@ use support::{ACCESS, ENGINE_TOKEN, Process, REGION, SECRET, free_port, wait_up}
 
 const CONNECTIONS: u32 = 32;
 
-/// What one wrk run measured.
+/// What one wrk run measured, with the CPU the processes under test used
+/// per request (µs): where a CPU-bound run's time goes.
 struct Wrk {
     rps: f64,
     p50: Duration,
+    cpu_us: Vec<f64>,
 }
 
 impl Wrk {
     fn p50_ms(&self) -> f64 {
         self.p50.as_secs_f64() * 1e3
+    }
+
+    fn cpu(&self) -> String {
+        let each: Vec<String> = self.cpu_us.iter().map(|us| format!("{us:.0}")).collect();
+        format!("{} µs CPU/request", each.join(" + "))
     }
 }
 
@@ -64,7 +71,13 @@ fn wrk_duration(text: &str) -> Option<Duration> {
 }
 
 /// Replays `headers` + `body` as POSTs to `url` for the run's seconds.
-async fn wrk(url: &str, headers: &[(String, String)], body: &str, connections: u32) -> anyhow::Result<Wrk> {
+async fn wrk(
+    url: &str,
+    headers: &[(String, String)],
+    body: &str,
+    connections: u32,
+    measured: &[&Process],
+) -> anyhow::Result<Wrk> {
     let dir = temp("wrk");
     std::fs::create_dir_all(&dir)?;
     let script = dir.join(format!("{}.lua", free_port()?));
@@ -74,6 +87,7 @@ async fn wrk(url: &str, headers: &[(String, String)], body: &str, connections: u
     }
     std::fs::write(&script, lua)?;
     let threads = connections.min(2).to_string();
+    let cpu_before: Vec<Duration> = measured.iter().map(|p| support::cpu_time(p.0.id())).collect();
     let output = tokio::process::Command::new("wrk")
         .args(["--latency", "-t", &threads, "-c", &connections.to_string()])
         .args(["-d", &format!("{}s", seconds()), "-s"])
@@ -96,7 +110,13 @@ async fn wrk(url: &str, headers: &[(String, String)], body: &str, connections: u
         .find_map(|l| l.trim().strip_prefix("50%"))
         .and_then(|v| wrk_duration(v.trim()))
         .with_context(|| format!("no 50% latency from wrk: {text}"))?;
-    Ok(Wrk { rps, p50 })
+    let requests = rps * seconds() as f64;
+    let cpu_us = measured
+        .iter()
+        .zip(cpu_before)
+        .map(|(p, before)| (support::cpu_time(p.0.id()) - before).as_secs_f64() * 1e6 / requests)
+        .collect();
+    Ok(Wrk { rps, p50, cpu_us })
 }
 
 /// A `sless queue` engine process taking only [`ENGINE_TOKEN`].
@@ -181,9 +201,18 @@ async fn create_queue(engine: SocketAddr, name: &str) -> anyhow::Result<String> 
 /// A SendMessage to `queue`, as wrk replays it to `url`: signed for that
 /// host and path, with the engine's token when `url` is the engine itself.
 fn send_message(url: &str, queue: &str, direct: bool) -> anyhow::Result<(Vec<(String, String)>, String)> {
+    signed_send(url, queue, direct, (ACCESS, SECRET, REGION))
+}
+
+fn signed_send(
+    url: &str,
+    queue: &str,
+    direct: bool,
+    (access, secret, region): (&str, &str, &str),
+) -> anyhow::Result<(Vec<(String, String)>, String)> {
     let body = json!({"QueueUrl": queue, "MessageBody": "a benchmark message of a typical size, 64 bytes"}).to_string();
-    let signed = sigv4::signed_json_headers(url, "SendMessage", body.as_bytes(), ACCESS, SECRET, REGION)
-        .context("signing")?;
+    let signed =
+        sigv4::signed_json_headers(url, "SendMessage", body.as_bytes(), access, secret, region).context("signing")?;
     let mut headers: Vec<(String, String)> = signed
         .iter()
         .map(|(k, v)| Ok((k.to_string(), v.to_str()?.to_owned())))
@@ -212,35 +241,103 @@ fn fdatasync_p50(dir: &Path) -> anyhow::Result<Duration> {
     Ok(samples[samples.len() / 2])
 }
 
+/// `sless dev` with one tenant's in-memory queue service, Ready: the
+/// process, its SQS endpoint, the tenant's keys and a queue's URL.
+async fn dev() -> anyhow::Result<(Process, String, String, String, String)> {
+    const TOKEN: &str = "bench-dev-token-abcdefgh";
+    let (api, gateway) = (free_port()?, free_port()?);
+    let process = Process(
+        Command::new(env!("CARGO_BIN_EXE_sless"))
+            .args(["dev", "--listen", &format!("127.0.0.1:{api}")])
+            .args(["--control-plane-listen", "127.0.0.1:0"])
+            .args(["--gateway-listen", &format!("127.0.0.1:{gateway}")])
+            .arg("--data-dir")
+            .arg(temp("dev"))
+            .args(["--tenant", &format!("bench={TOKEN}")])
+            .env("SLESS_LOG", "warn")
+            .stdout(Stdio::null())
+            .spawn()?,
+    );
+    let api = format!("http://127.0.0.1:{api}/api/v1");
+    wait_up(&format!("{api}/../../healthz")).await?;
+    let client = reqwest::Client::new();
+    client
+        .post(format!("{api}/queue-services"))
+        .bearer_auth(TOKEN)
+        .json(&json!({"name": "main", "persistence": false}))
+        .send()
+        .await?
+        .error_for_status()?;
+    let view = loop {
+        let view: Value = client
+            .get(format!("{api}/queue-services/main"))
+            .bearer_auth(TOKEN)
+            .send()
+            .await?
+            .json()
+            .await?;
+        if view["phase"] == "Ready" {
+            break view;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let text = |key: &str| view[key].as_str().map(str::to_owned).context("queue service view");
+    let (endpoint, access, secret) = (text("endpoint")?, text("accessKey")?, text("secretKey")?);
+    let body = json!({"QueueName": "bench"}).to_string();
+    let headers = sigv4::signed_json_headers(
+        &endpoint,
+        "CreateQueue",
+        body.as_bytes(),
+        &access,
+        &secret,
+        sless_sqs::DEFAULT_REGION,
+    )
+    .context("signing")?;
+    let created: Value = client
+        .post(&endpoint)
+        .headers(headers)
+        .body(body)
+        .send()
+        .await?
+        .json()
+        .await?;
+    let queue = created["QueueUrl"].as_str().context("no QueueUrl")?.to_owned();
+    Ok((process, endpoint, access, secret, queue))
+}
+
 fn temp(name: &str) -> PathBuf {
     std::env::temp_dir().join(format!("sless-bench-{name}-{}", std::process::id()))
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let (_memory, memory_engine) = engine(None).await?;
+    let (memory, memory_engine) = engine(None).await?;
     let queue = create_queue(memory_engine, "bench").await?;
-    let (_nginx, nginx_url) = nginx(memory_engine, &temp("nginx")).await?;
-    let (_gateway, gateway_url) = gateway(memory_engine).await?;
+    let (nginx, nginx_url) = nginx(memory_engine, &temp("nginx")).await?;
+    let (gateway_process, gateway_url) = gateway(memory_engine).await?;
 
     let direct_url = format!("http://{memory_engine}/");
     let (headers, body) = send_message(&direct_url, &queue, true)?;
-    let direct = wrk(&direct_url, &headers, &body, CONNECTIONS).await?;
+    let direct = wrk(&direct_url, &headers, &body, CONNECTIONS, &[&memory]).await?;
     let (headers, body) = send_message(&nginx_url, &queue, false)?;
-    let proxied = wrk(&nginx_url, &headers, &body, CONNECTIONS).await?;
+    let proxied = wrk(&nginx_url, &headers, &body, CONNECTIONS, &[&nginx, &memory]).await?;
     let (headers, body) = send_message(&gateway_url, &queue, false)?;
-    let through = wrk(&gateway_url, &headers, &body, CONNECTIONS).await?;
+    let through = wrk(&gateway_url, &headers, &body, CONNECTIONS, &[&gateway_process, &memory]).await?;
     println!(
-        "SendMessage, {CONNECTIONS} connections: engine {:.0}/s (p50 {:.2} ms), nginx {:.0}/s = {:.2} of it \
-         (p50 {:.2} ms), gateway {:.0}/s = {:.2} of it (p50 {:.2} ms)",
+        "SendMessage, {CONNECTIONS} connections: engine {:.0}/s (p50 {:.2} ms, engine {}), \
+         nginx {:.0}/s = {:.2} of it (p50 {:.2} ms, nginx + engine {}), \
+         gateway {:.0}/s = {:.2} of it (p50 {:.2} ms, gateway + engine {})",
         direct.rps,
         direct.p50_ms(),
+        direct.cpu(),
         proxied.rps,
         proxied.rps / direct.rps,
         proxied.p50_ms(),
+        proxied.cpu(),
         through.rps,
         through.rps / direct.rps,
         through.p50_ms(),
+        through.cpu(),
     );
     println!(
         "gateway vs nginx: throughput {:.2}x (goal >= 1.0), p50 {:.2} ms vs {:.2} ms (goal: no worse)",
@@ -249,16 +346,38 @@ async fn main() -> anyhow::Result<()> {
         proxied.p50_ms()
     );
 
+    // sless dev: the gateway hands requests to the engine in its process.
+    let (dev_process, endpoint, access, secret, dev_queue) = dev().await?;
+    let (headers, body) = signed_send(
+        &endpoint,
+        &dev_queue,
+        false,
+        (&access, &secret, sless_sqs::DEFAULT_REGION),
+    )?;
+    let in_process = wrk(&endpoint, &headers, &body, CONNECTIONS, &[&dev_process]).await?;
+    println!(
+        "sless dev (gateway and engine in one process, no HTTP hop): {:.0}/s (p50 {:.2} ms, {}) \
+         = {:.2}x nginx in front of a separate engine, p50 {:.2} ms vs {:.2} ms",
+        in_process.rps,
+        in_process.p50_ms(),
+        in_process.cpu(),
+        in_process.rps / proxied.rps,
+        in_process.p50_ms(),
+        proxied.p50_ms()
+    );
+    drop(dev_process);
+    let _ = std::fs::remove_dir_all(temp("dev"));
+
     let data = temp("journal");
-    let (_durable, durable_engine) = engine(Some(&data)).await?;
+    let (durable, durable_engine) = engine(Some(&data)).await?;
     let durable_queue = create_queue(durable_engine, "bench").await?;
     let (_durable_gateway, durable_url) = gateway(durable_engine).await?;
     let sync = fdatasync_p50(&data)?;
     let (headers, body) = send_message(&gateway_url, &queue, false)?;
-    let memory_one = wrk(&gateway_url, &headers, &body, 1).await?;
+    let memory_one = wrk(&gateway_url, &headers, &body, 1, &[]).await?;
     let (headers, body) = send_message(&durable_url, &durable_queue, false)?;
-    let durable_one = wrk(&durable_url, &headers, &body, 1).await?;
-    let durable_many = wrk(&durable_url, &headers, &body, CONNECTIONS).await?;
+    let durable_one = wrk(&durable_url, &headers, &body, 1, &[]).await?;
+    let durable_many = wrk(&durable_url, &headers, &body, CONNECTIONS, &[]).await?;
     let bound = 3.0 * sync.as_secs_f64() * 1e3 + memory_one.p50_ms();
     println!(
         "durable SendMessage, one sender: p50 {:.2} ms; fdatasync p50 {:.3} ms, in-memory p50 {:.2} ms: \
@@ -274,7 +393,7 @@ async fn main() -> anyhow::Result<()> {
         through.rps,
         durable_many.rps / through.rps
     );
-    drop(_durable);
+    drop(durable);
     let _ = std::fs::remove_dir_all(&data);
     let _ = std::fs::remove_dir_all(temp("nginx"));
     let _ = std::fs::remove_dir_all(temp("wrk"));

@@ -49,6 +49,42 @@ pub fn rss_kib(pid: u32) -> anyhow::Result<u64> {
     Ok(line.split_whitespace().nth(1).context("VmRSS value")?.parse()?)
 }
 
+/// `pid` and its descendants (nginx's workers are its master's children).
+fn process_tree(pid: u32) -> Vec<u32> {
+    let mut all = vec![pid];
+    let mut i = 0;
+    while i < all.len() {
+        let tasks = std::fs::read_dir(format!("/proc/{}/task", all[i]))
+            .into_iter()
+            .flatten()
+            .flatten();
+        for task in tasks {
+            let children = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+            all.extend(children.split_whitespace().filter_map(|c| c.parse::<u32>().ok()));
+        }
+        i += 1;
+    }
+    all
+}
+
+/// CPU time (user + system) `pid` and its descendants have used so far.
+pub fn cpu_time(pid: u32) -> Duration {
+    // Linux's USER_HZ: 100 on every architecture it runs on here.
+    const TICKS: f64 = 100.0;
+    let ticks: u64 = process_tree(pid)
+        .into_iter()
+        .filter_map(|p| std::fs::read_to_string(format!("/proc/{p}/stat")).ok())
+        .filter_map(|stat| {
+            // Fields after the command's closing parenthesis; utime and
+            // stime are the 14th and 15th of the whole line.
+            let rest = &stat[stat.rfind(')')? + 2..];
+            let fields: Vec<&str> = rest.split_whitespace().collect();
+            Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
+        })
+        .sum();
+    Duration::from_secs_f64(ticks as f64 / TICKS)
+}
+
 /// A plaintext loopback control plane (memory store) serving in this
 /// process, routing tenant `bench` with [`ACCESS`] to `engine`.
 pub async fn control_plane_routing(engine: std::net::SocketAddr) -> anyhow::Result<std::net::SocketAddr> {

@@ -20,6 +20,7 @@ use sless_platform::local::GatewayLink;
 use sless_platform::local::LocalPlatform;
 use sless_platform::local::db::{Store, StoreError};
 use sless_sqs::gateway::Gateway;
+use sless_sqs::gateway::proxy::InProcessEngines;
 use sless_sqs::gateway::worker::{ClientTls, WorkerConfig};
 
 #[derive(Debug, thiserror::Error)]
@@ -123,6 +124,9 @@ impl Dev {
         )
         .await
         .map_err(DevError::Gateway)?;
+        // The engines run in this process: the gateway calls them directly.
+        let engines = InProcessEngines::default();
+        let gateway = gateway.with_in_process_engines(engines.clone());
         let gateway_url = gateway.public_url().to_owned();
         let egress = sless_dataflow::egress::EgressPolicy {
             allow: opts.egress.allow,
@@ -139,6 +143,7 @@ impl Dev {
                 control: control_plane.service.store(),
                 worker_id: GATEWAY_WORKER_ID.into(),
                 public_url: gateway_url.clone(),
+                engines,
             },
             Arc::new(egress),
         );

@@ -13,6 +13,11 @@ use sless::tenants::TenantArgs;
 use sless_controlplane::config::ControlPlaneArgs;
 use tracing_subscriber::EnvFilter;
 
+/// Per-thread caches without glibc's arena locks: the gateway and the
+/// engines allocate and free small buffers on every request.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(
     name = "sless",

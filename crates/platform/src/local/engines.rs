@@ -7,8 +7,9 @@ use std::collections::HashMap;
 
 use sless_model::queue_service::QueueServicePhase;
 use sless_model::queue_service::QueueServiceStatus;
-use sless_sqs::engine::server::EngineServer;
+use sless_sqs::engine::server::{EngineServer, router};
 use sless_sqs::engine::{Engine, EngineConfig};
+use sless_sqs::gateway::proxy::InProcessEngines;
 
 use super::db::StoreError;
 use super::{LocalPlatform, QUEUE_SERVICE, QueueRecord, QueueState, now_rfc3339};
@@ -17,6 +18,14 @@ use super::{LocalPlatform, QUEUE_SERVICE, QueueRecord, QueueState, now_rfc3339};
 pub(super) struct RunningEngine {
     server: EngineServer,
     token: String,
+    /// Where the gateway finds it in process; it leaves with the engine.
+    registry: InProcessEngines,
+}
+
+impl Drop for RunningEngine {
+    fn drop(&mut self) {
+        self.registry.remove(&self.server.addr.to_string());
+    }
 }
 
 impl LocalPlatform {
@@ -69,13 +78,21 @@ impl LocalPlatform {
         // reach the engine's loopback port.
         let token = sless_sqs::credentials::engine_token();
         let server = EngineServer::start(
-            engine,
+            engine.clone(),
             std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
             Some(token.clone()),
         )
         .await
         .map_err(|e| format!("cannot start the queue engine: {e}"))?;
-        Ok(RunningEngine { server, token })
+        // The gateway calls the same router in process (same token check);
+        // the port stays for health checks and any other client.
+        let registry = self.gateway.engines.clone();
+        registry.insert(server.addr.to_string(), router(engine, Some(token.clone())));
+        Ok(RunningEngine {
+            server,
+            token,
+            registry,
+        })
     }
 
     pub(super) fn endpoint(&self, tenant: &str) -> String {

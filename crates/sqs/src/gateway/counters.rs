@@ -3,10 +3,18 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, RwLock};
 
 use sless_controlplane::model::OutcomeKind;
 use sless_controlplane::proto;
+
+/// The outcome kinds, in the order of [`TenantCounters`]' tallies.
+const KINDS: [OutcomeKind; 4] = [
+    OutcomeKind::Ok,
+    OutcomeKind::ClientError,
+    OutcomeKind::AuthFailed,
+    OutcomeKind::BackendError,
+];
 
 #[derive(Default)]
 pub struct TenantCounters {
@@ -15,12 +23,20 @@ pub struct TenantCounters {
     pub in_flight: AtomicI64,
     pub bytes_in: AtomicI64,
     pub bytes_out: AtomicI64,
+    /// Outcomes since the last report, by [`KINDS`].
+    outcomes: [AtomicI64; 4],
+}
+
+impl TenantCounters {
+    pub fn outcome(&self, kind: OutcomeKind) {
+        let i = KINDS.iter().position(|k| *k == kind).unwrap_or(0);
+        self.outcomes[i].fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 #[derive(Default)]
 pub struct Counters {
     tenants: RwLock<HashMap<String, Arc<TenantCounters>>>,
-    outcomes: Mutex<HashMap<(String, OutcomeKind), i64>>,
 }
 
 fn wire_kind(kind: OutcomeKind) -> proto::OutcomeKind {
@@ -39,11 +55,6 @@ impl Counters {
         }
         let mut tenants = self.tenants.write().unwrap_or_else(|p| p.into_inner());
         tenants.entry(tenant.to_owned()).or_default().clone()
-    }
-
-    pub fn outcome(&self, tenant: &str, kind: OutcomeKind) {
-        let mut outcomes = self.outcomes.lock().unwrap_or_else(|p| p.into_inner());
-        *outcomes.entry((tenant.to_owned(), kind)).or_default() += 1;
     }
 
     /// Cumulative counters of the tenants in `tenants` (a full, sparse report).
@@ -68,14 +79,20 @@ impl Counters {
 
     /// Takes the outcomes tallied since the last call.
     pub fn take_outcomes(&self) -> Vec<proto::Outcome> {
-        let mut outcomes = self.outcomes.lock().unwrap_or_else(|p| p.into_inner());
-        outcomes
-            .drain()
-            .map(|((proxy_id, kind), count)| proto::Outcome {
-                proxy_id,
-                kind: wire_kind(kind) as i32,
-                count,
-            })
-            .collect()
+        let tenants = self.tenants.read().unwrap_or_else(|p| p.into_inner());
+        let mut out = Vec::new();
+        for (tenant, c) in tenants.iter() {
+            for (kind, tally) in KINDS.iter().zip(&c.outcomes) {
+                let count = tally.swap(0, Ordering::Relaxed);
+                if count > 0 {
+                    out.push(proto::Outcome {
+                        proxy_id: tenant.clone(),
+                        kind: wire_kind(*kind) as i32,
+                        count,
+                    });
+                }
+            }
+        }
+        out
     }
 }

@@ -15,7 +15,7 @@ use axum::routing::get;
 use tokio::net::TcpListener;
 
 use counters::Counters;
-use proxy::GatewayState;
+use proxy::{GatewayState, InProcessEngines};
 use table::SharedTable;
 use worker::WorkerConfig;
 
@@ -27,21 +27,75 @@ pub struct Gateway {
     worker: WorkerConfig,
 }
 
+/// A connection accepted on the gateway's port, for a serving thread.
+type Accepted = (std::net::TcpStream, SocketAddr);
+
+/// The connections one serving thread is handed, as axum's listener.
+struct Handed {
+    rx: tokio::sync::mpsc::UnboundedReceiver<Accepted>,
+    local: SocketAddr,
+}
+
+impl axum::serve::Listener for Handed {
+    type Io = tokio::net::TcpStream;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        loop {
+            let Some((stream, peer)) = self.rx.recv().await else {
+                // The acceptor stopped: shutdown is under way.
+                return std::future::pending().await;
+            };
+            match tokio::net::TcpStream::from_std(stream) {
+                Ok(io) => {
+                    // Answers are written whole: no reason to wait for an ACK.
+                    let _ = io.set_nodelay(true);
+                    return (io, peer);
+                }
+                Err(error) => tracing::warn!(%error, "cannot serve an accepted connection"),
+            }
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        Ok(self.local)
+    }
+}
+
+/// Accepts connections and hands them to the serving threads in turn.
+async fn accept_loop(listener: TcpListener, threads: Vec<tokio::sync::mpsc::UnboundedSender<Accepted>>) {
+    for next in (0..threads.len()).cycle() {
+        let stream = loop {
+            match listener.accept().await {
+                Ok(accepted) => break accepted,
+                Err(error) => {
+                    // Out of file descriptors, most likely: wait, as axum does.
+                    tracing::warn!(%error, "cannot accept a connection");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                }
+            }
+        };
+        if let Ok(std) = stream.0.into_std()
+            && threads[next].send((std, stream.1)).is_err()
+        {
+            return;
+        }
+    }
+}
+
 impl Gateway {
     /// Binds `listen`; `public_url` (default `http://ADDR`) is what clients use.
     pub async fn bind(listen: SocketAddr, public_url: Option<String>, worker: WorkerConfig) -> std::io::Result<Self> {
         let listener = TcpListener::bind(listen).await?;
         let addr = listener.local_addr()?;
-        let http = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-            .pool_max_idle_per_host(64)
-            .build_http();
         Ok(Self {
             addr,
             listener,
             state: GatewayState {
                 table: SharedTable::default(),
                 counters: Arc::new(Counters::default()),
-                http,
+                http: proxy::backend_client(),
+                engines: InProcessEngines::default(),
                 public_url: public_url.unwrap_or_else(|| format!("http://{addr}")),
                 region: crate::DEFAULT_REGION.to_owned(),
             },
@@ -55,11 +109,24 @@ impl Gateway {
         self
     }
 
+    /// The engines of this process (`sless dev`) it hands requests to
+    /// directly, without an HTTP hop.
+    pub fn with_in_process_engines(mut self, engines: InProcessEngines) -> Self {
+        self.state.engines = engines;
+        self
+    }
+
     pub fn public_url(&self) -> &str {
         &self.state.public_url
     }
 
     /// Serves requests and runs the worker until `shutdown` resolves.
+    ///
+    /// Requests are served thread per core, as nginx's workers serve them:
+    /// each thread runs a single-threaded runtime with the connections it is
+    /// handed and its own connections to the engines, so a request never
+    /// changes thread between its client, the signature check and its
+    /// engine. Only accepting (rare, with keep-alive) crosses threads.
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         let worker = {
@@ -91,15 +158,49 @@ impl Gateway {
             // Every other path is a tenant's: /sqs/{tenant}[/…], with or
             // without a trailing slash, or any path with the tenant named
             // by the access key.
-            .fallback(proxy::handle)
-            .with_state(self.state);
-        let served = axum::serve(self.listener, app)
-            .with_graceful_shutdown(async move {
-                shutdown.await;
-                let _ = stop_tx.send(true);
-            })
-            .await;
+            .fallback(proxy::handle);
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let (mut handoff, mut served) = (Vec::new(), Vec::new());
+        for i in 0..threads {
+            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+            handoff.push(tx);
+            let listener = Handed { rx, local: self.addr };
+            let app = app.clone().with_state(GatewayState {
+                http: proxy::backend_client(),
+                ..self.state.clone()
+            });
+            let mut stop = stop_rx.clone();
+            let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+            std::thread::Builder::new()
+                .name(format!("sless-gateway-{i}"))
+                .spawn(move || {
+                    let result = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .and_then(|runtime| {
+                            runtime.block_on(
+                                axum::serve(listener, app)
+                                    .with_graceful_shutdown(async move {
+                                        let _ = stop.wait_for(|s| *s).await;
+                                    })
+                                    .into_future(),
+                            )
+                        });
+                    let _ = done_tx.send(result);
+                })?;
+            served.push(done_rx);
+        }
+        let acceptor = tokio::spawn(accept_loop(self.listener, handoff));
+        shutdown.await;
+        acceptor.abort();
+        let _ = stop_tx.send(true);
+        let mut result = Ok(());
+        for done in served {
+            if let Ok(Err(e)) = done.await {
+                result = Err(e);
+            }
+        }
         let _ = worker.await;
-        served
+        result
     }
 }

@@ -3,6 +3,7 @@
 //! SigV4 against the local routing table and proxied to the tenant's queue
 //! engine. Nothing here calls the control plane or Redis.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -37,11 +38,45 @@ const RETURNED: &[&str] = &["content-type", "x-amzn-requestid", "x-amzn-query-er
 pub type BackendClient =
     hyper_util::client::legacy::Client<hyper_util::client::legacy::connect::HttpConnector, http_body_util::Full<Bytes>>;
 
+/// A client for one serving thread: its connections' tasks run on the
+/// thread that opened them.
+pub fn backend_client() -> BackendClient {
+    let mut connector = hyper_util::client::legacy::connect::HttpConnector::new();
+    connector.set_nodelay(true);
+    hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .pool_max_idle_per_host(64)
+        .build(connector)
+}
+
+/// The engines that run in the gateway's own process (`sless dev`), by
+/// the backend address the routing table names: a request for one is
+/// handed to its router in process, with no HTTP hop.
+#[derive(Clone, Default)]
+pub struct InProcessEngines(Arc<std::sync::RwLock<HashMap<String, axum::Router>>>);
+
+impl InProcessEngines {
+    pub fn insert(&self, backend: String, router: axum::Router) {
+        self.0
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(backend, router);
+    }
+
+    pub fn remove(&self, backend: &str) {
+        self.0.write().unwrap_or_else(|p| p.into_inner()).remove(backend);
+    }
+
+    fn get(&self, backend: &str) -> Option<axum::Router> {
+        self.0.read().unwrap_or_else(|p| p.into_inner()).get(backend).cloned()
+    }
+}
+
 #[derive(Clone)]
 pub struct GatewayState {
     pub table: SharedTable,
     pub counters: Arc<Counters>,
     pub http: BackendClient,
+    pub engines: InProcessEngines,
     /// Public base URL of the gateway, e.g. `http://127.0.0.1:9324`.
     pub public_url: String,
     /// The region signatures must be scoped to.
@@ -110,7 +145,7 @@ pub async fn handle(State(state): State<GatewayState>, request: Request) -> Resp
         body: &body,
     };
     if let Err(e) = sigv4::verify(&signed, &auth, secret, &state.region, now) {
-        state.counters.outcome(tenant, OutcomeKind::AuthFailed);
+        counters.outcome(OutcomeKind::AuthFailed);
         return error(protocol, auth_error(e));
     }
     let Some((backend, token)) = table
@@ -118,7 +153,7 @@ pub async fn handle(State(state): State<GatewayState>, request: Request) -> Resp
         .get(tenant)
         .and_then(|r| Some((r.backend.clone()?, r.token.clone())))
     else {
-        state.counters.outcome(tenant, OutcomeKind::BackendError);
+        counters.outcome(OutcomeKind::BackendError);
         return error(protocol, SqsError::unavailable("The queue service is not ready yet."));
     };
     counters.requests.fetch_add(1, Ordering::Relaxed);
@@ -126,17 +161,11 @@ pub async fn handle(State(state): State<GatewayState>, request: Request) -> Resp
     counters
         .bytes_in
         .fetch_add(i64::try_from(body.len()).unwrap_or(i64::MAX), Ordering::Relaxed);
-    let result = forward(
-        &state.http,
-        &backend,
-        token.as_ref(),
-        rest,
-        parts.uri.query(),
-        &parts.method,
-        &parts.headers,
-        body,
-    )
-    .await;
+    let request = backend_request(token.as_ref(), rest, parts.uri.query(), &parts.method, &parts.headers);
+    let result = match state.engines.get(&backend) {
+        Some(router) => in_process(router, request, body).await,
+        None => forward(&state.http, &backend, request, body).await,
+    };
     counters.in_flight.fetch_sub(1, Ordering::Relaxed);
     match result {
         Ok((status, response, len)) => {
@@ -151,12 +180,12 @@ pub async fn handle(State(state): State<GatewayState>, request: Request) -> Resp
             if !status.is_success() {
                 counters.errors.fetch_add(1, Ordering::Relaxed);
             }
-            state.counters.outcome(tenant, kind);
+            counters.outcome(kind);
             response
         }
         Err(e) => {
             counters.errors.fetch_add(1, Ordering::Relaxed);
-            state.counters.outcome(tenant, OutcomeKind::BackendError);
+            counters.outcome(OutcomeKind::BackendError);
             tracing::warn!(tenant, error = %e, "queue engine unreachable");
             error(
                 protocol,
@@ -176,29 +205,30 @@ pub enum ForwardError {
     Body(#[from] hyper::Error),
     #[error("backend did not answer within {0:?}")]
     Timeout(std::time::Duration),
+    #[error("in-process engine's response broken: {0}")]
+    InProcess(axum::Error),
 }
 
 /// Longer than the longest long poll (20 s).
 const BACKEND_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
-#[allow(clippy::too_many_arguments)]
-async fn forward(
-    http: &BackendClient,
-    backend: &str,
+/// The request for the engine: the path after the tenant's prefix, the
+/// headers the engine reads, and the engine's token.
+fn backend_request(
     token: Option<&axum::http::HeaderValue>,
     rest: &str,
     query: Option<&str>,
     method: &axum::http::Method,
     headers: &HeaderMap,
-    body: Bytes,
-) -> Result<(StatusCode, Response, i64), ForwardError> {
-    use http_body_util::BodyExt;
-    let mut url = format!("http://{backend}/{rest}");
+) -> axum::http::request::Builder {
+    let mut uri = String::with_capacity(rest.len() + 1 + query.map_or(0, |q| q.len() + 1));
+    uri.push('/');
+    uri.push_str(rest);
     if let Some(q) = query {
-        url.push('?');
-        url.push_str(q);
+        uri.push('?');
+        uri.push_str(q);
     }
-    let mut request = axum::http::Request::builder().method(method.clone()).uri(url);
+    let mut request = axum::http::Request::builder().method(method.clone()).uri(uri);
     for name in FORWARDED {
         if let Some(v) = headers.get(*name) {
             request = request.header(*name, v);
@@ -207,23 +237,67 @@ async fn forward(
     if let Some(token) = token {
         request = request.header(ENGINE_TOKEN, token);
     }
+    request
+}
+
+/// The engine's answer as the client gets it: its status, body and the
+/// headers clients read. The body passes through untouched: an engine is
+/// told its public base URL (`{gateway}/sqs/{tenant}`, ElasticMQ's
+/// node-address), so the queue URLs it answers with already name the edge.
+fn relay(status: StatusCode, headers: &HeaderMap, bytes: Bytes) -> (StatusCode, Response, i64) {
+    let len = i64::try_from(bytes.len()).unwrap_or(i64::MAX);
+    let mut response = (status, Body::from(bytes)).into_response();
+    for name in RETURNED {
+        if let Some(v) = headers.get(*name) {
+            response.headers_mut().insert(*name, v.clone());
+        }
+    }
+    (status, response, len)
+}
+
+/// To an engine over HTTP/1.1 (a pooled keep-alive connection).
+async fn forward(
+    http: &BackendClient,
+    backend: &str,
+    request: axum::http::request::Builder,
+    body: Bytes,
+) -> Result<(StatusCode, Response, i64), ForwardError> {
+    use http_body_util::BodyExt;
+    let path = request
+        .uri_ref()
+        .and_then(|u| u.path_and_query())
+        .map_or("/", |p| p.as_str());
+    let uri = format!("http://{backend}{path}");
+    let request = request.uri(uri).body(http_body_util::Full::new(body))?;
     let call = async {
-        let upstream = http.request(request.body(http_body_util::Full::new(body))?).await?;
+        let upstream = http.request(request).await?;
         let (parts, upstream_body) = upstream.into_parts();
         Ok::<_, ForwardError>((parts, upstream_body.collect().await?.to_bytes()))
     };
     let (parts, bytes) = tokio::time::timeout(BACKEND_TIMEOUT, call)
         .await
         .map_err(|_| ForwardError::Timeout(BACKEND_TIMEOUT))??;
-    // The body passes through untouched: an engine is told its public base
-    // URL (`{gateway}/sqs/{tenant}`, ElasticMQ's node-address), so the queue
-    // URLs it answers with already name the edge.
-    let len = i64::try_from(bytes.len()).unwrap_or(i64::MAX);
-    let mut response = (parts.status, Body::from(bytes)).into_response();
-    for name in RETURNED {
-        if let Some(v) = parts.headers.get(*name) {
-            response.headers_mut().insert(*name, v.clone());
-        }
-    }
-    Ok((parts.status, response, len))
+    Ok(relay(parts.status, &parts.headers, bytes))
+}
+
+/// To an engine of this process: its router is called directly.
+async fn in_process(
+    router: axum::Router,
+    request: axum::http::request::Builder,
+    body: Bytes,
+) -> Result<(StatusCode, Response, i64), ForwardError> {
+    use tower::ServiceExt;
+    let request = request.body(Body::from(body))?;
+    let call = async {
+        let Ok(response) = router.oneshot(request).await;
+        let (parts, body) = response.into_parts();
+        let bytes = axum::body::to_bytes(body, usize::MAX)
+            .await
+            .map_err(ForwardError::InProcess)?;
+        Ok::<_, ForwardError>((parts, bytes))
+    };
+    let (parts, bytes) = tokio::time::timeout(BACKEND_TIMEOUT, call)
+        .await
+        .map_err(|_| ForwardError::Timeout(BACKEND_TIMEOUT))??;
+    Ok(relay(parts.status, &parts.headers, bytes))
 }

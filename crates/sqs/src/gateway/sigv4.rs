@@ -125,14 +125,21 @@ fn parse_amz_date(value: &str) -> Option<i64> {
     Some(days * 86_400 + hh * 3600 + mm * 60 + ss)
 }
 
+fn unreserved(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~')
+}
+
 /// RFC 3986 unreserved characters stay; everything else is %XX.
 fn uri_encode(input: &[u8], keep_slash: bool) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789ABCDEF";
     let mut out = String::with_capacity(input.len());
     for &b in input {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') || (keep_slash && b == b'/') {
+        if unreserved(b) || (keep_slash && b == b'/') {
             out.push(char::from(b));
         } else {
-            out.push_str(&format!("%{b:02X}"));
+            out.push('%');
+            out.push(char::from(DIGITS[usize::from(b >> 4)]));
+            out.push(char::from(DIGITS[usize::from(b & 0xf)]));
         }
     }
     out
@@ -141,6 +148,13 @@ fn uri_encode(input: &[u8], keep_slash: bool) -> String {
 /// The path as the AWS SDKs canonicalise it: dot segments removed, then
 /// every byte but unreserved characters and `/` percent-encoded.
 fn canonical_uri(path: &str) -> String {
+    // The common case, `/sqs/{tenant}/…` in plain characters, is its own form.
+    if path.starts_with('/')
+        && path.bytes().all(|b| unreserved(b) || b == b'/')
+        && !path.split('/').any(|s| s == "." || s == "..")
+    {
+        return path.to_owned();
+    }
     let mut segments: Vec<&str> = Vec::new();
     for segment in path.split('/') {
         match segment {
@@ -162,6 +176,9 @@ fn canonical_uri(path: &str) -> String {
 }
 
 fn canonical_query(query: Option<&str>) -> String {
+    if query.is_none_or(str::is_empty) {
+        return String::new();
+    }
     let mut pairs: Vec<(String, String)> = form_urlencoded::parse(query.unwrap_or_default().as_bytes())
         .map(|(k, v)| (uri_encode(k.as_bytes(), false), uri_encode(v.as_bytes(), false)))
         .collect();
@@ -174,6 +191,15 @@ fn canonical_query(query: Option<&str>) -> String {
 }
 
 fn canonical_header_value(headers: &HeaderMap, name: &str) -> String {
+    // The common case: one value without runs of spaces to fold.
+    let mut values = headers.get_all(name).iter();
+    if let (Some(only), None) = (values.next(), values.next())
+        && let Ok(text) = only.to_str()
+        && !text.contains("  ")
+        && !text.contains(|c: char| c.is_ascii_whitespace() && c != ' ')
+    {
+        return text.trim_matches(' ').to_owned();
+    }
     headers
         .get_all(name)
         .iter()
@@ -187,11 +213,46 @@ fn canonical_header_value(headers: &HeaderMap, name: &str) -> String {
         .join(",")
 }
 
-fn hmac(key: &[u8], data: &[u8]) -> Vec<u8> {
+fn hmac(key: &[u8], data: &[u8]) -> [u8; 32] {
     // HMAC accepts keys of any length.
     let mut mac = HmacSha256::new_from_slice(key).expect("HMAC takes any key length");
     mac.update(data);
-    mac.finalize().into_bytes().to_vec()
+    mac.finalize().into_bytes().into()
+}
+
+/// Signing keys kept per thread: they change once a day per key and region,
+/// and deriving one takes four HMACs.
+const SIGNING_KEYS_KEPT: usize = 1024;
+
+thread_local! {
+    static SIGNING_KEYS: std::cell::RefCell<std::collections::HashMap<(String, String, String), [u8; 32]>> =
+        std::cell::RefCell::default();
+}
+
+/// The signing key of `secret` for `date`, `region` and `service`.
+fn signing_key(secret: &str, auth: &Authorization) -> [u8; 32] {
+    let derive = || {
+        let k_date = hmac(format!("AWS4{secret}").as_bytes(), auth.date.as_bytes());
+        let k_region = hmac(&k_date, auth.region.as_bytes());
+        let k_service = hmac(&k_region, auth.service.as_bytes());
+        hmac(&k_service, b"aws4_request")
+    };
+    // The service is always sqs here (checked before), so it is not part
+    // of the cache key; a signature for another service derives its own.
+    if auth.service != SERVICE {
+        return derive();
+    }
+    SIGNING_KEYS.with(|keys| {
+        let mut keys = keys.borrow_mut();
+        let id = (secret.to_owned(), auth.date.clone(), auth.region.clone());
+        if let Some(key) = keys.get(&id) {
+            return *key;
+        }
+        if keys.len() >= SIGNING_KEYS_KEPT {
+            keys.clear();
+        }
+        *keys.entry(id).or_insert_with(derive)
+    })
 }
 
 /// A request as received.
@@ -219,29 +280,32 @@ fn signing_input(
     secret: &str,
     amz_date: &str,
     payload_hash: &str,
-) -> (Vec<u8>, String) {
-    let mut canonical_headers = String::new();
-    for name in &auth.signed_headers {
-        canonical_headers.push_str(&format!("{name}:{}\n", canonical_header_value(request.headers, name)));
-    }
-    let canonical_request = format!(
-        "{}\n{}\n{}\n{}\n{}\n{}",
+) -> ([u8; 32], String) {
+    let mut canonical_request = String::with_capacity(512);
+    for part in [
         request.method,
-        canonical_uri(request.path),
-        canonical_query(request.query),
-        canonical_headers,
-        auth.signed_headers.join(";"),
-        payload_hash
-    );
+        &canonical_uri(request.path),
+        &canonical_query(request.query),
+    ] {
+        canonical_request.push_str(part);
+        canonical_request.push('\n');
+    }
+    for name in &auth.signed_headers {
+        canonical_request.push_str(name);
+        canonical_request.push(':');
+        canonical_request.push_str(&canonical_header_value(request.headers, name));
+        canonical_request.push('\n');
+    }
+    canonical_request.push('\n');
+    canonical_request.push_str(&auth.signed_headers.join(";"));
+    canonical_request.push('\n');
+    canonical_request.push_str(payload_hash);
     let scope = format!("{}/{}/{}/aws4_request", auth.date, auth.region, auth.service);
     let string_to_sign = format!(
         "{ALGORITHM}\n{amz_date}\n{scope}\n{}",
         hex::encode(&Sha256::digest(canonical_request.as_bytes()))
     );
-    let k_date = hmac(format!("AWS4{secret}").as_bytes(), auth.date.as_bytes());
-    let k_region = hmac(&k_date, auth.region.as_bytes());
-    let k_service = hmac(&k_region, auth.service.as_bytes());
-    (hmac(&k_service, b"aws4_request"), string_to_sign)
+    (signing_key(secret, auth), string_to_sign)
 }
 
 /// Verifies `auth` over `request` with `secret`, at time `now` (Unix
@@ -479,6 +543,13 @@ mod tests {
             verify(&request, &auth, "SK", "eu-west-1", secs),
             Err(AuthError::WrongRegion("ru-msk-1".into()))
         );
+        // The key rotated: the signing key kept for the old secret is not
+        // the new secret's, on this thread or another.
+        assert_eq!(
+            verify(&request, &auth, "SK-rotated", "ru-msk-1", secs),
+            Err(AuthError::Mismatch)
+        );
+        verify(&request, &auth, "SK", "ru-msk-1", secs).unwrap();
     }
 
     /// A captured request re-sent with another body: the signature covers
