@@ -3,9 +3,9 @@
 //! 1. queue engine send+receive+delete rate vs moto_server (PyPI `moto[server]`)
 //!    on this machine (goal >= 10x);
 //! 2. throughput through the SigV4 gateway vs direct engine access (goal >= 0.85),
-//!    with the p50 latency the gateway adds;
-//! 3. idle RSS per tenant engine in `sless dev` (goal <= 8 MB), with the idle
-//!    platform's RSS as the baseline.
+//!    with the p50 latency the gateway adds.
+//!
+//! Idle RSS per tenant is in `density.rs`.
 //!
 //! Run: `cargo bench -p sless --bench sqs` (needs python3 with moto[server]).
 
@@ -21,7 +21,7 @@ use sless_sqs::engine::server::EngineServer;
 use sless_sqs::engine::{Engine, EngineConfig};
 use sless_sqs::gateway::worker::WorkerConfig;
 use sless_sqs::gateway::{Gateway, sigv4};
-use support::{ACCESS, ENGINE_TOKEN, Process, REGION, SECRET, free_port, rss_kib, wait_up};
+use support::{ACCESS, ENGINE_TOKEN, Process, REGION, SECRET, free_port, wait_up};
 
 const WORKERS: usize = 16;
 const CYCLES_PER_WORKER: usize = 150;
@@ -192,73 +192,9 @@ async fn gateway_vs_direct() -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn idle_rss_per_tenant() -> anyhow::Result<()> {
-    const TENANTS: usize = 20;
-    let dir = std::env::temp_dir().join(format!("sless-bench-rss-{}", std::process::id()));
-    let api_port = free_port()?;
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_sless"));
-    cmd.args([
-        "dev",
-        "--listen",
-        &format!("127.0.0.1:{api_port}"),
-        "--control-plane-listen",
-        "127.0.0.1:0",
-    ])
-    .args(["--gateway-listen", "127.0.0.1:0", "--data-dir"])
-    .arg(&dir)
-    .env("SLESS_LOG", "warn")
-    .stdout(Stdio::null());
-    for t in 0..TENANTS {
-        cmd.args(["--tenant", &format!("t{t}=bench-token-{t:04}-abcdefgh")]);
-    }
-    let child = Process(cmd.spawn()?);
-    let api = format!("http://127.0.0.1:{api_port}");
-    wait_up(&format!("{api}/healthz")).await?;
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let idle = rss_kib(child.0.id())?;
-    let client = reqwest::Client::new();
-    for t in 0..TENANTS {
-        client
-            .post(format!("{api}/api/v1/queue-services"))
-            .bearer_auth(format!("bench-token-{t:04}-abcdefgh"))
-            .json(&json!({"name": "main"}))
-            .send()
-            .await?;
-    }
-    for t in 0..TENANTS {
-        loop {
-            let view: Value = client
-                .get(format!("{api}/api/v1/queue-services/main"))
-                .bearer_auth(format!("bench-token-{t:04}-abcdefgh"))
-                .send()
-                .await?
-                .json()
-                .await?;
-            if view["phase"] == "Ready" {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let loaded = rss_kib(child.0.id())?;
-    let per_tenant = (loaded.saturating_sub(idle)) as f64 / TENANTS as f64 / 1024.0;
-    println!(
-        "idle RSS: platform {:.1} MB with no tenants, {:.1} MB with {TENANTS} tenant engines: \
-         {per_tenant:.2} MB per tenant engine = {:.2} of the 8 MB goal",
-        idle as f64 / 1024.0,
-        loaded as f64 / 1024.0,
-        per_tenant / 8.0
-    );
-    drop(child);
-    let _ = std::fs::remove_dir_all(&dir);
-    Ok(())
-}
-
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     engine_vs_moto().await?;
     gateway_vs_direct().await?;
-    idle_rss_per_tenant().await?;
     Ok(())
 }

@@ -1,8 +1,10 @@
 //! Dataflow throughput, each line in rows/s as a ratio to a baseline of the
 //! same run:
-//! - PG→PG with three transformations, against a plain bulk INSERT of the
-//!   same rows (read, then inserted in batches of the same size). Goal:
-//!   ratio >= 0.5.
+//! - PG→PG with three transformations, against PostgreSQL's own ways of
+//!   moving the same rows: `COPY … TO STDOUT` streamed into `COPY … FROM
+//!   STDIN` on a second connection (goal: ratio >= 0.5), a server-side
+//!   `INSERT … SELECT` (the ceiling, reported), and a plain bulk INSERT
+//!   (read, then inserted in batches of the same size).
 //! - SQS→PG (a sless queue engine on loopback), against the same bulk INSERT.
 //! - PG→ClickHouse and ClickHouse→PG (`clickhouse.rs`), against
 //!   ClickHouse's own bulk load of the same rows and the bulk INSERT.
@@ -81,6 +83,41 @@ pub async fn count(db: &tokio_postgres::Client, table: &str) -> anyhow::Result<i
         .get(0))
 }
 
+/// Rows/s of PostgreSQL moving `bench_src`'s columns into a like table:
+/// `COPY` streamed out of one connection into another, and a server-side
+/// `INSERT … SELECT`.
+async fn postgres_limits(db: &tokio_postgres::Client, dsn: &str) -> anyhow::Result<(f64, f64)> {
+    use futures_util::{SinkExt, StreamExt};
+    let columns = "id, \"customerName\", card, amount";
+    db.batch_execute(
+        "DROP TABLE IF EXISTS bench_copy, bench_isel;
+         CREATE TABLE bench_copy (id int PRIMARY KEY, customer_name text, card text, amount int);
+         CREATE TABLE bench_isel (LIKE bench_copy INCLUDING ALL);",
+    )
+    .await?;
+    let (writer, conn) = tokio_postgres::connect(dsn, tokio_postgres::NoTls).await?;
+    tokio::spawn(conn);
+    let started = Instant::now();
+    let out = db
+        .copy_out(&format!("COPY (SELECT {columns} FROM bench_src) TO STDOUT"))
+        .await?;
+    let sink = writer.copy_in("COPY bench_copy FROM STDIN").await?;
+    futures_util::pin_mut!(out, sink);
+    while let Some(chunk) = out.next().await {
+        sink.send(chunk?).await?;
+    }
+    let copied = sink.finish().await?;
+    let copy = copied as f64 / started.elapsed().as_secs_f64();
+    let started = Instant::now();
+    let inserted = db
+        .execute(&format!("INSERT INTO bench_isel SELECT {columns} FROM bench_src"), &[])
+        .await?;
+    let insert_select = inserted as f64 / started.elapsed().as_secs_f64();
+    anyhow::ensure!(copied == ROWS as u64 && inserted == ROWS as u64, "every row moved");
+    db.batch_execute("DROP TABLE bench_copy, bench_isel").await?;
+    Ok((copy, insert_select))
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let dsn = std::env::var("SLESS_TEST_PG").unwrap_or_else(|_| "postgres://postgres@127.0.0.1/test".into());
@@ -120,6 +157,7 @@ async fn main() -> anyhow::Result<()> {
         after = max;
     }
     let plain = ROWS as f64 / started.elapsed().as_secs_f64();
+    let (copy, insert_select) = postgres_limits(&db, &dsn).await?;
 
     // The dataflow: filter + mask + snakeCase, then remove of a field.
     let started = Instant::now();
@@ -149,8 +187,11 @@ async fn main() -> anyhow::Result<()> {
         .map(|r| serde_json::from_str::<Value>(&r.get::<_, String>(0)))??;
     assert_eq!(masked, json!("****************"), "the transformations ran");
     println!(
-        "PG→PG {ROWS} rows, batches of {BATCH}: dataflow with 3 transformations {flow:.0} rows/s, \
-         plain bulk INSERT {plain:.0} rows/s = ratio {:.2} (goal >= 0.5)",
+        "PG→PG {ROWS} rows, batches of {BATCH}: dataflow with 3 transformations {flow:.0} rows/s; \
+         COPY out and in {copy:.0} rows/s = ratio {:.2} (goal >= 0.5); INSERT … SELECT {insert_select:.0} rows/s \
+         = ratio {:.2}; plain bulk INSERT {plain:.0} rows/s = ratio {:.2}",
+        flow / copy,
+        flow / insert_select,
         flow / plain
     );
     let sqs = sqs::to_pg(&db, &dsn).await?;
