@@ -103,9 +103,15 @@ async fn postgres_limits(db: &tokio_postgres::Client, dsn: &str) -> anyhow::Resu
         .await?;
     let sink = writer.copy_in("COPY bench_copy FROM STDIN").await?;
     futures_util::pin_mut!(out, sink);
+    // The server sends a message a row: pass them on in large writes.
+    let mut buffer = bytes::BytesMut::new();
     while let Some(chunk) = out.next().await {
-        sink.send(chunk?).await?;
+        buffer.extend_from_slice(&chunk?);
+        if buffer.len() >= 256 * 1024 {
+            sink.send(buffer.split().freeze()).await?;
+        }
     }
+    sink.send(buffer.freeze()).await?;
     let copied = sink.finish().await?;
     let copy = copied as f64 / started.elapsed().as_secs_f64();
     let started = Instant::now();
