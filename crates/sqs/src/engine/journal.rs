@@ -141,35 +141,29 @@ impl Pending {
     }
 }
 
+/// Applies one change. Statements are prepared once per connection and
+/// kept: parsing the SQL again would cost more than many an insert.
 fn apply(tx: &rusqlite::Transaction<'_>, change: &Change) -> rusqlite::Result<()> {
+    let run = |sql: &str, params: &[&dyn rusqlite::ToSql]| tx.prepare_cached(sql)?.execute(params).map(drop);
     match change {
-        Change::PutQueue(q) => {
-            tx.execute(
-                "INSERT OR REPLACE INTO queues (name, meta) VALUES (?1, ?2)",
-                params![q.name, json(q)],
-            )?;
-        }
+        Change::PutQueue(q) => run(
+            "INSERT OR REPLACE INTO queues (name, meta) VALUES (?1, ?2)",
+            params![q.name, json(q)],
+        ),
         Change::DeleteQueue(name) => {
-            tx.execute("DELETE FROM queues WHERE name = ?1", params![name])?;
-            tx.execute("DELETE FROM messages WHERE queue = ?1", params![name])?;
+            run("DELETE FROM queues WHERE name = ?1", params![name])?;
+            run("DELETE FROM messages WHERE queue = ?1", params![name])
         }
-        Change::PurgeQueue(name) => {
-            tx.execute("DELETE FROM messages WHERE queue = ?1", params![name])?;
-        }
-        Change::PutMessage { queue, seq, message } => {
-            tx.execute(
-                "INSERT OR REPLACE INTO messages (queue, seq, message) VALUES (?1, ?2, ?3)",
-                params![queue, i64::try_from(*seq).unwrap_or(i64::MAX), json(message)],
-            )?;
-        }
-        Change::DeleteMessage { queue, seq } => {
-            tx.execute(
-                "DELETE FROM messages WHERE queue = ?1 AND seq = ?2",
-                params![queue, i64::try_from(*seq).unwrap_or(i64::MAX)],
-            )?;
-        }
+        Change::PurgeQueue(name) => run("DELETE FROM messages WHERE queue = ?1", params![name]),
+        Change::PutMessage { queue, seq, message } => run(
+            "INSERT OR REPLACE INTO messages (queue, seq, message) VALUES (?1, ?2, ?3)",
+            params![queue, i64::try_from(*seq).unwrap_or(i64::MAX), json(message)],
+        ),
+        Change::DeleteMessage { queue, seq } => run(
+            "DELETE FROM messages WHERE queue = ?1 AND seq = ?2",
+            params![queue, i64::try_from(*seq).unwrap_or(i64::MAX)],
+        ),
     }
-    Ok(())
 }
 
 /// These types serialise infallibly (string keys, no custom serialisers).
