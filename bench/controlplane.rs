@@ -36,22 +36,9 @@ const ROUTES: usize = 100;
 /// The child: serves a control plane, prints its address, publishes a new
 /// snapshot for every line read from stdin, and says so.
 async fn serve() -> anyhow::Result<()> {
-    let mut config = sless_controlplane::config::ControlPlaneArgs {
-        listen: "127.0.0.1:0".parse()?,
-        heartbeat_interval: Duration::from_secs(10),
-        // Simulated workers do not heartbeat: their sessions outlive the run.
-        session_ttl: Duration::from_secs(3600),
-        max_stale_age: Duration::from_secs(30),
-        max_message_bytes: 4 << 20,
-        max_runtime_counters: 100_000,
-        tls: sless_controlplane::config::TlsMode::Disabled,
-        server_cert: None,
-        server_key: None,
-        client_ca: None,
-        spiffe_trust_domain: None,
-        spiffe_environment: None,
-    }
-    .validate()?;
+    let mut config = support::control_plane_config()?;
+    // Simulated workers do not heartbeat: their sessions outlive the run.
+    config.service.session_ttl = Duration::from_secs(3600);
     config.service.stream_poll_interval = Duration::from_secs(1);
     let control_plane = sless_controlplane::server::ControlPlane::start(
         config,
@@ -130,6 +117,8 @@ struct Seen {
     /// Errors by gRPC code, and the Unavailable ones retried.
     unavailable: AtomicU64,
     other_errors: AtomicU64,
+    /// The other errors' codes and a message of each.
+    other_kinds: std::sync::Mutex<std::collections::BTreeMap<String, (u64, String)>>,
     epoch: Instant,
 }
 
@@ -140,6 +129,7 @@ impl Seen {
             at_us: (0..WORKERS).map(|_| AtomicU64::new(0)).collect(),
             unavailable: AtomicU64::new(0),
             other_errors: AtomicU64::new(0),
+            other_kinds: Default::default(),
             epoch: Instant::now(),
         }
     }
@@ -226,8 +216,13 @@ async fn worker(
             Err(status) if status.code() == tonic::Code::Unavailable => {
                 seen.unavailable.fetch_add(1, Ordering::Relaxed);
             }
-            Err(_) => {
+            Err(status) => {
                 seen.other_errors.fetch_add(1, Ordering::Relaxed);
+                let mut kinds = seen.other_kinds.lock().unwrap_or_else(|p| p.into_inner());
+                let entry = kinds
+                    .entry(format!("{:?}", status.code()))
+                    .or_insert_with(|| (0, status.message().to_owned()));
+                entry.0 += 1;
             }
             Ok(()) => {}
         }
@@ -311,6 +306,16 @@ async fn bench() -> anyhow::Result<()> {
     for task in tasks {
         let _ = task.await;
     }
+    // Errors of the first join, apart from the storm's.
+    let join_errors = (
+        seen.unavailable.swap(0, Ordering::Relaxed),
+        seen.other_errors.swap(0, Ordering::Relaxed),
+        std::mem::take(&mut *seen.other_kinds.lock().unwrap_or_else(|p| p.into_inner())),
+    );
+    println!(
+        "first join: {} Unavailable (retried), {} other errors {:?}",
+        join_errors.0, join_errors.1, join_errors.2
+    );
     let storm_start = Instant::now();
     let (stop, tasks) = start_workers(&server.addr, &seen).await?;
     // The next version reaches each worker only through its new session.
@@ -319,11 +324,12 @@ async fn bench() -> anyhow::Result<()> {
     let back = seen.all_have(version, storm_start, Duration::from_secs(120)).await?;
     println!(
         "reconnect storm of all {WORKERS} at once: all resynced in {:.1} s (p99 {:.0} ms); {} Unavailable \
-         (retried), {} other errors (goal: none)",
+         (retried), {} other errors (goal: none) {:?}",
         storm_start.elapsed().as_secs_f64(),
         ms(percentile(&back, 0.99)),
         seen.unavailable.load(Ordering::Relaxed),
-        seen.other_errors.load(Ordering::Relaxed)
+        seen.other_errors.load(Ordering::Relaxed),
+        seen.other_kinds.lock().unwrap_or_else(|p| p.into_inner())
     );
     stop.send_replace(true);
     for task in tasks {

@@ -85,10 +85,9 @@ pub fn cpu_time(pid: u32) -> Duration {
     Duration::from_secs_f64(ticks as f64 / TICKS)
 }
 
-/// A plaintext loopback control plane (memory store) serving in this
-/// process, routing tenant `bench` with [`ACCESS`] to `engine`.
-pub async fn control_plane_routing(engine: std::net::SocketAddr) -> anyhow::Result<std::net::SocketAddr> {
-    let mut config = sless_controlplane::config::ControlPlaneArgs {
+/// The settings of a plaintext loopback control plane on a free port.
+pub fn control_plane_config() -> anyhow::Result<sless_controlplane::config::ControlPlaneConfig> {
+    Ok(sless_controlplane::config::ControlPlaneArgs {
         listen: "127.0.0.1:0".parse()?,
         heartbeat_interval: Duration::from_secs(10),
         session_ttl: Duration::from_secs(35),
@@ -102,7 +101,13 @@ pub async fn control_plane_routing(engine: std::net::SocketAddr) -> anyhow::Resu
         spiffe_trust_domain: None,
         spiffe_environment: None,
     }
-    .validate()?;
+    .validate()?)
+}
+
+/// A plaintext loopback control plane (memory store) serving in this
+/// process, routing tenant `bench` with [`ACCESS`] to `engine`.
+pub async fn control_plane_routing(engine: std::net::SocketAddr) -> anyhow::Result<std::net::SocketAddr> {
+    let mut config = control_plane_config()?;
     config.service.stream_poll_interval = Duration::from_millis(100);
     let control_plane = ControlPlane::start(config, Arc::new(MemoryStore::new()), Debounce::default()).await?;
     let addr = control_plane.local_addr;
