@@ -62,23 +62,34 @@ impl axum::serve::Listener for Handed {
     }
 }
 
-/// Accepts connections and hands them to the serving threads in turn.
-async fn accept_loop(listener: TcpListener, threads: Vec<tokio::sync::mpsc::UnboundedSender<Accepted>>) {
-    for next in (0..threads.len()).cycle() {
-        let stream = loop {
-            match listener.accept().await {
-                Ok(accepted) => break accepted,
-                Err(error) => {
-                    // Out of file descriptors, most likely: wait, as axum does.
-                    tracing::warn!(%error, "cannot accept a connection");
-                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                }
+/// Accepts connections and hands them to the serving threads in turn; a
+/// thread that stopped (its runtime failed) leaves the rotation.
+async fn accept_loop(listener: TcpListener, mut threads: Vec<tokio::sync::mpsc::UnboundedSender<Accepted>>) {
+    let mut next = 0;
+    while !threads.is_empty() {
+        let (stream, peer) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(error) => {
+                // Out of file descriptors, most likely: wait, as axum does.
+                tracing::warn!(%error, "cannot accept a connection");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                continue;
             }
         };
-        if let Ok(std) = stream.0.into_std()
-            && threads[next].send((std, stream.1)).is_err()
-        {
-            return;
+        let Ok(mut stream) = stream.into_std() else { continue };
+        while !threads.is_empty() {
+            next %= threads.len();
+            match threads[next].send((stream, peer)) {
+                Ok(()) => {
+                    next += 1;
+                    break;
+                }
+                Err(tokio::sync::mpsc::error::SendError((back, _))) => {
+                    tracing::error!("a gateway serving thread stopped; serving on the others");
+                    threads.remove(next);
+                    stream = back;
+                }
+            }
         }
     }
 }
