@@ -161,10 +161,27 @@ pub async fn handle(State(state): State<GatewayState>, request: Request) -> Resp
     counters
         .bytes_in
         .fetch_add(i64::try_from(body.len()).unwrap_or(i64::MAX), Ordering::Relaxed);
-    let request = backend_request(token.as_ref(), rest, parts.uri.query(), &parts.method, &parts.headers);
-    let result = match state.engines.get(&backend) {
-        Some(router) => in_process(router, request, body).await,
-        None => forward(&state.http, &backend, request, body).await,
+    let router = state.engines.get(&backend);
+    // An engine of this process is called by path; any other at its address.
+    let origin = router.is_none().then_some(backend.as_str());
+    let request = backend_request(
+        origin,
+        token.as_ref(),
+        rest,
+        parts.uri.query(),
+        &parts.method,
+        &parts.headers,
+    );
+    let exchange = async {
+        match router {
+            Some(router) => in_process(router, request, body).await,
+            None => forward(&state.http, request, body).await,
+        }
+    };
+    let result = match tokio::time::timeout(BACKEND_TIMEOUT, exchange).await {
+        Ok(Ok((parts, bytes))) => Ok(relay(parts.status, &parts.headers, bytes)),
+        Ok(Err(e)) => Err(e),
+        Err(_) => Err(ForwardError::Timeout(BACKEND_TIMEOUT)),
     };
     counters.in_flight.fetch_sub(1, Ordering::Relaxed);
     match result {
@@ -212,16 +229,23 @@ pub enum ForwardError {
 /// Longer than the longest long poll (20 s).
 const BACKEND_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
-/// The request for the engine: the path after the tenant's prefix, the
-/// headers the engine reads, and the engine's token.
+/// The request for the engine: the path after the tenant's prefix (at
+/// `http://{origin}` when given), the headers the engine reads, and the
+/// engine's token.
 fn backend_request(
+    origin: Option<&str>,
     token: Option<&axum::http::HeaderValue>,
     rest: &str,
     query: Option<&str>,
     method: &axum::http::Method,
     headers: &HeaderMap,
 ) -> axum::http::request::Builder {
-    let mut uri = String::with_capacity(rest.len() + 1 + query.map_or(0, |q| q.len() + 1));
+    let mut uri =
+        String::with_capacity(origin.map_or(0, |o| o.len() + 7) + rest.len() + 1 + query.map_or(0, |q| q.len() + 1));
+    if let Some(origin) = origin {
+        uri.push_str("http://");
+        uri.push_str(origin);
+    }
     uri.push('/');
     uri.push_str(rest);
     if let Some(q) = query {
@@ -258,26 +282,13 @@ fn relay(status: StatusCode, headers: &HeaderMap, bytes: Bytes) -> (StatusCode, 
 /// To an engine over HTTP/1.1 (a pooled keep-alive connection).
 async fn forward(
     http: &BackendClient,
-    backend: &str,
     request: axum::http::request::Builder,
     body: Bytes,
-) -> Result<(StatusCode, Response, i64), ForwardError> {
+) -> Result<(axum::http::response::Parts, Bytes), ForwardError> {
     use http_body_util::BodyExt;
-    let path = request
-        .uri_ref()
-        .and_then(|u| u.path_and_query())
-        .map_or("/", |p| p.as_str());
-    let uri = format!("http://{backend}{path}");
-    let request = request.uri(uri).body(http_body_util::Full::new(body))?;
-    let call = async {
-        let upstream = http.request(request).await?;
-        let (parts, upstream_body) = upstream.into_parts();
-        Ok::<_, ForwardError>((parts, upstream_body.collect().await?.to_bytes()))
-    };
-    let (parts, bytes) = tokio::time::timeout(BACKEND_TIMEOUT, call)
-        .await
-        .map_err(|_| ForwardError::Timeout(BACKEND_TIMEOUT))??;
-    Ok(relay(parts.status, &parts.headers, bytes))
+    let upstream = http.request(request.body(http_body_util::Full::new(body))?).await?;
+    let (parts, upstream_body) = upstream.into_parts();
+    Ok((parts, upstream_body.collect().await?.to_bytes()))
 }
 
 /// To an engine of this process: its router is called directly.
@@ -285,19 +296,12 @@ async fn in_process(
     router: axum::Router,
     request: axum::http::request::Builder,
     body: Bytes,
-) -> Result<(StatusCode, Response, i64), ForwardError> {
+) -> Result<(axum::http::response::Parts, Bytes), ForwardError> {
     use tower::ServiceExt;
-    let request = request.body(Body::from(body))?;
-    let call = async {
-        let Ok(response) = router.oneshot(request).await;
-        let (parts, body) = response.into_parts();
-        let bytes = axum::body::to_bytes(body, usize::MAX)
-            .await
-            .map_err(ForwardError::InProcess)?;
-        Ok::<_, ForwardError>((parts, bytes))
-    };
-    let (parts, bytes) = tokio::time::timeout(BACKEND_TIMEOUT, call)
+    let Ok(response) = router.oneshot(request.body(Body::from(body))?).await;
+    let (parts, body) = response.into_parts();
+    let bytes = axum::body::to_bytes(body, usize::MAX)
         .await
-        .map_err(|_| ForwardError::Timeout(BACKEND_TIMEOUT))??;
-    Ok(relay(parts.status, &parts.headers, bytes))
+        .map_err(ForwardError::InProcess)?;
+    Ok((parts, bytes))
 }
