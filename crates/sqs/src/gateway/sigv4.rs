@@ -220,38 +220,41 @@ fn hmac(key: &[u8], data: &[u8]) -> [u8; 32] {
     mac.finalize().into_bytes().into()
 }
 
-/// Signing keys kept per thread: they change once a day per key and region,
-/// and deriving one takes four HMACs.
+/// Signing keys kept per thread, by secret: a key changes once a day per
+/// secret and scope, and deriving one takes four HMACs.
 const SIGNING_KEYS_KEPT: usize = 1024;
 
+/// A derived key and the scope (date, region, service) it was derived for.
+struct SigningKey {
+    scope: (String, String, String),
+    key: [u8; 32],
+}
+
 thread_local! {
-    static SIGNING_KEYS: std::cell::RefCell<std::collections::HashMap<(String, String, String), [u8; 32]>> =
+    static SIGNING_KEYS: std::cell::RefCell<std::collections::HashMap<String, SigningKey>> =
         std::cell::RefCell::default();
 }
 
-/// The signing key of `secret` for `date`, `region` and `service`.
+/// The signing key of `secret` for the scope of `auth`.
 fn signing_key(secret: &str, auth: &Authorization) -> [u8; 32] {
-    let derive = || {
+    SIGNING_KEYS.with(|keys| {
+        let mut keys = keys.borrow_mut();
+        // Looked up by the secret alone, so a hit allocates nothing.
+        if let Some(kept) = keys.get(secret)
+            && (kept.scope.0 == auth.date && kept.scope.1 == auth.region && kept.scope.2 == auth.service)
+        {
+            return kept.key;
+        }
         let k_date = hmac(format!("AWS4{secret}").as_bytes(), auth.date.as_bytes());
         let k_region = hmac(&k_date, auth.region.as_bytes());
         let k_service = hmac(&k_region, auth.service.as_bytes());
-        hmac(&k_service, b"aws4_request")
-    };
-    // The service is always sqs here (checked before), so it is not part
-    // of the cache key; a signature for another service derives its own.
-    if auth.service != SERVICE {
-        return derive();
-    }
-    SIGNING_KEYS.with(|keys| {
-        let mut keys = keys.borrow_mut();
-        let id = (secret.to_owned(), auth.date.clone(), auth.region.clone());
-        if let Some(key) = keys.get(&id) {
-            return *key;
-        }
-        if keys.len() >= SIGNING_KEYS_KEPT {
+        let key = hmac(&k_service, b"aws4_request");
+        if keys.len() >= SIGNING_KEYS_KEPT && !keys.contains_key(secret) {
             keys.clear();
         }
-        *keys.entry(id).or_insert_with(derive)
+        let scope = (auth.date.clone(), auth.region.clone(), auth.service.clone());
+        keys.insert(secret.to_owned(), SigningKey { scope, key });
+        key
     })
 }
 
