@@ -29,7 +29,14 @@ pub struct TenantCounters {
 
 impl TenantCounters {
     pub fn outcome(&self, kind: OutcomeKind) {
-        let i = KINDS.iter().position(|k| *k == kind).unwrap_or(0);
+        // Exhaustive: a new kind must be given its place in KINDS.
+        let i = match kind {
+            OutcomeKind::Ok => 0,
+            OutcomeKind::ClientError => 1,
+            OutcomeKind::AuthFailed => 2,
+            OutcomeKind::BackendError => 3,
+        };
+        debug_assert_eq!(KINDS[i], kind);
         self.outcomes[i].fetch_add(1, Ordering::Relaxed);
     }
 }
