@@ -124,12 +124,22 @@ impl Service {
         }
     }
 
-    fn queue_url(&self, queue: &str) -> String {
-        sless_sqs::engine::queue_url(
-            &self.endpoint,
-            &sless_sqs::credentials::account_id(&self.view.tenant_id),
+    /// The service and the URL of its queue `queue`; a name no queue can
+    /// have is a queue that does not exist.
+    async fn with_queue(
+        state: &AppState,
+        tenant: &sless_model::name::DnsLabel,
+        name: &str,
+        queue: &str,
+    ) -> Result<(Self, String), ApiError> {
+        let queue = queue_name(queue).map_err(|_| ApiError::NotFound("queue".into()))?;
+        let service = Self::of(state, tenant, name).await?;
+        let url = sless_sqs::engine::queue_url(
+            &service.endpoint,
+            &sless_sqs::credentials::account_id(&service.view.tenant_id),
             queue,
-        )
+        );
+        Ok((service, url))
     }
 
     /// One SQS action, signed with the service's keys.
@@ -295,11 +305,8 @@ pub async fn delete(
     Extension(Tenant(tenant)): Extension<Tenant>,
     ApiPath((name, queue)): ApiPath<(String, String)>,
 ) -> Result<StatusCode, ApiError> {
-    let queue = queue_name(&queue).map_err(|_| ApiError::NotFound("queue".into()))?;
-    let service = Service::of(&state, &tenant, &name).await?;
-    service
-        .call("DeleteQueue", json!({"QueueUrl": service.queue_url(queue)}))
-        .await?;
+    let (service, url) = Service::with_queue(&state, &tenant, &name, &queue).await?;
+    service.call("DeleteQueue", json!({"QueueUrl": url})).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -315,10 +322,10 @@ pub async fn send(
     ApiPath((name, queue)): ApiPath<(String, String)>,
     ApiJson(body): ApiJson<MessageRequest>,
 ) -> Result<impl IntoResponse, ApiError> {
-    let queue = queue_name(&queue).map_err(|_| ApiError::NotFound("queue".into()))?;
-    let service = Service::of(&state, &tenant, &name).await?;
-    let mut input = json!({"QueueUrl": service.queue_url(queue), "MessageBody": body.body});
-    if queue.ends_with(".fifo") {
+    let (service, url) = Service::with_queue(&state, &tenant, &name, &queue).await?;
+    let fifo = url.ends_with(".fifo");
+    let mut input = json!({"QueueUrl": url, "MessageBody": body.body});
+    if fifo {
         input["MessageGroupId"] = json!("console");
         // Each console send is a new message: the time is its identity.
         let now = std::time::SystemTime::now()
@@ -342,12 +349,11 @@ pub async fn peek(
     Extension(Tenant(tenant)): Extension<Tenant>,
     ApiPath((name, queue)): ApiPath<(String, String)>,
 ) -> Result<Json<PeekList>, ApiError> {
-    let queue = queue_name(&queue).map_err(|_| ApiError::NotFound("queue".into()))?;
-    let service = Service::of(&state, &tenant, &name).await?;
+    let (service, url) = Service::with_queue(&state, &tenant, &name, &queue).await?;
     let received = service
         .call(
             "ReceiveMessage",
-            json!({"QueueUrl": service.queue_url(queue), "MaxNumberOfMessages": PEEK, "VisibilityTimeout": 0,
+            json!({"QueueUrl": url, "MaxNumberOfMessages": PEEK, "VisibilityTimeout": 0,
                    "MessageSystemAttributeNames": ["ApproximateReceiveCount"]}),
         )
         .await?;
@@ -378,12 +384,11 @@ pub async fn redrive(
     Extension(Tenant(tenant)): Extension<Tenant>,
     ApiPath((name, queue)): ApiPath<(String, String)>,
 ) -> Result<Json<Value>, ApiError> {
-    let queue = queue_name(&queue).map_err(|_| ApiError::NotFound("queue".into()))?;
-    let service = Service::of(&state, &tenant, &name).await?;
+    let (service, url) = Service::with_queue(&state, &tenant, &name, &queue).await?;
     let attributes = service
         .call(
             "GetQueueAttributes",
-            json!({"QueueUrl": service.queue_url(queue), "AttributeNames": ["QueueArn"]}),
+            json!({"QueueUrl": url, "AttributeNames": ["QueueArn"]}),
         )
         .await?;
     let arn = attributes["Attributes"]["QueueArn"].as_str().unwrap_or_default();
