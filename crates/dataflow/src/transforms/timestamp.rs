@@ -33,8 +33,22 @@ pub struct FormatError {
     pub meant: &'static str,
 }
 
+/// What a format name stands for.
+enum Named {
+    Layout(&'static str),
+    Unix,
+    UnixMilli,
+}
+
 /// The format names, as upstream spells them.
-const NAMES: &[&str] = &["RFC3339", "RFC3339Nano", "DateTime", "DateOnly", "Unix", "UnixMilli"];
+const NAMES: &[(&str, Named)] = &[
+    ("RFC3339", Named::Layout("2006-01-02T15:04:05Z07:00")),
+    ("RFC3339Nano", Named::Layout("2006-01-02T15:04:05.000000000Z07:00")),
+    ("DateTime", Named::Layout("2006-01-02 15:04:05")),
+    ("DateOnly", Named::Layout("2006-01-02")),
+    ("Unix", Named::Unix),
+    ("UnixMilli", Named::UnixMilli),
+];
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Token {
@@ -72,7 +86,7 @@ const TOKENS: &[(&str, Token)] = &[
     ("05", Token::Second),
 ];
 
-fn layout(text: &str) -> Result<Format, FormatError> {
+fn layout(text: &str) -> Format {
     let mut tokens = Vec::new();
     let mut rest = text;
     let mut literal = String::new();
@@ -92,25 +106,26 @@ fn layout(text: &str) -> Result<Format, FormatError> {
     if !literal.is_empty() {
         tokens.push(Token::Literal(literal));
     }
-    if let Some(meant) = NAMES.iter().find(|n| n.eq_ignore_ascii_case(text.trim())) {
-        return Err(FormatError {
-            given: text.to_owned(),
-            meant,
-        });
-    }
-    Ok(Format::Layout(tokens))
+    Format::Layout(tokens)
 }
 
 fn parse_format(name: Option<&str>) -> Result<Format, FormatError> {
-    match name.unwrap_or("RFC3339") {
-        "" | "RFC3339" => layout("2006-01-02T15:04:05Z07:00"),
-        "RFC3339Nano" => layout("2006-01-02T15:04:05.000000000Z07:00"),
-        "DateTime" => layout("2006-01-02 15:04:05"),
-        "DateOnly" => layout("2006-01-02"),
-        "Unix" => Ok(Format::Unix),
-        "UnixMilli" => Ok(Format::UnixMilli),
-        other => layout(other),
+    let name = name.filter(|n| !n.is_empty()).unwrap_or("RFC3339");
+    if let Some((_, named)) = NAMES.iter().find(|(n, _)| *n == name) {
+        return Ok(match named {
+            Named::Layout(go) => layout(go),
+            Named::Unix => Format::Unix,
+            Named::UnixMilli => Format::UnixMilli,
+        });
     }
+    // A name in the wrong case is a typo, not a layout without tokens.
+    if let Some((meant, _)) = NAMES.iter().find(|(n, _)| n.eq_ignore_ascii_case(name.trim())) {
+        return Err(FormatError {
+            given: name.to_owned(),
+            meant,
+        });
+    }
+    Ok(layout(name))
 }
 
 /// Days since 1970-01-01 → (year, month, day), proleptic Gregorian.
