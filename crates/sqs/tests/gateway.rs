@@ -189,3 +189,74 @@ async fn gateway_applies_snapshots_verifies_proxies_and_reports() {
         (503, Some("com.amazonaws.sqs#ServiceUnavailable"))
     );
 }
+
+/// `sless dev`'s path: an engine registered in process is called without
+/// a socket (nothing listens at its address), with its own token check;
+/// once removed, its address is tried over HTTP and is unreachable.
+#[tokio::test]
+async fn an_engine_in_process_is_called_directly_with_its_token_check() {
+    use sless_sqs::engine::server::router;
+    use sless_sqs::gateway::proxy::InProcessEngines;
+
+    let store = Arc::new(MemoryStore::new());
+    let cp = Harness::start(store, config(None)).await;
+    let engines = InProcessEngines::default();
+    let gateway = Gateway::bind(
+        "127.0.0.1:0".parse().unwrap(),
+        None,
+        WorkerConfig {
+            control_planes: vec![format!("http://{}", cp.addr)],
+            worker_id: "gw-in-process".into(),
+            instance_id: "i-1".into(),
+            tls: None,
+        },
+    )
+    .await
+    .unwrap()
+    .with_in_process_engines(engines.clone());
+    let acme = format!("{}/sqs/acme", gateway.public_url());
+    let base = gateway.public_url().to_owned();
+    tokio::spawn(gateway.run(std::future::pending()));
+    // Port 1: no engine listens there.
+    let backend = "127.0.0.1:1";
+    let engine = |token: &str| {
+        let engine = Engine::open(
+            EngineConfig {
+                account_id: "acme".into(),
+                region: "ru-msk-1".into(),
+                base_url: acme.clone(),
+            },
+            None,
+        )
+        .unwrap();
+        router(engine, Some(token.into()))
+    };
+    engines.insert(backend.into(), engine(ENGINE_TOKEN));
+    cp.publisher.publish(RoutingSnapshot {
+        routes: vec![route("acme", backend)],
+    });
+    let healthz = format!("{base}/healthz");
+    eventually("the gateway to apply its snapshot", || async {
+        reqwest::get(&healthz).await.is_ok_and(|r| r.status() == 200)
+    })
+    .await;
+    let (status, created) = call(&acme, SECRET, "CreateQueue", json!({"QueueName": "jobs"})).await;
+    assert_eq!(status, 200, "{created}");
+    assert_eq!(created["QueueUrl"], format!("{acme}/acme/jobs"));
+
+    // An engine taking another token refuses the gateway's, in process too.
+    engines.insert(backend.into(), engine("another-token"));
+    let (status, err) = call(&acme, SECRET, "ListQueues", json!({})).await;
+    assert_eq!(
+        (
+            status,
+            err["__type"].as_str().is_some_and(|t| t.contains("AccessDenied"))
+        ),
+        (403, true),
+        "{err}"
+    );
+
+    engines.remove(backend);
+    let (status, _) = call(&acme, SECRET, "ListQueues", json!({})).await;
+    assert_eq!(status, 503, "over HTTP, nothing answers at port 1");
+}
