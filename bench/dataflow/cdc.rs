@@ -5,7 +5,7 @@
 //! themselves (the server's own load of the same rows). Started after the
 //! inserts, it measures throughput, not the poll interval's latency.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use super::{BATCH, Flow, ROWS, count};
 use serde_json::json;
@@ -42,11 +42,10 @@ pub async fn to_pg(db: &tokio_postgres::Client, dsn: &str) -> anyhow::Result<(f6
     let started = Instant::now();
     let (source, ctx) = (flow.spec.source.clone(), flow.ctx.clone());
     let running = flow.run();
-    while count(db, "bench_cdc_dst").await? < ROWS {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    running.written(ROWS).await;
     let flow = ROWS as f64 / started.elapsed().as_secs_f64();
     running.stop().await;
+    anyhow::ensure!(count(db, "bench_cdc_dst").await? == ROWS, "every change written once");
     sless_dataflow::sources::release_source(&source, &ctx).await?;
     db.batch_execute("DROP TABLE bench_cdc_src, bench_cdc_dst").await?;
     Ok((flow, inserts))

@@ -3,7 +3,7 @@
 //! the same rows (one `INSERT … FORMAT JSONEachRow` of them all), and
 //! ClickHouse→PG against the PostgreSQL bulk INSERT of the main line.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use serde_json::json;
 use sless_testkit::clickhouse::ClickHouseServer;
@@ -48,11 +48,13 @@ pub async fn lines(db: &tokio_postgres::Client, dsn: &str, plain: f64) -> anyhow
     )
     .await?
     .run();
-    while ch.count("SELECT count() FROM bench_flow").await < ROWS {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    running.written(ROWS).await;
     let to_ch = ROWS as f64 / started.elapsed().as_secs_f64();
     running.stop().await;
+    anyhow::ensure!(
+        ch.count("SELECT count() FROM bench_flow").await == ROWS,
+        "every row written once"
+    );
     println!(
         "PG→ClickHouse {ROWS} rows, batches of {BATCH}: dataflow {to_ch:.0} rows/s, ClickHouse bulk load \
          (one JSONEachRow INSERT) {bulk:.0} rows/s = ratio {:.2}",
@@ -74,11 +76,10 @@ pub async fn lines(db: &tokio_postgres::Client, dsn: &str, plain: f64) -> anyhow
     )
     .await?
     .run();
-    while count(db, "bench_from_ch").await? < ROWS {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    running.written(ROWS).await;
     let from_ch = ROWS as f64 / started.elapsed().as_secs_f64();
     running.stop().await;
+    anyhow::ensure!(count(db, "bench_from_ch").await? == ROWS, "every row written once");
     println!(
         "ClickHouse→PG {ROWS} rows, batches of {BATCH}: dataflow {from_ch:.0} rows/s, plain bulk INSERT {plain:.0} rows/s \
          = ratio {:.2}",

@@ -17,14 +17,21 @@
 mod cdc;
 mod clickhouse;
 mod sqs;
+#[path = "../support.rs"]
+mod support;
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use serde_json::{Value, json};
 use sless_dataflow::context::PipelineContext;
-use sless_dataflow::pipeline::Pipeline;
+use sless_dataflow::pipeline::{Pipeline, Stats};
 use sless_model::dataflow::{DataFlowRequest, DataFlowSpec};
+
+// The allocator of the `sless` binary, which runs the processor.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 pub const ROWS: i64 = 100_000;
 pub const BATCH: i64 = 1000;
@@ -35,6 +42,7 @@ pub struct Flow {
     pub spec: DataFlowSpec,
     pub ctx: PipelineContext,
     pipeline: Pipeline,
+    stats: Arc<Stats>,
 }
 
 impl Flow {
@@ -49,8 +57,14 @@ impl Flow {
             egress: Default::default(),
             queue_services: None,
         };
-        let pipeline = Pipeline::connect(&spec, &ctx, Default::default()).await?;
-        Ok(Self { spec, ctx, pipeline })
+        let stats = Arc::<Stats>::default();
+        let pipeline = Pipeline::connect(&spec, &ctx, stats.clone()).await?;
+        Ok(Self {
+            spec,
+            ctx,
+            pipeline,
+            stats,
+        })
     }
 
     /// Runs it until the returned stop is called.
@@ -59,21 +73,64 @@ impl Flow {
         let task = tokio::spawn(async move {
             let _ = self.pipeline.run(stopped).await;
         });
-        Running { stop, task }
+        Running {
+            stop,
+            task,
+            stats: self.stats,
+        }
     }
 }
 
 pub struct Running {
     stop: tokio::sync::watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
+    stats: Arc<Stats>,
 }
 
 impl Running {
+    /// Waits until the pipeline says it has written `rows`, by its own
+    /// counter: polling the target with `count(*)` would take server time
+    /// from the flow being measured. Callers count the target after.
+    pub async fn written(&self, rows: i64) {
+        while (self.stats.snapshot().written as i64) < rows {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
     /// Stops it after the batch in hand.
     pub async fn stop(self) {
         self.stop.send_replace(true);
         let _ = self.task.await;
     }
+}
+
+/// CPU used so far by this process and by the PostgreSQL server behind
+/// `db` (its postmaster and live backends), when the server runs here.
+async fn cpu(db: &tokio_postgres::Client) -> anyhow::Result<(Duration, Option<Duration>)> {
+    let backend: i32 = db.query_one("SELECT pg_backend_pid()", &[]).await?.get(0);
+    let postmaster = std::fs::read_to_string(format!("/proc/{backend}/stat"))
+        .ok()
+        .and_then(|stat| {
+            stat[stat.rfind(')')? + 2..]
+                .split_whitespace()
+                .nth(1)?
+                .parse::<u32>()
+                .ok()
+        });
+    Ok((support::cpu_time(std::process::id()), postmaster.map(support::cpu_time)))
+}
+
+/// CPU per row between two [`cpu`] readings, as "client X µs + server Y µs".
+fn cpu_per_row(before: (Duration, Option<Duration>), after: (Duration, Option<Duration>)) -> String {
+    let per_row = |d: Duration| d.as_secs_f64() * 1e6 / ROWS as f64;
+    let server = match (before.1, after.1) {
+        (Some(b), Some(a)) => format!("{:.1}", per_row(a.saturating_sub(b))),
+        _ => "?".into(),
+    };
+    format!(
+        "client {:.1} + server {server} µs CPU a row",
+        per_row(after.0 - before.0)
+    )
 }
 
 pub async fn count(db: &tokio_postgres::Client, table: &str) -> anyhow::Result<i64> {
@@ -86,7 +143,7 @@ pub async fn count(db: &tokio_postgres::Client, table: &str) -> anyhow::Result<i
 /// Rows/s of PostgreSQL moving `bench_src`'s columns into a like table:
 /// `COPY` streamed out of one connection into another, and a server-side
 /// `INSERT … SELECT`.
-async fn postgres_limits(db: &tokio_postgres::Client, dsn: &str) -> anyhow::Result<(f64, f64)> {
+async fn postgres_limits(db: &tokio_postgres::Client, dsn: &str) -> anyhow::Result<(f64, f64, String)> {
     use futures_util::{SinkExt, StreamExt};
     let columns = "id, \"customerName\", card, amount";
     db.batch_execute(
@@ -97,6 +154,7 @@ async fn postgres_limits(db: &tokio_postgres::Client, dsn: &str) -> anyhow::Resu
     .await?;
     let (writer, conn) = tokio_postgres::connect(dsn, tokio_postgres::NoTls).await?;
     tokio::spawn(conn);
+    let before = cpu(db).await?;
     let started = Instant::now();
     let out = db
         .copy_out(&format!("COPY (SELECT {columns} FROM bench_src) TO STDOUT"))
@@ -114,6 +172,7 @@ async fn postgres_limits(db: &tokio_postgres::Client, dsn: &str) -> anyhow::Resu
     sink.send(buffer.freeze()).await?;
     let copied = sink.finish().await?;
     let copy = copied as f64 / started.elapsed().as_secs_f64();
+    let copy_cpu = cpu_per_row(before, cpu(db).await?);
     let started = Instant::now();
     let inserted = db
         .execute(&format!("INSERT INTO bench_isel SELECT {columns} FROM bench_src"), &[])
@@ -121,12 +180,28 @@ async fn postgres_limits(db: &tokio_postgres::Client, dsn: &str) -> anyhow::Resu
     let insert_select = inserted as f64 / started.elapsed().as_secs_f64();
     anyhow::ensure!(copied == ROWS as u64 && inserted == ROWS as u64, "every row moved");
     db.batch_execute("DROP TABLE bench_copy, bench_isel").await?;
-    Ok((copy, insert_select))
+    Ok((copy, insert_select, copy_cpu))
+}
+
+/// `dsn` without TLS, as the baselines connect (`NoTls`): the dataflows'
+/// connectors would otherwise negotiate it (`sslmode=prefer`), and compare
+/// encrypted rows with plain ones.
+fn unencrypted(dsn: String) -> String {
+    if dsn.contains("sslmode") {
+        dsn
+    } else if !dsn.starts_with("postgres") {
+        format!("{dsn} sslmode=disable")
+    } else if dsn.contains('?') {
+        format!("{dsn}&sslmode=disable")
+    } else {
+        format!("{dsn}?sslmode=disable")
+    }
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let dsn = std::env::var("SLESS_TEST_PG").unwrap_or_else(|_| "postgres://postgres@127.0.0.1/test".into());
+    let dsn =
+        unencrypted(std::env::var("SLESS_TEST_PG").unwrap_or_else(|_| "postgres://postgres@127.0.0.1/test".into()));
     let (db, conn) = tokio_postgres::connect(&dsn, tokio_postgres::NoTls)
         .await
         .context("PostgreSQL")?;
@@ -163,9 +238,10 @@ async fn main() -> anyhow::Result<()> {
         after = max;
     }
     let plain = ROWS as f64 / started.elapsed().as_secs_f64();
-    let (copy, insert_select) = postgres_limits(&db, &dsn).await?;
+    let (copy, insert_select, copy_cpu) = postgres_limits(&db, &dsn).await?;
 
-    // The dataflow: filter + mask + snakeCase, then remove of a field.
+    // The dataflow: mask, snakeCase, then remove of a field.
+    let before = cpu(&db).await?;
     let started = Instant::now();
     let running = Flow::connect(
         json!({
@@ -182,11 +258,11 @@ async fn main() -> anyhow::Result<()> {
     )
     .await?
     .run();
-    while count(&db, "bench_flow").await? < ROWS {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    running.written(ROWS).await;
     let flow = ROWS as f64 / started.elapsed().as_secs_f64();
+    let flow_cpu = cpu_per_row(before, cpu(&db).await?);
     running.stop().await;
+    anyhow::ensure!(count(&db, "bench_flow").await? == ROWS, "every row written once");
     let masked: Value = db
         .query_one("SELECT to_json(card)::text FROM bench_flow LIMIT 1", &[])
         .await
@@ -195,7 +271,7 @@ async fn main() -> anyhow::Result<()> {
     println!(
         "PG→PG {ROWS} rows, batches of {BATCH}: dataflow with 3 transformations {flow:.0} rows/s; \
          COPY out and in {copy:.0} rows/s = ratio {:.2} (goal >= 0.5); INSERT … SELECT {insert_select:.0} rows/s \
-         = ratio {:.2}; plain bulk INSERT {plain:.0} rows/s = ratio {:.2}",
+         = ratio {:.2}; plain bulk INSERT {plain:.0} rows/s = ratio {:.2}. Dataflow {flow_cpu}, COPY {copy_cpu}",
         flow / copy,
         flow / insert_select,
         flow / plain

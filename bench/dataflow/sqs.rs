@@ -1,6 +1,6 @@
 //! The SQS→PG line of the dataflow benchmark.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use super::{Flow, count};
 use serde_json::{Value, json};
@@ -48,10 +48,9 @@ pub async fn to_pg(db: &tokio_postgres::Client, dsn: &str) -> anyhow::Result<f64
     )
     .await?
     .run();
-    while count(db, "bench_sqs").await? < ROWS {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    running.written(ROWS).await;
     let rate = ROWS as f64 / started.elapsed().as_secs_f64();
     running.stop().await;
+    anyhow::ensure!(count(db, "bench_sqs").await? >= ROWS, "every message written");
     Ok(rate)
 }

@@ -1,7 +1,9 @@
-//! One dataflow: a reader task feeds records through a channel bounded by
-//! `channelBufferSize` (backpressure) to the processor, which transforms a
-//! batch, writes every output (routes, main sink, error sink), and only then
-//! commits the batch to its source (a saved read position, Kafka offsets).
+//! One dataflow: a reader task reads records and transforms them, and feeds
+//! them through a channel bounded by `channelBufferSize` (backpressure) to
+//! the processor, which writes every output of a batch (routes, main sink,
+//! error sink) and only then commits the batch to its source (a saved read
+//! position, Kafka offsets). Reading and transforming the next batch goes
+//! on while one is written.
 //! A crash re-reads at most the batch that was being written: at-least-once,
 //! with duplicates bounded by one batch.
 
@@ -19,7 +21,7 @@ use crate::ConnectorError;
 use crate::context::PipelineContext;
 use crate::message::{Message, REFUSED};
 use crate::sinks::{self, Sink};
-use crate::sources::{self, Record, Source};
+use crate::sources::{self, Position, Record, Source};
 use crate::transforms::{self, Output, Outputs, Transform};
 
 /// Retries of a failing read or write: 200 ms doubling to 30 s.
@@ -99,7 +101,7 @@ impl Stats {
 
 pub struct Pipeline {
     source: Arc<dyn Source>,
-    transforms: Vec<Box<dyn Transform>>,
+    transforms: Arc<[Box<dyn Transform>]>,
     main: Box<dyn Sink>,
     /// The sinks of the transformations' extra outputs, by index.
     routes: Vec<Box<dyn Sink>>,
@@ -121,7 +123,7 @@ impl Pipeline {
             .transformations
             .iter()
             .map(|t| transforms::build(t, &mut outputs).map_err(|e| ConnectorError::Config(e.to_string())))
-            .collect::<Result<Vec<_>, _>>()?;
+            .collect::<Result<Arc<[_]>, _>>()?;
         let mut routes = Vec::with_capacity(outputs.sinks().len());
         for sink in outputs.sinks() {
             routes.push(sinks::connect(sink, ctx).await?);
@@ -150,8 +152,13 @@ impl Pipeline {
     /// shutdown the records already taken from the channel are written and
     /// committed first; those still in the channel are read again next time.
     pub async fn run(self, mut shutdown: watch::Receiver<bool>) -> Result<(), ConnectorError> {
-        let (tx, mut rx) = mpsc::channel::<Record>(self.buffer);
-        let reader = tokio::spawn(read_loop(self.source.clone(), tx, shutdown.clone()));
+        let (tx, mut rx) = mpsc::channel::<Transformed>(self.buffer);
+        let reader = tokio::spawn(read_loop(
+            self.source.clone(),
+            self.transforms.clone(),
+            tx,
+            shutdown.clone(),
+        ));
         let outcome = loop {
             let first = tokio::select! {
                 biased;
@@ -166,7 +173,7 @@ impl Pipeline {
                     Err(_) => break,
                 }
             }
-            if let Err(e) = self.process(&records, &mut shutdown).await {
+            if let Err(e) = self.process(records, &mut shutdown).await {
                 break Err(e);
             }
         };
@@ -174,17 +181,25 @@ impl Pipeline {
         outcome
     }
 
-    async fn process(&self, records: &[Record], shutdown: &mut watch::Receiver<bool>) -> Result<(), ConnectorError> {
-        let mut main = Vec::new();
+    async fn process(
+        &self,
+        records: Vec<Transformed>,
+        shutdown: &mut watch::Receiver<bool>,
+    ) -> Result<(), ConnectorError> {
+        let mut main = Vec::with_capacity(records.len());
         let mut routed: Vec<Vec<Message>> = self.routes.iter().map(|_| Vec::new()).collect();
         Stats::add(&self.stats.read, records.len());
         let mut refused = Vec::new();
-        for record in records {
-            if record.message.output == Output::Refused {
-                refused.push(&record.message);
-                continue;
-            }
-            let outputs = transforms::apply_all(&self.transforms, record.message.clone());
+        let mut positions = Vec::with_capacity(records.len());
+        for Transformed { position, outcome } in records {
+            positions.push(position);
+            let outputs = match outcome {
+                Outcome::Refused(message) => {
+                    refused.push(message);
+                    continue;
+                }
+                Outcome::Outputs(outputs) => outputs,
+            };
             if outputs.is_empty() {
                 Stats::add(&self.stats.filtered, 1);
             }
@@ -199,13 +214,13 @@ impl Pipeline {
         for (sink, messages) in self.routes.iter().zip(&routed) {
             self.write_reliably(sink.as_ref(), messages, shutdown).await?;
         }
-        for message in refused {
+        for message in &refused {
             self.refuse(message, shutdown).await?;
         }
         // Every output of every record is written (a filtered record counts
         // as done): the source may move past the batch. A failed commit
         // loses nothing, the batch is only read again.
-        match self.source.commit(records).await {
+        match self.source.commit(&positions).await {
             Ok(()) => {
                 *self.stats.last_checkpoint.lock().unwrap_or_else(|p| p.into_inner()) = Some(SystemTime::now());
             }
@@ -314,8 +329,39 @@ impl Pipeline {
     }
 }
 
-/// Reads forever into `tx`, which blocks when the processor is behind.
-async fn read_loop(source: Arc<dyn Source>, tx: mpsc::Sender<Record>, mut shutdown: watch::Receiver<bool>) {
+/// A record read and transformed, on its way to be written.
+struct Transformed {
+    position: Position,
+    outcome: Outcome,
+}
+
+enum Outcome {
+    /// What the transformations made of the message: none when filtered.
+    Outputs(Vec<Message>),
+    /// A message its source refused, kept whole for the error sink.
+    Refused(Message),
+}
+
+impl Transformed {
+    fn new(record: Record, transforms: &[Box<dyn Transform>]) -> Self {
+        let Record { message, position } = record;
+        let outcome = if message.output == Output::Refused {
+            Outcome::Refused(message)
+        } else {
+            Outcome::Outputs(transforms::apply_all(transforms, message))
+        };
+        Self { position, outcome }
+    }
+}
+
+/// Reads and transforms forever into `tx`, which blocks when the processor
+/// is behind.
+async fn read_loop(
+    source: Arc<dyn Source>,
+    transforms: Arc<[Box<dyn Transform>]>,
+    tx: mpsc::Sender<Transformed>,
+    mut shutdown: watch::Receiver<bool>,
+) {
     let mut retries = RETRY.start();
     loop {
         let read = tokio::select! {
@@ -326,7 +372,7 @@ async fn read_loop(source: Arc<dyn Source>, tx: mpsc::Sender<Record>, mut shutdo
             Ok(records) => {
                 retries.succeeded();
                 for record in records {
-                    if tx.send(record).await.is_err() {
+                    if tx.send(Transformed::new(record, &transforms)).await.is_err() {
                         return;
                     }
                 }

@@ -1,10 +1,26 @@
 //! PostgreSQL sink. A table with a JSONB `data` column (what
 //! `autoCreateTable` makes) gets each message whole ("raw" mode); any other
-//! table gets message keys into columns of the same names. Batches are one
-//! statement; `upsertMode` updates on `conflictKey` (default: skip rows
-//! whose key exists, so a replayed batch does not duplicate).
+//! table gets message keys into columns of the same names. `upsertMode`
+//! updates on `conflictKey`; without it rows whose key exists are skipped,
+//! so a replayed batch does not duplicate.
+//!
+//! A batch is streamed with `COPY … FROM STDIN`, each value in the text
+//! form the column's input function reads, which is what
+//! `jsonb_populate_recordset` feeds it too. COPY cannot skip or update on a
+//! conflict, so a batch it refuses for a duplicate key (a replay, an
+//! upsert) is written again by one `INSERT … ON CONFLICT` statement, and
+//! the next [`AFTER_CONFLICT`] batches go straight to that statement. The
+//! statement is also the path wherever COPY would act differently: a target
+//! with rules or row-level security, a view; array or composite columns (a
+//! JSON array or object becomes an element list there); and a JSON object,
+//! array or exponent number for any other non-json column, whose text the
+//! statement takes from jsonb (`{"a": 1}`, `0.0000001`).
+
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use async_trait::async_trait;
+use bytes::{BufMut, BytesMut};
+use futures_util::SinkExt;
 use serde_json::Value;
 
 use super::Sink;
@@ -17,6 +33,9 @@ use crate::sql::{connect, quote, quote_ident};
 use serde::Deserialize;
 use sless_model::dataflow::SecretRef;
 use sless_model::{FieldError, ValidationErrors};
+
+/// Batches written by statement after a COPY met an existing key.
+const AFTER_CONFLICT: u32 = 16;
 
 /// `config` of a `postgresql` sink.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -39,8 +58,30 @@ pub struct PostgresSink {
     table: String,
     table_quoted: String,
     raw: bool,
-    columns: Vec<String>,
+    columns: Vec<Column>,
     upsert_key: Option<Vec<String>>,
+    /// Whether COPY writes what INSERT would (a plain table, no rules, no
+    /// row-level security).
+    copyable: bool,
+    /// Batches still to write by statement after a conflict.
+    by_statement: AtomicU32,
+}
+
+/// A column of the target table and how a message value becomes its input.
+struct Column {
+    name: String,
+    kind: ColumnKind,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ColumnKind {
+    /// json or jsonb: the JSON value itself, a string with its quotes.
+    Json,
+    /// An array or composite type: only the statement converts a JSON array
+    /// or object into one.
+    Structured,
+    /// Any other type: a string's contents, else the JSON text.
+    Scalar,
 }
 
 impl PostgresSink {
@@ -64,28 +105,49 @@ impl PostgresSink {
                 .await
                 .map_err(ConnectorError::query)?;
         }
-        let columns: Vec<(String, String)> = client
+        // A domain has its base type's category; `json` and `jsonb` are
+        // found through a domain too.
+        let columns: Vec<(String, String, ColumnKind)> = client
             .query(
-                "SELECT attname::text, format_type(atttypid, atttypmod) FROM pg_attribute \
-                 WHERE attrelid = $1::text::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
+                "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod), \
+                   CASE WHEN coalesce(nullif(t.typbasetype, 0), t.oid) IN ('json'::regtype, 'jsonb'::regtype) THEN 'j' \
+                        WHEN t.typcategory IN ('A', 'C') THEN 's' ELSE 'v' END \
+                 FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid \
+                 WHERE a.attrelid = $1::text::regclass AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum",
                 &[&table_quoted],
             )
             .await
             .map_err(ConnectorError::query)?
             .iter()
-            .map(|r| (r.get(0), r.get(1)))
+            .map(|r| {
+                let kind = match r.get::<_, &str>(2) {
+                    "j" => ColumnKind::Json,
+                    "s" => ColumnKind::Structured,
+                    _ => ColumnKind::Scalar,
+                };
+                (r.get(0), r.get(1), kind)
+            })
             .collect();
         if columns.is_empty() {
             return Err(ConnectorError::Config(format!(
                 "table {table:?} has no columns (does it exist?)"
             )));
         }
-        let raw = columns.iter().any(|(name, ty)| name == "data" && ty == "jsonb");
+        let raw = columns.iter().any(|(name, ty, _)| name == "data" && ty == "jsonb");
+        let copyable = client
+            .query_one(
+                "SELECT relkind IN ('r', 'p') AND NOT relhasrules AND NOT relrowsecurity FROM pg_class \
+                 WHERE oid = $1::text::regclass",
+                &[&table_quoted],
+            )
+            .await
+            .map_err(ConnectorError::query)?
+            .get(0);
         let upsert_key = match (config.upsert_mode, &config.conflict_key) {
             (Some(true), Some(key)) => {
                 let key: Vec<String> = key.split(',').map(|k| k.trim().to_owned()).collect();
                 // Only the table's own columns: the key is spliced into SQL.
-                if let Some(unknown) = key.iter().find(|k| !columns.iter().any(|(c, _)| c == *k)) {
+                if let Some(unknown) = key.iter().find(|k| !columns.iter().any(|(c, _, _)| c == *k)) {
                     return Err(ConnectorError::Config(format!(
                         "conflictKey {unknown:?} is not a column of {table:?}"
                     )));
@@ -100,10 +162,180 @@ impl PostgresSink {
             table,
             table_quoted,
             raw,
-            columns: columns.into_iter().map(|(n, _)| n).collect(),
+            columns: columns
+                .into_iter()
+                .map(|(name, _, kind)| Column { name, kind })
+                .collect(),
             upsert_key,
+            copyable,
+            by_statement: AtomicU32::new(0),
         })
     }
+
+    /// The columns some message of `batch` has (the others keep their
+    /// defaults); in raw mode the `data` column.
+    fn present(&self, batch: &[&Value]) -> Result<Vec<&Column>, ConnectorError> {
+        let present: Vec<&Column> = self
+            .columns
+            .iter()
+            .filter(|c| {
+                if self.raw {
+                    c.name == "data"
+                } else {
+                    batch.iter().any(|m| m.get(c.name.as_str()).is_some())
+                }
+            })
+            .collect();
+        if present.is_empty() {
+            return Err(ConnectorError::Data(format!(
+                "no message key matches a column of {}",
+                self.table
+            )));
+        }
+        Ok(present)
+    }
+
+    /// Streams `batch` with COPY, unless a value needs the statement.
+    async fn copy(&self, batch: &[&Value], present: &[&Column]) -> Result<Copied, ConnectorError> {
+        let mut rows = BytesMut::with_capacity(batch.len() * 64);
+        for message in batch {
+            if self.raw {
+                put_json(&mut rows, message);
+            } else {
+                for (i, column) in present.iter().enumerate() {
+                    if i > 0 {
+                        rows.put_u8(b'\t');
+                    }
+                    if !put_value(&mut rows, message.get(column.name.as_str()), column.kind) {
+                        return Ok(Copied::Unsuitable);
+                    }
+                }
+            }
+            rows.put_u8(b'\n');
+        }
+        let list = present
+            .iter()
+            .map(|c| quote_ident(&c.name))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let copied = async {
+            let sink = self
+                .client
+                .copy_in::<_, bytes::Bytes>(&format!("COPY {} ({list}) FROM STDIN", self.table_quoted))
+                .await?;
+            futures_util::pin_mut!(sink);
+            sink.send(rows.freeze()).await?;
+            sink.finish().await
+        }
+        .await;
+        match copied {
+            Ok(_) => Ok(Copied::Written),
+            Err(e) if e.code().is_some_and(|c| CONFLICTS.contains(c)) => Ok(Copied::Conflict),
+            Err(e) => Err(ConnectorError::query(e)),
+        }
+    }
+
+    /// Writes `batch` in one `INSERT … ON CONFLICT` statement.
+    async fn insert(&self, batch: &[&Value], present: &[&Column]) -> Result<(), ConnectorError> {
+        let docs = serde_json::to_string(batch).map_err(|e| ConnectorError::Data(e.to_string()))?;
+        let t = &self.table_quoted;
+        let sql = if self.raw {
+            format!("INSERT INTO {t} (data) SELECT value FROM jsonb_array_elements($1::text::jsonb)")
+        } else {
+            let list = present
+                .iter()
+                .map(|c| quote_ident(&c.name))
+                .collect::<Vec<_>>()
+                .join(", ");
+            let conflict = match &self.upsert_key {
+                Some(key) => {
+                    let key_list = key.iter().map(|k| quote_ident(k)).collect::<Vec<_>>().join(", ");
+                    let updates: Vec<String> = present
+                        .iter()
+                        .filter(|c| !key.contains(&c.name))
+                        .map(|c| format!("{0} = EXCLUDED.{0}", quote_ident(&c.name)))
+                        .collect();
+                    if updates.is_empty() {
+                        format!("ON CONFLICT ({key_list}) DO NOTHING")
+                    } else {
+                        format!("ON CONFLICT ({key_list}) DO UPDATE SET {}", updates.join(", "))
+                    }
+                }
+                None => "ON CONFLICT DO NOTHING".into(),
+            };
+            format!(
+                "INSERT INTO {t} ({list}) SELECT {list} FROM jsonb_populate_recordset(NULL::{t}, $1::text::jsonb) {conflict}"
+            )
+        };
+        self.client
+            .execute(&sql, &[&docs])
+            .await
+            .map_err(ConnectorError::query)
+            .map(drop)
+    }
+}
+
+/// What became of a batch given to COPY.
+enum Copied {
+    Written,
+    /// A row's key exists: nothing of the batch was written.
+    Conflict,
+    /// A value's text is one only the statement makes (see the module).
+    Unsuitable,
+}
+
+/// The SQLSTATEs of a row whose key exists: unique and exclusion violations.
+const CONFLICTS: [tokio_postgres::error::SqlState; 2] = [
+    tokio_postgres::error::SqlState::UNIQUE_VIOLATION,
+    tokio_postgres::error::SqlState::EXCLUSION_VIOLATION,
+];
+
+/// Appends a message value as COPY's text format gives it to a column's
+/// input function, as `jsonb_populate_recordset` would: a missing key or
+/// JSON null is NULL; a json column gets the JSON text; any other column a
+/// string's contents, or a boolean's or number's text. `false` when only
+/// the statement gives the text jsonb would (an object, an array, `1e-7`).
+fn put_value(rows: &mut BytesMut, value: Option<&Value>, kind: ColumnKind) -> bool {
+    match (value, kind) {
+        (None | Some(Value::Null), _) => rows.put_slice(b"\\N"),
+        (Some(json), ColumnKind::Json) => put_json(rows, json),
+        (Some(Value::String(s)), _) => put_escaped(rows, s.as_bytes()),
+        (Some(Value::Bool(b)), _) => rows.put_slice(if *b { b"true" } else { b"false" }),
+        (Some(Value::Number(n)), _) => {
+            let text = n.to_string();
+            if text.contains(['e', 'E']) {
+                return false;
+            }
+            rows.put_slice(text.as_bytes());
+        }
+        (Some(Value::Object(_) | Value::Array(_)), _) => return false,
+    }
+    true
+}
+
+fn put_json(rows: &mut BytesMut, value: &Value) {
+    // Serialising a Value cannot fail: its keys are strings.
+    let text = serde_json::to_vec(value).unwrap_or_default();
+    put_escaped(rows, &text);
+}
+
+/// `bytes` with COPY's text-format escapes: backslash, newline, carriage
+/// return and tab, the characters that delimit or escape.
+fn put_escaped(rows: &mut BytesMut, bytes: &[u8]) {
+    let mut start = 0;
+    for (i, b) in bytes.iter().enumerate() {
+        let escape: &[u8] = match b {
+            b'\\' => b"\\\\",
+            b'\n' => b"\\n",
+            b'\r' => b"\\r",
+            b'\t' => b"\\t",
+            _ => continue,
+        };
+        rows.put_slice(&bytes[start..i]);
+        rows.put_slice(escape);
+        start = i + 1;
+    }
+    rows.put_slice(&bytes[start..]);
 }
 
 impl Component for PostgresSink {
@@ -136,54 +368,25 @@ impl Sink for PostgresSink {
         &self.table
     }
 
-    /// Writes a batch in one statement.
     async fn write(&self, messages: &[Message]) -> Result<(), ConnectorError> {
         if messages.is_empty() {
             return Ok(());
         }
         let batch: Vec<&Value> = messages.iter().map(|m| &m.data).collect();
-        let docs = serde_json::to_string(&batch).map_err(|e| ConnectorError::Data(e.to_string()))?;
-        let t = &self.table_quoted;
-        let sql = if self.raw {
-            format!("INSERT INTO {t} (data) SELECT value FROM jsonb_array_elements($1::text::jsonb)")
-        } else {
-            // Only columns some message has: the others keep their defaults.
-            let present: Vec<&String> = self
-                .columns
-                .iter()
-                .filter(|c| batch.iter().any(|m| m.get(c.as_str()).is_some()))
-                .collect();
-            if present.is_empty() {
-                return Err(ConnectorError::Data(format!(
-                    "no message key matches a column of {}",
-                    self.table
-                )));
-            }
-            let list = present.iter().map(|c| quote_ident(c)).collect::<Vec<_>>().join(", ");
-            let conflict = match &self.upsert_key {
-                Some(key) => {
-                    let key_list = key.iter().map(|k| quote_ident(k)).collect::<Vec<_>>().join(", ");
-                    let updates: Vec<String> = present
-                        .iter()
-                        .filter(|c| !key.contains(c))
-                        .map(|c| format!("{0} = EXCLUDED.{0}", quote_ident(c)))
-                        .collect();
-                    if updates.is_empty() {
-                        format!("ON CONFLICT ({key_list}) DO NOTHING")
-                    } else {
-                        format!("ON CONFLICT ({key_list}) DO UPDATE SET {}", updates.join(", "))
-                    }
+        let present = self.present(&batch)?;
+        let copy = self.copyable && present.iter().all(|c| c.kind != ColumnKind::Structured);
+        if copy {
+            let wait = self.by_statement.load(Ordering::Relaxed);
+            if wait > 0 {
+                self.by_statement.store(wait - 1, Ordering::Relaxed);
+            } else {
+                match self.copy(&batch, &present).await? {
+                    Copied::Written => return Ok(()),
+                    Copied::Conflict => self.by_statement.store(AFTER_CONFLICT, Ordering::Relaxed),
+                    Copied::Unsuitable => {}
                 }
-                None => "ON CONFLICT DO NOTHING".into(),
-            };
-            format!(
-                "INSERT INTO {t} ({list}) SELECT {list} FROM jsonb_populate_recordset(NULL::{t}, $1::text::jsonb) {conflict}"
-            )
-        };
-        self.client
-            .execute(&sql, &[&docs])
-            .await
-            .map_err(ConnectorError::query)
-            .map(drop)
+            }
+        }
+        self.insert(&batch, &present).await
     }
 }

@@ -16,7 +16,6 @@ use crate::ConnectorError;
 use crate::clickhouse_client::{self, ClickHouse, literal};
 use crate::component::Component;
 use crate::context::PipelineContext;
-use crate::message::Message;
 use crate::sql::quote;
 use sless_model::dataflow::SecretRef;
 use sless_model::{FieldError, ValidationErrors};
@@ -109,13 +108,7 @@ impl ClickHouseSource {
                     value: text_of(&data[&self.column_name]).unwrap_or_default(),
                     id: self.id.as_ref().and_then(|_| text_of(&data[&self.id_name])),
                 };
-                Ok((
-                    Record {
-                        message: Message::new(data),
-                        position: Position::Column(position.text()),
-                    },
-                    position,
-                ))
+                Ok(position.record(data))
             })
             .collect()
     }
@@ -193,7 +186,7 @@ impl Source for ClickHouseSource {
         self.polling.read(|after| self.read_after(after)).await
     }
 
-    async fn commit(&self, done: &[Record]) -> Result<(), ConnectorError> {
+    async fn commit(&self, done: &[Position]) -> Result<(), ConnectorError> {
         self.polling.commit(done).await
     }
 }

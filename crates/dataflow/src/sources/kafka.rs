@@ -129,10 +129,10 @@ fn record(m: &BorrowedMessage<'_>) -> Record {
 }
 
 /// The offsets to commit after `done`: the next one of each partition.
-fn next_offsets(done: &[Record]) -> BTreeMap<i32, i64> {
+fn next_offsets(done: &[Position]) -> BTreeMap<i32, i64> {
     let mut next = BTreeMap::new();
-    for r in done {
-        if let Position::Offset { partition, offset } = r.position {
+    for position in done {
+        if let Position::Offset { partition, offset } = *position {
             let e = next.entry(partition).or_insert(offset + 1);
             *e = (*e).max(offset + 1);
         }
@@ -177,7 +177,7 @@ impl Source for KafkaSource {
         Ok(vec![record])
     }
 
-    async fn commit(&self, done: &[Record]) -> Result<(), ConnectorError> {
+    async fn commit(&self, done: &[Position]) -> Result<(), ConnectorError> {
         let mut list = TopicPartitionList::new();
         for (partition, offset) in next_offsets(done) {
             list.add_partition_offset(&self.topic, partition, Offset::Offset(offset))
@@ -209,11 +209,8 @@ impl Drop for KafkaSource {
 mod tests {
     use super::*;
 
-    fn at(partition: i32, offset: i64) -> Record {
-        Record {
-            message: Message::new(Value::Null),
-            position: Position::Offset { partition, offset },
-        }
+    fn at(partition: i32, offset: i64) -> Position {
+        Position::Offset { partition, offset }
     }
 
     #[test]

@@ -60,9 +60,10 @@ pub trait Source: Send + Sync {
     /// long as it takes. Cancelling the call loses nothing.
     async fn read(&self) -> Result<Vec<Record>, ConnectorError>;
 
-    /// Records that `done` (in read order, possibly after earlier batches)
-    /// is written everywhere: the source may resume after it.
-    async fn commit(&self, done: &[Record]) -> Result<(), ConnectorError>;
+    /// Records that the records at `done` (in read order, possibly after
+    /// earlier batches) are written everywhere: the source may resume
+    /// after them.
+    async fn commit(&self, done: &[Position]) -> Result<(), ConnectorError>;
 }
 
 /// A source type: a [`Component`] that connects. One file holds each;

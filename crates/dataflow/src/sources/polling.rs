@@ -36,6 +36,15 @@ impl RowPosition {
         })
     }
 
+    /// The record of a row read at this position, with the position.
+    pub fn record(self, data: serde_json::Value) -> (Record, Self) {
+        let record = Record {
+            message: crate::message::Message::new(data),
+            position: Position::Column(self.text()),
+        };
+        (record, self)
+    }
+
     pub fn text(&self) -> String {
         match self.id {
             None => self.value.clone(),
@@ -90,15 +99,8 @@ impl Polling {
     }
 
     /// Saves the position of the last of `done` as the checkpoint.
-    pub async fn commit(&self, done: &[Record]) -> Result<(), ConnectorError> {
-        let (
-            Some(store),
-            Some(Record {
-                position: Position::Column(last),
-                ..
-            }),
-        ) = (&self.checkpoint, done.last())
-        else {
+    pub async fn commit(&self, done: &[Position]) -> Result<(), ConnectorError> {
+        let (Some(store), Some(Position::Column(last))) = (&self.checkpoint, done.last()) else {
             return Ok(());
         };
         store.save(last).await.map_err(store_error)

@@ -12,17 +12,27 @@
 //! skipped for ever; the price is that one long-running writing transaction
 //! holds the source back until it ends. A `query` source cannot see row
 //! versions and has no such guard (documented).
+//!
+//! A row becomes the JSON object `row_to_json` would make of it. Columns of
+//! the common types (booleans, integers, text, json) are read in binary and
+//! converted here, the rest through the server's `to_json`: converting in
+//! the client spares the server the work of building and escaping JSON
+//! text and the client that of parsing it again.
+
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use serde::Deserialize;
+use serde_json::{Map, Value};
+use tokio_postgres::error::SqlState;
+use tokio_postgres::types::{FromSql, Type};
 
 use super::polling::{Polling, RowPosition};
 use super::{DEFAULT_BATCH, Position, Record, Source};
 use crate::ConnectorError;
 use crate::component::Component;
 use crate::context::PipelineContext;
-use crate::message::Message;
-use crate::sql::{connect, quote};
+use crate::sql::{connect, quote, quote_ident};
 use sless_model::dataflow::SecretRef;
 use sless_model::{FieldError, ValidationErrors};
 
@@ -51,11 +61,42 @@ pub struct PostgresSourceConfig {
 
 pub struct PostgresSource {
     client: tokio_postgres::Client,
-    select: String,
-    /// Whether `select` takes the row's id beside the incremental value.
-    paired: bool,
+    query: ReadQuery,
+    /// The prepared read, made again when the source's columns change.
+    reader: Mutex<Arc<Reader>>,
     batch: usize,
     polling: Polling,
+}
+
+/// What the read selects, before the source's columns are known.
+struct ReadQuery {
+    /// A quoted table, or a parenthesised query.
+    from: String,
+    /// The xmin guard of a table source.
+    guard: &'static str,
+    column_name: String,
+    id_name: String,
+    batch: u32,
+}
+
+/// The read prepared for the source's columns as they are.
+struct Reader {
+    statement: tokio_postgres::Statement,
+    row: RowLayout,
+    /// Whether the statement takes the row's id beside the incremental value.
+    paired: bool,
+}
+
+/// Where a row's object comes from in what the statement returns; the
+/// position's value and id follow.
+enum RowLayout {
+    /// Each key with the index of the column holding its value: the
+    /// columns of `q.*` of the types [`JsonField`] reads, then `to_json`
+    /// of the others. `q.*` also makes the server refuse the prepared
+    /// statement once the columns change, so a new column is never missed.
+    Columns { keys: Vec<(String, usize)>, width: usize },
+    /// One `row_to_json(q)` column: a `query` whose names repeat.
+    Whole,
 }
 
 /// The type name of `column` among `columns` (what the source returns).
@@ -67,16 +108,72 @@ fn column_type(columns: &[tokio_postgres::Column], column: &str) -> Result<Strin
         .ok_or_else(|| ConnectorError::Config(format!("the source has no column {column:?} to read incrementally")))
 }
 
+impl ReadQuery {
+    /// Prepares the read for the columns the source has now.
+    async fn prepare(&self, client: &tokio_postgres::Client) -> Result<Reader, ConnectorError> {
+        let from = &self.from;
+        let probe = client
+            .prepare(&format!("SELECT * FROM {from} AS q LIMIT 0"))
+            .await
+            .map_err(ConnectorError::query)?;
+        let columns = probe.columns();
+        // Positions compare as the columns' types, not as text.
+        let ty = column_type(columns, &self.column_name)?;
+        let (row, layout) = row_select(columns);
+        let (column, guard, batch) = (quote(&self.column_name)?, self.guard, self.batch);
+        let paired = self.column_name != self.id_name;
+        // `q` is the table itself for a table source, so the guard can read
+        // its system column `xmin`, which `row_to_json` leaves out.
+        let select = if paired {
+            let id = quote(&self.id_name)?;
+            let id_ty = column_type(columns, &self.id_name)?;
+            format!(
+                "SELECT {row}, (q.{column})::text, (q.{id})::text FROM {from} AS q \
+                 WHERE ($1::text IS NULL OR q.{column} > $1::text::{ty} \
+                        OR (q.{column} = $1::text::{ty} AND $2::text IS NOT NULL AND q.{id} > $2::text::{id_ty})){guard} \
+                 ORDER BY q.{column}, q.{id} LIMIT {batch}"
+            )
+        } else {
+            format!(
+                "SELECT {row}, (q.{column})::text, NULL FROM {from} AS q \
+                 WHERE ($1::text IS NULL OR q.{column} > $1::text::{ty}){guard} ORDER BY q.{column} LIMIT {batch}"
+            )
+        };
+        Ok(Reader {
+            statement: client.prepare(&select).await.map_err(ConnectorError::query)?,
+            row: layout,
+            paired,
+        })
+    }
+}
+
+/// What selects a row of `q` with `columns`, and where its values land.
+fn row_select(columns: &[tokio_postgres::Column]) -> (String, RowLayout) {
+    let mut names = std::collections::HashSet::new();
+    if columns.is_empty() || !columns.iter().all(|c| names.insert(c.name())) {
+        return ("row_to_json(q)".into(), RowLayout::Whole);
+    }
+    let mut select = vec!["q.*".to_owned()];
+    let mut keys = Vec::with_capacity(columns.len());
+    for (i, c) in columns.iter().enumerate() {
+        let at = if JsonField::native(c.type_()) {
+            i
+        } else {
+            select.push(format!("to_json(q.{})", quote_ident(c.name())));
+            columns.len() + select.len() - 2
+        };
+        keys.push((c.name().to_owned(), at));
+    }
+    let width = columns.len() + select.len() - 1;
+    (select.join(", "), RowLayout::Columns { keys, width })
+}
+
 impl PostgresSource {
     pub async fn connect(config: &PostgresSourceConfig, ctx: &PipelineContext) -> Result<Self, ConnectorError> {
         let dsn = config
             .connection_string
             .as_deref()
             .ok_or_else(|| ConnectorError::Config("connectionString is required".into()))?;
-        let column_name = config.incremental_column.clone().unwrap_or_else(|| "id".into());
-        let id_name = config.id_column.clone().unwrap_or_else(|| "id".into());
-        let column = quote(&column_name)?;
-        let id = quote(&id_name)?;
         let (from, guard) = match (&config.query, &config.table) {
             (Some(query), _) => (format!("({query})"), ""),
             (None, Some(table)) => (
@@ -87,34 +184,25 @@ impl PostgresSource {
             ),
             (None, None) => return Err(ConnectorError::Config("table or query is required".into())),
         };
-        let client = connect(dsn, &ctx.egress).await?;
-        // Positions compare as the columns' types, not as text.
-        let probe = client
-            .prepare(&format!("SELECT * FROM {from} AS q LIMIT 0"))
-            .await
-            .map_err(ConnectorError::query)?;
-        let ty = column_type(probe.columns(), &column_name)?;
+        let column_name = config.incremental_column.clone().unwrap_or_else(|| "id".into());
+        let id_name = config.id_column.clone().unwrap_or_else(|| "id".into());
+        // Refused before connecting: they are spliced into SQL.
+        quote(&column_name)?;
+        quote(&id_name)?;
         let batch = config.batch_size.unwrap_or(DEFAULT_BATCH as u32).max(1);
-        // `q` is the table itself for a table source, so the guard can read
-        // its system column `xmin`, which `row_to_json` leaves out.
-        let select = if column_name == id_name {
-            format!(
-                "SELECT row_to_json(q)::text, (q.{column})::text, NULL FROM {from} AS q \
-                 WHERE ($1::text IS NULL OR q.{column} > $1::text::{ty}){guard} ORDER BY q.{column} LIMIT {batch}"
-            )
-        } else {
-            let id_ty = column_type(probe.columns(), &id_name)?;
-            format!(
-                "SELECT row_to_json(q)::text, (q.{column})::text, (q.{id})::text FROM {from} AS q \
-                 WHERE ($1::text IS NULL OR q.{column} > $1::text::{ty} \
-                        OR (q.{column} = $1::text::{ty} AND $2::text IS NOT NULL AND q.{id} > $2::text::{id_ty})){guard} \
-                 ORDER BY q.{column}, q.{id} LIMIT {batch}"
-            )
+        let query = ReadQuery {
+            from,
+            guard,
+            column_name,
+            id_name,
+            batch,
         };
+        let client = connect(dsn, &ctx.egress).await?;
+        let reader = query.prepare(&client).await?;
         Ok(Self {
             client,
-            select,
-            paired: column_name != id_name,
+            query,
+            reader: Mutex::new(Arc::new(reader)),
             batch: batch as usize,
             polling: Polling::start(config.poll_interval, ctx.checkpoint.clone()).await?,
         })
@@ -122,31 +210,133 @@ impl PostgresSource {
 
     /// The next batch after `position` (from the start when `None`).
     async fn read_after(&self, position: Option<&RowPosition>) -> Result<Vec<(Record, RowPosition)>, ConnectorError> {
+        let reader = self.reader.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let rows = match self.query_after(&reader, position).await {
+            // "cached plan must not change result type": the columns
+            // changed, so the read is prepared again for them.
+            Err(e) if e.code() == Some(&SqlState::FEATURE_NOT_SUPPORTED) => {
+                let reader = Arc::new(self.query.prepare(&self.client).await?);
+                *self.reader.lock().unwrap_or_else(|p| p.into_inner()) = reader.clone();
+                return self.read_with(&reader, position).await;
+            }
+            rows => rows.map_err(ConnectorError::query)?,
+        };
+        rows_of(&reader, &rows)
+    }
+
+    /// [`Self::read_after`] with a reader just prepared: a second refusal
+    /// is an error.
+    async fn read_with(
+        &self,
+        reader: &Reader,
+        position: Option<&RowPosition>,
+    ) -> Result<Vec<(Record, RowPosition)>, ConnectorError> {
+        let rows = self
+            .query_after(reader, position)
+            .await
+            .map_err(ConnectorError::query)?;
+        rows_of(reader, &rows)
+    }
+
+    async fn query_after(
+        &self,
+        reader: &Reader,
+        position: Option<&RowPosition>,
+    ) -> Result<Vec<tokio_postgres::Row>, tokio_postgres::Error> {
         let value = position.map(|p| p.value.as_str());
         let id = position.and_then(|p| p.id.as_deref());
-        let rows = if self.paired {
-            self.client.query(&self.select, &[&value, &id]).await
+        if reader.paired {
+            self.client.query(&reader.statement, &[&value, &id]).await
         } else {
-            self.client.query(&self.select, &[&value]).await
+            self.client.query(&reader.statement, &[&value]).await
         }
-        .map_err(ConnectorError::query)?;
-        rows.iter()
-            .map(|r| {
-                let text: String = r.get(0);
-                let data = serde_json::from_str(&text).map_err(|e| ConnectorError::Data(e.to_string()))?;
-                let position = RowPosition {
-                    value: r.get::<_, Option<String>>(1).unwrap_or_default(),
-                    id: r.get(2),
-                };
-                Ok((
-                    Record {
-                        message: Message::new(data),
-                        position: Position::Column(position.text()),
-                    },
-                    position,
-                ))
-            })
-            .collect()
+    }
+}
+
+/// The records of `rows`, each with its position.
+fn rows_of(reader: &Reader, rows: &[tokio_postgres::Row]) -> Result<Vec<(Record, RowPosition)>, ConnectorError> {
+    let width = match &reader.row {
+        RowLayout::Columns { width, .. } => *width,
+        RowLayout::Whole => 1,
+    };
+    rows.iter()
+        .map(|r| {
+            let data = row_object(&reader.row, r)?;
+            let position = RowPosition {
+                value: r.get::<_, Option<String>>(width).unwrap_or_default(),
+                id: r.get(width + 1),
+            };
+            Ok(position.record(data))
+        })
+        .collect()
+}
+
+/// The JSON object of a row.
+fn row_object(layout: &RowLayout, row: &tokio_postgres::Row) -> Result<Value, ConnectorError> {
+    let field = |i: usize| {
+        row.try_get::<_, JsonField>(i)
+            .map(|f| f.0)
+            .map_err(|e| ConnectorError::Data(e.to_string()))
+    };
+    match layout {
+        RowLayout::Whole => field(0),
+        RowLayout::Columns { keys, .. } => {
+            let mut object = Map::new();
+            for (key, at) in keys {
+                object.insert(key.clone(), field(*at)?);
+            }
+            Ok(Value::Object(object))
+        }
+    }
+}
+
+/// A column's value as `row_to_json` writes it: SQL NULL is JSON null,
+/// booleans and integers are themselves, text a string, json its value.
+struct JsonField(Value);
+
+impl JsonField {
+    /// Types read in binary as they are; `json` is also what `to_json`
+    /// gives for every other type.
+    fn native(ty: &Type) -> bool {
+        matches!(
+            *ty,
+            Type::BOOL
+                | Type::INT2
+                | Type::INT4
+                | Type::INT8
+                | Type::TEXT
+                | Type::VARCHAR
+                | Type::BPCHAR
+                | Type::NAME
+                | Type::JSON
+                | Type::JSONB
+        )
+    }
+}
+
+impl<'a> FromSql<'a> for JsonField {
+    fn from_sql(ty: &Type, raw: &'a [u8]) -> Result<Self, Box<dyn std::error::Error + Sync + Send>> {
+        Ok(Self(match *ty {
+            Type::BOOL => Value::Bool(bool::from_sql(ty, raw)?),
+            Type::INT2 => i16::from_sql(ty, raw)?.into(),
+            Type::INT4 => i32::from_sql(ty, raw)?.into(),
+            Type::INT8 => i64::from_sql(ty, raw)?.into(),
+            Type::JSON => serde_json::from_slice(raw)?,
+            // jsonb's binary form is a version byte, 1, and the text.
+            Type::JSONB => match raw.split_first() {
+                Some((1, text)) => serde_json::from_slice(text)?,
+                _ => return Err("jsonb in an unknown binary format".into()),
+            },
+            _ => Value::String(<&str>::from_sql(ty, raw)?.to_owned()),
+        }))
+    }
+
+    fn from_sql_null(_: &Type) -> Result<Self, Box<dyn std::error::Error + Sync + Send>> {
+        Ok(Self(Value::Null))
+    }
+
+    fn accepts(ty: &Type) -> bool {
+        Self::native(ty)
     }
 }
 
@@ -189,7 +379,7 @@ impl Source for PostgresSource {
             .await
     }
 
-    async fn commit(&self, done: &[Record]) -> Result<(), ConnectorError> {
+    async fn commit(&self, done: &[Position]) -> Result<(), ConnectorError> {
         self.polling.commit(done).await
     }
 }

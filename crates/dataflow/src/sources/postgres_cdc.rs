@@ -424,12 +424,9 @@ impl Source for PostgresCdcSource {
         }
     }
 
-    async fn commit(&self, done: &[Record]) -> Result<(), ConnectorError> {
+    async fn commit(&self, done: &[Position]) -> Result<(), ConnectorError> {
         match done.last() {
-            Some(Record {
-                position: Position::Lsn(lsn),
-                ..
-            }) => {
+            Some(Position::Lsn(lsn)) => {
                 // Advancing a slot decodes its WAL again (as long as a peek
                 // does), so it moves every CONFIRM_EVERY, or sooner when
                 // peeks would decode much again; a crash delivers again

@@ -122,10 +122,10 @@ impl Source for SqsSource {
         }
     }
 
-    async fn commit(&self, done: &[Record]) -> Result<(), ConnectorError> {
+    async fn commit(&self, done: &[Position]) -> Result<(), ConnectorError> {
         let receipts: Vec<&str> = done
             .iter()
-            .filter_map(|r| match &r.position {
+            .filter_map(|position| match position {
                 Position::Receipt(receipt) => Some(receipt.as_str()),
                 _ => None,
             })

@@ -185,8 +185,6 @@ where
     Ok(client)
 }
 
-/// Any identifier as PostgreSQL quotes it (`"` doubled): for names read
-/// from the catalog, which may hold any character.
 /// What every PostgreSQL connector requires: a connection string and a
 /// table, each inline or through its `…SecretRef`.
 pub fn check_target(
@@ -206,6 +204,8 @@ pub fn check_target(
     either(non_empty(table.0), table.1, path, "table", errors);
 }
 
+/// Any identifier as PostgreSQL quotes it (`"` doubled): for names read
+/// from the catalog, which may hold any character.
 pub fn quote_ident(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
 }

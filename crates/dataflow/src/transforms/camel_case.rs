@@ -11,8 +11,8 @@ pub struct Camel;
 impl Case for Camel {
     const KIND: &'static str = "camelCase";
 
-    fn rename(key: &str) -> String {
-        to_camel_case(key)
+    fn rename(key: String) -> String {
+        to_camel_case(&key)
     }
 }
 

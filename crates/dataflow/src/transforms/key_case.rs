@@ -23,7 +23,7 @@ pub struct CaseConfig {
 pub trait Case: Send + Sync + 'static {
     /// The transformation's `type`.
     const KIND: &'static str;
-    fn rename(key: &str) -> String;
+    fn rename(key: String) -> String;
 }
 
 pub struct RenameKeys<C> {
@@ -59,11 +59,11 @@ impl<C: Case> Transform for RenameKeys<C> {
 }
 
 /// Renames the keys of `value` (and of nested objects with `deep`).
-fn rename_keys(value: Value, deep: bool, rename: &dyn Fn(&str) -> String) -> Value {
+fn rename_keys(value: Value, deep: bool, rename: &dyn Fn(String) -> String) -> Value {
     match value {
         Value::Object(map) => Value::Object(
             map.into_iter()
-                .map(|(k, v)| (rename(&k), if deep { rename_keys(v, deep, rename) } else { v }))
+                .map(|(k, v)| (rename(k), if deep { rename_keys(v, deep, rename) } else { v }))
                 .collect(),
         ),
         Value::Array(items) if deep => Value::Array(items.into_iter().map(|v| rename_keys(v, deep, rename)).collect()),

@@ -11,8 +11,13 @@ pub struct Snake;
 impl Case for Snake {
     const KIND: &'static str = "snakeCase";
 
-    fn rename(key: &str) -> String {
-        to_snake_case(key)
+    fn rename(key: String) -> String {
+        // Most keys of a row are snake case already: kept, not copied.
+        if key.chars().any(char::is_uppercase) {
+            to_snake_case(&key)
+        } else {
+            key
+        }
     }
 }
 

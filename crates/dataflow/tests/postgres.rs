@@ -1,0 +1,294 @@
+//! The PostgreSQL connectors against a real server (`SLESS_TEST_PG`,
+//! default postgres://postgres@127.0.0.1/test): the source gives each row
+//! as the server's own `row_to_json` does, and the sink's COPY writes what
+//! its `INSERT … ON CONFLICT` statement writes, a replayed batch included.
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+use sless_dataflow::context::PipelineContext;
+use sless_dataflow::message::Message;
+use sless_dataflow::sinks::{self, Sink};
+use sless_dataflow::sources::{self, Source};
+use sless_model::dataflow::ConnectorSpec;
+
+fn dsn() -> String {
+    std::env::var("SLESS_TEST_PG").unwrap_or_else(|_| "postgres://postgres@127.0.0.1/test".into())
+}
+
+async fn db() -> tokio_postgres::Client {
+    let (client, conn) = tokio_postgres::connect(&dsn(), tokio_postgres::NoTls)
+        .await
+        .expect("PostgreSQL on 127.0.0.1:5432");
+    tokio::spawn(conn);
+    client
+}
+
+fn unique(prefix: &str) -> String {
+    format!("{prefix}_{}", std::process::id() ^ rand::random::<u32>())
+}
+
+fn ctx() -> PipelineContext {
+    PipelineContext {
+        id: "test/pg".into(),
+        checkpoint: None,
+        egress: Default::default(),
+        queue_services: None,
+    }
+}
+
+fn spec(config: Value) -> ConnectorSpec {
+    let mut config = config;
+    config["connectionString"] = dsn().into();
+    serde_json::from_value(json!({"type": "postgresql", "config": config})).unwrap()
+}
+
+async fn source(config: Value) -> Arc<dyn Source> {
+    sources::connect(&spec(config), &ctx()).await.unwrap()
+}
+
+async fn sink(table: &str, extra: Value) -> Box<dyn Sink> {
+    let mut config = extra;
+    config["table"] = table.into();
+    sinks::connect(&spec(config), &ctx()).await.unwrap()
+}
+
+/// The rows of `sql` as the server's `row_to_json` makes them.
+async fn row_to_json(db: &tokio_postgres::Client, sql: &str) -> Vec<Value> {
+    db.query(&format!("SELECT row_to_json(q)::text FROM ({sql}) q"), &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| serde_json::from_str(r.get(0)).unwrap())
+        .collect()
+}
+
+async fn read(source: &dyn Source) -> Vec<Value> {
+    let records = tokio::time::timeout(std::time::Duration::from_secs(10), source.read())
+        .await
+        .expect("rows within 10 s")
+        .unwrap();
+    records.into_iter().map(|r| r.message.data).collect()
+}
+
+const TYPED_ROWS: &str = "
+    (true, 1, 2, 3, 'a \"quoted\" \\ tab\there', 'v', 'c', 'nm', '{\"k\": [1, 2.5]}', '\"s\"', 12.50, 'NaN', \
+     '2026-01-02 03:04:05.678+01', '2026-01-02', 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', '{1,NULL,3}', 'b', '1 day 2 hours', '\\x00ff'),
+    (NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL),
+    (false, -32768, -2147483648, -9223372036854775808, 'ünï ☃ 🦀', '', ' ', '', 'null', '{}', -1e-7, 'Infinity', \
+     'infinity', '0001-01-01 BC', '00000000-0000-0000-0000-000000000000', '{}', 'a', '-1 mons', '')";
+
+#[tokio::test]
+async fn the_source_gives_rows_as_row_to_json_does_also_after_the_columns_change() {
+    let db = db().await;
+    let (table, mood) = (unique("src_types"), unique("mood"));
+    db.batch_execute(&format!(
+        "CREATE TYPE {mood} AS ENUM ('a', 'b');
+         CREATE TABLE {table} (id serial PRIMARY KEY, bo bool, i2 int2, i4 int4, i8 int8, te text, vc varchar(10),
+           ch char(3), na name, js json, jb jsonb, nu numeric, fl float8, ts timestamptz, da date, uu uuid,
+           ar int[], en {mood}, iv interval, by bytea);
+         INSERT INTO {table} (bo, i2, i4, i8, te, vc, ch, na, js, jb, nu, fl, ts, da, uu, ar, en, iv, by) VALUES {TYPED_ROWS};"
+    ))
+    .await
+    .unwrap();
+    let source = source(json!({"table": table, "pollInterval": 1})).await;
+    let expected = row_to_json(&db, &format!("SELECT * FROM {table} ORDER BY id")).await;
+    assert_eq!(read(source.as_ref()).await, expected);
+    assert_eq!(
+        expected[0]["te"], "a \"quoted\" \\ tab\there",
+        "the fixture is what it says"
+    );
+
+    // A column added later is in the rows read after it, as it would be
+    // in row_to_json: the prepared read is made again for the new columns.
+    db.batch_execute(&format!(
+        "ALTER TABLE {table} ADD COLUMN added timestamptz DEFAULT '2026-03-04 05:06:07+00', DROP COLUMN vc;
+         INSERT INTO {table} (te) VALUES ('after');"
+    ))
+    .await
+    .unwrap();
+    let after = read(source.as_ref()).await;
+    let expected = row_to_json(&db, &format!("SELECT * FROM {table} WHERE id > 3 ORDER BY id")).await;
+    assert_eq!(after, expected);
+    assert!(
+        after[0].get("added").is_some() && after[0].get("vc").is_none(),
+        "{after:?}"
+    );
+    db.batch_execute(&format!("DROP TABLE {table}; DROP TYPE {mood}"))
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_query_whose_column_names_repeat_still_gives_row_to_json() {
+    let db = db().await;
+    let table = unique("src_dup");
+    db.batch_execute(&format!(
+        "CREATE TABLE {table} (id serial PRIMARY KEY, v text); INSERT INTO {table} (v) VALUES ('x'), ('y');"
+    ))
+    .await
+    .unwrap();
+    let query = format!("SELECT a.id, a.v, b.v FROM {table} a JOIN {table} b ON b.id = a.id");
+    let source = source(json!({"query": query, "pollInterval": 1})).await;
+    let expected = row_to_json(&db, &format!("{query} ORDER BY a.id")).await;
+    assert_eq!(read(source.as_ref()).await, expected);
+    db.batch_execute(&format!("DROP TABLE {table}")).await.unwrap();
+}
+
+fn messages(values: &[Value]) -> Vec<Message> {
+    values.iter().cloned().map(Message::new).collect()
+}
+
+/// Every row of `table` as jsonb, by id.
+async fn contents(db: &tokio_postgres::Client, table: &str) -> Vec<Value> {
+    db.query(&format!("SELECT to_jsonb(t)::text FROM {table} t ORDER BY id"), &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| serde_json::from_str(r.get(0)).unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn copy_writes_what_the_insert_statement_writes() {
+    let db = db().await;
+    let (copied, inserted, log) = (unique("sink_copy"), unique("sink_insert"), unique("sink_log"));
+    // Row-level security keeps the second table on the statement path (the
+    // test connects as the owner, whom no policy restricts). A statement
+    // trigger logs how each batch reached the first one.
+    db.batch_execute(&format!(
+        "CREATE TABLE {copied} (id int PRIMARY KEY, te text, jb jsonb, js json, bo bool, nu numeric,
+           ts timestamptz, ch char(3), dflt text DEFAULT 'kept');
+         CREATE TABLE {inserted} (LIKE {copied} INCLUDING ALL);
+         ALTER TABLE {inserted} ENABLE ROW LEVEL SECURITY;
+         CREATE TABLE {log} (n serial, how text);
+         CREATE FUNCTION {log}() RETURNS trigger LANGUAGE plpgsql AS
+           $$ BEGIN INSERT INTO {log} (how) VALUES (split_part(current_query(), ' ', 1)); RETURN NULL; END $$;
+         CREATE TRIGGER logged AFTER INSERT ON {copied} FOR EACH STATEMENT EXECUTE FUNCTION {log}();"
+    ))
+    .await
+    .unwrap();
+    let copyable = messages(&[
+        json!({"id": 1, "te": "tab\there\nnew line\r\\back\\slash \"q\" ünï 🦀", "jb": "a string", "js": {"k": [1, null]},
+               "bo": true, "nu": 12.5, "ts": "2026-01-02T03:04:05Z", "ch": "ab"}),
+        json!({"id": 2, "jb": {"nested": {"a": "\\t"}}, "js": "x", "bo": "false", "nu": "1e-7"}),
+        json!({"id": 3, "te": 42, "jb": [1, "two"], "js": null, "bo": null, "nu": -3, "ts": null}),
+        json!({"id": 4, "te": true, "jb": 7, "unknown": "ignored"}),
+        json!({"id": 5, "te": "\\N", "jb": "\\."}),
+    ]);
+    // Values whose text only jsonb gives: the batch goes by statement.
+    let by_statement = messages(&[
+        json!({"id": 6, "te": {"an": "object", "b": [1.5]}}),
+        json!({"id": 7, "te": 1e-7, "nu": 1e20, "ch": 2.5}),
+    ]);
+    for table in [&copied, &inserted] {
+        let sink = sink(table, json!({})).await;
+        sink.write(&copyable).await.unwrap();
+        sink.write(&by_statement).await.unwrap();
+    }
+    let (a, b) = (contents(&db, &copied).await, contents(&db, &inserted).await);
+    assert_eq!(a, b);
+    assert_eq!(a[0]["te"], "tab\there\nnew line\r\\back\\slash \"q\" ünï 🦀");
+    assert_eq!(a[0]["jb"], "a string");
+    assert_eq!(
+        (&a[2]["te"], &a[3]["te"], &a[3]["dflt"]),
+        (&json!("42"), &json!("true"), &json!("kept"))
+    );
+    assert_eq!((&a[4]["te"], &a[4]["jb"]), (&json!("\\N"), &json!("\\.")));
+    assert_eq!(a[5]["te"], "{\"b\": [1.5], \"an\": \"object\"}");
+    assert_eq!((&a[6]["te"], &a[6]["ch"]), (&json!("0.0000001"), &json!("2.5")));
+    let how: Vec<String> = db
+        .query(&format!("SELECT how FROM {log} ORDER BY n"), &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(how, ["COPY", "INSERT"]);
+
+    // A value the column refuses is the data's fault on both paths.
+    let bad = messages(&[json!({"id": 9, "bo": "maybe"})]);
+    for table in [&copied, &inserted] {
+        let error = sink(table, json!({})).await.write(&bad).await.unwrap_err();
+        assert!(matches!(error, sless_dataflow::ConnectorError::Data(_)), "{error}");
+    }
+    db.batch_execute(&format!("DROP TABLE {copied}, {inserted}, {log}; DROP FUNCTION {log}"))
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_replayed_batch_is_skipped_or_upserted_as_the_statement_would() {
+    let db = db().await;
+    let (skip, upsert) = (unique("sink_skip"), unique("sink_upsert"));
+    db.batch_execute(&format!(
+        "CREATE TABLE {skip} (id int PRIMARY KEY, v text); CREATE TABLE {upsert} (id int PRIMARY KEY, v text);"
+    ))
+    .await
+    .unwrap();
+    let first = messages(&[json!({"id": 1, "v": "a"}), json!({"id": 2, "v": "b"})]);
+    let replay = messages(&[json!({"id": 2, "v": "B"}), json!({"id": 3, "v": "c"})]);
+    let skipping = sink(&skip, json!({})).await;
+    let upserting = sink(&upsert, json!({"upsertMode": true, "conflictKey": "id"})).await;
+    for batch in [&first, &replay, &replay] {
+        skipping.write(batch).await.unwrap();
+        upserting.write(batch).await.unwrap();
+    }
+    // After the conflicts the next batches go by statement; a later batch
+    // without conflicts is written all the same.
+    let later = messages(&[json!({"id": 4, "v": "d"})]);
+    skipping.write(&later).await.unwrap();
+    upserting.write(&later).await.unwrap();
+    let values = |rows: Vec<Value>| {
+        rows.iter()
+            .map(|r| r["v"].as_str().unwrap().to_owned())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(values(contents(&db, &skip).await), ["a", "b", "c", "d"]);
+    assert_eq!(values(contents(&db, &upsert).await), ["a", "B", "c", "d"]);
+    db.batch_execute(&format!("DROP TABLE {skip}, {upsert}")).await.unwrap();
+}
+
+#[tokio::test]
+async fn raw_mode_copies_whole_messages_and_arrays_take_the_statement() {
+    let db = db().await;
+    let (raw, arrays) = (unique("sink_raw"), unique("sink_arrays"));
+    db.batch_execute(&format!(
+        "CREATE TABLE {arrays} (id int PRIMARY KEY, tags text[], pair int[]);"
+    ))
+    .await
+    .unwrap();
+    let whole = messages(&[
+        json!({"a": "tab\t\\", "n": [1, {"b": null}]}),
+        json!("just a string"),
+        Value::Null,
+    ]);
+    sink(&raw, json!({"autoCreateTable": true}))
+        .await
+        .write(&whole)
+        .await
+        .unwrap();
+    let stored: Vec<Value> = db
+        .query(&format!("SELECT data::text FROM {raw} ORDER BY id"), &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| serde_json::from_str(r.get(0)).unwrap())
+        .collect();
+    assert_eq!(stored, whole.iter().map(|m| m.data.clone()).collect::<Vec<_>>());
+    // A JSON array into an array column is converted only by the statement.
+    sink(&arrays, json!({}))
+        .await
+        .write(&messages(&[
+            json!({"id": 1, "tags": ["x", "y,z", "\""], "pair": [1, 2]}),
+        ]))
+        .await
+        .unwrap();
+    let row = db
+        .query_one(&format!("SELECT tags, pair FROM {arrays}"), &[])
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, Vec<String>>(0), ["x", "y,z", "\""]);
+    assert_eq!(row.get::<_, Vec<i32>>(1), [1, 2]);
+    db.batch_execute(&format!("DROP TABLE {raw}, {arrays}")).await.unwrap();
+}
