@@ -18,10 +18,17 @@ pub async fn to_pg(db: &tokio_postgres::Client, dsn: &str) -> anyhow::Result<(f6
          CREATE TABLE bench_cdc_dst (id bigserial PRIMARY KEY, data jsonb NOT NULL, created_at timestamptz NOT NULL DEFAULT now());",
     )
     .await?;
+    // A slot left by an aborted run would hand its changes out again.
+    db.batch_execute(
+        "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = 'sless_bench_cdc';
+         DROP PUBLICATION IF EXISTS sless_bench_cdc;",
+    )
+    .await?;
     // Connecting creates the slot: only later changes are captured.
     let flow = Flow::connect(
         json!({
-            "source": {"type": "postgresql-cdc", "config": {"connectionString": dsn, "table": "bench_cdc_src", "batchSize": BATCH, "pollInterval": 1}},
+            "source": {"type": "postgresql-cdc", "config": {"connectionString": dsn, "table": "bench_cdc_src", "batchSize": BATCH,
+                       "pollInterval": 1, "slotName": "sless_bench_cdc"}},
             "sink": {"type": "postgresql", "config": {"connectionString": dsn, "table": "bench_cdc_dst"}},
             "channelBufferSize": BATCH
         }),
@@ -45,7 +52,8 @@ pub async fn to_pg(db: &tokio_postgres::Client, dsn: &str) -> anyhow::Result<(f6
     running.written(ROWS).await;
     let flow = ROWS as f64 / started.elapsed().as_secs_f64();
     running.stop().await;
-    anyhow::ensure!(count(db, "bench_cdc_dst").await? == ROWS, "every change written once");
+    let written = count(db, "bench_cdc_dst").await?;
+    anyhow::ensure!(written == ROWS, "every change written once, not {written}");
     sless_dataflow::sources::release_source(&source, &ctx).await?;
     db.batch_execute("DROP TABLE bench_cdc_src, bench_cdc_dst").await?;
     Ok((flow, inserts))
