@@ -95,7 +95,8 @@ enum RowLayout {
     /// of the others. `q.*` also makes the server refuse the prepared
     /// statement once the columns change, so a new column is never missed.
     Columns { keys: Vec<(String, usize)>, width: usize },
-    /// One `row_to_json(q)` column: a `query` whose names repeat.
+    /// One `row_to_json(q)` column: a `query` whose names repeat, or
+    /// columns of a type with no binary form.
     Whole,
 }
 
@@ -119,7 +120,21 @@ impl ReadQuery {
         let columns = probe.columns();
         // Positions compare as the columns' types, not as text.
         let ty = column_type(columns, &self.column_name)?;
-        let (row, layout) = row_select(columns);
+        // `q.*` comes back in binary, which a few types cannot give
+        // (aclitem, some of extensions'), nor arrays or records of them.
+        let types: Vec<u32> = columns.iter().map(|c| c.type_().oid()).collect();
+        let binary: bool = client
+            .query_one(
+                "SELECT NOT EXISTS (SELECT 1 FROM pg_type t LEFT JOIN pg_type e ON e.oid = t.typelem AND t.typcategory = 'A' \
+                   WHERE t.oid = ANY($1::oid[]) AND (t.typsend = 0 OR e.typsend = 0 OR EXISTS ( \
+                     SELECT 1 FROM pg_attribute a JOIN pg_type f ON f.oid = a.atttypid \
+                     WHERE a.attrelid = t.typrelid AND a.attnum > 0 AND f.typsend = 0)))",
+                &[&types],
+            )
+            .await
+            .map_err(ConnectorError::query)?
+            .get(0);
+        let (row, layout) = row_select(columns, binary);
         let (column, guard, batch) = (quote(&self.column_name)?, self.guard, self.batch);
         let paired = self.column_name != self.id_name;
         // `q` is the table itself for a table source, so the guard can read
@@ -147,10 +162,11 @@ impl ReadQuery {
     }
 }
 
-/// What selects a row of `q` with `columns`, and where its values land.
-fn row_select(columns: &[tokio_postgres::Column]) -> (String, RowLayout) {
+/// What selects a row of `q` with `columns`, and where its values land;
+/// `binary` when every column has a binary form.
+fn row_select(columns: &[tokio_postgres::Column], binary: bool) -> (String, RowLayout) {
     let mut names = std::collections::HashSet::new();
-    if columns.is_empty() || !columns.iter().all(|c| names.insert(c.name())) {
+    if !binary || columns.is_empty() || !columns.iter().all(|c| names.insert(c.name())) {
         return ("row_to_json(q)".into(), RowLayout::Whole);
     }
     let mut select = vec!["q.*".to_owned()];
