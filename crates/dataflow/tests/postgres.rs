@@ -268,7 +268,7 @@ async fn a_replayed_batch_is_skipped_or_upserted_as_the_statement_would() {
 }
 
 #[tokio::test]
-async fn raw_mode_copies_whole_messages_and_arrays_take_the_statement() {
+async fn raw_mode_copies_whole_messages_and_arrays_and_identities_take_the_statement() {
     let db = db().await;
     let (raw, arrays) = (unique("sink_raw"), unique("sink_arrays"));
     db.batch_execute(&format!(
@@ -308,5 +308,24 @@ async fn raw_mode_copies_whole_messages_and_arrays_take_the_statement() {
         .unwrap();
     assert_eq!(row.get::<_, Vec<String>>(0), ["x", "y,z", "\""]);
     assert_eq!(row.get::<_, Vec<i32>>(1), [1, 2]);
-    db.batch_execute(&format!("DROP TABLE {raw}, {arrays}")).await.unwrap();
+    // A value for an identity column GENERATED ALWAYS is refused, as
+    // INSERT refuses it (COPY would store it); without one the server
+    // numbers the row.
+    let identity = unique("sink_identity");
+    db.batch_execute(&format!(
+        "CREATE TABLE {identity} (id int GENERATED ALWAYS AS IDENTITY PRIMARY KEY, v text);"
+    ))
+    .await
+    .unwrap();
+    let sink = sink(&identity, json!({})).await;
+    let error = sink
+        .write(&messages(&[json!({"id": 100, "v": "given"})]))
+        .await
+        .unwrap_err();
+    assert!(error.to_string().contains("non-DEFAULT"), "{error}");
+    sink.write(&messages(&[json!({"v": "numbered"})])).await.unwrap();
+    assert_eq!(contents(&db, &identity).await, [json!({"id": 1, "v": "numbered"})]);
+    db.batch_execute(&format!("DROP TABLE {raw}, {arrays}, {identity}"))
+        .await
+        .unwrap();
 }

@@ -12,7 +12,8 @@
 //! the next [`AFTER_CONFLICT`] batches go straight to that statement. The
 //! statement is also the path wherever COPY would act differently: a target
 //! with rules or row-level security, a view; array or composite columns (a
-//! JSON array or object becomes an element list there); and a JSON object,
+//! JSON array or object becomes an element list there); a value for an
+//! identity column `GENERATED ALWAYS` (refused there); and a JSON object,
 //! array or exponent number for any other non-json column, whose text the
 //! statement takes from jsonb (`{"a": 1}`, `0.0000001`).
 
@@ -77,9 +78,11 @@ struct Column {
 enum ColumnKind {
     /// json or jsonb: the JSON value itself, a string with its quotes.
     Json,
-    /// An array or composite type: only the statement converts a JSON array
-    /// or object into one.
-    Structured,
+    /// Written only by the statement: an array or composite type (only it
+    /// converts a JSON array or object into one), or an identity column
+    /// `GENERATED ALWAYS` (COPY would store the given value; INSERT
+    /// refuses it).
+    ByStatement,
     /// Any other type: a string's contents, else the JSON text.
     Scalar,
 }
@@ -111,7 +114,7 @@ impl PostgresSink {
             .query(
                 "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod), \
                    CASE WHEN coalesce(nullif(t.typbasetype, 0), t.oid) IN ('json'::regtype, 'jsonb'::regtype) THEN 'j' \
-                        WHEN t.typcategory IN ('A', 'C') THEN 's' ELSE 'v' END \
+                        WHEN t.typcategory IN ('A', 'C') OR a.attidentity = 'a' THEN 's' ELSE 'v' END \
                  FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid \
                  WHERE a.attrelid = $1::text::regclass AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum",
                 &[&table_quoted],
@@ -122,7 +125,7 @@ impl PostgresSink {
             .map(|r| {
                 let kind = match r.get::<_, &str>(2) {
                     "j" => ColumnKind::Json,
-                    "s" => ColumnKind::Structured,
+                    "s" => ColumnKind::ByStatement,
                     _ => ColumnKind::Scalar,
                 };
                 (r.get(0), r.get(1), kind)
@@ -374,7 +377,7 @@ impl Sink for PostgresSink {
         }
         let batch: Vec<&Value> = messages.iter().map(|m| &m.data).collect();
         let present = self.present(&batch)?;
-        let copy = self.copyable && present.iter().all(|c| c.kind != ColumnKind::Structured);
+        let copy = self.copyable && present.iter().all(|c| c.kind != ColumnKind::ByStatement);
         if copy {
             let wait = self.by_statement.load(Ordering::Relaxed);
             if wait > 0 {
