@@ -47,22 +47,28 @@ async fn eventually<F: std::future::Future<Output = bool>>(what: &str, mut check
     }
 }
 
-#[tokio::test]
-async fn gateway_applies_snapshots_verifies_proxies_and_reports() {
-    let store = Arc::new(MemoryStore::new());
-    let cp = Harness::start(store.clone(), config(None)).await;
-    let gateway = Gateway::bind(
+/// A gateway on a free loopback port, without TLS, watching the control
+/// plane at `control_plane` as `worker_id`.
+async fn plaintext_gateway(control_plane: std::net::SocketAddr, worker_id: &str) -> Gateway {
+    Gateway::bind(
         "127.0.0.1:0".parse().unwrap(),
         None,
         WorkerConfig {
-            control_planes: vec![format!("http://{}", cp.addr)],
-            worker_id: "gw-test".into(),
+            control_planes: vec![format!("http://{control_plane}")],
+            worker_id: worker_id.into(),
             instance_id: "i-1".into(),
             tls: None,
         },
     )
     .await
-    .unwrap();
+    .unwrap()
+}
+
+#[tokio::test]
+async fn gateway_applies_snapshots_verifies_proxies_and_reports() {
+    let store = Arc::new(MemoryStore::new());
+    let cp = Harness::start(store.clone(), config(None)).await;
+    let gateway = plaintext_gateway(cp.addr, "gw-test").await;
     // The engine is told the edge's address for the queue URLs it names.
     let acme = format!("{}/sqs/acme", gateway.public_url());
     let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -201,19 +207,9 @@ async fn an_engine_in_process_is_called_directly_with_its_token_check() {
     let store = Arc::new(MemoryStore::new());
     let cp = Harness::start(store, config(None)).await;
     let engines = InProcessEngines::default();
-    let gateway = Gateway::bind(
-        "127.0.0.1:0".parse().unwrap(),
-        None,
-        WorkerConfig {
-            control_planes: vec![format!("http://{}", cp.addr)],
-            worker_id: "gw-in-process".into(),
-            instance_id: "i-1".into(),
-            tls: None,
-        },
-    )
-    .await
-    .unwrap()
-    .with_in_process_engines(engines.clone());
+    let gateway = plaintext_gateway(cp.addr, "gw-in-process")
+        .await
+        .with_in_process_engines(engines.clone());
     let acme = format!("{}/sqs/acme", gateway.public_url());
     let base = gateway.public_url().to_owned();
     tokio::spawn(gateway.run(std::future::pending()));
