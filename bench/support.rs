@@ -67,22 +67,36 @@ fn process_tree(pid: u32) -> Vec<u32> {
     all
 }
 
+/// The numeric fields of `/proc/{pid}/stat` after the command's closing
+/// parenthesis (the state is the first): the 3rd field of the whole line
+/// onwards.
+fn stat_fields(pid: u32) -> Option<Vec<u64>> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 2..];
+    Some(
+        rest.split_whitespace()
+            .skip(1)
+            .map(|f| f.parse().unwrap_or(0))
+            .collect(),
+    )
+}
+
 /// CPU time (user + system) `pid` and its descendants have used so far.
 pub fn cpu_time(pid: u32) -> Duration {
     // Linux's USER_HZ: 100 on every architecture it runs on here.
     const TICKS: f64 = 100.0;
     let ticks: u64 = process_tree(pid)
         .into_iter()
-        .filter_map(|p| std::fs::read_to_string(format!("/proc/{p}/stat")).ok())
-        .filter_map(|stat| {
-            // Fields after the command's closing parenthesis; utime and
-            // stime are the 14th and 15th of the whole line.
-            let rest = &stat[stat.rfind(')')? + 2..];
-            let fields: Vec<&str> = rest.split_whitespace().collect();
-            Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
-        })
+        .filter_map(stat_fields)
+        // utime and stime, the 14th and 15th fields of the whole line.
+        .filter_map(|fields| Some(fields.get(10)? + fields.get(11)?))
         .sum();
     Duration::from_secs_f64(ticks as f64 / TICKS)
+}
+
+/// The parent of `pid`, the 4th field of its stat line.
+pub fn parent(pid: u32) -> Option<u32> {
+    u32::try_from(*stat_fields(pid)?.first()?).ok()
 }
 
 /// The settings of a plaintext loopback control plane on a free port.

@@ -108,15 +108,7 @@ impl Running {
 /// `db` (its postmaster and live backends), when the server runs here.
 async fn cpu(db: &tokio_postgres::Client) -> anyhow::Result<(Duration, Option<Duration>)> {
     let backend: i32 = db.query_one("SELECT pg_backend_pid()", &[]).await?.get(0);
-    let postmaster = std::fs::read_to_string(format!("/proc/{backend}/stat"))
-        .ok()
-        .and_then(|stat| {
-            stat[stat.rfind(')')? + 2..]
-                .split_whitespace()
-                .nth(1)?
-                .parse::<u32>()
-                .ok()
-        });
+    let postmaster = u32::try_from(backend).ok().and_then(support::parent);
     Ok((support::cpu_time(std::process::id()), postmaster.map(support::cpu_time)))
 }
 

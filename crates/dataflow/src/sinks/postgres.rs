@@ -198,8 +198,9 @@ impl PostgresSink {
         Ok(present)
     }
 
-    /// Streams `batch` with COPY, unless a value needs the statement.
-    async fn copy(&self, batch: &[&Value], present: &[&Column]) -> Result<Copied, ConnectorError> {
+    /// Streams `batch` with COPY into `list`, the quoted names of
+    /// `present`, unless a value needs the statement.
+    async fn copy(&self, batch: &[&Value], present: &[&Column], list: &str) -> Result<Copied, ConnectorError> {
         let mut rows = BytesMut::with_capacity(batch.len() * 64);
         for message in batch {
             if self.raw {
@@ -216,11 +217,6 @@ impl PostgresSink {
             }
             rows.put_u8(b'\n');
         }
-        let list = present
-            .iter()
-            .map(|c| quote_ident(&c.name))
-            .collect::<Vec<_>>()
-            .join(", ");
         let copied = async {
             let sink = self
                 .client
@@ -238,18 +234,14 @@ impl PostgresSink {
         }
     }
 
-    /// Writes `batch` in one `INSERT … ON CONFLICT` statement.
-    async fn insert(&self, batch: &[&Value], present: &[&Column]) -> Result<(), ConnectorError> {
+    /// Writes `batch` in one `INSERT … ON CONFLICT` statement into `list`,
+    /// the quoted names of `present`.
+    async fn insert(&self, batch: &[&Value], present: &[&Column], list: &str) -> Result<(), ConnectorError> {
         let docs = serde_json::to_string(batch).map_err(|e| ConnectorError::Data(e.to_string()))?;
         let t = &self.table_quoted;
         let sql = if self.raw {
             format!("INSERT INTO {t} (data) SELECT value FROM jsonb_array_elements($1::text::jsonb)")
         } else {
-            let list = present
-                .iter()
-                .map(|c| quote_ident(&c.name))
-                .collect::<Vec<_>>()
-                .join(", ");
             let conflict = match &self.upsert_key {
                 Some(key) => {
                     let key_list = key.iter().map(|k| quote_ident(k)).collect::<Vec<_>>().join(", ");
@@ -377,19 +369,24 @@ impl Sink for PostgresSink {
         }
         let batch: Vec<&Value> = messages.iter().map(|m| &m.data).collect();
         let present = self.present(&batch)?;
+        let list = present
+            .iter()
+            .map(|c| quote_ident(&c.name))
+            .collect::<Vec<_>>()
+            .join(", ");
         let copy = self.copyable && present.iter().all(|c| c.kind != ColumnKind::ByStatement);
         if copy {
             let wait = self.by_statement.load(Ordering::Relaxed);
             if wait > 0 {
                 self.by_statement.store(wait - 1, Ordering::Relaxed);
             } else {
-                match self.copy(&batch, &present).await? {
+                match self.copy(&batch, &present, &list).await? {
                     Copied::Written => return Ok(()),
                     Copied::Conflict => self.by_statement.store(AFTER_CONFLICT, Ordering::Relaxed),
                     Copied::Unsuitable => {}
                 }
             }
         }
-        self.insert(&batch, &present).await
+        self.insert(&batch, &present, &list).await
     }
 }

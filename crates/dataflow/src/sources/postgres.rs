@@ -74,8 +74,9 @@ struct ReadQuery {
     from: String,
     /// The xmin guard of a table source.
     guard: &'static str,
-    column_name: String,
-    id_name: String,
+    /// The incremental column and the id column, each as named and quoted.
+    column: (String, String),
+    id: (String, String),
     batch: u32,
 }
 
@@ -88,13 +89,13 @@ struct Reader {
 }
 
 /// Where a row's object comes from in what the statement returns; the
-/// position's value and id follow.
+/// position's value and id are its last two columns.
 enum RowLayout {
     /// Each key with the index of the column holding its value: the
     /// columns of `q.*` of the types [`JsonField`] reads, then `to_json`
     /// of the others. `q.*` also makes the server refuse the prepared
     /// statement once the columns change, so a new column is never missed.
-    Columns { keys: Vec<(String, usize)>, width: usize },
+    Columns(Vec<(String, usize)>),
     /// One `row_to_json(q)` column: a `query` whose names repeat, or
     /// columns of a type with no binary form.
     Whole,
@@ -118,8 +119,9 @@ impl ReadQuery {
             .await
             .map_err(ConnectorError::query)?;
         let columns = probe.columns();
+        let ((column_name, column), (id_name, id)) = (&self.column, &self.id);
         // Positions compare as the columns' types, not as text.
-        let ty = column_type(columns, &self.column_name)?;
+        let ty = column_type(columns, column_name)?;
         // `q.*` comes back in binary, which a few types cannot give
         // (aclitem, some of extensions'), nor arrays or records of them.
         let types: Vec<u32> = columns.iter().map(|c| c.type_().oid()).collect();
@@ -135,13 +137,12 @@ impl ReadQuery {
             .map_err(ConnectorError::query)?
             .get(0);
         let (row, layout) = row_select(columns, binary);
-        let (column, guard, batch) = (quote(&self.column_name)?, self.guard, self.batch);
-        let paired = self.column_name != self.id_name;
+        let (guard, batch) = (self.guard, self.batch);
+        let paired = column_name != id_name;
         // `q` is the table itself for a table source, so the guard can read
         // its system column `xmin`, which `row_to_json` leaves out.
         let select = if paired {
-            let id = quote(&self.id_name)?;
-            let id_ty = column_type(columns, &self.id_name)?;
+            let id_ty = column_type(columns, id_name)?;
             format!(
                 "SELECT {row}, (q.{column})::text, (q.{id})::text FROM {from} AS q \
                  WHERE ($1::text IS NULL OR q.{column} > $1::text::{ty} \
@@ -180,8 +181,7 @@ fn row_select(columns: &[tokio_postgres::Column], binary: bool) -> (String, RowL
         };
         keys.push((c.name().to_owned(), at));
     }
-    let width = columns.len() + select.len() - 1;
-    (select.join(", "), RowLayout::Columns { keys, width })
+    (select.join(", "), RowLayout::Columns(keys))
 }
 
 impl PostgresSource {
@@ -200,17 +200,17 @@ impl PostgresSource {
             ),
             (None, None) => return Err(ConnectorError::Config("table or query is required".into())),
         };
-        let column_name = config.incremental_column.clone().unwrap_or_else(|| "id".into());
-        let id_name = config.id_column.clone().unwrap_or_else(|| "id".into());
-        // Refused before connecting: they are spliced into SQL.
-        quote(&column_name)?;
-        quote(&id_name)?;
+        // Quoted before connecting: they are spliced into SQL.
+        let named = |name: &Option<String>| {
+            let name = name.clone().unwrap_or_else(|| "id".into());
+            quote(&name).map(|quoted| (name, quoted))
+        };
         let batch = config.batch_size.unwrap_or(DEFAULT_BATCH as u32).max(1);
         let query = ReadQuery {
             from,
             guard,
-            column_name,
-            id_name,
+            column: named(&config.incremental_column)?,
+            id: named(&config.id_column)?,
             batch,
         };
         let client = connect(dsn, &ctx.egress).await?;
@@ -226,32 +226,19 @@ impl PostgresSource {
 
     /// The next batch after `position` (from the start when `None`).
     async fn read_after(&self, position: Option<&RowPosition>) -> Result<Vec<(Record, RowPosition)>, ConnectorError> {
-        let reader = self.reader.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let mut reader = self.reader.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let rows = match self.query_after(&reader, position).await {
             // "cached plan must not change result type": the columns
-            // changed, so the read is prepared again for them.
+            // changed, so the read is prepared again for them, once.
             Err(e) if e.code() == Some(&SqlState::FEATURE_NOT_SUPPORTED) => {
-                let reader = Arc::new(self.query.prepare(&self.client).await?);
+                reader = Arc::new(self.query.prepare(&self.client).await?);
                 *self.reader.lock().unwrap_or_else(|p| p.into_inner()) = reader.clone();
-                return self.read_with(&reader, position).await;
+                self.query_after(&reader, position).await
             }
-            rows => rows.map_err(ConnectorError::query)?,
-        };
+            rows => rows,
+        }
+        .map_err(ConnectorError::query)?;
         rows_of(&reader, &rows)
-    }
-
-    /// [`Self::read_after`] with a reader just prepared: a second refusal
-    /// is an error.
-    async fn read_with(
-        &self,
-        reader: &Reader,
-        position: Option<&RowPosition>,
-    ) -> Result<Vec<(Record, RowPosition)>, ConnectorError> {
-        let rows = self
-            .query_after(reader, position)
-            .await
-            .map_err(ConnectorError::query)?;
-        rows_of(reader, &rows)
     }
 
     async fn query_after(
@@ -271,10 +258,7 @@ impl PostgresSource {
 
 /// The records of `rows`, each with its position.
 fn rows_of(reader: &Reader, rows: &[tokio_postgres::Row]) -> Result<Vec<(Record, RowPosition)>, ConnectorError> {
-    let width = match &reader.row {
-        RowLayout::Columns { width, .. } => *width,
-        RowLayout::Whole => 1,
-    };
+    let width = reader.statement.columns().len() - 2;
     rows.iter()
         .map(|r| {
             let data = row_object(&reader.row, r)?;
@@ -296,7 +280,7 @@ fn row_object(layout: &RowLayout, row: &tokio_postgres::Row) -> Result<Value, Co
     };
     match layout {
         RowLayout::Whole => field(0),
-        RowLayout::Columns { keys, .. } => {
+        RowLayout::Columns(keys) => {
             let mut object = Map::new();
             for (key, at) in keys {
                 object.insert(key.clone(), field(*at)?);
