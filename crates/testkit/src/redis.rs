@@ -40,11 +40,23 @@ impl RedisServer {
             .spawn()
             .expect("redis-server must be installed (scripts/install-test-deps.sh)");
         self.child = Some(child);
+        // Ready when it answers PING: it accepts connections before it
+        // serves them, and a first call under a short deadline would fail.
         let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+        while !self.answers_ping() {
             assert!(Instant::now() < deadline, "redis-server did not start");
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    fn answers_ping(&self) -> bool {
+        use std::io::{Read, Write};
+        let Ok(mut conn) = std::net::TcpStream::connect(("127.0.0.1", self.port)) else {
+            return false;
+        };
+        let _ = conn.set_read_timeout(Some(Duration::from_secs(1)));
+        let mut answer = [0u8; 7];
+        conn.write_all(b"PING\r\n").is_ok() && conn.read_exact(&mut answer).is_ok() && &answer == b"+PONG\r\n"
     }
 
     /// kill -9: everything it held is lost.
