@@ -16,6 +16,8 @@ use super::records::{StoredMessage, StoredQueue};
 
 /// Most changes folded into one transaction.
 const MAX_GROUP: usize = 512;
+/// How long opening waits for another engine to release the journal.
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 pub enum Change {
     PutQueue(StoredQueue),
@@ -64,9 +66,24 @@ impl Journal {
             std::fs::create_dir_all(dir).map_err(sql_error)?;
         }
         let conn = Connection::open(path).map_err(sql_error)?;
-        conn.pragma_update(None, "journal_mode", "WAL").map_err(sql_error)?;
-        conn.pragma_update(None, "synchronous", "FULL").map_err(sql_error)?;
-        conn.execute_batch(SCHEMA).map_err(sql_error)?;
+        let in_use = |e: rusqlite::Error| match e.sqlite_error_code() {
+            Some(rusqlite::ErrorCode::DatabaseBusy) => SqsError::internal(format!(
+                "queue journal: {} is in use by another queue engine",
+                path.display()
+            )),
+            _ => sql_error(e),
+        };
+        // Set before the first read, so the lock taken then is held for the
+        // connection's life: a second engine on the same journal fails (after
+        // waiting LOCK_WAIT for one that is exiting) instead of writing beside
+        // this one. It also keeps the WAL index in memory, not in a shared
+        // file, and takes no file lock per commit.
+        conn.pragma_update(None, "locking_mode", "EXCLUSIVE")
+            .map_err(sql_error)?;
+        conn.busy_timeout(LOCK_WAIT).map_err(sql_error)?;
+        conn.pragma_update(None, "journal_mode", "WAL").map_err(in_use)?;
+        conn.pragma_update(None, "synchronous", "FULL").map_err(in_use)?;
+        conn.execute_batch(SCHEMA).map_err(in_use)?;
         let queues = {
             let mut stmt = conn.prepare("SELECT meta FROM queues").map_err(sql_error)?;
             let rows = stmt.query_map([], |r| r.get::<_, String>(0)).map_err(sql_error)?;

@@ -28,8 +28,13 @@ impl Journaled {
         Self { path, engine }
     }
 
-    /// A restart: the engine as its journal has it.
+    /// A restart: the engine stops (releasing its journal), and a new one
+    /// starts from what the journal has.
     fn reopen(&mut self) {
+        drop(std::mem::replace(
+            &mut self.engine,
+            Engine::open(config(), None).unwrap(),
+        ));
         self.engine = Engine::open(config(), Some(&self.path)).unwrap();
     }
 
@@ -203,4 +208,24 @@ async fn a_dead_letter_move_whose_commit_failed_is_undone() {
     // Still in its queue; the next receive moves it.
     assert!(j.receive(Q).await.is_empty());
     assert_eq!(j.receive(dlq.as_str().unwrap()).await.len(), 1);
+}
+
+#[tokio::test]
+async fn a_second_engine_cannot_open_a_journal_in_use() {
+    let mut j = Journaled::new();
+    j.ok("CreateQueue", json!({"QueueName": "jobs"})).await;
+    // Two engines on one journal would number their messages alike and
+    // overwrite each other's: the second waits LOCK_WAIT, then refuses.
+    let path = j.path.clone();
+    let second = tokio::task::spawn_blocking(move || Engine::open(config(), Some(&path)))
+        .await
+        .unwrap();
+    let Err(e) = second else {
+        panic!("a second engine opened the journal")
+    };
+    assert!(e.message.contains("in use by another queue engine"), "{e}");
+    // The first still writes, and once it stops the journal opens.
+    j.ok("SendMessage", json!({"QueueUrl": Q, "MessageBody": "m"})).await;
+    j.reopen();
+    assert_eq!(j.receive(Q).await.len(), 1);
 }
