@@ -113,13 +113,14 @@ def account_id(tenant):
     return f"{int.from_bytes(hashlib.sha256(tenant.encode()).digest()[:8], 'big') % 10**12:012d}"
 
 
-def sqs_client(view, secret=None, access_key=None, endpoint=None):
+def sqs_client(view, secret=None, access_key=None, endpoint=None, config=None):
     return boto3.client(
         "sqs",
         endpoint_url=endpoint or view["endpoint"],
         region_name=REGION,
         aws_access_key_id=access_key or view["accessKey"],
         aws_secret_access_key=secret or view["secretKey"],
+        config=config,
     )
 
 

@@ -237,7 +237,7 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
 
 async fn queue(args: QueueArgs) -> anyhow::Result<()> {
     use sless_sqs::engine::{Engine, EngineConfig, server::EngineServer};
-    let journal = args.data_dir.as_ref().map(|d| d.join("queues.db"));
+    let journal = args.data_dir.as_ref().map(|d| d.join("queues.journal"));
     let config = EngineConfig {
         account_id: args.account_id,
         region: args.region,

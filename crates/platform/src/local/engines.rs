@@ -63,7 +63,7 @@ impl LocalPlatform {
         let journal = q
             .spec
             .persistence
-            .then(|| self.data_dir.join("queues").join(format!("{}.db", q.tenant)));
+            .then(|| self.data_dir.join("queues").join(format!("{}.journal", q.tenant)));
         let config = EngineConfig {
             account_id: sless_sqs::credentials::account_id(&q.tenant),
             region: sless_sqs::DEFAULT_REGION.into(),

@@ -76,7 +76,7 @@ pub struct GatewayLink {
 
 pub struct LocalPlatform {
     store: Store,
-    /// Queue journals live in `{data_dir}/queues/{tenant}.db`; kept on delete.
+    /// Queue journals live in `{data_dir}/queues/{tenant}.journal`; kept on delete.
     data_dir: PathBuf,
     gateway: GatewayLink,
     engines: Mutex<HashMap<String, RunningEngine>>,

@@ -38,3 +38,38 @@ pub struct StoredMessage {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dead_letter_source_arn: Option<String>,
 }
+
+#[cfg(test)]
+impl StoredQueue {
+    /// A standard queue with no attributes or tags.
+    pub fn named(name: &str) -> Self {
+        Self {
+            name: name.into(),
+            fifo: false,
+            attributes: QueueAttributes::default(),
+            tags: BTreeMap::new(),
+            created_s: 1,
+            modified_s: 1,
+        }
+    }
+}
+
+#[cfg(test)]
+impl StoredMessage {
+    /// A visible message of a standard queue, sent at `sent_ms`.
+    pub fn with_body(id: &str, body: &str, sent_ms: u64) -> Self {
+        Self {
+            id: id.into(),
+            body: body.into(),
+            attributes: MessageAttributes::new(),
+            sent_ms,
+            visible_at_ms: 1,
+            group_id: None,
+            dedup_id: None,
+            sequence_number: None,
+            receive_count: 0,
+            trace_header: None,
+            dead_letter_source_arn: None,
+        }
+    }
+}

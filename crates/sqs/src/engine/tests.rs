@@ -23,7 +23,7 @@ impl Journaled {
     fn new() -> Self {
         let path = std::env::temp_dir()
             .join(format!("sless-engine-{}-{}", std::process::id(), rand::random::<u64>()))
-            .join("queues.db");
+            .join("queues.journal");
         let engine = Engine::open(config(), Some(&path)).unwrap();
         Self { path, engine }
     }
@@ -228,4 +228,68 @@ async fn a_second_engine_cannot_open_a_journal_in_use() {
     j.ok("SendMessage", json!({"QueueUrl": Q, "MessageBody": "m"})).await;
     j.reopen();
     assert_eq!(j.receive(Q).await.len(), 1);
+}
+
+#[tokio::test]
+async fn a_journal_of_the_sqlite_format_is_migrated_with_what_its_wal_held() {
+    let mut j = Journaled::new();
+    j.engine = Engine::open(config(), None).unwrap();
+    std::fs::remove_file(&j.path).unwrap();
+    // An engine of the earlier version, killed: its last commits are still
+    // in the WAL, not yet checkpointed into the database.
+    let legacy = j.path.with_extension("db");
+    let conn = rusqlite::Connection::open(&legacy).unwrap();
+    conn.pragma_update(None, "journal_mode", "WAL").unwrap();
+    conn.execute_batch(
+        "CREATE TABLE queues (name TEXT PRIMARY KEY, meta TEXT NOT NULL) WITHOUT ROWID;
+         CREATE TABLE messages (queue TEXT NOT NULL, seq INTEGER NOT NULL, message TEXT NOT NULL,
+             PRIMARY KEY (queue, seq)) WITHOUT ROWID;",
+    )
+    .unwrap();
+    let meta = records::StoredQueue {
+        tags: [("team".to_owned(), "a".to_owned())].into(),
+        ..records::StoredQueue::named("jobs")
+    };
+    conn.execute(
+        "INSERT INTO queues VALUES ('jobs', ?1)",
+        [serde_json::to_string(&meta).unwrap()],
+    )
+    .unwrap();
+    for (seq, body) in [(7, "old one"), (9, "old two")] {
+        // Sent within the retention period, or the engine drops them.
+        let message = records::StoredMessage::with_body(&format!("m{seq}"), body, now_ms());
+        conn.execute(
+            "INSERT INTO messages VALUES ('jobs', ?1, ?2)",
+            rusqlite::params![seq, serde_json::to_string(&message).unwrap()],
+        )
+        .unwrap();
+    }
+    // What a kill -9 leaves: the files as they are now, before closing
+    // checkpoints the WAL and removes it.
+    let wal = with_suffix(&legacy, "-wal");
+    let left = [std::fs::read(&legacy).unwrap(), std::fs::read(&wal).unwrap()];
+    assert!(!left[1].is_empty(), "the WAL holds the commits");
+    drop(conn);
+    std::fs::write(&legacy, &left[0]).unwrap();
+    std::fs::write(&wal, &left[1]).unwrap();
+
+    j.reopen();
+    for suffix in ["", "-wal", "-shm"] {
+        assert!(
+            !with_suffix(&legacy, suffix).exists(),
+            "the SQLite journal{suffix} is removed"
+        );
+    }
+    let tags = j.ok("ListQueueTags", json!({"QueueUrl": Q})).await;
+    assert_eq!(tags["Tags"], json!({"team": "a"}));
+    // Numbering goes on after the migrated messages, and all survive a restart.
+    j.ok("SendMessage", json!({"QueueUrl": Q, "MessageBody": "new"})).await;
+    j.reopen();
+    let mut bodies: Vec<_> = j.receive(Q).await.iter().map(|m| m["Body"].clone()).collect();
+    bodies.sort_by_key(|b| b.to_string());
+    assert_eq!(bodies, [json!("new"), json!("old one"), json!("old two")]);
+}
+
+fn with_suffix(path: &std::path::Path, suffix: &str) -> std::path::PathBuf {
+    format!("{}{suffix}", path.display()).into()
 }

@@ -1,0 +1,175 @@
+//! Durability of a queue engine: an append-only log file (see [`log`]).
+//! Writes from concurrent requests are committed together (group commit) by
+//! one writer thread, one write and one `fdatasync` a group; a request is
+//! answered only after its changes are on disk. Journals of the earlier
+//! SQLite format are migrated on open (see [`legacy`]).
+
+mod legacy;
+mod log;
+
+use std::fs::{File, TryLockError};
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::oneshot;
+
+use super::error::SqsError;
+use super::records::{StoredMessage, StoredQueue};
+use log::{Log, LogError, Opened};
+
+/// Most changes folded into one commit.
+const MAX_GROUP: usize = 512;
+/// How long opening waits for another engine to release the journal.
+const LOCK_WAIT: Duration = Duration::from_secs(5);
+
+pub enum Change {
+    PutQueue(StoredQueue),
+    DeleteQueue(String),
+    PurgeQueue(String),
+    PutMessage {
+        queue: String,
+        seq: u64,
+        message: StoredMessage,
+    },
+    DeleteMessage {
+        queue: String,
+        seq: u64,
+    },
+}
+
+type Request = (Vec<Change>, oneshot::Sender<Result<(), String>>);
+
+pub struct Journal {
+    tx: mpsc::Sender<Request>,
+    /// Makes every commit fail while set (tests inject journal failures).
+    #[cfg(test)]
+    failing: Arc<AtomicBool>,
+}
+
+/// A submitted write: [`Pending::committed`] resolves once it is durable.
+pub struct Pending(oneshot::Receiver<Result<(), String>>);
+
+fn journal_error(e: impl std::fmt::Display) -> SqsError {
+    SqsError::internal(format!("queue journal: {e}"))
+}
+
+type Loaded = (Journal, Vec<StoredQueue>, Vec<(String, u64, StoredMessage)>);
+
+impl Journal {
+    /// Opens the journal at `path` and returns what it holds. The engine
+    /// holds the journal's lock (a file beside it) for as long as it runs.
+    pub fn open(path: &Path) -> Result<Loaded, SqsError> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(journal_error)?;
+        }
+        let lock = lock(path)?;
+        let legacy = path.with_extension("db");
+        if !path.exists() {
+            let (queues, messages) = legacy::read(&legacy)?.unwrap_or_default();
+            log::create(path, &queues, &messages).map_err(journal_error)?;
+        }
+        // Also after a crash between a migration's rename and this.
+        legacy::remove(&legacy)?;
+        let Opened { log, queues, messages } = Log::open(path).map_err(journal_error)?;
+        let (tx, rx) = mpsc::channel::<Request>();
+        let failing = Arc::new(AtomicBool::new(false));
+        std::thread::Builder::new()
+            .name("sqs-journal".into())
+            .spawn({
+                let failing = failing.clone();
+                move || {
+                    writer(log, rx, &failing);
+                    drop(lock);
+                }
+            })
+            .map_err(journal_error)?;
+        Ok((
+            Self {
+                tx,
+                #[cfg(test)]
+                failing,
+            },
+            queues,
+            messages,
+        ))
+    }
+
+    /// Queues `changes` behind everything submitted before: the journal
+    /// commits in submission order, so the engine submits under its lock.
+    pub fn submit(&self, changes: Vec<Change>) -> Pending {
+        let (done, wait) = oneshot::channel();
+        // A stopped writer drops `done`, which `committed` reports.
+        let _ = self.tx.send((changes, done));
+        Pending(wait)
+    }
+
+    #[cfg(test)]
+    pub fn fail_commits(&self, fail: bool) {
+        self.failing.store(fail, Ordering::SeqCst);
+    }
+}
+
+impl Pending {
+    /// Returns once the changes are durable, or the error that kept them out.
+    pub async fn committed(self) -> Result<(), SqsError> {
+        match self.0.await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => {
+                tracing::error!(error = %e, "queue journal write failed");
+                Err(SqsError::internal("the message store failed; retry"))
+            }
+            Err(_) => Err(SqsError::internal("queue journal stopped")),
+        }
+    }
+}
+
+/// Takes the lock of the journal at `path`, waiting up to [`LOCK_WAIT`] for
+/// an engine that is exiting: two engines on one journal would number their
+/// messages alike and overwrite each other's. The lock is a file of its own
+/// because compaction replaces the journal's file.
+fn lock(path: &Path) -> Result<File, SqsError> {
+    let file = File::create(log::sibling(path, "-lock")).map_err(journal_error)?;
+    let deadline = Instant::now() + LOCK_WAIT;
+    loop {
+        match file.try_lock() {
+            Ok(()) => return Ok(file),
+            Err(TryLockError::WouldBlock) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            Err(TryLockError::WouldBlock) => {
+                return Err(journal_error(format!(
+                    "{} is in use by another queue engine",
+                    path.display()
+                )));
+            }
+            Err(TryLockError::Error(e)) => return Err(journal_error(e)),
+        }
+    }
+}
+
+fn writer(mut log: Log, rx: mpsc::Receiver<Request>, failing: &AtomicBool) {
+    while let Ok(first) = rx.recv() {
+        let mut group = vec![first];
+        let mut count = group[0].0.len();
+        while count < MAX_GROUP {
+            match rx.try_recv() {
+                Ok(next) => {
+                    count += next.0.len();
+                    group.push(next);
+                }
+                Err(_) => break,
+            }
+        }
+        let result = if failing.load(Ordering::SeqCst) {
+            Err("injected failure".to_owned())
+        } else {
+            log.commit(group.iter().flat_map(|(changes, _)| changes))
+                .map_err(|e: LogError| e.to_string())
+        };
+        for (_, done) in group {
+            let _ = done.send(result.clone());
+        }
+        log.compact_if_due();
+    }
+}
