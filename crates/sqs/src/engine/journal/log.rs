@@ -137,6 +137,24 @@ impl<Q: Placed, M: Placed> Tables<Q, M> {
             }
         }
     }
+
+    /// Applies entry `e`; a put keeps the value `queue` or `message` makes.
+    fn apply(
+        &mut self,
+        e: &Entry<'_>,
+        queue: impl FnOnce() -> Result<Q, String>,
+        message: impl FnOnce() -> Result<M, String>,
+    ) -> Result<(), String> {
+        match e.tag {
+            PUT_QUEUE => self.put_queue(e.queue, queue()?),
+            DELETE_QUEUE => self.delete_queue(e.queue),
+            PURGE_QUEUE => self.purge_queue(e.queue),
+            PUT_MESSAGE => self.put_message(e.queue, e.seq, message()?),
+            DELETE_MESSAGE => self.delete_message(e.queue, e.seq),
+            tag => return Err(format!("unknown entry tag {tag}")),
+        }
+        Ok(())
+    }
 }
 
 /// One entry, as read back.
@@ -191,11 +209,11 @@ fn entries(payload: &[u8]) -> impl Iterator<Item = Result<(usize, usize, Entry<'
         };
         let entry = (|| {
             let tag = take(1)?[0];
-            let queue_len = usize::from(u16::from_le_bytes(take(2)?.try_into().map_err(|_| "")?));
+            let queue_len = little_endian(take(2)?) as usize;
             let queue = std::str::from_utf8(take(queue_len)?).map_err(|_| "a queue name is not UTF-8")?;
-            let seq = u64::from_le_bytes(take(8)?.try_into().map_err(|_| "")?);
-            let value_len = u32::from_le_bytes(take(4)?.try_into().map_err(|_| "")?);
-            let value = take(usize::try_from(value_len).map_err(|_| "")?)?;
+            let seq = little_endian(take(8)?);
+            let value_len = little_endian(take(4)?) as usize;
+            let value = take(value_len)?;
             Ok(Entry { tag, queue, seq, value })
         })();
         match entry {
@@ -206,6 +224,15 @@ fn entries(payload: &[u8]) -> impl Iterator<Item = Result<(usize, usize, Entry<'
             }
         }
     })
+}
+
+/// The little-endian integer of up to eight `bytes`.
+fn little_endian(bytes: &[u8]) -> u64 {
+    bytes.iter().rev().fold(0, |v, b| v << 8 | u64::from(*b))
+}
+
+fn from_json<T: serde::de::DeserializeOwned>(value: &[u8]) -> Result<T, String> {
+    serde_json::from_slice(value).map_err(|e| e.to_string())
 }
 
 /// `path` with `suffix` appended to its file name.
@@ -295,7 +322,7 @@ pub fn create(path: &Path, queues: &[StoredQueue], messages: &[(String, u64, Sto
     let mut entry = Vec::new();
     for q in queues {
         entry.clear();
-        encode(&Change::PutQueue(q.clone()), &mut entry)?;
+        push_entry(&mut entry, PUT_QUEUE, &q.name, 0, &json(q)?)?;
         out.push(&entry)?;
     }
     for (queue, seq, message) in messages {
@@ -370,17 +397,13 @@ impl Log {
                     at: base + offset as u64,
                     len: u32::try_from(len).map_err(io::Error::other)?,
                 };
-                let bad = |e: serde_json::Error| damaged(span.at, e.to_string());
-                match e.tag {
-                    PUT_QUEUE => tables.put_queue(e.queue, (span, serde_json::from_slice(e.value).map_err(bad)?)),
-                    DELETE_QUEUE => tables.delete_queue(e.queue),
-                    PURGE_QUEUE => tables.purge_queue(e.queue),
-                    PUT_MESSAGE => {
-                        tables.put_message(e.queue, e.seq, (span, serde_json::from_slice(e.value).map_err(bad)?));
-                    }
-                    DELETE_MESSAGE => tables.delete_message(e.queue, e.seq),
-                    tag => return Err(damaged(span.at, format!("unknown entry tag {tag}"))),
-                }
+                tables
+                    .apply(
+                        &e,
+                        || Ok((span, from_json(e.value)?)),
+                        || Ok((span, from_json(e.value)?)),
+                    )
+                    .map_err(|what| damaged(span.at, what))?;
             }
             end = base + len as u64;
         }
@@ -475,13 +498,8 @@ impl Log {
                 at: base + offset as u64,
                 len: u32::try_from(len).unwrap_or(u32::MAX),
             };
-            match e.tag {
-                PUT_QUEUE => self.live.put_queue(e.queue, span),
-                DELETE_QUEUE => self.live.delete_queue(e.queue),
-                PURGE_QUEUE => self.live.purge_queue(e.queue),
-                PUT_MESSAGE => self.live.put_message(e.queue, e.seq, span),
-                _ => self.live.delete_message(e.queue, e.seq),
-            }
+            // The log's own encoding: every entry parses, every tag is known.
+            let _ = self.live.apply(&e, || Ok(span), || Ok(span));
         }
         self.end += self.buf.len() as u64;
         Ok(())
@@ -574,6 +592,15 @@ impl Log {
     }
 }
 
+/// The length and CRC in the record header that `bytes` start with (at
+/// least [`HEADER`] of them).
+fn parse_header(bytes: &[u8]) -> (u32, u32) {
+    (
+        little_endian(&bytes[..4]) as u32,
+        little_endian(&bytes[4..HEADER]) as u32,
+    )
+}
+
 /// The length and CRC of the record at the reader, if a record of that
 /// length fits in the `left` bytes.
 fn next_header(reader: &mut impl Read, left: u64) -> io::Result<Option<(usize, u32)>> {
@@ -582,8 +609,7 @@ fn next_header(reader: &mut impl Read, left: u64) -> io::Result<Option<(usize, u
     }
     let mut header = [0; HEADER];
     reader.read_exact(&mut header)?;
-    let len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]);
-    let crc = u32::from_le_bytes([header[4], header[5], header[6], header[7]]);
+    let (len, crc) = parse_header(&header);
     let fits = len != 0 && u64::from(len) <= left - HEADER as u64;
     Ok(fits.then_some((len as usize, crc)))
 }
@@ -595,8 +621,8 @@ fn next_header(reader: &mut impl Read, left: u64) -> io::Result<Option<(usize, u
 /// damaged after it was synced.
 fn whole_record(tail: &[u8]) -> Option<usize> {
     (0..tail.len().saturating_sub(HEADER)).find(|&at| {
-        let len = u32::from_le_bytes([tail[at], tail[at + 1], tail[at + 2], tail[at + 3]]) as usize;
-        let crc = u32::from_le_bytes([tail[at + 4], tail[at + 5], tail[at + 6], tail[at + 7]]);
+        let (len, crc) = parse_header(&tail[at..]);
+        let len = len as usize;
         let payload = at + HEADER;
         len != 0 && len <= tail.len() - payload && crc32fast::hash(&tail[payload..payload + len]) == crc
     })
