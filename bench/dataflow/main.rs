@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use serde_json::{Value, json};
+use sless_dataflow::checkpoint::file::FileCheckpoint;
 use sless_dataflow::context::PipelineContext;
 use sless_dataflow::pipeline::{Pipeline, Stats};
 use sless_model::dataflow::{DataFlowRequest, DataFlowSpec};
@@ -37,7 +38,9 @@ pub const ROWS: i64 = 100_000;
 pub const BATCH: i64 = 1000;
 
 /// A dataflow of the benchmark, connected (its source made what it needs,
-/// a CDC slot) under the dev egress policy (servers on loopback).
+/// a CDC slot) under the dev egress policy (servers on loopback). Its
+/// position is saved to a file after every batch, as `sless processor`
+/// saves it outside Kubernetes (write, fsync, rename, fsync).
 pub struct Flow {
     pub spec: DataFlowSpec,
     pub ctx: PipelineContext,
@@ -51,9 +54,12 @@ impl Flow {
         let spec = serde_json::from_value::<DataFlowRequest>(request)?
             .into_spec(&sless_dataflow::registry::Registry)
             .map_err(|e| anyhow::anyhow!("{e}"))?;
+        std::fs::create_dir_all(checkpoints())?;
+        let position = checkpoints().join(format!("{}.position", id.replace('/', "-")));
+        let _ = std::fs::remove_file(&position);
         let ctx = PipelineContext {
             id: id.into(),
-            checkpoint: None,
+            checkpoint: Some(Arc::new(FileCheckpoint::new(position))),
             egress: Default::default(),
             queue_services: None,
         };
@@ -79,6 +85,11 @@ impl Flow {
             stats: self.stats,
         }
     }
+}
+
+/// Where the flows' positions are saved.
+fn checkpoints() -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("sless-bench-dataflow-{}", std::process::id()))
 }
 
 pub struct Running {
@@ -284,5 +295,6 @@ async fn main() -> anyhow::Result<()> {
     );
     db.batch_execute("DROP TABLE bench_src, bench_plain, bench_flow, bench_sqs")
         .await?;
+    std::fs::remove_dir_all(checkpoints())?;
     Ok(())
 }

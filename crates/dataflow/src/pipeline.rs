@@ -2,10 +2,13 @@
 //! them through a channel bounded by `channelBufferSize` (backpressure) to
 //! the processor, which writes every output of a batch (routes, main sink,
 //! error sink) and only then commits the batch to its source (a saved read
-//! position, Kafka offsets). Reading and transforming the next batch goes
-//! on while one is written.
-//! A crash re-reads at most the batch that was being written: at-least-once,
-//! with duplicates bounded by one batch.
+//! position, Kafka offsets, SQS deletes). The stages overlap: the next
+//! batch is read while one is transformed, and written while the batch
+//! before it is committed, so no stage waits on another's round trip.
+//! Commits still go one at a time, in order, and each only after its
+//! batch is written everywhere. A crash re-reads at most the batch being
+//! written and the one whose commit was under way: at-least-once, with
+//! duplicates bounded by two batches.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -159,6 +162,7 @@ impl Pipeline {
             tx,
             shutdown.clone(),
         ));
+        let mut committing: Option<tokio::task::JoinHandle<()>> = None;
         let outcome = loop {
             let first = tokio::select! {
                 biased;
@@ -173,19 +177,32 @@ impl Pipeline {
                     Err(_) => break,
                 }
             }
-            if let Err(e) = self.process(records, &mut shutdown).await {
-                break Err(e);
+            let positions = match self.process(records, &mut shutdown).await {
+                Ok(positions) => positions,
+                Err(e) => break Err(e),
+            };
+            // Commits go in order, one at a time: this batch's waits for the
+            // one before, which ran while this batch was written.
+            if let Some(before) = committing.take() {
+                let _ = before.await;
             }
+            committing = Some(tokio::spawn(commit(self.source.clone(), self.stats.clone(), positions)));
         };
         reader.abort();
+        // Whatever ended the run, the batch written last is committed.
+        if let Some(last) = committing {
+            let _ = last.await;
+        }
         outcome
     }
 
+    /// Writes every output of `records`; the positions to commit once
+    /// they are written.
     async fn process(
         &self,
         records: Vec<Transformed>,
         shutdown: &mut watch::Receiver<bool>,
-    ) -> Result<(), ConnectorError> {
+    ) -> Result<Vec<Position>, ConnectorError> {
         let mut main = Vec::with_capacity(records.len());
         let mut routed: Vec<Vec<Message>> = self.routes.iter().map(|_| Vec::new()).collect();
         Stats::add(&self.stats.read, records.len());
@@ -217,16 +234,7 @@ impl Pipeline {
         for message in &refused {
             self.refuse(message, shutdown).await?;
         }
-        // Every output of every record is written (a filtered record counts
-        // as done): the source may move past the batch. A failed commit
-        // loses nothing, the batch is only read again.
-        match self.source.commit(&positions).await {
-            Ok(()) => {
-                *self.stats.last_checkpoint.lock().unwrap_or_else(|p| p.into_inner()) = Some(SystemTime::now());
-            }
-            Err(error) => tracing::warn!(%error, "cannot commit the batch to the source; it will be read again"),
-        }
-        Ok(())
+        Ok(positions)
     }
 
     /// Writes until it succeeds: the batch whole, else message by message
@@ -355,7 +363,10 @@ impl Transformed {
 }
 
 /// Reads and transforms forever into `tx`, which blocks when the processor
-/// is behind.
+/// is behind. The next read starts as soon as a batch is in hand, so its
+/// round trip to the source (a query running on the server) overlaps with
+/// transforming and handing on this batch: at most one batch more is read
+/// ahead, and a read cancelled at shutdown loses nothing.
 async fn read_loop(
     source: Arc<dyn Source>,
     transforms: Arc<[Box<dyn Transform>]>,
@@ -363,17 +374,37 @@ async fn read_loop(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let mut retries = RETRY.start();
+    let mut reading = std::pin::pin!(source.read());
+    // A read that finished while the batch before it was handed on.
+    let mut finished = None;
     loop {
-        let read = tokio::select! {
-            read = source.read() => read,
-            _ = shutdown.wait_for(|s| *s) => return,
+        let read = match finished.take() {
+            Some(read) => read,
+            None => tokio::select! {
+                read = &mut reading => read,
+                _ = shutdown.wait_for(|s| *s) => return,
+            },
         };
         match read {
             Ok(records) => {
                 retries.succeeded();
-                for record in records {
-                    if tx.send(Transformed::new(record, &transforms)).await.is_err() {
-                        return;
+                reading.set(source.read());
+                let hand_on = async {
+                    for record in records {
+                        tx.send(Transformed::new(record, &transforms)).await?;
+                    }
+                    Ok::<_, mpsc::error::SendError<Transformed>>(())
+                };
+                let mut hand_on = std::pin::pin!(hand_on);
+                loop {
+                    tokio::select! {
+                        // The read first, so its request is on its way before the batch is transformed.
+                        biased;
+                        read = &mut reading, if finished.is_none() => finished = Some(read),
+                        sent = &mut hand_on => match sent {
+                            Ok(()) => break,
+                            Err(_) => return,
+                        },
                     }
                 }
             }
@@ -381,8 +412,19 @@ async fn read_loop(
                 if wait(&mut retries, &e, &mut shutdown).await.is_err() {
                     return;
                 }
+                reading.set(source.read());
             }
         }
+    }
+}
+
+/// Commits a batch whose every output is written (a filtered record counts
+/// as done): the source may move past it. A failed commit loses nothing,
+/// the batch is only read again.
+async fn commit(source: Arc<dyn Source>, stats: Arc<Stats>, positions: Vec<Position>) {
+    match source.commit(&positions).await {
+        Ok(()) => *stats.last_checkpoint.lock().unwrap_or_else(|p| p.into_inner()) = Some(SystemTime::now()),
+        Err(error) => tracing::warn!(%error, "cannot commit the batch to the source; it will be read again"),
     }
 }
 
@@ -399,3 +441,6 @@ async fn wait(
         Err(ConnectorError::Query("stopped".into()))
     }
 }
+
+#[cfg(test)]
+mod tests;

