@@ -11,8 +11,8 @@ pub struct Camel;
 impl Case for Camel {
     const KIND: &'static str = "camelCase";
 
-    fn rename(key: String) -> String {
-        to_camel_case(&key)
+    fn rename(key: &str) -> Option<String> {
+        Some(to_camel_case(key)).filter(|camel| camel != key)
     }
 }
 

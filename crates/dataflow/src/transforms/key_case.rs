@@ -23,7 +23,8 @@ pub struct CaseConfig {
 pub trait Case: Send + Sync + 'static {
     /// The transformation's `type`.
     const KIND: &'static str;
-    fn rename(key: String) -> String;
+    /// The key's new name; `None` when it stays as it is.
+    fn rename(key: &str) -> Option<String>;
 }
 
 pub struct RenameKeys<C> {
@@ -53,20 +54,44 @@ impl<C: Case> Build for RenameKeys<C> {
 
 impl<C: Case> Transform for RenameKeys<C> {
     fn apply(&self, mut message: Message) -> Vec<Message> {
-        message.data = rename_keys(std::mem::take(&mut message.data), self.deep, &C::rename);
+        rename_keys::<C>(&mut message.data, self.deep);
         vec![message]
     }
 }
 
-/// Renames the keys of `value` (and of nested objects with `deep`).
-fn rename_keys(value: Value, deep: bool, rename: &dyn Fn(String) -> String) -> Value {
+/// Renames the keys of `value` (and of nested objects with `deep`) in
+/// place: most keys of a row keep their names and are not copied.
+fn rename_keys<C: Case>(value: &mut Value, deep: bool) {
     match value {
-        Value::Object(map) => Value::Object(
-            map.into_iter()
-                .map(|(k, v)| (rename(k), if deep { rename_keys(v, deep, rename) } else { v }))
-                .collect(),
-        ),
-        Value::Array(items) if deep => Value::Array(items.into_iter().map(|v| rename_keys(v, deep, rename)).collect()),
-        other => other,
+        Value::Object(map) => {
+            let renames: Vec<(String, String)> = map
+                .keys()
+                .filter_map(|k| C::rename(k).map(|new| (k.clone(), new)))
+                .collect();
+            // A set of the new names only when there are two or more.
+            let mut targets = std::collections::HashSet::new();
+            let collide = renames
+                .iter()
+                .any(|(_, new)| map.contains_key(new) || (renames.len() > 1 && !targets.insert(new.as_str())));
+            if collide {
+                // Two keys get one name: as when the object is built anew,
+                // the one last in key order keeps it.
+                *map = std::mem::take(map)
+                    .into_iter()
+                    .map(|(k, v)| (C::rename(&k).unwrap_or(k), v))
+                    .collect();
+            } else {
+                for (old, new) in renames {
+                    if let Some(v) = map.remove(&old) {
+                        map.insert(new, v);
+                    }
+                }
+            }
+            if deep {
+                map.values_mut().for_each(|v| rename_keys::<C>(v, deep));
+            }
+        }
+        Value::Array(items) if deep => items.iter_mut().for_each(|v| rename_keys::<C>(v, deep)),
+        _ => {}
     }
 }

@@ -201,7 +201,13 @@ pub fn check_fields(fields: &[String], path: &str, errors: &mut ValidationErrors
 
 /// Applies `transforms` in order to one message.
 pub fn apply_all(transforms: &[Box<dyn Transform>], message: Message) -> Vec<Message> {
-    transforms.iter().fold(vec![message], |messages, t| {
+    transforms.iter().fold(vec![message], |mut messages, t| {
+        // One message in, as for most rows: its output is the new list.
+        if messages.len() == 1
+            && let Some(message) = messages.pop()
+        {
+            return t.apply(message);
+        }
         messages.into_iter().flat_map(|m| t.apply(m)).collect()
     })
 }

@@ -11,13 +11,8 @@ pub struct Snake;
 impl Case for Snake {
     const KIND: &'static str = "snakeCase";
 
-    fn rename(key: String) -> String {
-        // Most keys of a row are snake case already: kept, not copied.
-        if key.chars().any(char::is_uppercase) {
-            to_snake_case(&key)
-        } else {
-            key
-        }
+    fn rename(key: &str) -> Option<String> {
+        key.chars().any(char::is_uppercase).then(|| to_snake_case(key))
     }
 }
 
@@ -76,5 +71,20 @@ mod tests {
             deep[0].data,
             json!({"user_name": "a", "home_address": {"zip_code": "1"}, "list": [{"item_id": 1}]})
         );
+    }
+
+    #[test]
+    fn keys_that_meet_under_one_name_keep_the_value_of_the_last_in_key_order() {
+        let snake = SnakeCase::new(&CaseConfig { deep: false });
+        // Uppercase sorts before '_' and lowercase: "userName" before
+        // "user_name", "aB" before "a_b", "AB" before "ab".
+        for (data, kept) in [
+            (json!({"userName": 1, "user_name": 2}), json!({"user_name": 2})),
+            (json!({"aB": 1, "a_b": 2, "c": 3}), json!({"a_b": 2, "c": 3})),
+            (json!({"ab": 1, "AB": 2}), json!({"ab": 1})),
+            (json!({"xY": 1, "x_y": 2, "X_Y": 3}), json!({"x_y": 2})),
+        ] {
+            assert_eq!(snake.apply(Message::new(data.clone()))[0].data, kept, "{data}");
+        }
     }
 }
