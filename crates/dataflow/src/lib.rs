@@ -33,6 +33,11 @@ pub enum ConnectorError {
     /// The backend is unreachable or broke the connection: retry.
     #[error("cannot connect: {0}")]
     Connect(String),
+    /// The connection a connector holds is gone (the server restarted or
+    /// dropped it): retrying on it cannot help, the pipeline must connect
+    /// again.
+    #[error("connection lost: {0}")]
+    Closed(String),
     /// The data was refused (a constraint, a type): retrying the same data
     /// fails again, so it goes to the error sink.
     #[error("data refused: {0}")]
@@ -48,6 +53,13 @@ fn store_error(e: impl std::fmt::Display) -> ConnectorError {
 }
 
 impl ConnectorError {
+    /// Whether the pipeline stops on it (to be connected again by its
+    /// supervisor) instead of retrying: the spec cannot work, or a
+    /// connection it holds is gone.
+    pub(crate) fn ends_run(&self) -> bool {
+        matches!(self, Self::Config(_) | Self::Closed(_))
+    }
+
     /// The server's own answer (a refused login, say) reaches the tenant;
     /// network-level detail (refused, timed out, reset) stays in the log.
     fn connect(e: tokio_postgres::Error) -> Self {
@@ -72,7 +84,7 @@ impl ConnectorError {
                 e.as_db_error()
                     .map_or_else(|| e.to_string(), |d| d.message().to_owned()),
             ),
-            _ if e.is_closed() => Self::Connect(e.to_string()),
+            _ if e.is_closed() => Self::Closed(e.to_string()),
             _ => Self::Query(
                 e.as_db_error()
                     .map_or_else(|| e.to_string(), |d| d.message().to_owned()),

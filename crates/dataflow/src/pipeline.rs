@@ -156,7 +156,7 @@ impl Pipeline {
     /// committed first; those still in the channel are read again next time.
     pub async fn run(self, mut shutdown: watch::Receiver<bool>) -> Result<(), ConnectorError> {
         let (tx, mut rx) = mpsc::channel::<Transformed>(self.buffer);
-        let reader = tokio::spawn(read_loop(
+        let mut reader = tokio::spawn(read_loop(
             self.source.clone(),
             self.transforms.clone(),
             tx,
@@ -166,10 +166,17 @@ impl Pipeline {
         let outcome = loop {
             let first = tokio::select! {
                 biased;
-                _ = shutdown.wait_for(|s| *s) => None,
+                _ = shutdown.wait_for(|s| *s) => break Ok(()),
                 record = rx.recv() => record,
             };
-            let Some(first) = first else { break Ok(()) };
+            let Some(first) = first else {
+                // The reader ended: on a failure only connecting again can
+                // fix, or at shutdown.
+                break match (&mut reader).await {
+                    Ok(Err(e)) => Err(e),
+                    _ => Ok(()),
+                };
+            };
             let mut records = vec![first];
             while records.len() < self.batch {
                 match rx.try_recv() {
@@ -257,7 +264,7 @@ impl Pipeline {
                     return Ok(());
                 }
                 Err(ConnectorError::Data(_)) => break,
-                Err(ConnectorError::Config(e)) => return Err(ConnectorError::Config(e)),
+                Err(e) if e.ends_run() => return Err(e),
                 Err(e) => wait(&mut retries, &e, shutdown).await?,
             }
         }
@@ -274,7 +281,7 @@ impl Pipeline {
                         self.to_error_sink(message, &reason, sink.target(), shutdown).await?;
                         break;
                     }
-                    Err(ConnectorError::Config(e)) => return Err(ConnectorError::Config(e)),
+                    Err(e) if e.ends_run() => return Err(e),
                     Err(e) => {
                         if let ConnectorError::Data(reason) = &e {
                             self.stats.refused(sink.target(), reason);
@@ -362,8 +369,9 @@ impl Transformed {
     }
 }
 
-/// Reads and transforms forever into `tx`, which blocks when the processor
-/// is behind. The next read starts as soon as a batch is in hand, so its
+/// Reads and transforms into `tx`, which blocks when the processor is
+/// behind, until shutdown or a failure only connecting again can fix (which
+/// it returns). The next read starts as soon as a batch is in hand, so its
 /// round trip to the source (a query running on the server) overlaps with
 /// transforming and handing on this batch: at most one batch more is read
 /// ahead, and a read cancelled at shutdown loses nothing.
@@ -372,7 +380,7 @@ async fn read_loop(
     transforms: Arc<[Box<dyn Transform>]>,
     tx: mpsc::Sender<Transformed>,
     mut shutdown: watch::Receiver<bool>,
-) {
+) -> Result<(), ConnectorError> {
     let mut retries = RETRY.start();
     let mut reading = std::pin::pin!(source.read());
     // A read that finished while the batch before it was handed on.
@@ -382,7 +390,7 @@ async fn read_loop(
             Some(read) => read,
             None => tokio::select! {
                 read = &mut reading => read,
-                _ = shutdown.wait_for(|s| *s) => return,
+                _ = shutdown.wait_for(|s| *s) => return Ok(()),
             },
         };
         match read {
@@ -403,14 +411,16 @@ async fn read_loop(
                         read = &mut reading, if finished.is_none() => finished = Some(read),
                         sent = &mut hand_on => match sent {
                             Ok(()) => break,
-                            Err(_) => return,
+                            // The processor is gone.
+                            Err(_) => return Ok(()),
                         },
                     }
                 }
             }
+            Err(e) if e.ends_run() => return Err(e),
             Err(e) => {
                 if wait(&mut retries, &e, &mut shutdown).await.is_err() {
-                    return;
+                    return Ok(());
                 }
                 reading.set(source.read());
             }

@@ -1,7 +1,7 @@
 //! Dataflows run by `sless dev` against a real PostgreSQL
 //! (`SLESS_TEST_PG`, default postgres://postgres@127.0.0.1/test).
 
-use crate::common::pg::{bulk_table, count, db, pg, settled_view, unique, wait_for, wait_mid_stream};
+use crate::common::pg::{bulk_table, count, db, dsn, pg, settled_view, unique, wait_for, wait_mid_stream};
 use crate::common::{DevServer, TOKEN_A, TempDir};
 use serde_json::{Value, json};
 
@@ -89,6 +89,61 @@ async fn pg_to_pg_with_transformations_incremental_reads_and_checkpoints() {
     let server = DevServer::start(&dir.0);
     wait_for(&db, &format!("SELECT count(*) FROM {dst}"), 120).await;
     assert_eq!(server.client(TOKEN_A).delete("/api/v1/dataflows/copy").await.0, 204);
+    db.batch_execute(&format!("DROP TABLE {src}; DROP TABLE {dst}"))
+        .await
+        .unwrap();
+}
+
+/// The server drops the dataflow's connections (as a restart of PostgreSQL
+/// or a failover does): the flow connects again by itself and goes on
+/// from its checkpoint, every row once.
+#[tokio::test]
+async fn a_dataflow_whose_connections_are_dropped_connects_again_and_goes_on() {
+    let db = db().await;
+    let (src, dst) = (unique("cut_src"), unique("cut_dst"));
+    db.batch_execute(&format!(
+        "CREATE TABLE {src} (id serial PRIMARY KEY, n int);
+         INSERT INTO {src} (n) SELECT g FROM generate_series(1, 100) g;
+         CREATE TABLE {dst} (id int PRIMARY KEY, n int);"
+    ))
+    .await
+    .unwrap();
+    // Its own application name marks this flow's connections among those
+    // of the tests running beside it.
+    let name = unique("sless_cut");
+    let dsn = format!(
+        "{}{}application_name={name}",
+        dsn(),
+        if dsn().contains('?') { '&' } else { '?' }
+    );
+    let dir = TempDir::new("df-cut");
+    let server = DevServer::start(&dir.0);
+    let a = server.client(TOKEN_A);
+    a.create_dataflow(json!({
+        "name": "cut",
+        "source": pg(&src, json!({"connectionString": dsn, "pollInterval": 1, "batchSize": 30})),
+        "sink": pg(&dst, json!({"connectionString": dsn})),
+    }))
+    .await;
+    let copied = format!("SELECT count(*) FROM {dst}");
+    wait_for(&db, &copied, 100).await;
+    let dropped = count(
+        &db,
+        &format!("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = '{name}'"),
+    )
+    .await;
+    assert!(dropped >= 2, "the source's and the sink's connections: {dropped}");
+    db.batch_execute(&format!(
+        "INSERT INTO {src} (n) SELECT g FROM generate_series(101, 150) g"
+    ))
+    .await
+    .unwrap();
+    wait_for(&db, &copied, 150).await;
+    assert_eq!(
+        count(&db, &format!("SELECT count(*) FROM {src} s JOIN {dst} d USING (id, n)")).await,
+        150
+    );
+    assert_eq!(a.delete("/api/v1/dataflows/cut").await.0, 204);
     db.batch_execute(&format!("DROP TABLE {src}; DROP TABLE {dst}"))
         .await
         .unwrap();

@@ -13,10 +13,12 @@ use super::*;
 
 const WAIT: Duration = Duration::from_secs(5);
 
-/// Gives its batches, then waits for ever; each commit waits for a permit
-/// of `gate`. `log` tells what happened in what order.
+/// Gives its batches, then waits for ever (or, with `lost`, fails as a
+/// dropped connection does); each commit waits for a permit of `gate`.
+/// `log` tells what happened in what order.
 struct Batches {
     batches: Mutex<VecDeque<Vec<u64>>>,
+    lost: bool,
     reads: Notify,
     gate: Semaphore,
     log: Arc<Mutex<Vec<String>>>,
@@ -26,6 +28,7 @@ impl Batches {
     fn new(batches: &[&[u64]], log: &Arc<Mutex<Vec<String>>>) -> Arc<Self> {
         Arc::new(Self {
             batches: Mutex::new(batches.iter().map(|b| b.to_vec()).collect()),
+            lost: false,
             reads: Notify::new(),
             gate: Semaphore::new(0),
             log: log.clone(),
@@ -42,6 +45,9 @@ impl Source for Batches {
     async fn read(&self) -> Result<Vec<Record>, ConnectorError> {
         self.reads.notify_one();
         let Some(batch) = self.batches.lock().unwrap().pop_front() else {
+            if self.lost {
+                return Err(ConnectorError::Closed("the server dropped it".into()));
+            }
             return std::future::pending().await;
         };
         Ok(batch
@@ -65,10 +71,18 @@ impl Source for Batches {
     }
 }
 
-/// Notes each write by its last message; blocks for ever with `stuck`.
+/// Notes each write by its last message, or does what `writes` says.
 struct Written {
     log: Arc<Mutex<Vec<String>>>,
-    stuck: bool,
+    writes: Writes,
+}
+
+enum Writes {
+    Done,
+    /// Never finishes.
+    Stuck,
+    /// Its connection is gone.
+    Lost,
 }
 
 #[async_trait]
@@ -78,8 +92,10 @@ impl Sink for Written {
     }
 
     async fn write(&self, batch: &[Message]) -> Result<(), ConnectorError> {
-        if self.stuck {
-            return std::future::pending().await;
+        match self.writes {
+            Writes::Done => {}
+            Writes::Stuck => return std::future::pending().await,
+            Writes::Lost => return Err(ConnectorError::Closed("the server dropped it".into())),
         }
         let last = batch.last().map(|m| m.data["n"].to_string()).unwrap_or_default();
         note(&self.log, format!("write {last}"));
@@ -121,7 +137,7 @@ async fn the_next_read_starts_while_a_batch_is_still_being_handed_on() {
         source.clone(),
         Written {
             log: log.clone(),
-            stuck: true,
+            writes: Writes::Stuck,
         },
         1,
         5,
@@ -143,7 +159,7 @@ async fn a_batch_is_written_while_the_one_before_commits_and_commits_keep_their_
         source.clone(),
         Written {
             log: log.clone(),
-            stuck: false,
+            writes: Writes::Done,
         },
         8,
         1,
@@ -188,5 +204,51 @@ async fn a_batch_is_written_while_the_one_before_commits_and_commits_keep_their_
             "commit 3 starts",
             "commit 3 ends"
         ]
+    );
+}
+
+#[tokio::test]
+async fn a_lost_connection_ends_the_run_for_its_supervisor_to_connect_again() {
+    // The sink's connection is gone: the run ends instead of retrying on it.
+    let log = Arc::default();
+    let flow = pipeline(
+        Batches::new(&[&[1]], &log),
+        Written {
+            log: log.clone(),
+            writes: Writes::Lost,
+        },
+        8,
+        1,
+    );
+    let (_stop, shutdown) = watch::channel(false);
+    let outcome = timeout(WAIT, flow.run(shutdown)).await.expect("the run ended");
+    assert!(matches!(outcome, Err(ConnectorError::Closed(_))), "{outcome:?}");
+
+    // The source's: the batch read before is written and committed, then
+    // the run ends with the reader's error.
+    let source = Arc::new(Batches {
+        lost: true,
+        ..Arc::into_inner(Batches::new(&[&[1, 2]], &log)).unwrap()
+    });
+    // Whether the reader's batch is written as one or two.
+    source.gate.add_permits(2);
+    let flow = pipeline(
+        source,
+        Written {
+            log: log.clone(),
+            writes: Writes::Done,
+        },
+        8,
+        2,
+    );
+    let (_stop, shutdown) = watch::channel(false);
+    let outcome = timeout(WAIT, flow.run(shutdown)).await.expect("the run ended");
+    assert!(matches!(outcome, Err(ConnectorError::Closed(_))), "{outcome:?}");
+    let log = log.lock().unwrap();
+    assert!(
+        ["write 2", "commit 2 ends"]
+            .iter()
+            .all(|l| log.iter().any(|got| got == l)),
+        "{log:?}"
     );
 }
