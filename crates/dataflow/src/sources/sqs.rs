@@ -100,7 +100,7 @@ impl Source for SqsSource {
     }
 
     /// Long-polls until messages come, then takes what else is waiting
-    /// (without waiting) up to [`READ_BATCH`].
+    /// (without waiting, in concurrent receives) up to [`READ_BATCH`].
     async fn read(&self) -> Result<Vec<Record>, ConnectorError> {
         loop {
             let mut records = self.receive(self.wait).await?;
@@ -110,13 +110,17 @@ impl Source for SqsSource {
                 }
                 continue;
             }
-            while records.len() + MAX_BATCH <= READ_BATCH {
-                // What was taken is returned even if a further receive fails:
-                // it is deleted only once written, either way.
-                match self.receive(0).await {
-                    Ok(more) if !more.is_empty() => records.extend(more),
-                    _ => break,
-                }
+            // A full receive says more may be waiting: the rest at once,
+            // each receive a round trip of its own. What was taken is
+            // returned even if a further receive fails: it is deleted only
+            // once written, either way.
+            let more = if records.len() < MAX_BATCH {
+                0
+            } else {
+                (READ_BATCH - records.len()) / MAX_BATCH
+            };
+            for taken in futures_util::future::join_all((0..more).map(|_| self.receive(0))).await {
+                records.extend(taken.unwrap_or_default());
             }
             return Ok(records);
         }
@@ -130,7 +134,9 @@ impl Source for SqsSource {
                 _ => None,
             })
             .collect();
-        for chunk in receipts.chunks(MAX_BATCH) {
+        // Every chunk at once; a chunk that fails leaves its messages to
+        // come back when their visibility timeout ends.
+        let deletes = receipts.chunks(MAX_BATCH).map(|chunk| async move {
             let entries: Vec<Value> = chunk
                 .iter()
                 .enumerate()
@@ -141,16 +147,17 @@ impl Source for SqsSource {
                 .call("DeleteMessageBatch", json!({"Entries": entries}))
                 .await
                 .map_err(|e| ConnectorError::Query(e.to_string()))?;
-            if let Some(failed) = out["Failed"].as_array().filter(|f| !f.is_empty()) {
-                return Err(ConnectorError::Query(format!(
+            match out["Failed"].as_array().filter(|f| !f.is_empty()) {
+                Some(failed) => Err(ConnectorError::Query(format!(
                     "SQS DeleteMessageBatch refused {} of {} messages: {}",
                     failed.len(),
                     chunk.len(),
                     failed[0]["Message"].as_str().unwrap_or("no reason")
-                )));
+                ))),
+                None => Ok(()),
             }
-        }
-        Ok(())
+        });
+        futures_util::future::join_all(deletes).await.into_iter().collect()
     }
 }
 
