@@ -164,6 +164,86 @@ impl Source for SqsSource {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sources::Open;
+
+    /// A sless queue engine on loopback with one queue holding `messages`;
+    /// the source's config for it.
+    async fn queue_of(
+        messages: usize,
+    ) -> (
+        std::sync::Arc<sless_sqs::engine::Engine>,
+        sless_sqs::engine::server::EngineServer,
+        SqsConfig,
+    ) {
+        use sless_sqs::engine::server::EngineServer;
+        use sless_sqs::engine::{Engine, EngineConfig};
+        let engine = Engine::open(
+            EngineConfig {
+                account_id: "000000000000".into(),
+                region: "ru-msk-1".into(),
+                base_url: "http://127.0.0.1".into(),
+            },
+            None,
+        )
+        .unwrap();
+        let server = EngineServer::start(engine.clone(), "127.0.0.1:0".parse().unwrap(), None)
+            .await
+            .unwrap();
+        let url = engine.handle("CreateQueue", &json!({"QueueName": "q"})).await.unwrap()["QueueUrl"]
+            .as_str()
+            .unwrap()
+            .replace("http://127.0.0.1", &format!("http://{}", server.addr));
+        for n in 0..messages {
+            let body = json!({ "n": n }).to_string();
+            engine
+                .handle("SendMessage", &json!({"QueueUrl": url, "MessageBody": body}))
+                .await
+                .unwrap();
+        }
+        let config = serde_json::from_value(json!({
+            "queueUrl": url, "accessKeyId": "k", "secretAccessKey": "s", "waitTimeSeconds": 1
+        }))
+        .unwrap();
+        (engine, server, config)
+    }
+
+    #[tokio::test]
+    async fn a_read_takes_up_to_a_hundred_waiting_messages_and_a_commit_deletes_them_all() {
+        let (engine, _server, config) = queue_of(125).await;
+        let ctx = PipelineContext {
+            id: "t/flow".into(),
+            checkpoint: None,
+            egress: Default::default(),
+            queue_services: None,
+        };
+        let source = SqsSource::open(&config, &ctx).await.unwrap();
+        let (first, second) = (source.read().await.unwrap(), source.read().await.unwrap());
+        assert_eq!((first.len(), second.len()), (READ_BATCH, 25));
+        let numbers: std::collections::BTreeSet<u64> = first
+            .iter()
+            .chain(&second)
+            .map(|r| r.message.data["n"].as_u64().unwrap())
+            .collect();
+        assert_eq!(numbers.len(), 125, "each message once");
+        let done: Vec<Position> = first.into_iter().chain(second).map(|r| r.position).collect();
+        source.commit(&done).await.unwrap();
+        let attributes = engine
+            .handle(
+                "GetQueueAttributes",
+                &json!({"QueueUrl": config.queue_url, "AttributeNames": ["All"]}),
+            )
+            .await
+            .unwrap();
+        let left = |name: &str| attributes["Attributes"][name].as_str().map(str::to_owned);
+        assert_eq!(
+            (
+                left("ApproximateNumberOfMessages"),
+                left("ApproximateNumberOfMessagesNotVisible")
+            ),
+            (Some("0".into()), Some("0".into())),
+            "{attributes}"
+        );
+    }
 
     #[test]
     fn json_bodies_are_messages_and_text_is_wrapped() {
