@@ -173,8 +173,8 @@ impl Pipeline {
                 // The reader ended: on a failure only connecting again can
                 // fix, or at shutdown.
                 break match (&mut reader).await {
-                    Ok(Err(e)) => Err(e),
-                    _ => Ok(()),
+                    Ok(read) => read,
+                    Err(panicked) => Err(ConnectorError::Query(format!("the reader stopped: {panicked}"))),
                 };
             };
             let mut records = vec![first];

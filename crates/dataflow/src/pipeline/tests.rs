@@ -252,3 +252,33 @@ async fn a_lost_connection_ends_the_run_for_its_supervisor_to_connect_again() {
         "{log:?}"
     );
 }
+
+/// A transformation with a bug.
+struct Panics;
+
+impl Transform for Panics {
+    fn apply(&self, _: Message) -> Vec<Message> {
+        panic!("a bug in a transformation")
+    }
+}
+
+#[tokio::test]
+async fn a_reader_that_panics_fails_the_run_instead_of_ending_it_quietly() {
+    let log = Arc::default();
+    let mut flow = pipeline(
+        Batches::new(&[&[1]], &log),
+        Written {
+            log: log.clone(),
+            writes: Writes::Done,
+        },
+        8,
+        1,
+    );
+    flow.transforms = Arc::from(vec![Box::new(Panics) as Box<dyn Transform>]);
+    let (_stop, shutdown) = watch::channel(false);
+    let outcome = timeout(WAIT, flow.run(shutdown)).await.expect("the run ended");
+    assert!(
+        matches!(&outcome, Err(ConnectorError::Query(m)) if m.contains("the reader stopped")),
+        "{outcome:?}"
+    );
+}
