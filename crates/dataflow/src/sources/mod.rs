@@ -51,7 +51,8 @@ pub const DEFAULT_BATCH: usize = 1000;
 #[async_trait]
 pub trait Source: Send + Sync {
     /// The most records the pipeline processes, writes and commits at once:
-    /// a crash replays at most this many.
+    /// a crash replays at most two such batches (one being written, one
+    /// being committed).
     fn batch_size(&self) -> usize {
         DEFAULT_BATCH
     }
