@@ -20,6 +20,15 @@ use tls::{MakeRustls, Verify};
 /// The system's CA bundle, trusted by `verify-ca`/`verify-full` without `sslrootcert`.
 const SYSTEM_ROOTS: &str = "/etc/ssl/certs/ca-certificates.crt";
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// TCP keepalive unless the connection string sets it: a server host that
+/// vanishes without a reset (a failover, a partition) is noticed in about
+/// two minutes, where tokio-postgres's default idle time is two hours. The
+/// dropped connection then ends the run and the dataflow connects again.
+const KEEPALIVE_IDLE: Duration = Duration::from_secs(60);
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
+const KEEPALIVE_RETRIES: u32 = 6;
+/// tokio-postgres's own idle time, which a connection string never chose.
+const DEFAULT_KEEPALIVE_IDLE: Duration = Duration::from_secs(2 * 60 * 60);
 
 /// libpq's `sslmode` values; tokio-postgres knows only the first three.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -114,6 +123,15 @@ pub async fn connect(connection_string: &str, egress: &EgressPolicy) -> Result<t
         .map_err(|_| ConnectorError::Config("connectionString is not a PostgreSQL connection string".into()))?;
     if config.get_connect_timeout().is_none() {
         config.connect_timeout(CONNECT_TIMEOUT);
+    }
+    if config.get_keepalives_idle() == DEFAULT_KEEPALIVE_IDLE {
+        config.keepalives_idle(KEEPALIVE_IDLE);
+    }
+    if config.get_keepalives_interval().is_none() {
+        config.keepalives_interval(KEEPALIVE_INTERVAL);
+    }
+    if config.get_keepalives_retries().is_none() {
+        config.keepalives_retries(KEEPALIVE_RETRIES);
     }
     // Connect only to addresses checked here (no second lookup).
     let hosts = config.get_hosts().to_vec();
@@ -228,6 +246,38 @@ pub fn quote(name: &str) -> Result<String, ConnectorError> {
 #[cfg(test)]
 mod tests {
     use super::{Split, Ssl, split};
+
+    /// Against the PostgreSQL of the tests (`SLESS_TEST_PG`): the kernel's
+    /// keepalive timer on the connection's socket, read from
+    /// `/proc/net/tcp`, fires within the minute, not after two hours.
+    #[tokio::test]
+    async fn a_connection_probes_a_silent_server_within_the_minute() {
+        let dsn = std::env::var("SLESS_TEST_PG").unwrap_or_else(|_| "postgres://postgres@127.0.0.1/test".into());
+        let separator = if dsn.contains('?') { '&' } else { '?' };
+        let client = super::connect(&format!("{dsn}{separator}sslmode=disable"), &Default::default())
+            .await
+            .unwrap();
+        let port: i32 = client
+            .query_one(
+                "SELECT client_port FROM pg_stat_activity WHERE pid = pg_backend_pid()",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        let sockets = std::fs::read_to_string("/proc/net/tcp").unwrap();
+        let local = format!(":{port:04X}");
+        let socket: Vec<&str> = sockets
+            .lines()
+            .map(|l| l.split_whitespace().collect::<Vec<_>>())
+            .find(|fields| fields.get(1).is_some_and(|address| address.ends_with(&local)))
+            .expect("the connection's socket");
+        // "tr:tm->when": timer 2 is keepalive, due in clock ticks (100 a second).
+        let (timer, due) = socket[5].split_once(':').unwrap();
+        let due = u64::from_str_radix(due, 16).unwrap();
+        assert_eq!(timer, "02", "{socket:?}");
+        assert!(due <= 60 * 100, "keepalive due in {} s", due / 100);
+    }
 
     #[test]
     fn ssl_settings_come_out_of_both_forms() {
