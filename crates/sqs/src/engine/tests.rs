@@ -266,7 +266,7 @@ async fn a_journal_of_the_sqlite_format_is_migrated_with_what_its_wal_held() {
     }
     // What a kill -9 leaves: the files as they are now, before closing
     // checkpoints the WAL and removes it.
-    let wal = with_suffix(&legacy, "-wal");
+    let wal = super::journal::sibling(&legacy, "-wal");
     let left = [std::fs::read(&legacy).unwrap(), std::fs::read(&wal).unwrap()];
     assert!(!left[1].is_empty(), "the WAL holds the commits");
     drop(conn);
@@ -276,7 +276,7 @@ async fn a_journal_of_the_sqlite_format_is_migrated_with_what_its_wal_held() {
     j.reopen();
     for suffix in ["", "-wal", "-shm"] {
         assert!(
-            !with_suffix(&legacy, suffix).exists(),
+            !super::journal::sibling(&legacy, suffix).exists(),
             "the SQLite journal{suffix} is removed"
         );
     }
@@ -288,8 +288,4 @@ async fn a_journal_of_the_sqlite_format_is_migrated_with_what_its_wal_held() {
     let mut bodies: Vec<_> = j.receive(Q).await.iter().map(|m| m["Body"].clone()).collect();
     bodies.sort_by_key(|b| b.to_string());
     assert_eq!(bodies, [json!("new"), json!("old one"), json!("old two")]);
-}
-
-fn with_suffix(path: &std::path::Path, suffix: &str) -> std::path::PathBuf {
-    format!("{}{suffix}", path.display()).into()
 }

@@ -61,7 +61,7 @@ pub fn read(path: &Path) -> Result<Option<Held>, SqsError> {
 /// held is in the log.
 pub fn remove(path: &Path) -> Result<(), SqsError> {
     for suffix in ["", "-wal", "-shm"] {
-        match std::fs::remove_file(super::log::sibling(path, suffix)) {
+        match std::fs::remove_file(super::sibling(path, suffix)) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(journal_error(e)),
             _ => {}
         }

@@ -20,7 +20,7 @@ use std::io::{self, BufReader, Read, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use super::Change;
+use super::{Change, sibling};
 use crate::engine::records::{StoredMessage, StoredQueue};
 
 /// The first bytes of every journal file (and its format's version).
@@ -233,13 +233,6 @@ fn little_endian(bytes: &[u8]) -> u64 {
 
 fn from_json<T: serde::de::DeserializeOwned>(value: &[u8]) -> Result<T, String> {
     serde_json::from_slice(value).map_err(|e| e.to_string())
-}
-
-/// `path` with `suffix` appended to its file name.
-pub fn sibling(path: &Path, suffix: &str) -> PathBuf {
-    let mut name = path.as_os_str().to_owned();
-    name.push(suffix);
-    PathBuf::from(name)
 }
 
 /// Makes a rename or a creation in `path`'s directory durable.

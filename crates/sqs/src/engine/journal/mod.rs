@@ -8,7 +8,7 @@ mod legacy;
 mod log;
 
 use std::fs::{File, TryLockError};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
@@ -126,12 +126,20 @@ impl Pending {
     }
 }
 
+/// `path` with `suffix` appended to its file name: the files beside a
+/// journal (its lock, a compaction in progress, an older format's WAL).
+pub(crate) fn sibling(path: &Path, suffix: &str) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(suffix);
+    PathBuf::from(name)
+}
+
 /// Takes the lock of the journal at `path`, waiting up to [`LOCK_WAIT`] for
 /// an engine that is exiting: two engines on one journal would number their
 /// messages alike and overwrite each other's. The lock is a file of its own
 /// because compaction replaces the journal's file.
 fn lock(path: &Path) -> Result<File, SqsError> {
-    let file = File::create(log::sibling(path, "-lock")).map_err(journal_error)?;
+    let file = File::create(sibling(path, "-lock")).map_err(journal_error)?;
     let deadline = Instant::now() + LOCK_WAIT;
     loop {
         match file.try_lock() {

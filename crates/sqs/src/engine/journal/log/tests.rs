@@ -50,10 +50,10 @@ fn open_new(path: &Path) -> Log {
     Log::open(path).unwrap().log
 }
 
-/// A new journal holding queue `a` with message 1, "kept".
-fn open_with_one(path: &Path) -> Log {
+/// A new journal holding queue `a` with message 1 of `body`.
+fn open_with_one(path: &Path, body: &str) -> Log {
     let mut log = open_new(path);
-    log.commit([Change::PutQueue(queue("a")), put("a", 1, "kept")].iter())
+    log.commit([Change::PutQueue(queue("a")), put("a", 1, body)].iter())
         .unwrap();
     log
 }
@@ -108,7 +108,7 @@ fn changes_replay_as_the_engine_made_them() {
 fn a_torn_last_record_is_cut_off_and_the_log_goes_on() {
     let dir = Dir::new();
     let path = dir.journal();
-    let mut log = open_with_one(&path);
+    let mut log = open_with_one(&path, "kept");
     let good = log.end;
     log.commit([put("a", 2, "torn")].iter()).unwrap();
     drop(log);
@@ -132,7 +132,7 @@ fn a_torn_last_record_is_cut_off_and_the_log_goes_on() {
 fn a_tail_of_zeros_is_a_write_the_crash_lost() {
     let dir = Dir::new();
     let path = dir.journal();
-    drop(open_with_one(&path));
+    drop(open_with_one(&path, "kept"));
     // The size reached the disk, the data did not.
     std::fs::OpenOptions::new()
         .append(true)
@@ -147,7 +147,7 @@ fn a_tail_of_zeros_is_a_write_the_crash_lost() {
 fn a_torn_record_whose_first_page_was_lost_is_cut_off_too() {
     let dir = Dir::new();
     let path = dir.journal();
-    let mut log = open_with_one(&path);
+    let mut log = open_with_one(&path, "kept");
     let good = log.end;
     let big = "y".repeat(10_000);
     log.commit([put("a", 2, &big)].iter()).unwrap();
@@ -165,9 +165,7 @@ fn a_torn_record_whose_first_page_was_lost_is_cut_off_too() {
 fn commits_go_into_preallocated_zeros_that_opening_gives_back() {
     let dir = Dir::new();
     let path = dir.journal();
-    let mut log = open_new(&path);
-    log.commit([Change::PutQueue(queue("a")), put("a", 1, "one")].iter())
-        .unwrap();
+    let mut log = open_with_one(&path, "one");
     let end = log.end;
     assert_eq!(std::fs::metadata(&path).unwrap().len(), PREALLOCATE);
     log.commit([put("a", 2, "two")].iter()).unwrap();
@@ -185,9 +183,7 @@ fn commits_go_into_preallocated_zeros_that_opening_gives_back() {
 fn damage_before_the_last_record_is_refused_not_skipped() {
     let dir = Dir::new();
     let path = dir.journal();
-    let mut log = open_new(&path);
-    log.commit([Change::PutQueue(queue("a")), put("a", 1, "first")].iter())
-        .unwrap();
+    let mut log = open_with_one(&path, "first");
     log.commit([put("a", 2, "second")].iter()).unwrap();
     drop(log);
     let mut bytes = std::fs::read(&path).unwrap();
@@ -244,7 +240,7 @@ fn compaction_keeps_exactly_the_live_entries_and_bounds_the_file() {
 fn a_compaction_a_crash_interrupted_leaves_the_journal_as_it_was() {
     let dir = Dir::new();
     let path = dir.journal();
-    drop(open_with_one(&path));
+    drop(open_with_one(&path, "kept"));
     std::fs::write(sibling(&path, "-compact"), b"SLESSQJ1 half written").unwrap();
     assert_eq!(held(&path).1, [row("a", 1, "kept")]);
     assert!(!sibling(&path, "-compact").exists());
