@@ -26,9 +26,18 @@ struct Batches {
 
 impl Batches {
     fn new(batches: &[&[u64]], log: &Arc<Mutex<Vec<String>>>) -> Arc<Self> {
+        Self::ending(batches, false, log)
+    }
+
+    /// Its batches, then a lost connection.
+    fn then_lost(batches: &[&[u64]], log: &Arc<Mutex<Vec<String>>>) -> Arc<Self> {
+        Self::ending(batches, true, log)
+    }
+
+    fn ending(batches: &[&[u64]], lost: bool, log: &Arc<Mutex<Vec<String>>>) -> Arc<Self> {
         Arc::new(Self {
             batches: Mutex::new(batches.iter().map(|b| b.to_vec()).collect()),
-            lost: false,
+            lost,
             reads: Notify::new(),
             gate: Semaphore::new(0),
             log: log.clone(),
@@ -103,11 +112,21 @@ impl Sink for Written {
     }
 }
 
-fn pipeline(source: Arc<Batches>, sink: Written, buffer: usize, batch: usize) -> Pipeline {
+/// A pipeline from `source` to a [`Written`] sink noting into `log`.
+fn pipeline(
+    source: Arc<Batches>,
+    log: &Arc<Mutex<Vec<String>>>,
+    writes: Writes,
+    buffer: usize,
+    batch: usize,
+) -> Pipeline {
     Pipeline {
         source,
         transforms: Arc::from(Vec::new()),
-        main: Box::new(sink),
+        main: Box::new(Written {
+            log: log.clone(),
+            writes,
+        }),
         routes: Vec::new(),
         errors: None,
         buffer,
@@ -127,21 +146,19 @@ async fn logged(log: &Mutex<Vec<String>>, line: &str) {
     .unwrap_or_else(|_| panic!("{line:?} never happened: {:?}", log.lock().unwrap()));
 }
 
+/// Runs `flow` until it ends by itself.
+async fn run_to_end(flow: Pipeline) -> Result<(), ConnectorError> {
+    let (_stop, shutdown) = watch::channel(false);
+    timeout(WAIT, flow.run(shutdown)).await.expect("the run ended")
+}
+
 #[tokio::test]
 async fn the_next_read_starts_while_a_batch_is_still_being_handed_on() {
     let log = Arc::default();
     let source = Batches::new(&[&[1, 2, 3, 4, 5]], &log);
     // The sink never finishes and the channel holds one record, so the
     // first batch can never be handed on whole.
-    let flow = pipeline(
-        source.clone(),
-        Written {
-            log: log.clone(),
-            writes: Writes::Stuck,
-        },
-        1,
-        5,
-    );
+    let flow = pipeline(source.clone(), &log, Writes::Stuck, 1, 5);
     let (_stop, shutdown) = watch::channel(false);
     let run = tokio::spawn(flow.run(shutdown));
     source.reads.notified().await;
@@ -155,15 +172,7 @@ async fn the_next_read_starts_while_a_batch_is_still_being_handed_on() {
 async fn a_batch_is_written_while_the_one_before_commits_and_commits_keep_their_order() {
     let log: Arc<Mutex<Vec<String>>> = Arc::default();
     let source = Batches::new(&[&[1], &[2], &[3]], &log);
-    let flow = pipeline(
-        source.clone(),
-        Written {
-            log: log.clone(),
-            writes: Writes::Done,
-        },
-        8,
-        1,
-    );
+    let flow = pipeline(source.clone(), &log, Writes::Done, 8, 1);
     let (stop, shutdown) = watch::channel(false);
     let run = tokio::spawn(flow.run(shutdown));
     // Batch 2 is written while batch 1's commit cannot end.
@@ -211,38 +220,17 @@ async fn a_batch_is_written_while_the_one_before_commits_and_commits_keep_their_
 async fn a_lost_connection_ends_the_run_for_its_supervisor_to_connect_again() {
     // The sink's connection is gone: the run ends instead of retrying on it.
     let log = Arc::default();
-    let flow = pipeline(
-        Batches::new(&[&[1]], &log),
-        Written {
-            log: log.clone(),
-            writes: Writes::Lost,
-        },
-        8,
-        1,
-    );
-    let (_stop, shutdown) = watch::channel(false);
-    let outcome = timeout(WAIT, flow.run(shutdown)).await.expect("the run ended");
+    let flow = pipeline(Batches::new(&[&[1]], &log), &log, Writes::Lost, 8, 1);
+    let outcome = run_to_end(flow).await;
     assert!(matches!(outcome, Err(ConnectorError::Closed(_))), "{outcome:?}");
 
     // The source's: the batch read before is written and committed, then
     // the run ends with the reader's error.
-    let source = Arc::new(Batches {
-        lost: true,
-        ..Arc::into_inner(Batches::new(&[&[1, 2]], &log)).unwrap()
-    });
+    let source = Batches::then_lost(&[&[1, 2]], &log);
     // Whether the reader's batch is written as one or two.
     source.gate.add_permits(2);
-    let flow = pipeline(
-        source,
-        Written {
-            log: log.clone(),
-            writes: Writes::Done,
-        },
-        8,
-        2,
-    );
-    let (_stop, shutdown) = watch::channel(false);
-    let outcome = timeout(WAIT, flow.run(shutdown)).await.expect("the run ended");
+    let flow = pipeline(source, &log, Writes::Done, 8, 2);
+    let outcome = run_to_end(flow).await;
     assert!(matches!(outcome, Err(ConnectorError::Closed(_))), "{outcome:?}");
     let log = log.lock().unwrap();
     assert!(
@@ -265,18 +253,9 @@ impl Transform for Panics {
 #[tokio::test]
 async fn a_reader_that_panics_fails_the_run_instead_of_ending_it_quietly() {
     let log = Arc::default();
-    let mut flow = pipeline(
-        Batches::new(&[&[1]], &log),
-        Written {
-            log: log.clone(),
-            writes: Writes::Done,
-        },
-        8,
-        1,
-    );
+    let mut flow = pipeline(Batches::new(&[&[1]], &log), &log, Writes::Done, 8, 1);
     flow.transforms = Arc::from(vec![Box::new(Panics) as Box<dyn Transform>]);
-    let (_stop, shutdown) = watch::channel(false);
-    let outcome = timeout(WAIT, flow.run(shutdown)).await.expect("the run ended");
+    let outcome = run_to_end(flow).await;
     assert!(
         matches!(&outcome, Err(ConnectorError::Query(m)) if m.contains("the reader stopped")),
         "{outcome:?}"
