@@ -128,12 +128,11 @@ impl Dev {
         let engines = InProcessEngines::default();
         let gateway = gateway.with_in_process_engines(engines.clone());
         let gateway_url = gateway.public_url().to_owned();
-        let egress = sless_dataflow::egress::EgressPolicy {
-            allow: opts.egress.allow,
-            deny: opts.egress.deny,
-            local_sockets: true,
-            tls_dir: Some(opts.egress.tls_dir.unwrap_or_else(|| opts.data_dir.join("tls"))),
-        };
+        let egress = sless_dataflow::egress::EgressPolicy::dev(
+            opts.egress.allow,
+            opts.egress.deny,
+            Some(opts.egress.tls_dir.unwrap_or_else(|| opts.data_dir.join("tls"))),
+        );
         let platform = LocalPlatform::new(
             store,
             opts.data_dir.clone(),

@@ -15,42 +15,53 @@ use sless_model::dataflow::SecretRef;
 use sless_model::{FieldError, ValidationErrors};
 
 use crate::ConnectorError;
-use crate::egress::{EgressPolicy, http_endpoint};
+use crate::egress::{EgressPolicy, http_endpoint, read_answer};
 use crate::registry::{either, non_empty};
 
 /// Longest a query may take before the connector retries it.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// Longest answer read: a source's batch of rows as `JSONEachRow`.
+const MAX_ANSWER_BYTES: usize = 64 << 20;
+
 /// ClickHouse error codes that mean the rows, not the server or the spec,
 /// are at fault: retrying the same rows fails the same way.
-const DATA_CODES: &[u32] = &[
-    6,   // CANNOT_PARSE_TEXT
-    26,  // CANNOT_PARSE_QUOTED_STRING
-    27,  // CANNOT_PARSE_INPUT_ASSERTION_FAILED
-    38,  // CANNOT_PARSE_DATE
-    41,  // CANNOT_PARSE_DATETIME
-    53,  // TYPE_MISMATCH
-    69,  // ARGUMENT_OUT_OF_BOUND
-    70,  // CANNOT_CONVERT_TYPE
-    72,  // CANNOT_PARSE_NUMBER
-    117, // INCORRECT_DATA
-    131, // TOO_LARGE_STRING_SIZE
+const DATA_CODES: &[(u32, &str)] = &[
+    (6, "CANNOT_PARSE_TEXT"),
+    (26, "CANNOT_PARSE_QUOTED_STRING"),
+    (27, "CANNOT_PARSE_INPUT_ASSERTION_FAILED"),
+    (38, "CANNOT_PARSE_DATE"),
+    (41, "CANNOT_PARSE_DATETIME"),
+    (53, "TYPE_MISMATCH"),
+    (69, "ARGUMENT_OUT_OF_BOUND"),
+    (70, "CANNOT_CONVERT_TYPE"),
+    (72, "CANNOT_PARSE_NUMBER"),
+    (117, "INCORRECT_DATA"),
+    (131, "TOO_LARGE_STRING_SIZE"),
 ];
 
 /// Codes that mean the spec names something wrong (an unknown table or
 /// column, a refused login, a bad statement): no retry can help.
-const CONFIG_CODES: &[u32] = &[
-    16,  // NO_SUCH_COLUMN_IN_TABLE
-    47,  // UNKNOWN_IDENTIFIER
-    60,  // UNKNOWN_TABLE
-    62,  // SYNTAX_ERROR
-    81,  // UNKNOWN_DATABASE
-    192, // UNKNOWN_USER
-    193, // WRONG_PASSWORD
-    194, // REQUIRED_PASSWORD
-    195, // IP_ADDRESS_NOT_ALLOWED
-    497, // ACCESS_DENIED
-    516, // AUTHENTICATION_FAILED
+const CONFIG_CODES: &[(u32, &str)] = &[
+    (16, "NO_SUCH_COLUMN_IN_TABLE"),
+    (47, "UNKNOWN_IDENTIFIER"),
+    (60, "UNKNOWN_TABLE"),
+    (62, "SYNTAX_ERROR"),
+    (81, "UNKNOWN_DATABASE"),
+    (192, "UNKNOWN_USER"),
+    (193, "WRONG_PASSWORD"),
+    (194, "REQUIRED_PASSWORD"),
+    (195, "IP_ADDRESS_NOT_ALLOWED"),
+    (497, "ACCESS_DENIED"),
+    (516, "AUTHENTICATION_FAILED"),
+];
+
+/// Codes worth retrying that users meet, named in errors.
+const RETRY_CODES: &[(u32, &str)] = &[
+    (159, "TIMEOUT_EXCEEDED"),
+    (202, "TOO_MANY_SIMULTANEOUS_QUERIES"),
+    (241, "MEMORY_LIMIT_EXCEEDED"),
+    (252, "TOO_MANY_PARTS"),
 ];
 
 /// Checks a `connectionString` as the API and the webhook do.
@@ -168,36 +179,42 @@ impl ClickHouse {
                 tracing::info!(error = %e.without_url(), "ClickHouse request failed");
                 ConnectorError::Connect("the ClickHouse server cannot be reached or did not answer".into())
             })?;
-        let status = response.status();
-        let text = response
-            .text()
-            .await
-            .map_err(|e| ConnectorError::Connect(format!("ClickHouse: {}", e.without_url())))?;
-        if status.is_success() {
-            Ok(text)
+        let answer = read_answer(response, MAX_ANSWER_BYTES, "ClickHouse").await?;
+        if answer.status.is_success() {
+            String::from_utf8(answer.body.into())
+                .map_err(|_| ConnectorError::Query("ClickHouse answered with text that is not UTF-8".into()))
         } else {
-            Err(classify(&text))
+            Err(classify(answer.status.as_u16(), &answer.body))
         }
     }
 }
 
-/// The error a ClickHouse exception text stands for.
-fn classify(text: &str) -> ConnectorError {
-    let code = text
-        .strip_prefix("Code: ")
-        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+/// The error a ClickHouse error answer stands for. Its text is the remote
+/// server's and is not passed on: the error names the exception's code,
+/// and what it means where the code is known.
+fn classify(status: u16, body: &[u8]) -> ConnectorError {
+    // "Code: N, e.displayText() = DB::Exception: …"
+    let code = body
+        .strip_prefix(b"Code: ")
+        .and_then(|rest| {
+            let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+            std::str::from_utf8(&rest[..digits]).ok()
+        })
         .and_then(|digits| digits.parse::<u32>().ok());
-    // "Code: N, e.displayText() = DB::Exception: MESSAGE, e.what() = …"
-    let message = text
-        .split_once("DB::Exception: ")
-        .map_or(text, |(_, m)| m.split(", e.what()").next().unwrap_or(m))
-        .trim();
-    let message: String = message.chars().take(500).collect();
-    let described = format!("ClickHouse: {message}");
-    match code {
-        Some(c) if DATA_CODES.contains(&c) => ConnectorError::Data(described),
-        Some(c) if CONFIG_CODES.contains(&c) => ConnectorError::Config(described),
-        _ => ConnectorError::Query(described),
+    let Some(code) = code else {
+        return ConnectorError::Query(format!("ClickHouse answered HTTP {status} without an exception code"));
+    };
+    let named = |table: &[(u32, &'static str)]| table.iter().find(|(c, _)| *c == code).map(|(_, name)| *name);
+    let described = |name: Option<&str>| match name {
+        Some(name) => format!("ClickHouse error {code} ({name})"),
+        None => format!("ClickHouse error {code}"),
+    };
+    if let Some(name) = named(DATA_CODES) {
+        ConnectorError::Data(described(Some(name)))
+    } else if let Some(name) = named(CONFIG_CODES) {
+        ConnectorError::Config(described(Some(name)))
+    } else {
+        ConnectorError::Query(described(named(RETRY_CODES)))
     }
 }
 
@@ -222,27 +239,38 @@ mod tests {
     use super::*;
 
     #[test]
-    fn errors_are_classified_by_code_and_keep_only_the_message() {
+    fn errors_are_classified_by_code_and_name_only_the_code() {
         let e = classify(
-            "Code: 27, e.displayText() = DB::Exception: Cannot parse input: expected \" before: x (at row 1)\n, e.what() = DB::Exception\n",
+            500,
+            b"Code: 27, e.displayText() = DB::Exception: Cannot parse input: expected \" before: x (at row 1)\n, e.what() = DB::Exception\n",
         );
         assert!(
-            matches!(&e, ConnectorError::Data(m) if m == "ClickHouse: Cannot parse input: expected \" before: x (at row 1)"),
+            matches!(&e, ConnectorError::Data(m) if m == "ClickHouse error 27 (CANNOT_PARSE_INPUT_ASSERTION_FAILED)"),
             "{e:?}"
         );
         assert!(matches!(
             classify(
-                "Code: 60, e.displayText() = DB::Exception: Table default.x doesn't exist., e.what() = DB::Exception"
+                404,
+                b"Code: 60, e.displayText() = DB::Exception: Table default.x doesn't exist., e.what() = DB::Exception"
             ),
-            ConnectorError::Config(_)
+            ConnectorError::Config(m) if m == "ClickHouse error 60 (UNKNOWN_TABLE)"
         ));
         assert!(matches!(
-            classify("Code: 241, e.displayText() = DB::Exception: Memory limit"),
-            ConnectorError::Query(_)
+            classify(500, b"Code: 241, e.displayText() = DB::Exception: Memory limit"),
+            ConnectorError::Query(m) if m == "ClickHouse error 241 (MEMORY_LIMIT_EXCEEDED)"
         ));
-        assert!(matches!(classify("<html>bad gateway</html>"), ConnectorError::Query(_)));
+        assert!(matches!(
+            classify(500, b"Code: 999999, secret text"),
+            ConnectorError::Query(m) if m == "ClickHouse error 999999"
+        ));
+        // Whatever a server that is not ClickHouse says stays out.
+        let e = classify(502, b"<html>internal admin page: root password hunter2</html>");
+        assert!(
+            matches!(&e, ConnectorError::Query(m) if m == "ClickHouse answered HTTP 502 without an exception code"),
+            "{e:?}"
+        );
         let long = format!("Code: 6, e.displayText() = DB::Exception: {}", "x".repeat(10_000));
-        assert!(classify(&long).to_string().len() < 600);
+        assert!(classify(500, long.as_bytes()).to_string().len() < 100);
     }
 
     #[test]

@@ -8,6 +8,12 @@
 //! against the policy, and connects only to the address it checked (no
 //! second lookup to rebind); TLS files are read only from the platform's
 //! TLS directory. Refusals name neither the address nor the file.
+//!
+//! HTTP connectors follow no redirect (a permitted host could otherwise
+//! send them anywhere the policy denies) and read every answer through a
+//! cap fitting its protocol ([`read_answer`]); what a remote server says in
+//! an error body is not passed on to the tenant, only its status and, where
+//! the protocol has one, a known error code.
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -64,11 +70,10 @@ impl Cidr {
     }
 }
 
-/// Networks no tenant may reach outside `sless dev`: this host, link-local
-/// (the cloud metadata service), unspecified and multicast addresses.
-pub const DEFAULT_DENY: &[&str] = &[
-    "127.0.0.0/8",
-    "::1/128",
+/// Networks no dataflow reaches in any mode unless `--egress-allow` names
+/// them: link-local (the cloud metadata service at 169.254.169.254),
+/// unspecified and multicast addresses.
+pub const ALWAYS_DENY: &[&str] = &[
     "169.254.0.0/16",
     "fe80::/10",
     "0.0.0.0/8",
@@ -76,6 +81,10 @@ pub const DEFAULT_DENY: &[&str] = &[
     "224.0.0.0/4",
     "ff00::/8",
 ];
+
+/// This host, denied beside [`ALWAYS_DENY`] outside `sless dev`. A policy
+/// that denies it also denies Unix-socket database hosts.
+pub const LOOPBACK: &[&str] = &["127.0.0.0/8", "::1/128"];
 
 /// Where `sless processor` reads TLS files unless told otherwise: the
 /// operator mounts a DataFlow's TLS secrets there.
@@ -87,8 +96,9 @@ pub struct EgressArgs {
     /// A network (CIDR) dataflows may reach although denied; repeatable.
     #[arg(long = "egress-allow", value_name = "CIDR")]
     pub allow: Vec<Cidr>,
-    /// A network (CIDR) no dataflow may reach, beside the defaults (outside
-    /// sless dev: loopback, link-local, unspecified, multicast); repeatable.
+    /// A network (CIDR) no dataflow may reach, beside the defaults
+    /// (link-local, unspecified and multicast always; loopback outside
+    /// sless dev); repeatable. Denying loopback also denies Unix sockets.
     #[arg(long = "egress-deny", value_name = "CIDR")]
     pub deny: Vec<Cidr>,
     /// The directory TLS files of connectors are read from (Kafka tls.caFile,
@@ -97,28 +107,48 @@ pub struct EgressArgs {
     pub tls_dir: Option<PathBuf>,
 }
 
+/// Which networks connectors may reach. `Default` permits everything: it
+/// is for tests whose servers run on loopback, never for a platform.
 #[derive(Debug, Clone, Default)]
 pub struct EgressPolicy {
     /// Reachable even inside `deny`.
     pub allow: Vec<Cidr>,
     pub deny: Vec<Cidr>,
-    /// Unix-socket database hosts (only `sless dev`, on its own machine).
-    pub local_sockets: bool,
     /// The only directory TLS files are read from; none: no TLS files.
     pub tls_dir: Option<PathBuf>,
 }
 
+fn cidrs(list: &[&str]) -> impl Iterator<Item = Cidr> {
+    list.iter().filter_map(|c| c.parse().ok())
+}
+
 impl EgressPolicy {
-    /// The production policy: [`DEFAULT_DENY`] plus `deny`, except `allow`.
+    /// The production policy (`sless processor`): [`ALWAYS_DENY`],
+    /// [`LOOPBACK`] and `deny`, except `allow`.
     pub fn restricted(allow: Vec<Cidr>, deny: Vec<Cidr>, tls_dir: Option<PathBuf>) -> Self {
-        let mut all: Vec<Cidr> = DEFAULT_DENY.iter().filter_map(|c| c.parse().ok()).collect();
-        all.extend(deny);
         Self {
             allow,
-            deny: all,
-            local_sockets: false,
+            deny: cidrs(ALWAYS_DENY).chain(cidrs(LOOPBACK)).chain(deny).collect(),
             tls_dir,
         }
+    }
+
+    /// `sless dev`'s policy, on the developer's own machine: loopback and
+    /// the local networks stay reachable, [`ALWAYS_DENY`] and `deny` do
+    /// not, except `allow`.
+    pub fn dev(allow: Vec<Cidr>, deny: Vec<Cidr>, tls_dir: Option<PathBuf>) -> Self {
+        Self {
+            allow,
+            deny: cidrs(ALWAYS_DENY).chain(deny).collect(),
+            tls_dir,
+        }
+    }
+
+    /// Whether Unix-socket hosts may be used: they reach this host's own
+    /// servers, so only where loopback is permitted.
+    pub fn permits_local_sockets(&self) -> bool {
+        self.permits(IpAddr::V4(std::net::Ipv4Addr::LOCALHOST))
+            && self.permits(IpAddr::V6(std::net::Ipv6Addr::LOCALHOST))
     }
 
     pub fn permits(&self, ip: IpAddr) -> bool {
@@ -146,7 +176,9 @@ impl EgressPolicy {
 
     /// An HTTP client for `url` that connects only to the addresses of its
     /// host the policy permits (resolved once here, never again), with a
-    /// 10 s connect timeout and `timeout` for a whole request.
+    /// 10 s connect timeout and `timeout` for a whole request. It follows
+    /// no redirect and takes no proxy from the environment: either would
+    /// be a hop the policy never checked.
     pub async fn http_client(&self, url: &str, timeout: Duration) -> Result<reqwest::Client, ConnectorError> {
         let (host, port, https) = http_endpoint(url).map_err(|e| ConnectorError::Config(e.into()))?;
         let addrs = self.resolve(&host, port).await?;
@@ -155,6 +187,8 @@ impl EgressPolicy {
         }
         reqwest::Client::builder()
             .resolve_to_addrs(&host, &addrs)
+            .redirect(reqwest::redirect::Policy::none())
+            .no_proxy()
             .connect_timeout(Duration::from_secs(10))
             .timeout(timeout)
             .build()
@@ -196,6 +230,48 @@ impl EgressPolicy {
             ))),
         }
     }
+}
+
+/// An HTTP answer read whole, within its cap.
+#[derive(Debug)]
+pub struct Answer {
+    pub status: reqwest::StatusCode,
+    pub body: bytes::Bytes,
+}
+
+/// Reads `response` (of the remote service `what`, such as `"SQS"`) to its
+/// end, at most `cap` bytes: a longer answer is refused when it declares
+/// its length, and otherwise as soon as it passes the cap, never held
+/// whole. A redirect is refused: [`EgressPolicy::http_client`] follows
+/// none, and its target was never checked.
+pub async fn read_answer(response: reqwest::Response, cap: usize, what: &str) -> Result<Answer, ConnectorError> {
+    let status = response.status();
+    if status.is_redirection() {
+        return Err(ConnectorError::Config(format!(
+            "{what} answered with a redirect (HTTP {}); redirects are not followed",
+            status.as_u16()
+        )));
+    }
+    let too_long = || ConnectorError::Query(format!("{what} answered with more than {} bytes", cap));
+    if response.content_length().is_some_and(|n| n > cap as u64) {
+        return Err(too_long());
+    }
+    let mut response = response;
+    let mut body = bytes::BytesMut::new();
+    while let Some(chunk) = response
+        .chunk()
+        .await
+        .map_err(|e| ConnectorError::Connect(format!("{what}: {}", e.without_url())))?
+    {
+        if body.len() + chunk.len() > cap {
+            return Err(too_long());
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(Answer {
+        status,
+        body: body.freeze(),
+    })
 }
 
 /// `(host, port, https)` of an HTTP endpoint a spec names.
@@ -259,6 +335,35 @@ mod tests {
         }
         let policy = EgressPolicy::restricted(vec!["127.0.0.1/32".parse().unwrap()], vec![], None);
         assert!(policy.permits(ip("127.0.0.1")) && !policy.permits(ip("127.0.0.2")));
+        assert!(!policy.permits_local_sockets(), "::1 is still denied");
+    }
+
+    #[test]
+    fn sless_dev_keeps_loopback_but_not_the_metadata_service() {
+        let policy = EgressPolicy::dev(vec![], vec![], None);
+        for denied in [
+            "169.254.169.254",
+            "::ffff:169.254.169.254",
+            "fe80::1",
+            "0.0.0.0",
+            "::",
+            "224.0.0.1",
+        ] {
+            assert!(!policy.permits(ip(denied)), "{denied}");
+        }
+        for permitted in ["127.0.0.1", "::1", "10.0.0.5", "192.168.1.2"] {
+            assert!(policy.permits(ip(permitted)), "{permitted}");
+        }
+        assert!(policy.permits_local_sockets());
+        // Allowed explicitly, the metadata service is reachable.
+        let policy = EgressPolicy::dev(vec!["169.254.169.254/32".parse().unwrap()], vec![], None);
+        assert!(policy.permits(ip("169.254.169.254")));
+        // Denying loopback denies Unix sockets too.
+        for deny in ["127.0.0.0/8", "::1", "0.0.0.0/0"] {
+            let policy = EgressPolicy::dev(vec![], vec![deny.parse().unwrap()], None);
+            assert!(!policy.permits_local_sockets(), "{deny}");
+        }
+        assert!(!EgressPolicy::restricted(vec![], vec![], None).permits_local_sockets());
     }
 
     #[tokio::test]

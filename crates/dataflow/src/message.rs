@@ -36,6 +36,17 @@ impl Message {
         }
     }
 
+    /// About how many bytes of memory the message holds: what the
+    /// pipeline's memory budget counts.
+    pub fn approx_size(&self) -> usize {
+        value_size(&self.data)
+            + self
+                .metadata
+                .iter()
+                .map(|(k, v)| ENTRY_SIZE + k.len() + v.len())
+                .sum::<usize>()
+    }
+
     /// A message with new data and this one's metadata.
     pub fn with_data(&self, data: Value) -> Self {
         Self {
@@ -44,4 +55,19 @@ impl Message {
             output: self.output,
         }
     }
+}
+
+/// A JSON value's own size, and a map entry's beside its key and value.
+pub const VALUE_SIZE: usize = std::mem::size_of::<Value>();
+pub const ENTRY_SIZE: usize = 48;
+
+/// About how many bytes `value` holds in memory.
+pub fn value_size(value: &Value) -> usize {
+    VALUE_SIZE
+        + match value {
+            Value::String(s) => s.len(),
+            Value::Array(items) => items.iter().map(value_size).sum(),
+            Value::Object(map) => map.iter().map(|(k, v)| ENTRY_SIZE + k.len() + value_size(v)).sum(),
+            Value::Null | Value::Bool(_) | Value::Number(_) => 0,
+        }
 }

@@ -30,6 +30,14 @@ use crate::transforms::{self, Output, Outputs, Transform};
 /// Retries of a failing read or write: 200 ms doubling to 30 s.
 const RETRY: Backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(30));
 
+/// Most memory the messages between a pipeline's reader and its writer
+/// may take (the channel, the batch being written), as
+/// [`Message::approx_size`] counts it: `channelBufferSize` counts messages,
+/// whatever their size, so without it a tenant's large messages could hold
+/// gigabytes. The reader waits while it is spent; a single message larger
+/// than all of it still passes, alone.
+pub const MEMORY_BUDGET: usize = 256 << 20;
+
 /// What a pipeline has done, shared with whoever reports on it.
 #[derive(Default)]
 pub struct Stats {
@@ -215,8 +223,16 @@ impl Pipeline {
         Stats::add(&self.stats.read, records.len());
         let mut refused = Vec::new();
         let mut positions = Vec::with_capacity(records.len());
-        for Transformed { position, outcome } in records {
+        // The batch's memory is given back once it is written.
+        let mut held = Vec::with_capacity(records.len());
+        for Transformed {
+            position,
+            outcome,
+            held: share,
+        } in records
+        {
             positions.push(position);
+            held.push(share);
             let outputs = match outcome {
                 Outcome::Refused(message) => {
                     refused.push(message);
@@ -348,6 +364,8 @@ impl Pipeline {
 struct Transformed {
     position: Position,
     outcome: Outcome,
+    /// Its share of [`MEMORY_BUDGET`], given back once it is written.
+    held: tokio::sync::OwnedSemaphorePermit,
 }
 
 enum Outcome {
@@ -358,14 +376,28 @@ enum Outcome {
 }
 
 impl Transformed {
-    fn new(record: Record, transforms: &[Box<dyn Transform>]) -> Self {
+    /// Transforms `record` once `budget` has room for what it became.
+    async fn new(record: Record, transforms: &[Box<dyn Transform>], budget: &Arc<tokio::sync::Semaphore>) -> Self {
         let Record { message, position } = record;
-        let outcome = if message.output == Output::Refused {
-            Outcome::Refused(message)
+        let (outcome, size) = if message.output == Output::Refused {
+            let size = message.approx_size();
+            (Outcome::Refused(message), size)
         } else {
-            Outcome::Outputs(transforms::apply_all(transforms, message))
+            let outputs = transforms::apply_all(transforms, message);
+            let size = outputs.iter().map(Message::approx_size).sum();
+            (Outcome::Outputs(outputs), size)
         };
-        Self { position, outcome }
+        let share = u32::try_from(size.min(MEMORY_BUDGET)).unwrap_or(u32::MAX);
+        let held = budget
+            .clone()
+            .acquire_many_owned(share)
+            .await
+            .expect("the pipeline's budget is never closed");
+        Self {
+            position,
+            outcome,
+            held,
+        }
     }
 }
 
@@ -381,6 +413,7 @@ async fn read_loop(
     tx: mpsc::Sender<Transformed>,
     mut shutdown: watch::Receiver<bool>,
 ) -> Result<(), ConnectorError> {
+    let budget = Arc::new(tokio::sync::Semaphore::new(MEMORY_BUDGET));
     let mut retries = RETRY.start();
     let mut reading = std::pin::pin!(source.read());
     // A read that finished while the batch before it was handed on.
@@ -399,7 +432,7 @@ async fn read_loop(
                 reading.set(source.read());
                 let hand_on = async {
                     for record in records {
-                        tx.send(Transformed::new(record, &transforms)).await?;
+                        tx.send(Transformed::new(record, &transforms, &budget).await).await?;
                     }
                     Ok::<_, mpsc::error::SendError<Transformed>>(())
                 };

@@ -13,13 +13,16 @@ use sless_model::{FieldError, ValidationErrors};
 
 use crate::ConnectorError;
 use crate::context::{PipelineContext, QueueAccess};
-use crate::egress::http_endpoint;
+use crate::egress::{http_endpoint, read_answer};
 use crate::registry::{either, non_empty, secret_ref};
 use sless_sqs::engine::requests::is_identifier;
 
 pub const DEFAULT_REGION: &str = "ru-msk-1";
 pub const DEFAULT_WAIT_SECONDS: u64 = 20;
 pub const DEFAULT_VISIBILITY_SECONDS: u64 = 60;
+/// Longest answer read: ten messages of 1 MiB each, their JSON escapes
+/// (at most doubling them) and attributes.
+const MAX_ANSWER_BYTES: usize = 24 << 20;
 
 /// `config` of the `sqs` source and sink.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -259,24 +262,28 @@ impl SqsClient {
             .body(body)
             .send()
             .await
-            .map_err(|e| ConnectorError::Connect(format!("SQS {action}: {}", e.without_url())))?;
-        let status = response.status();
-        let text = response
-            .text()
-            .await
-            .map_err(|e| ConnectorError::Connect(format!("SQS {action}: {}", e.without_url())))?;
-        let value: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
-        if status.is_success() {
+            .map_err(|e| {
+                // One text whatever failed, so that a refused port, a port
+                // that speaks another protocol and a timeout look alike.
+                tracing::info!(error = %e.without_url(), action, "SQS request failed");
+                ConnectorError::Connect(format!(
+                    "SQS {action}: the endpoint cannot be reached or did not answer"
+                ))
+            })?;
+        let answer = read_answer(response, MAX_ANSWER_BYTES, "SQS").await?;
+        let value: Value = serde_json::from_slice(&answer.body).unwrap_or(Value::Null);
+        if answer.status.is_success() {
             return Ok(value);
         }
+        // Only the error's code, and only when it has the shape of one: the
+        // message is the remote server's text, which is never passed on.
         let code = value["__type"]
             .as_str()
-            .unwrap_or("an error")
-            .rsplit('#')
-            .next()
-            .unwrap_or("");
-        let message = value["message"].as_str().or(value["Message"].as_str()).unwrap_or("");
-        let described = format!("SQS {action} answered {} {code}: {message}", status.as_u16());
+            .and_then(|t| t.rsplit('#').next())
+            .filter(|c| (1..=64).contains(&c.len()) && c.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.'))
+            .unwrap_or("(no SQS error code)");
+        let status = answer.status;
+        let described = format!("SQS {action} answered HTTP {} {code}", status.as_u16());
         Err(if status.is_client_error() {
             ConnectorError::Data(described)
         } else {

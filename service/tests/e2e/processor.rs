@@ -166,13 +166,13 @@ async fn the_egress_policy_keeps_connectors_off_the_platform() {
     };
     // PostgreSQL on loopback (open) and a closed loopback port answer alike.
     let mut reasons = Vec::new();
-    // The third names loopback only as its hostaddr, behind a public name;
-    // the last is the cloud metadata service.
+    // The third names loopback only as its hostaddr, behind a public name.
+    // (The metadata service is denied too: egress.rs's unit tests check
+    // that without sending it a packet, should the policy be wrong.)
     for dsn in [
         "postgres://postgres@127.0.0.1:5432/test",
         "postgres://postgres@127.0.0.1:1/test",
         "host=db.example.com hostaddr=127.0.0.1 user=postgres dbname=test",
-        "postgres://postgres@169.254.169.254/x",
     ] {
         let spec = json!({
             "source": {"type": "postgresql", "config": {"connectionString": dsn, "table": "t"}},
@@ -183,7 +183,6 @@ async fn the_egress_policy_keeps_connectors_off_the_platform() {
     }
     assert_eq!(reasons[0], reasons[1]);
     assert_eq!(reasons[0], reasons[2]);
-    assert_eq!(reasons[0], reasons[3]);
     assert!(reasons[0].contains("egress policy"), "{}", reasons[0]);
     assert!(
         !reasons[0].contains("127.0.0.1") && !reasons[0].contains("5432"),
@@ -191,11 +190,12 @@ async fn the_egress_policy_keeps_connectors_off_the_platform() {
         reasons[0]
     );
     // A Kafka CA file outside the TLS directory: existing or not, one answer
-    // (broker on a public test address: the file is checked before connecting).
+    // (the broker is a closed loopback port the test permits: the file is
+    // checked before connecting).
     let mut answers = Vec::new();
     for ca in ["/etc/shadow", "/etc/no-such-file"] {
         let kafka =
-            json!({"type": "kafka", "config": {"brokers": ["192.0.2.1:9092"], "topic": "t", "tls": {"caFile": ca}}});
+            json!({"type": "kafka", "config": {"brokers": ["127.0.0.1:1"], "topic": "t", "tls": {"caFile": ca}}});
         let spec = json!({"source": kafka, "sink": kafka});
         let tls_dir = dir.0.join("tls");
         std::fs::create_dir_all(&tls_dir).unwrap();
@@ -203,7 +203,7 @@ async fn the_egress_policy_keeps_connectors_off_the_platform() {
             reason(Processor::start_with(
                 &dir.0,
                 &spec,
-                &["--tls-dir", tls_dir.to_str().unwrap()],
+                &["--tls-dir", tls_dir.to_str().unwrap(), "--egress-allow", "127.0.0.1/32"],
             ))
             .await,
         );

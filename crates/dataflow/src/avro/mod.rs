@@ -17,10 +17,16 @@ use std::collections::HashMap;
 
 use serde_json::{Map, Number, Value};
 
+use crate::message::{ENTRY_SIZE, VALUE_SIZE};
+
 /// Deepest nesting of schemas and values.
 pub const MAX_DEPTH: usize = 64;
 /// Most array and map items one message may hold.
 pub const MAX_ITEMS: usize = 1_000_000;
+/// Most memory one decoded message may take, as [`crate::message::value_size`]
+/// counts it: a null takes no byte of the message but a whole value once
+/// decoded, so the bytes a message has bound nothing.
+pub const MAX_DECODED_BYTES: usize = 16 << 20;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AvroError {
@@ -90,6 +96,7 @@ impl AvroSchema {
         let mut d = Decoder {
             bytes,
             items: 0,
+            decoded: 0,
             named: &self.named,
         };
         let value = d.value(&self.root, 0)?;
@@ -249,6 +256,8 @@ fn parse(
 struct Decoder<'a> {
     bytes: &'a [u8],
     items: usize,
+    /// The memory the values decoded so far take.
+    decoded: usize,
     named: &'a HashMap<String, Schema>,
 }
 
@@ -313,9 +322,24 @@ impl Decoder<'_> {
         }
     }
 
+    /// Counts `bytes` more of decoded memory against [`MAX_DECODED_BYTES`].
+    fn grow(&mut self, bytes: usize) -> Result<(), AvroError> {
+        self.decoded = self.decoded.saturating_add(bytes);
+        if self.decoded > MAX_DECODED_BYTES {
+            return Err(decode_err(format!(
+                "decoded, the message would take more than {MAX_DECODED_BYTES} bytes"
+            )));
+        }
+        Ok(())
+    }
+
     fn value(&mut self, schema: &Schema, depth: usize) -> Result<Value, AvroError> {
         if depth > MAX_DEPTH {
             return Err(decode_err("nested too deeply"));
+        }
+        // A union and a reference are the value of their branch, counted there.
+        if !matches!(schema, Schema::Union(_) | Schema::Ref(_)) {
+            self.grow(VALUE_SIZE)?;
         }
         Ok(match schema {
             Schema::Null => Value::Null,
@@ -342,25 +366,33 @@ impl Decoder<'_> {
             }
             Schema::Bytes => {
                 let n = self.length()?;
+                // Code points 128–255 take two bytes of UTF-8.
+                self.grow(2 * n)?;
                 Value::String(self.take(n)?.iter().map(|b| char::from(*b)).collect())
             }
             Schema::String => {
                 let n = self.length()?;
+                self.grow(n)?;
                 let text = std::str::from_utf8(self.take(n)?).map_err(|_| decode_err("a string is not UTF-8"))?;
                 Value::String(text.to_owned())
             }
-            Schema::Fixed { size } => Value::String(self.take(*size)?.iter().map(|b| char::from(*b)).collect()),
+            Schema::Fixed { size } => {
+                self.grow(2 * size)?;
+                Value::String(self.take(*size)?.iter().map(|b| char::from(*b)).collect())
+            }
             Schema::Enum { symbols } => {
                 let i = self.long()?;
                 let symbol = usize::try_from(i)
                     .ok()
                     .and_then(|i| symbols.get(i))
                     .ok_or_else(|| decode_err(format!("enum index {i} out of range")))?;
+                self.grow(symbol.len())?;
                 Value::String(symbol.clone())
             }
             Schema::Record { fields } => {
                 let mut out = Map::new();
                 for f in fields {
+                    self.grow(ENTRY_SIZE + f.name.len())?;
                     out.insert(f.name.clone(), self.value(&f.schema, depth + 1)?);
                 }
                 Value::Object(out)
@@ -376,6 +408,7 @@ impl Decoder<'_> {
             Schema::Map(values) => {
                 let mut out = Map::new();
                 self.blocks(|d| {
+                    d.grow(ENTRY_SIZE)?;
                     let key = match d.value(&Schema::String, depth + 1)? {
                         Value::String(k) => k,
                         _ => unreachable!("a string schema decodes to a string"),
@@ -653,6 +686,44 @@ mod tests {
         assert!(AvroSchema::parse(&deep).is_err());
         assert!(AvroSchema::parse(r#"{"type":"record","name":"x","fields":[{"name":"a","type":"Nope"}]}"#).is_err());
         assert!(AvroSchema::parse("[[\"null\"]]").is_err());
+    }
+
+    /// Nulls take no byte of a message: a 9-byte message (wire header
+    /// included) of 100,000 records of 50 null fields took 487 MB decoded.
+    #[test]
+    fn a_message_of_nulls_cannot_decode_into_gigabytes() {
+        let fields: Vec<String> = (0..50)
+            .map(|i| format!(r#"{{"name":"f{i:02}","type":"null"}}"#))
+            .collect();
+        let schema = AvroSchema::parse(&format!(
+            r#"{{"type":"array","items":{{"type":"record","name":"r","fields":[{}]}}}}"#,
+            fields.join(",")
+        ))
+        .unwrap();
+        let message = |records: i64| {
+            let mut bytes = Vec::new();
+            write_long(&mut bytes, records);
+            bytes.push(0);
+            bytes
+        };
+        assert_eq!(message(100_000).len(), 4, "a 9-byte record with its 5-byte header");
+        let e = schema.decode(&message(100_000)).unwrap_err().to_string();
+        assert!(e.contains("more than 16777216 bytes"), "{e}");
+        // A message that fits decodes, and takes what was counted.
+        let fits = schema.decode(&message(1_000)).unwrap();
+        assert_eq!(fits.as_array().unwrap().len(), 1_000);
+        assert!(crate::message::value_size(&fits) <= MAX_DECODED_BYTES);
+        // Strings count their bytes: 20 strings of 1 MiB is over the bound
+        // although every length fits the message.
+        let strings = AvroSchema::parse(r#"{"type":"array","items":"string"}"#).unwrap();
+        let mut big = Vec::new();
+        write_long(&mut big, 20);
+        for _ in 0..20 {
+            write_long(&mut big, 1 << 20);
+            big.extend(std::iter::repeat_n(b'x', 1 << 20));
+        }
+        big.push(0);
+        assert!(strings.decode(&big).unwrap_err().to_string().contains("more than"));
     }
 
     #[test]

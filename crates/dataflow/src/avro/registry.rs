@@ -15,7 +15,7 @@ use sless_model::{FieldError, ValidationErrors};
 use super::AvroSchema;
 use crate::ConnectorError;
 use crate::component::inline;
-use crate::egress::{EgressPolicy, http_endpoint};
+use crate::egress::{EgressPolicy, http_endpoint, read_answer};
 use crate::registry::secret_ref;
 
 const CONTENT_TYPE: &str = "application/vnd.schemaregistry.v1+json";
@@ -24,6 +24,19 @@ const CONTENT_TYPE: &str = "application/vnd.schemaregistry.v1+json";
 const MAX_CACHED: usize = 1000;
 /// Longest schema text accepted from a registry.
 const MAX_SCHEMA_BYTES: usize = 1 << 20;
+
+/// What a Confluent schema registry error code means, in fixed words.
+fn meaning(code: u64) -> &'static str {
+    match code {
+        40401 => " (no such subject)",
+        40402 => " (no such version)",
+        40403 => " (no such schema)",
+        409 => " (the schema is incompatible with the subject's earlier versions)",
+        42201 => " (invalid schema)",
+        42202 => " (invalid version)",
+        _ => "",
+    }
+}
 
 /// `schemaRegistry` of a Kafka connector.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -86,24 +99,26 @@ impl SchemaRegistry {
             .header(reqwest::header::ACCEPT, CONTENT_TYPE)
             .send()
             .await
-            .map_err(|e| ConnectorError::Connect(format!("schema registry: {}", e.without_url())))?;
-        let status = response.status();
-        let body = response
-            .bytes()
-            .await
-            .map_err(|e| ConnectorError::Connect(format!("schema registry: {}", e.without_url())))?;
-        if body.len() > MAX_SCHEMA_BYTES {
-            return Err(ConnectorError::Data(
-                "the schema registry's answer is larger than 1 MiB".into(),
-            ));
-        }
-        let value: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-        if status.is_success() {
+            .map_err(|e| {
+                tracing::info!(error = %e.without_url(), "schema registry request failed");
+                ConnectorError::Connect("the schema registry cannot be reached or did not answer".into())
+            })?;
+        let answer = read_answer(response, MAX_SCHEMA_BYTES, "the schema registry").await?;
+        let value: Value = serde_json::from_slice(&answer.body).unwrap_or(Value::Null);
+        let status = answer.status.as_u16();
+        if answer.status.is_success() {
             return Ok(value);
         }
-        let message: String = value["message"].as_str().unwrap_or("").chars().take(300).collect();
-        let described = format!("schema registry answered {}: {message}", status.as_u16());
-        Err(match status.as_u16() {
+        // The registry's own message is not passed on: its error code says
+        // what went wrong in fixed words.
+        let described = match value["error_code"].as_u64() {
+            Some(code) => format!(
+                "the schema registry answered HTTP {status}, error {code}{}",
+                meaning(code)
+            ),
+            None => format!("the schema registry answered HTTP {status}"),
+        };
+        Err(match status {
             401 | 403 => ConnectorError::Config(described),
             404 | 409 | 422 => ConnectorError::Data(described),
             _ => ConnectorError::Query(described),

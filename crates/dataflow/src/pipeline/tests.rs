@@ -261,3 +261,69 @@ async fn a_reader_that_panics_fails_the_run_instead_of_ending_it_quietly() {
         "{outcome:?}"
     );
 }
+
+/// Gives batches of ten 256 KiB messages, up to `left` of them, counting
+/// what it handed out.
+struct Large {
+    left: Mutex<usize>,
+    handed: std::sync::atomic::AtomicUsize,
+}
+
+const LARGE: usize = 256 << 10;
+
+#[async_trait]
+impl Source for Large {
+    async fn read(&self) -> Result<Vec<Record>, ConnectorError> {
+        let n = {
+            let mut left = self.left.lock().unwrap();
+            let n = (*left).min(10);
+            *left -= n;
+            n
+        };
+        if n == 0 {
+            return std::future::pending().await;
+        }
+        let records: Vec<Record> = (0..n)
+            .map(|i| Record {
+                message: Message::new(json!({ "blob": "x".repeat(LARGE) })),
+                position: Position::Column(i.to_string()),
+            })
+            .collect();
+        self.handed
+            .fetch_add(records.iter().map(|r| r.message.approx_size()).sum(), Ordering::SeqCst);
+        Ok(records)
+    }
+
+    async fn commit(&self, _: &[Position]) -> Result<(), ConnectorError> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn large_messages_stop_the_reader_at_the_memory_budget_not_at_the_channels_count() {
+    // 2,000 messages of 256 KiB (500 MiB) fit a channel of 4,000 messages;
+    // the sink never finishes, so nothing is ever given back.
+    let source = Arc::new(Large {
+        left: Mutex::new(2_000),
+        handed: Default::default(),
+    });
+    let log = Arc::default();
+    let mut flow = pipeline(Batches::new(&[], &log), &log, Writes::Stuck, 4_000, 1_000);
+    flow.source = source.clone();
+    let (_stop, shutdown) = watch::channel(false);
+    let run = tokio::spawn(flow.run(shutdown));
+    // Until the reader stops reading.
+    let mut before = usize::MAX;
+    while source.handed.load(Ordering::SeqCst) != before {
+        before = source.handed.load(Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    run.abort();
+    // The budget, the batch the reader waits with and the one read ahead.
+    let batch = 10 * (LARGE + 200);
+    assert!(
+        before <= MEMORY_BUDGET + 2 * batch,
+        "{before} bytes read while the sink took nothing"
+    );
+    assert!(before >= MEMORY_BUDGET, "the reader stopped early: {before}");
+}

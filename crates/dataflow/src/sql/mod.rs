@@ -148,7 +148,7 @@ pub async fn connect(connection_string: &str, egress: &EgressPolicy) -> Result<t
                 config.hostaddr(addr.ip());
             }
             #[cfg(unix)]
-            Host::Unix(_) if !egress.local_sockets => {
+            Host::Unix(_) if !egress.permits_local_sockets() => {
                 return Err(ConnectorError::Config(
                     "a Unix-socket host is not reachable here".into(),
                 ));
@@ -246,6 +246,31 @@ pub fn quote(name: &str) -> Result<String, ConnectorError> {
 #[cfg(test)]
 mod tests {
     use super::{Split, Ssl, split};
+    use crate::ConnectorError;
+    use crate::egress::EgressPolicy;
+
+    /// A Unix-socket host reaches this host's own server: refused where
+    /// loopback is (and before any connection is tried), used where not.
+    #[cfg(unix)]
+    #[tokio::test]
+    async fn a_unix_socket_host_is_refused_where_loopback_is() {
+        let dsn = "host=/var/run/postgresql user=postgres dbname=test sslmode=disable";
+        for policy in [
+            EgressPolicy::dev(vec![], vec!["127.0.0.0/8".parse().unwrap()], None),
+            EgressPolicy::restricted(vec![], vec![], None),
+        ] {
+            match super::connect(dsn, &policy).await {
+                Err(ConnectorError::Config(m)) => assert!(m.contains("Unix-socket"), "{m}"),
+                Err(e) => panic!("{e:?}"),
+                Ok(_) => panic!("a Unix socket was reached under {policy:?}"),
+            }
+        }
+        // sless dev's own policy keeps them: the connection is tried (and
+        // may still fail on the server's rules for local logins).
+        if let Err(ConnectorError::Config(m)) = super::connect(dsn, &EgressPolicy::dev(vec![], vec![], None)).await {
+            assert!(!m.contains("Unix-socket"), "{m}");
+        }
+    }
 
     /// Against the PostgreSQL of the tests (`SLESS_TEST_PG`): the kernel's
     /// keepalive timer on the connection's socket, read from

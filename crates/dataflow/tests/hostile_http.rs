@@ -1,0 +1,240 @@
+//! The HTTP connectors (SQS, ClickHouse, the schema registry) against
+//! hostile servers on loopback: a permitted host that redirects to a denied
+//! one, answers that never end or declare a gigabyte, and error bodies that
+//! carry another server's secrets. Everything binds to loopback: the
+//! permitted servers to 127.0.0.1, the "denied" one to 127.0.0.2, which
+//! the policy under test denies, so no packet can leave 127.0.0.0/8 even if
+//! a connector followed the redirect (and the test would see it arrive).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use sless_dataflow::ConnectorError;
+use sless_dataflow::avro::registry::{RegistryConfig, SchemaRegistry};
+use sless_dataflow::clickhouse_client::ClickHouse;
+use sless_dataflow::context::PipelineContext;
+use sless_dataflow::egress::EgressPolicy;
+use sless_dataflow::sqs_client::{SqsClient, SqsConfig};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+const SECRET: &str = "metadata-secret-AKIA-hunter2";
+
+/// A server on 127.0.0.1 answering every request with `head` and then
+/// `repeat` times `body_part` (raw HTTP), counting connections.
+async fn server(head: String, body_part: Vec<u8>, repeat: usize) -> (u16, Arc<AtomicUsize>) {
+    server_on("127.0.0.1", head, body_part, repeat).await
+}
+
+async fn server_on(ip: &str, head: String, body_part: Vec<u8>, repeat: usize) -> (u16, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind((ip, 0)).await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let hits = Arc::new(AtomicUsize::new(0));
+    let counted = hits.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut socket, _)) = listener.accept().await else {
+                return;
+            };
+            counted.fetch_add(1, Ordering::SeqCst);
+            let (head, body_part) = (head.clone(), body_part.clone());
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 64 * 1024];
+                let _ = socket.read(&mut buf).await;
+                if socket.write_all(head.as_bytes()).await.is_err() {
+                    return;
+                }
+                for _ in 0..repeat {
+                    if socket.write_all(&body_part).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (port, hits)
+}
+
+/// A server answering `status` with `body` and a Content-Length.
+async fn answering(status: &str, extra: &str, body: &str) -> (u16, Arc<AtomicUsize>) {
+    answering_on("127.0.0.1", status, extra, body).await
+}
+
+async fn answering_on(ip: &str, status: &str, extra: &str, body: &str) -> (u16, Arc<AtomicUsize>) {
+    let head = format!(
+        "HTTP/1.1 {status}\r\n{extra}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    server_on(ip, head, body.as_bytes().to_vec(), 1).await
+}
+
+/// The policy under test: everything but 127.0.0.2, where redirects lead.
+fn policy() -> Arc<EgressPolicy> {
+    Arc::new(EgressPolicy {
+        deny: vec!["127.0.0.2/32".parse().unwrap()],
+        ..EgressPolicy::default()
+    })
+}
+
+/// A permitted server that redirects every request to the denied one, and
+/// the denied one, which holds the secret and counts what reaches it.
+async fn redirecting() -> (u16, Arc<AtomicUsize>) {
+    let (denied, denied_hits) = answering_on("127.0.0.2", "200 OK", "", &format!("{{\"secret\": \"{SECRET}\"}}")).await;
+    let (permitted, _) = answering(
+        "307 Temporary Redirect",
+        &format!("Location: http://127.0.0.2:{denied}/latest/meta-data\r\n"),
+        "",
+    )
+    .await;
+    (permitted, denied_hits)
+}
+
+fn context() -> PipelineContext {
+    PipelineContext {
+        id: "acme/flow".into(),
+        checkpoint: None,
+        egress: policy(),
+        queue_services: None,
+    }
+}
+
+fn sqs_config(port: u16) -> SqsConfig {
+    SqsConfig {
+        queue_url: Some(format!("http://127.0.0.1:{port}/000000000000/q")),
+        access_key_id: Some("AKIDEXAMPLE".into()),
+        secret_access_key: Some("secret".into()),
+        ..SqsConfig::default()
+    }
+}
+
+async fn sqs_error(port: u16) -> ConnectorError {
+    match SqsClient::connect(&sqs_config(port), &context()).await {
+        Ok(_) => panic!("the SQS connector accepted a hostile server"),
+        Err(e) => e,
+    }
+}
+
+async fn clickhouse_error(port: u16) -> ConnectorError {
+    match ClickHouse::connect(&format!("http://127.0.0.1:{port}/db"), &policy()).await {
+        Ok(_) => panic!("the ClickHouse connector accepted a hostile server"),
+        Err(e) => e,
+    }
+}
+
+async fn registry_error(port: u16) -> ConnectorError {
+    let config = RegistryConfig {
+        url: format!("http://127.0.0.1:{port}"),
+        username: None,
+        password: None,
+        password_secret_ref: None,
+    };
+    let registry = SchemaRegistry::connect(&config, &policy()).await.unwrap();
+    match registry.schema(1).await {
+        Ok(_) => panic!("the schema registry client accepted a hostile server"),
+        Err(e) => e,
+    }
+}
+
+#[tokio::test]
+async fn no_connector_follows_a_redirect_to_a_denied_address() {
+    let (permitted, denied_hits) = redirecting().await;
+    for (what, e) in [
+        ("sqs", sqs_error(permitted).await),
+        ("clickhouse", clickhouse_error(permitted).await),
+        ("registry", registry_error(permitted).await),
+    ] {
+        let text = e.to_string();
+        assert!(matches!(e, ConnectorError::Config(_)), "{what}: {e:?}");
+        assert!(text.contains("redirect (HTTP 307)"), "{what}: {text}");
+        assert!(!text.contains(SECRET) && !text.contains("127.0.0.2"), "{what}: {text}");
+    }
+    assert_eq!(
+        denied_hits.load(Ordering::SeqCst),
+        0,
+        "a connector reached the denied server"
+    );
+}
+
+#[tokio::test]
+async fn an_error_body_is_never_passed_on() {
+    // Shaped as each protocol's error, with the secret where a message goes.
+    let sqs_body = format!("{{\"__type\": \"com.amazonaws.sqs#QueueDoesNotExist\", \"message\": \"{SECRET}\"}}");
+    let (port, _) = answering("400 Bad Request", "", &sqs_body).await;
+    let e = sqs_error(port).await.to_string();
+    assert_eq!(e, "SQS GetQueueAttributes answered HTTP 400 QueueDoesNotExist");
+    // A code that is not the shape of one is not passed on either.
+    let (port, _) = answering("400 Bad Request", "", &format!("{{\"__type\": \"{SECRET} x\"}}")).await;
+    let e = sqs_error(port).await.to_string();
+    assert!(!e.contains(SECRET) && e.contains("no SQS error code"), "{e}");
+
+    let clickhouse_body = format!("Code: 60, e.displayText() = DB::Exception: {SECRET}, e.what() = DB::Exception");
+    let (port, _) = answering("404 Not Found", "", &clickhouse_body).await;
+    assert_eq!(
+        clickhouse_error(port).await.to_string(),
+        "ClickHouse error 60 (UNKNOWN_TABLE)"
+    );
+    let (port, _) = answering("500 Internal Server Error", "", SECRET).await;
+    let e = clickhouse_error(port).await.to_string();
+    assert!(!e.contains(SECRET) && e.contains("HTTP 500"), "{e}");
+
+    let registry_body = format!("{{\"error_code\": 40403, \"message\": \"{SECRET}\"}}");
+    let (port, _) = answering("404 Not Found", "", &registry_body).await;
+    assert_eq!(
+        registry_error(port).await.to_string(),
+        "data refused: the schema registry answered HTTP 404, error 40403 (no such schema)"
+    );
+}
+
+#[tokio::test]
+async fn a_declared_gigabyte_is_refused_before_it_is_read() {
+    // Declares 1 GiB and sends 1 MiB of it, then holds the connection.
+    let head = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 1073741824\r\n\r\n".to_owned();
+    let (port, _) = server(head, vec![b' '; 1 << 20], 1).await;
+    let started = Instant::now();
+    for e in [
+        sqs_error(port).await,
+        clickhouse_error(port).await,
+        registry_error(port).await,
+    ] {
+        assert!(e.to_string().contains("answered with more than"), "{e}");
+    }
+    assert!(started.elapsed() < Duration::from_secs(20));
+}
+
+#[tokio::test]
+async fn an_endless_answer_is_cut_off_at_the_cap() {
+    // Chunked, with no declared length: 64 KiB chunks, 2 GiB in all.
+    let head = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n".to_owned();
+    let mut chunk = format!("{:x}\r\n", 64 * 1024).into_bytes();
+    chunk.extend(std::iter::repeat_n(b' ', 64 * 1024));
+    chunk.extend_from_slice(b"\r\n");
+    let (port, _) = server(head, chunk, 32 * 1024).await;
+    let started = Instant::now();
+    for e in [
+        sqs_error(port).await,
+        clickhouse_error(port).await,
+        registry_error(port).await,
+    ] {
+        assert!(e.to_string().contains("answered with more than"), "{e}");
+    }
+    // Reading 2 GiB over loopback would take far longer than the caps.
+    assert!(started.elapsed() < Duration::from_secs(20));
+}
+
+#[tokio::test]
+async fn a_port_that_speaks_another_protocol_looks_like_a_closed_one() {
+    // An SSH-like banner, then the connection closes.
+    let (banner, _) = server("SSH-2.0-OpenSSH_9.2\r\n".into(), vec![], 0).await;
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let (a, b) = (sqs_error(banner).await.to_string(), sqs_error(closed).await.to_string());
+    assert_eq!(a, b);
+    let (a, b) = (
+        clickhouse_error(banner).await.to_string(),
+        clickhouse_error(closed).await.to_string(),
+    );
+    assert_eq!(a, b);
+}
