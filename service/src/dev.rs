@@ -62,6 +62,10 @@ pub struct DevOptions {
     pub gateway_listen: SocketAddr,
     /// Public base URL of the gateway (default `http://ADDR`).
     pub gateway_public_url: Option<String>,
+    /// The region in queue ARNs.
+    pub region: String,
+    /// Connections to the API and to the gateway: caps and timeouts.
+    pub limits: sless_runtime::http::ConnectionLimits,
     /// Where dataflows may connect: everything by default (dev runs on the
     /// developer's own machine), less `--egress-deny`.
     pub egress: sless_dataflow::egress::EgressArgs,
@@ -78,6 +82,7 @@ pub struct Dev {
     control_plane: ControlPlane,
     gateway: Gateway,
     listener: TcpListener,
+    limits: sless_runtime::http::ConnectionLimits,
     platform: Arc<LocalPlatform>,
     state: AppState,
 }
@@ -126,7 +131,9 @@ impl Dev {
         .map_err(DevError::Gateway)?;
         // The engines run in this process: the gateway calls them directly.
         let engines = InProcessEngines::default();
-        let gateway = gateway.with_in_process_engines(engines.clone());
+        let gateway = gateway
+            .with_in_process_engines(engines.clone())
+            .with_limits(opts.limits);
         let gateway_url = gateway.public_url().to_owned();
         let egress = sless_dataflow::egress::EgressPolicy::dev(
             opts.egress.allow,
@@ -142,6 +149,7 @@ impl Dev {
                 control: control_plane.service.store(),
                 worker_id: GATEWAY_WORKER_ID.into(),
                 public_url: gateway_url.clone(),
+                region: opts.region,
                 engines,
             },
             Arc::new(egress),
@@ -160,6 +168,7 @@ impl Dev {
             control_plane,
             gateway,
             listener,
+            limits: opts.limits,
             platform,
             state,
         })
@@ -176,12 +185,11 @@ impl Dev {
         let control_plane = tokio::spawn(self.control_plane.serve(stopped(&stop_cp_rx)));
         let gateway = tokio::spawn(self.gateway.run(stopped(&stop_rx)));
         let app = api::router(self.state.clone()).merge(api::metrics_router(self.state));
-        let served = axum::serve(self.listener, app)
-            .with_graceful_shutdown(async move {
-                shutdown.await;
-                let _ = stop_tx.send(true);
-            })
-            .await;
+        sless_runtime::http::serve(self.listener, app, self.limits, async move {
+            shutdown.await;
+            let _ = stop_tx.send(true);
+        })
+        .await;
         let _ = reconciler.await;
         let gateway = gateway.await;
         let _ = stop_cp_tx.send(true);
@@ -193,6 +201,6 @@ impl Dev {
             Ok(result) => result?,
             Err(e) => tracing::error!(error = %e, "control plane task failed"),
         }
-        served.map_err(DevError::Serve)
+        Ok(())
     }
 }

@@ -109,10 +109,9 @@ struct GatewayArgs {
     /// Server name to verify in the control plane's certificate (default: its host).
     #[arg(long)]
     tls_domain: Option<String>,
-    /// The region request signatures must be scoped to (a signature for
-    /// another region or another service than sqs is refused).
-    #[arg(long, default_value = sless_sqs::DEFAULT_REGION)]
-    region: String,
+    /// Connections from tenants' clients: caps and timeouts.
+    #[command(flatten)]
+    limits: sless_runtime::http::ConnectionLimits,
 }
 
 #[derive(clap::Args)]
@@ -158,6 +157,14 @@ struct DevArgs {
     /// Public base URL of the gateway, if clients reach it by another name.
     #[arg(long)]
     gateway_public_url: Option<String>,
+    /// The region in queue ARNs. The gateway accepts signatures scoped to
+    /// any region, so clients may keep their SDK's default.
+    #[arg(long, default_value = sless_sqs::DEFAULT_REGION)]
+    region: String,
+    /// Connections to the API and the SQS gateway: caps and timeouts (each
+    /// server has its own).
+    #[command(flatten)]
+    limits: sless_runtime::http::ConnectionLimits,
     #[command(flatten)]
     control_plane: ControlPlaneArgs,
     /// Where dataflows may connect (default: anywhere; dev runs on your own
@@ -210,6 +217,8 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
         control_plane,
         gateway_listen: args.gateway_listen,
         gateway_public_url: args.gateway_public_url,
+        region: args.region,
+        limits: args.limits,
         egress: args.egress,
     })
     .await
@@ -281,7 +290,7 @@ async fn gateway(args: GatewayArgs) -> anyhow::Result<()> {
     let gateway = Gateway::bind(args.listen, args.public_url, worker)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?
-        .with_region(args.region);
+        .with_limits(args.limits);
     tracing::info!(addr = %gateway.addr, public_url = gateway.public_url(), "SQS gateway serving");
     gateway.run(shutdown_signal()).await?;
     Ok(())

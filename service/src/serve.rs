@@ -39,6 +39,11 @@ pub struct OperatorArgs {
     /// Address of the REST API (/api/v1), backed by the custom resources.
     #[arg(long, env = "SLESS_LISTEN", default_value = "0.0.0.0:9090")]
     listen: SocketAddr,
+    /// Connections to the REST API: caps and timeouts. Behind an Ingress
+    /// every connection comes from its proxies: raise or turn off
+    /// (0) the per-client cap there.
+    #[command(flatten)]
+    limits: sless_runtime::http::ConnectionLimits,
     /// A tenant's objects live in the namespace sless-fn-ID.
     #[command(flatten)]
     tenants: TenantArgs,
@@ -210,11 +215,12 @@ pub async fn run(args: ServeArgs, shutdown: impl Future<Output = ()> + Send + 's
             .with_graceful_shutdown(stopped(&stop_rx))
             .into_future(),
     );
-    let api = tokio::spawn(
-        axum::serve(api_listener, sless::api::router(api_state))
-            .with_graceful_shutdown(stopped(&stop_rx))
-            .into_future(),
-    );
+    let api = tokio::spawn(sless_runtime::http::serve(
+        api_listener,
+        sless::api::router(api_state),
+        op.limits,
+        stopped(&stop_rx),
+    ));
     tracing::info!(api = %op.listen, metrics = %op.metrics_listen, "sless serve running");
     tokio::spawn(async move {
         shutdown.await;
@@ -225,7 +231,7 @@ pub async fn run(args: ServeArgs, shutdown: impl Future<Output = ()> + Send + 's
         webhook.await??;
     }
     metrics_server.await??;
-    api.await??;
+    api.await?;
     reloading.await?;
     Ok(())
 }

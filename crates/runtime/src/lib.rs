@@ -1,9 +1,11 @@
 //! What every sless process shares, below every other sless crate: random
 //! values from the OS, stopping the parts of a process together, the one
-//! retry backoff, and the process-wide TLS provider.
+//! retry backoff, the process-wide TLS provider, and HTTP serving within
+//! connection bounds.
 
 pub mod backoff;
 pub mod hex;
+pub mod http;
 pub mod random;
 pub mod shutdown;
 pub mod tls;

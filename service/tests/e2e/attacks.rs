@@ -132,18 +132,27 @@ async fn a_captured_signature_does_not_carry_another_body() {
     assert_eq!(status, 200);
     assert!(text.contains("jobs"), "{text}");
 
-    // A signature scoped to another service or region is refused as such.
-    for (region, wanted) in [("eu-west-1", "valid region"), ("ru-msk-1", "correct service")] {
+    // Any region's name is accepted (SDKs default to us-east-1); a scope
+    // of another service, or a region that is no region's name, is refused.
+    for region in ["us-east-1", "eu-west-1"] {
+        let list = json!({}).to_string();
+        let headers =
+            sigv4::signed_json_headers(&endpoint, "ListQueues", list.as_bytes(), &access, &secret, region).unwrap();
+        let (status, text) = post(&endpoint, headers, list).await;
+        assert_eq!(status, 200, "{region}: {text}");
+    }
+    for (region, scope, wanted) in [
+        ("ru-msk-1", "/s3/aws4_request", "correct service"),
+        ("Not_A_Region", "/sqs/aws4_request", "valid region"),
+    ] {
         let list = json!({}).to_string();
         let mut headers =
             sigv4::signed_json_headers(&endpoint, "ListQueues", list.as_bytes(), &access, &secret, region).unwrap();
-        if wanted == "correct service" {
-            let value = headers["authorization"]
-                .to_str()
-                .unwrap()
-                .replace("/sqs/aws4_request", "/s3/aws4_request");
-            headers.insert("authorization", value.parse().unwrap());
-        }
+        let value = headers["authorization"]
+            .to_str()
+            .unwrap()
+            .replace("/sqs/aws4_request", scope);
+        headers.insert("authorization", value.parse().unwrap());
         let (status, text) = post(&endpoint, headers, list).await;
         assert_eq!(status, 403, "{text}");
         assert!(text.contains(wanted), "{text}");

@@ -8,6 +8,7 @@ mod common;
 mod api;
 mod attacks;
 mod cli;
+mod connections;
 mod dataflow_avro;
 mod dataflow_cdc;
 mod dataflow_clickhouse;

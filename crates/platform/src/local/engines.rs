@@ -66,7 +66,7 @@ impl LocalPlatform {
             .then(|| self.data_dir.join("queues").join(format!("{}.journal", q.tenant)));
         let config = EngineConfig {
             account_id: sless_sqs::credentials::account_id(&q.tenant),
-            region: sless_sqs::DEFAULT_REGION.into(),
+            region: self.gateway.region.clone(),
             base_url: self.endpoint(&q.tenant),
         };
         // Replaying a journal reads the disk: off the async runtime.

@@ -70,6 +70,8 @@ pub struct GatewayLink {
     pub worker_id: String,
     /// Public base URL of the gateway; endpoints are `{public_url}/sqs/{tenant}`.
     pub public_url: String,
+    /// The region of queue ARNs (`--region`).
+    pub region: String,
     /// Where the engines are registered for the gateway to call directly.
     pub engines: sless_sqs::gateway::proxy::InProcessEngines,
 }

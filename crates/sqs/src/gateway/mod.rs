@@ -15,7 +15,8 @@ use axum::routing::get;
 use tokio::net::TcpListener;
 
 use counters::Counters;
-use proxy::{GatewayState, InProcessEngines};
+use proxy::{BODIES_IN_MEMORY, GatewayState, InProcessEngines};
+use sless_runtime::http::{self, Admission, Admitted, ConnectionLimits};
 use table::SharedTable;
 use worker::WorkerConfig;
 
@@ -25,73 +26,69 @@ pub struct Gateway {
     listener: TcpListener,
     state: GatewayState,
     worker: WorkerConfig,
+    limits: ConnectionLimits,
 }
 
 /// A connection accepted on the gateway's port, for a serving thread.
-type Accepted = (std::net::TcpStream, SocketAddr);
+type Accepted = (std::net::TcpStream, Admitted);
 
-/// The connections one serving thread is handed, as axum's listener.
-struct Handed {
-    rx: tokio::sync::mpsc::UnboundedReceiver<Accepted>,
-    local: SocketAddr,
-}
-
-impl axum::serve::Listener for Handed {
-    type Io = tokio::net::TcpStream;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        loop {
-            let Some((stream, peer)) = self.rx.recv().await else {
-                // The acceptor stopped: shutdown is under way.
-                return std::future::pending().await;
-            };
-            match tokio::net::TcpStream::from_std(stream) {
-                Ok(io) => {
-                    // Answers are written whole: no reason to wait for an ACK.
-                    let _ = io.set_nodelay(true);
-                    return (io, peer);
-                }
-                Err(error) => tracing::warn!(%error, "cannot serve an accepted connection"),
-            }
-        }
-    }
-
-    fn local_addr(&self) -> std::io::Result<SocketAddr> {
-        Ok(self.local)
-    }
-}
-
-/// Accepts connections and hands them to the serving threads in turn; a
-/// thread that stopped (its runtime failed) leaves the rotation.
-async fn accept_loop(listener: TcpListener, mut threads: Vec<tokio::sync::mpsc::UnboundedSender<Accepted>>) {
+/// Accepts connections within the gateway's caps and hands them to the
+/// serving threads in turn; a thread that stopped (its runtime failed)
+/// leaves the rotation.
+async fn accept_loop(
+    listener: TcpListener,
+    admission: Arc<Admission>,
+    mut threads: Vec<tokio::sync::mpsc::UnboundedSender<Accepted>>,
+) {
     let mut next = 0;
     while !threads.is_empty() {
-        let (stream, peer) = match listener.accept().await {
-            Ok(accepted) => accepted,
-            Err(error) => {
-                // Out of file descriptors, most likely: wait, as axum does.
-                tracing::warn!(%error, "cannot accept a connection");
-                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        let Ok(mut stream) = stream.into_std() else { continue };
+        let (stream, _, admitted) = http::accept(&listener, &admission).await;
+        let Ok(stream) = stream.into_std() else { continue };
+        let mut accepted = (stream, admitted);
         while !threads.is_empty() {
             next %= threads.len();
-            match threads[next].send((stream, peer)) {
+            match threads[next].send(accepted) {
                 Ok(()) => {
                     next += 1;
                     break;
                 }
-                Err(tokio::sync::mpsc::error::SendError((back, _))) => {
+                Err(tokio::sync::mpsc::error::SendError(back)) => {
                     tracing::error!("a gateway serving thread stopped; serving on the others");
                     threads.remove(next);
-                    stream = back;
+                    accepted = back;
                 }
             }
         }
     }
+}
+
+/// One serving thread's work: the connections it is handed, each served
+/// on this thread until it ends; at `stop`, the requests in flight are
+/// answered before it returns.
+async fn serve_handed(
+    mut handed: tokio::sync::mpsc::UnboundedReceiver<Accepted>,
+    app: Router,
+    limits: ConnectionLimits,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let mut connections = tokio::task::JoinSet::new();
+    loop {
+        tokio::select! {
+            accepted = handed.recv() => {
+                // None: the acceptor stopped, shutdown is under way.
+                let Some((stream, admitted)) = accepted else { break };
+                match tokio::net::TcpStream::from_std(stream) {
+                    Ok(io) => {
+                        connections.spawn(http::serve_connection(io, app.clone(), admitted, limits, stop.clone()));
+                    }
+                    Err(error) => tracing::warn!(%error, "cannot serve an accepted connection"),
+                }
+            }
+            () = async { drop(stop.wait_for(|s| *s).await) } => break,
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+        }
+    }
+    while connections.join_next().await.is_some() {}
 }
 
 impl Gateway {
@@ -108,15 +105,16 @@ impl Gateway {
                 http: proxy::backend_client(),
                 engines: InProcessEngines::default(),
                 public_url: public_url.unwrap_or_else(|| format!("http://{addr}")),
-                region: crate::DEFAULT_REGION.to_owned(),
+                bodies: Arc::new(tokio::sync::Semaphore::new(BODIES_IN_MEMORY)),
             },
             worker,
+            limits: ConnectionLimits::default(),
         })
     }
 
-    /// Accepts only signatures scoped to `region` (default [`crate::DEFAULT_REGION`]).
-    pub fn with_region(mut self, region: impl Into<String>) -> Self {
-        self.state.region = region.into();
+    /// Serves within `limits` instead of the defaults.
+    pub fn with_limits(mut self, limits: ConnectionLimits) -> Self {
+        self.limits = limits;
         self
     }
 
@@ -175,12 +173,11 @@ impl Gateway {
         for i in 0..threads {
             let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
             handoff.push(tx);
-            let listener = Handed { rx, local: self.addr };
             let app = app.clone().with_state(GatewayState {
                 http: proxy::backend_client(),
                 ..self.state.clone()
             });
-            let mut stop = stop_rx.clone();
+            let (limits, stop) = (self.limits, stop_rx.clone());
             let (done_tx, done_rx) = tokio::sync::oneshot::channel();
             std::thread::Builder::new()
                 .name(format!("sless-gateway-{i}"))
@@ -188,20 +185,12 @@ impl Gateway {
                     let result = tokio::runtime::Builder::new_current_thread()
                         .enable_all()
                         .build()
-                        .and_then(|runtime| {
-                            runtime.block_on(
-                                axum::serve(listener, app)
-                                    .with_graceful_shutdown(async move {
-                                        let _ = stop.wait_for(|s| *s).await;
-                                    })
-                                    .into_future(),
-                            )
-                        });
+                        .map(|runtime| runtime.block_on(serve_handed(rx, app, limits, stop)));
                     let _ = done_tx.send(result);
                 })?;
             served.push(done_rx);
         }
-        let acceptor = tokio::spawn(accept_loop(self.listener, handoff));
+        let acceptor = tokio::spawn(accept_loop(self.listener, Admission::new(self.limits), handoff));
         shutdown.await;
         acceptor.abort();
         let _ = stop_tx.send(true);

@@ -22,7 +22,12 @@ use crate::protocol::{self, Protocol};
 use sless_controlplane::model::OutcomeKind;
 
 /// As the engine's: a full 1 MiB batch, URL-encoded, with overhead.
-const BODY_LIMIT: usize = 8 * 1024 * 1024;
+pub const BODY_LIMIT: usize = 8 * 1024 * 1024;
+/// Most request bodies' bytes the gateway holds at once, over all
+/// connections and threads; a request waits for room up to
+/// [`ROOM_TIMEOUT`], then is answered `ServiceUnavailable`.
+pub const BODIES_IN_MEMORY: usize = 256 << 20;
+const ROOM_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 /// Request headers passed on to the engine.
 const FORWARDED: &[&str] = &[
     "content-type",
@@ -79,8 +84,9 @@ pub struct GatewayState {
     pub engines: InProcessEngines,
     /// Public base URL of the gateway, e.g. `http://127.0.0.1:9324`.
     pub public_url: String,
-    /// The region signatures must be scoped to.
-    pub region: String,
+    /// Room for request bodies: [`BODIES_IN_MEMORY`] bytes, shared by
+    /// every serving thread.
+    pub bodies: Arc<tokio::sync::Semaphore>,
 }
 
 fn error(protocol: Protocol, e: SqsError) -> Response {
@@ -103,18 +109,70 @@ fn unknown_key() -> SqsError {
     SqsError::invalid_client_token_id("The security token included in the request is invalid.").forbidden()
 }
 
+/// Declared over the limit, or not a number: refused before reading.
+fn declared_too_long(headers: &HeaderMap) -> bool {
+    headers.get(axum::http::header::CONTENT_LENGTH).is_some_and(|v| {
+        v.to_str()
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+            .is_none_or(|n| n > BODY_LIMIT as u64)
+    })
+}
+
+fn too_long() -> SqsError {
+    SqsError {
+        status: 413,
+        ..SqsError::invalid_parameter_value(format!("The request body is longer than {BODY_LIMIT} bytes."))
+    }
+}
+
+/// Reads the body of a request whose headers passed every check but the
+/// signature: within [`BODY_LIMIT`] and the server's body timeout, and only
+/// once the gateway's bodies in memory leave room for it. The room is held
+/// until the request is answered.
+async fn read_body<'a>(
+    body: Body,
+    headers: &HeaderMap,
+    budget: &'a tokio::sync::Semaphore,
+) -> Result<(Bytes, tokio::sync::SemaphorePermit<'a>), SqsError> {
+    // What the body may take: its declared length, else the most allowed.
+    let declared = headers
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<usize>().ok())
+        .unwrap_or(BODY_LIMIT);
+    let share = u32::try_from(declared.min(BODY_LIMIT)).unwrap_or(u32::MAX);
+    let room = tokio::time::timeout(ROOM_TIMEOUT, budget.acquire_many(share)).await;
+    let Ok(Ok(room)) = room else {
+        return Err(SqsError::unavailable("The gateway is busy; retry."));
+    };
+    match axum::body::to_bytes(body, BODY_LIMIT).await {
+        Ok(bytes) => Ok((bytes, room)),
+        Err(e) if is_length_limit(&e) => Err(too_long()),
+        Err(_) => Err(SqsError::invalid_parameter_value(
+            "The request body was not received in time or whole.",
+        )),
+    }
+}
+
+/// Whether reading a body failed on [`BODY_LIMIT`].
+fn is_length_limit(e: &axum::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(s) = source {
+        if s.is::<http_body_util::LengthLimitError>() {
+            return true;
+        }
+        source = s.source();
+    }
+    false
+}
+
 pub async fn handle(State(state): State<GatewayState>, request: Request) -> Response {
     let (parts, body) = request.into_parts();
     let protocol = protocol::detect(&parts.headers);
     let path = parts.uri.path().to_owned();
-    let Ok(body) = axum::body::to_bytes(body, BODY_LIMIT).await else {
-        return error(
-            protocol,
-            SqsError::invalid_parameter_value(format!(
-                "The request body is unreadable or longer than {BODY_LIMIT} bytes."
-            )),
-        );
-    };
+    if declared_too_long(&parts.headers) {
+        return error(protocol, too_long());
+    }
     let table = state.table.current();
     let auth = match sigv4::parse_authorization(&parts.headers) {
         Ok(a) => a,
@@ -137,6 +195,16 @@ pub async fn handle(State(state): State<GatewayState>, request: Request) -> Resp
     };
     let counters = state.counters.tenant(tenant);
     let now = i64::try_from(crate::engine::now_ms() / 1000).unwrap_or(i64::MAX);
+    // Everything but the signature is checked before the body is read: an
+    // anonymous client cannot make the gateway hold a body.
+    if let Err(e) = sigv4::check_scope_and_time(&parts.headers, &auth, now) {
+        counters.outcome(OutcomeKind::AuthFailed);
+        return error(protocol, auth_error(e));
+    }
+    let (body, _room) = match read_body(body, &parts.headers, &state.bodies).await {
+        Ok(read) => read,
+        Err(e) => return error(protocol, e),
+    };
     let signed = sigv4::Request {
         method: parts.method.as_str(),
         path: &path,
@@ -144,7 +212,7 @@ pub async fn handle(State(state): State<GatewayState>, request: Request) -> Resp
         headers: &parts.headers,
         body: &body,
     };
-    if let Err(e) = sigv4::verify(&signed, &auth, secret, &state.region, now) {
+    if let Err(e) = sigv4::verify(&signed, &auth, secret, now) {
         counters.outcome(OutcomeKind::AuthFailed);
         return error(protocol, auth_error(e));
     }

@@ -311,21 +311,48 @@ fn signing_input(
     (signing_key(secret, auth), string_to_sign)
 }
 
-/// Verifies `auth` over `request` with `secret`, at time `now` (Unix
-/// seconds), for a signature scoped to `region` and SQS.
-pub fn verify(
-    request: &Request<'_>,
-    auth: &Authorization,
-    secret: &str,
-    region: &str,
-    now: i64,
-) -> Result<(), AuthError> {
+/// The checks of `auth` that need neither the body nor the secret: the
+/// scope (SQS, a region's name) and the request time within
+/// [`MAX_SKEW_SECONDS`] of `now` (Unix seconds). The gateway runs them
+/// before it reads a body. Any region is accepted: the signing key is
+/// derived from it, so a signature still proves the secret and binds the
+/// region it names, and clients keep their SDK's default region.
+pub fn check_scope_and_time(headers: &HeaderMap, auth: &Authorization, now: i64) -> Result<(), AuthError> {
     if auth.service != SERVICE {
         return Err(AuthError::WrongService);
     }
-    if auth.region != region {
+    let region_name = |r: &str| {
+        (1..=32).contains(&r.len())
+            && r.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+    };
+    if !region_name(&auth.region) {
         return Err(AuthError::WrongRegion(auth.region.chars().take(32).collect()));
     }
+    request_time(headers, auth, now).map(drop)
+}
+
+/// The request's `X-Amz-Date`, checked against the credential's day and `now`.
+fn request_time<'h>(headers: &'h HeaderMap, auth: &Authorization, now: i64) -> Result<&'h str, AuthError> {
+    let amz_date = headers
+        .get("x-amz-date")
+        .and_then(|v| v.to_str().ok())
+        .ok_or(AuthError::Malformed("no X-Amz-Date header"))?;
+    let signed_at = parse_amz_date(amz_date).ok_or(AuthError::Malformed("X-Amz-Date is not YYYYMMDDTHHMMSSZ"))?;
+    if !amz_date.starts_with(&auth.date) {
+        return Err(AuthError::Malformed("the credential date is not the X-Amz-Date day"));
+    }
+    if (now - signed_at).abs() > MAX_SKEW_SECONDS {
+        return Err(AuthError::Expired);
+    }
+    Ok(amz_date)
+}
+
+/// Verifies `auth` over `request` with `secret`, at time `now` (Unix
+/// seconds): [`check_scope_and_time`], the declared payload hash and the
+/// signature.
+pub fn verify(request: &Request<'_>, auth: &Authorization, secret: &str, now: i64) -> Result<(), AuthError> {
+    check_scope_and_time(request.headers, auth, now)?;
     // The body is hashed once: for this check and for the signature.
     let payload_hash = payload_hash(request.body);
     // A declared payload hash must be the body's (as AWS checks it).
@@ -346,18 +373,7 @@ fn verify_signature(
     payload_hash: &str,
     now: i64,
 ) -> Result<(), AuthError> {
-    let amz_date = request
-        .headers
-        .get("x-amz-date")
-        .and_then(|v| v.to_str().ok())
-        .ok_or(AuthError::Malformed("no X-Amz-Date header"))?;
-    let signed_at = parse_amz_date(amz_date).ok_or(AuthError::Malformed("X-Amz-Date is not YYYYMMDDTHHMMSSZ"))?;
-    if !amz_date.starts_with(&auth.date) {
-        return Err(AuthError::Malformed("the credential date is not the X-Amz-Date day"));
-    }
-    if (now - signed_at).abs() > MAX_SKEW_SECONDS {
-        return Err(AuthError::Expired);
-    }
+    let amz_date = request_time(request.headers, auth, now)?;
     let (k_signing, string_to_sign) = signing_input(request, auth, secret, amz_date, payload_hash);
     let claimed = decode_hex(&auth.signature).ok_or(AuthError::Mismatch)?;
     let mut mac = HmacSha256::new_from_slice(&k_signing).expect("HMAC takes any key length");
@@ -488,10 +504,7 @@ mod tests {
         let secret = "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY";
         // The published example is scoped to IAM: the gateway refuses that
         // scope, and its signature checks hold for it.
-        assert_eq!(
-            verify(&request, &auth, secret, "us-east-1", now),
-            Err(AuthError::WrongService)
-        );
+        assert_eq!(verify(&request, &auth, secret, now), Err(AuthError::WrongService));
         let empty = payload_hash(b"");
         verify_signature(&request, &auth, secret, &empty, now).unwrap();
         assert_eq!(
@@ -531,6 +544,7 @@ mod tests {
             body: b"{}",
         };
         let value = sign(&unsigned, "AK", "SK", "ru-msk-1").unwrap();
+        let plain = headers.clone();
         headers.insert("authorization", HeaderValue::from_str(&value).unwrap());
         let request = Request {
             method: "POST",
@@ -541,18 +555,42 @@ mod tests {
         };
         let auth = parse_authorization(&headers).unwrap();
         let secs = i64::try_from(now.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs()).unwrap();
-        verify(&request, &auth, "SK", "ru-msk-1", secs).unwrap();
-        assert_eq!(
-            verify(&request, &auth, "SK", "eu-west-1", secs),
-            Err(AuthError::WrongRegion("ru-msk-1".into()))
-        );
+        verify(&request, &auth, "SK", secs).unwrap();
+        // Any region's name is accepted; the signature binds the one named.
+        for region in ["us-east-1", "eu-west-1"] {
+            let unsigned = Request {
+                headers: &plain,
+                ..request
+            };
+            let value = sign(&unsigned, "AK", "SK", region).unwrap();
+            let mut headers = plain.clone();
+            headers.insert("authorization", HeaderValue::from_str(&value).unwrap());
+            let auth = parse_authorization(&headers).unwrap();
+            let request = Request {
+                headers: &headers,
+                ..request
+            };
+            verify(&request, &auth, "SK", secs).unwrap();
+            let moved = Authorization {
+                region: "ap-south-1".into(),
+                ..auth.clone()
+            };
+            assert_eq!(verify(&request, &moved, "SK", secs), Err(AuthError::Mismatch));
+            for bad in ["", "US-EAST-1", "eu_west", "a/b", &"x".repeat(33)] {
+                let bad = Authorization {
+                    region: bad.into(),
+                    ..auth.clone()
+                };
+                assert!(
+                    matches!(verify(&request, &bad, "SK", secs), Err(AuthError::WrongRegion(_))),
+                    "{bad:?}"
+                );
+            }
+        }
         // The key rotated: the signing key kept for the old secret is not
         // the new secret's, on this thread or another.
-        assert_eq!(
-            verify(&request, &auth, "SK-rotated", "ru-msk-1", secs),
-            Err(AuthError::Mismatch)
-        );
-        verify(&request, &auth, "SK", "ru-msk-1", secs).unwrap();
+        assert_eq!(verify(&request, &auth, "SK-rotated", secs), Err(AuthError::Mismatch));
+        verify(&request, &auth, "SK", secs).unwrap();
     }
 
     /// A captured request re-sent with another body: the signature covers
@@ -574,7 +612,7 @@ mod tests {
                 headers,
                 body,
             };
-            verify(&request, &auth, "SK", "ru-msk-1", secs)
+            verify(&request, &auth, "SK", secs)
         };
         at(&headers, body).unwrap();
         let forged = br#"{"QueueUrl":"q","MessageBody":"pay 1000"}"#;

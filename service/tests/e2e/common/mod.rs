@@ -48,6 +48,11 @@ impl DevServer {
     /// As [`Self::start`], with the SQS gateway on `gateway` (to keep its
     /// address across a restart).
     pub fn start_with_gateway(data_dir: &Path, gateway: &str) -> Self {
+        Self::start_with(data_dir, gateway, &[])
+    }
+
+    /// As [`Self::start_with_gateway`], with more flags of `sless dev`.
+    pub fn start_with(data_dir: &Path, gateway: &str, flags: &[&str]) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_sless"))
             .args([
                 "dev",
@@ -61,6 +66,7 @@ impl DevServer {
             ])
             .arg(data_dir)
             .args(["--tenant", &format!("a={TOKEN_A}"), "--tenant", &format!("b={TOKEN_B}")])
+            .args(flags)
             .env("SLESS_LOG", "warn")
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -87,6 +93,17 @@ impl DevServer {
             dev_token: dev_token.expect("banner has SLESS_TOKEN"),
             control_plane: control_plane.expect("banner has the control plane address"),
         }
+    }
+
+    /// The process's resident memory, in bytes.
+    pub fn rss(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        let kib: u64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("VmRSS in /proc/PID/status");
+        kib * 1024
     }
 
     /// SIGKILL: no shutdown code runs.
