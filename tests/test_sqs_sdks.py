@@ -1,6 +1,8 @@
 """SQS clients nobody here wrote, against `sless dev` as a tenant gets it:
 the AWS SDK for JavaScript v3 (npm, the machine's Node.js) with the
-endpoint exactly as published, and kombu and Celery from a broker URL."""
+endpoint exactly as published, boto 2 (the query protocol, posting to
+queue URLs), boto3 left at AWS regions, and kombu and Celery from a broker
+URL."""
 
 import json
 import os
@@ -31,6 +33,50 @@ def test_the_javascript_sdk_v3_with_the_published_endpoint(tenant_a):
         failed = {k: v for k, v in results.items() if v != "ok"}
         assert not failed, f"{endpoint}: {failed}"
         assert len(results) == 23, results
+
+
+def test_boto2_posts_queue_actions_to_the_queues_url(tenant_a):
+    """boto 2, like the Java SDK v1, names the queue by the path it posts
+    to and sends no QueueUrl parameter."""
+    pytest.importorskip("boto")
+    from boto.sqs.connection import SQSConnection
+    from boto.sqs.message import RawMessage
+    from boto.sqs.regioninfo import SQSRegionInfo
+
+    parts = urlsplit(tenant_a["endpoint"])
+    conn = SQSConnection(
+        aws_access_key_id=tenant_a["accessKey"], aws_secret_access_key=tenant_a["secretKey"],
+        region=SQSRegionInfo(name="us-east-1", endpoint=parts.hostname),
+        port=parts.port, is_secure=False)
+    name = f"boto2-{uuid.uuid4().hex[:8]}"
+    queue = conn.create_queue(name)
+    assert urlsplit(queue.url).path.endswith(f"/{name}"), queue.url
+    queue.set_message_class(RawMessage)
+    for i in range(3):
+        message = RawMessage()
+        message.set_body(f"m{i}")
+        assert queue.write(message)
+    got = []
+    deadline = time.time() + 30
+    while len(got) < 3 and time.time() < deadline:
+        for message in queue.get_messages(num_messages=10, wait_time_seconds=1):
+            got.append(message.get_body())
+            assert queue.delete_message(message)
+    assert sorted(got) == ["m0", "m1", "m2"]
+    assert int(queue.get_attributes("ApproximateNumberOfMessages")["ApproximateNumberOfMessages"]) == 0
+    assert conn.delete_queue(queue)
+
+
+@pytest.mark.parametrize("region", ["us-east-1", "eu-central-1"])
+def test_boto3_left_at_an_aws_region(tenant_a, region):
+    import boto3
+
+    sqs = boto3.client("sqs", endpoint_url=tenant_a["endpoint"], region_name=region,
+                       aws_access_key_id=tenant_a["accessKey"], aws_secret_access_key=tenant_a["secretKey"])
+    url = sqs.create_queue(QueueName=f"region-{region}")["QueueUrl"]
+    sqs.send_message(QueueUrl=url, MessageBody="hello")
+    assert sqs.receive_message(QueueUrl=url, WaitTimeSeconds=5)["Messages"][0]["Body"] == "hello"
+    sqs.delete_queue(QueueUrl=url)
 
 
 def broker_url(view):

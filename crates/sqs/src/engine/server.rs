@@ -13,6 +13,7 @@ use axum::response::{IntoResponse, Response};
 use tokio::net::TcpListener;
 
 use super::Engine;
+use super::error::SqsError;
 use crate::protocol;
 
 /// The header in which the gateway presents the engine's token.
@@ -57,7 +58,7 @@ async fn handle(State(served): State<Served>, request: Request) -> Response {
     if let Some(expected) = &served.token {
         let given = parts.headers.get(ENGINE_TOKEN).map_or(&[][..], |v| v.as_bytes());
         if !same_secret(given, expected.as_bytes()) {
-            let e = super::error::SqsError::access_denied("Requests reach this queue engine through its gateway.");
+            let e = SqsError::access_denied("Requests reach this queue engine through its gateway.");
             return protocol::respond(protocol, "", Err(e.forbidden()), &id);
         }
     }
@@ -66,18 +67,55 @@ async fn handle(State(served): State<Served>, request: Request) -> Response {
         Ok(b) => b,
         Err(_) => {
             // AWS answers an oversized request as an invalid value.
-            let e = super::error::SqsError::invalid_parameter_value(format!(
+            let e = SqsError::invalid_parameter_value(format!(
                 "The request body is unreadable or longer than {BODY_LIMIT} bytes."
             ));
             return protocol::respond(protocol, "", Err(e), &id);
         }
     };
-    let decoded = match protocol::decode(&parts.headers, parts.uri.query(), &body) {
+    let mut decoded = match protocol::decode(&parts.headers, parts.uri.query(), &body) {
         Ok(d) => d,
         Err(e) => return protocol::respond(protocol, "", Err(e), &id),
     };
+    if let Err(e) = queue_from_path(parts.uri.path(), &engine.config().account_id, &mut decoded.input) {
+        return protocol::respond(decoded.protocol, &decoded.action, Err(e), &id);
+    }
     let result = engine.handle(&decoded.action, &decoded.input).await;
     protocol::respond(decoded.protocol, &decoded.action, result, &id)
+}
+
+/// A request posted to a queue's URL (`/ACCOUNT/QUEUE`) names its queue by
+/// the path, as query-era clients (boto 2, the Java SDK v1) do: without a
+/// `QueueUrl` parameter the path's queue is the one meant; with one, both
+/// must name the same queue. Another account's path names no queue here.
+fn queue_from_path(path: &str, account: &str, input: &mut serde_json::Value) -> Result<(), SqsError> {
+    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let [path_account, queue] = segments.as_slice() else {
+        return Ok(());
+    };
+    if queue.is_empty() {
+        return Ok(());
+    }
+    if *path_account != account {
+        return Err(SqsError::queue_does_not_exist("The specified queue does not exist."));
+    }
+    let serde_json::Value::Object(params) = input else {
+        return Ok(());
+    };
+    match params
+        .get("QueueUrl")
+        .and_then(|v| v.as_str())
+        .filter(|u| !u.is_empty())
+    {
+        None => {
+            params.insert("QueueUrl".into(), serde_json::Value::String(path.to_owned()));
+            Ok(())
+        }
+        Some(url) if url.trim_end_matches('/').rsplit('/').next() == Some(*queue) => Ok(()),
+        Some(_) => Err(SqsError::invalid_parameter_value(
+            "The QueueUrl parameter names another queue than the request's path.",
+        )),
+    }
 }
 
 /// A running engine server, stopped when dropped.
@@ -108,6 +146,36 @@ impl Drop for EngineServer {
     fn drop(&mut self) {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::queue_from_path;
+
+    #[test]
+    fn a_queue_is_named_by_the_path_when_the_parameter_is_absent() {
+        let mut input = json!({"MessageBody": "hi"});
+        queue_from_path("/000000000042/jobs", "000000000042", &mut input).unwrap();
+        assert_eq!(input["QueueUrl"], "/000000000042/jobs");
+        // Present and agreeing: kept as sent.
+        let mut input = json!({"QueueUrl": "http://gw/sqs/a/000000000042/jobs"});
+        queue_from_path("/000000000042/jobs/", "000000000042", &mut input).unwrap();
+        assert_eq!(input["QueueUrl"], "http://gw/sqs/a/000000000042/jobs");
+        // Disagreeing, or another account's path: refused.
+        let mut input = json!({"QueueUrl": "http://gw/sqs/a/000000000042/other"});
+        let e = queue_from_path("/000000000042/jobs", "000000000042", &mut input).unwrap_err();
+        assert_eq!(e.code, "InvalidParameterValue");
+        let e = queue_from_path("/999999999999/jobs", "000000000042", &mut json!({})).unwrap_err();
+        assert_eq!(e.code, "AWS.SimpleQueueService.NonExistentQueue");
+        // Paths that name no queue change nothing.
+        for path in ["/", "", "/000000000042", "/000000000042/", "/a/b/c"] {
+            let mut input = json!({});
+            queue_from_path(path, "000000000042", &mut input).unwrap();
+            assert_eq!(input, json!({}), "{path}");
         }
     }
 }
