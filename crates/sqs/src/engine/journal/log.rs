@@ -348,6 +348,8 @@ pub struct Opened {
     pub log: Log,
     pub queues: Vec<StoredQueue>,
     pub messages: Vec<(String, u64, StoredMessage)>,
+    /// Whether opening cut off a torn write (and warned of it).
+    pub torn: bool,
 }
 
 impl Log {
@@ -401,6 +403,7 @@ impl Log {
             end = base + len as u64;
         }
         drop(reader);
+        let mut torn = false;
         if end < size {
             let mut tail = vec![0; usize::try_from(size - end).map_err(io::Error::other)?];
             file.read_exact_at(&mut tail, end)?;
@@ -413,11 +416,16 @@ impl Log {
                     ),
                 ));
             }
-            tracing::warn!(
-                journal = %path.display(),
-                bytes = size - end,
-                "cutting off the journal's torn last write (a crash during a commit that was not answered)"
-            );
+            // Zeros are what preallocation left (after every clean
+            // shutdown too): only other bytes are a write a crash tore.
+            torn = tail.iter().any(|b| *b != 0);
+            if torn {
+                tracing::warn!(
+                    journal = %path.display(),
+                    bytes = size - end,
+                    "cutting off the journal's torn last write (a crash during a commit that was not answered)"
+                );
+            }
             file.set_len(end)?;
             file.sync_all()?;
         }
@@ -448,6 +456,7 @@ impl Log {
             },
             queues,
             messages,
+            torn,
         })
     }
 

@@ -73,7 +73,9 @@ impl Journal {
         }
         // Also after a crash between a migration's rename and this.
         legacy::remove(&legacy)?;
-        let Opened { log, queues, messages } = Log::open(path).map_err(journal_error)?;
+        let Opened {
+            log, queues, messages, ..
+        } = Log::open(path).map_err(journal_error)?;
         let (tx, rx) = mpsc::channel::<Request>();
         let failing = Arc::new(AtomicBool::new(false));
         std::thread::Builder::new()

@@ -117,7 +117,9 @@ fn a_torn_last_record_is_cut_off_and_the_log_goes_on() {
     file.set_len(good + 20).unwrap();
     drop(file);
 
-    let mut log = Log::open(&path).unwrap().log;
+    let opened = Log::open(&path).unwrap();
+    assert!(opened.torn, "a torn write is reported");
+    let mut log = opened.log;
     assert_eq!(
         std::fs::metadata(&path).unwrap().len(),
         good,
@@ -171,6 +173,11 @@ fn commits_go_into_preallocated_zeros_that_opening_gives_back() {
     log.commit([put("a", 2, "two")].iter()).unwrap();
     assert_eq!(std::fs::metadata(&path).unwrap().len(), PREALLOCATE, "written in place");
     drop(log);
+    // A clean close leaves only zeros after the last record: no torn write.
+    assert!(
+        !Log::open(&path).unwrap().torn,
+        "the preallocated zeros read as a torn write"
+    );
     assert_eq!(held(&path).1, [row("a", 1, "one"), row("a", 2, "two")]);
     assert!(std::fs::metadata(&path).unwrap().len() > end);
     assert!(
