@@ -90,8 +90,9 @@ def test_queue_routes_reach_only_the_tenants_own_service(sless, tenant_a):
     assert sent.status_code == 201, sent.text
     listed = {q["name"]: q for q in sless.rest("a", "GET", base).json()["items"]}
     assert listed["api-q"]["visible"] == 1
-    peek = sless.rest("a", "GET", f"{base}/api-q/messages").json()["items"]
-    assert [m["body"] for m in peek] == ["hi"]
+    peek = sless.rest("a", "GET", f"{base}/api-q/messages").json()
+    assert [m["body"] for m in peek["items"]] == ["hi"]
+    assert peek["receivesCounted"] is False, "sless's engine peeks without receiving"
     again = {q["name"]: q for q in sless.rest("a", "GET", base).json()["items"]}
     assert again["api-q"]["visible"] == 1, "a peek leaves it there"
     assert again["api-q"]["oldestMessageAgeSeconds"] >= 0
@@ -103,6 +104,31 @@ def test_queue_routes_reach_only_the_tenants_own_service(sless, tenant_a):
     assert sless.rest("a", "GET", "/queue-services/nosuch/queues").status_code == 404
     assert sless.rest("a", "DELETE", f"{base}/api-q").status_code == 204
     assert sless.rest("a", "DELETE", f"{base}/api-q.fifo").status_code == 204
+
+
+def test_a_peek_counts_no_receive_so_it_never_dead_letters(sless, tenant_a):
+    """Two peeks of a queue whose policy allows one receive moved its
+    message into the dead-letter queue when a peek was a receive."""
+    import json
+
+    from conftest import sqs_client
+
+    sqs = sqs_client(tenant_a)
+    dlq = sqs.create_queue(QueueName="peek-dlq")["QueueUrl"]
+    dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    src = sqs.create_queue(
+        QueueName="peek-src",
+        Attributes={"RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": "1"})},
+    )["QueueUrl"]
+    sqs.send_message(QueueUrl=src, MessageBody="look, don't take")
+    base = "/queue-services/main/queues"
+    for _ in range(3):
+        peek = sless.rest("a", "GET", f"{base}/peek-src/messages").json()
+        assert [(m["body"], m["receiveCount"]) for m in peek["items"]] == [("look, don't take", 0)], peek
+    queues = {q["name"]: q for q in sless.rest("a", "GET", base).json()["items"]}
+    assert queues["peek-src"]["visible"] == 1 and queues["peek-dlq"]["visible"] == 0, queues
+    got = sqs.receive_message(QueueUrl=src, AttributeNames=["ApproximateReceiveCount"], WaitTimeSeconds=1)
+    assert got["Messages"][0]["Attributes"]["ApproximateReceiveCount"] == "1"
 
 
 def test_a_dead_letter_queue_is_shown_and_redriven(sless, tenant_a):

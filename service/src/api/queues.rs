@@ -23,7 +23,7 @@ use super::path::ApiPath;
 use super::queue_services::path_name;
 use sless_model::FieldError;
 use sless_model::queue_service::{QueueServicePhase, QueueServiceView};
-use sless_sqs::engine::requests::is_identifier;
+use sless_sqs::engine::requests::{PEEK_ACTION, is_identifier};
 
 /// The region the console's requests are signed for (any region works with sless).
 const REGION: &str = "ru-msk-1";
@@ -83,8 +83,14 @@ pub struct PeekedMessage {
 }
 
 #[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
 pub struct PeekList {
     pub items: Vec<PeekedMessage>,
+    /// Whether this peek counted as a receive of each message shown: false
+    /// on sless's engine, true where the engine can only peek by receiving
+    /// with visibility 0 (ElasticMQ), which can move a message into its
+    /// dead-letter queue.
+    pub receives_counted: bool,
 }
 
 /// The SQS endpoint and keys of a tenant's Ready queue service.
@@ -338,8 +344,9 @@ pub async fn send(
     Ok((StatusCode::CREATED, Json(json!({"messageId": sent["MessageId"]}))))
 }
 
-/// What a ReceiveMessage with visibility 0 shows: up to ten messages, left
-/// in the queue (their receive count grows by one, as SQS's would).
+/// Up to ten messages a receive would take now, left in the queue. sless's
+/// engine shows them without receiving them; another engine is asked for a
+/// receive with visibility 0, which counts (and says so).
 #[utoipa::path(get, path = "/api/v1/queue-services/{name}/queues/{queue}/messages", tag = "queues",
     params(("name" = String, Path, description = "The queue service"), ("queue" = String, Path)),
     responses((status = 200, body = PeekList), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)),
@@ -350,27 +357,39 @@ pub async fn peek(
     ApiPath((name, queue)): ApiPath<(String, String)>,
 ) -> Result<Json<PeekList>, ApiError> {
     let (service, url) = Service::with_queue(&state, &tenant, &name, &queue).await?;
-    let received = service
-        .call(
-            "ReceiveMessage",
-            json!({"QueueUrl": url, "MaxNumberOfMessages": PEEK, "VisibilityTimeout": 0,
-                   "MessageSystemAttributeNames": ["ApproximateReceiveCount"]}),
-        )
-        .await?;
-    let items = received["Messages"]
+    let peek = json!({"QueueUrl": url, "MaxNumberOfMessages": PEEK});
+    let (messages, receives_counted) = match service.call(PEEK_ACTION, peek).await {
+        Ok(peeked) => (peeked["Messages"].clone(), false),
+        // An engine without sless's peek refuses the action.
+        Err(ApiError::Validation(_)) => {
+            let received = service
+                .call(
+                    "ReceiveMessage",
+                    json!({"QueueUrl": url, "MaxNumberOfMessages": PEEK, "VisibilityTimeout": 0,
+                           "MessageSystemAttributeNames": ["ApproximateReceiveCount"]}),
+                )
+                .await?;
+            (received["Messages"].clone(), true)
+        }
+        Err(e) => return Err(e),
+    };
+    let items = messages
         .as_array()
         .into_iter()
         .flatten()
         .map(|m| PeekedMessage {
             message_id: m["MessageId"].as_str().unwrap_or_default().to_owned(),
             body: m["Body"].as_str().unwrap_or_default().to_owned(),
-            receive_count: m["Attributes"]["ApproximateReceiveCount"]
-                .as_str()
-                .and_then(|c| c.parse().ok())
+            receive_count: m["ApproximateReceiveCount"]
+                .as_u64()
+                .or_else(|| m["Attributes"]["ApproximateReceiveCount"].as_str()?.parse().ok())
                 .unwrap_or(0),
         })
         .collect();
-    Ok(Json(PeekList { items }))
+    Ok(Json(PeekList {
+        items,
+        receives_counted,
+    }))
 }
 
 /// Move a dead-letter queue's messages back to the queues they came from

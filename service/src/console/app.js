@@ -221,7 +221,7 @@ async function overview() {
 
 // ---- the queues of a queue service -----------------------------------------
 
-/** queue → the messages a peek showed, until the next peek. */
+/** queue → what a peek showed ({items, receivesCounted}), until the next peek. */
 const peeked = new Map();
 
 function queuePath(service, queue) {
@@ -284,7 +284,7 @@ function queueRow(service, q) {
         text: "Peek",
         onclick: async () => {
           const got = await api("GET", queuePath(service, q.name) + "/messages");
-          peeked.set(q.name, got.json?.items || []);
+          peeked.set(q.name, { items: got.json?.items || [], receivesCounted: !!got.json?.receivesCounted });
           refresh();
         },
       }),
@@ -303,8 +303,13 @@ function queueRow(service, q) {
       ? h(
           "div",
           { class: "peeked" },
-          h("p", { class: "muted", text: "What ReceiveMessage with visibility 0 shows: the messages stay in the queue, and each receive counts." }),
-          shown.length ? shown.map((m) => h("pre", { text: `${m.messageId} (received ${m.receiveCount}×)\n${m.body}` })) : h("p", { text: "No message visible." }),
+          h("p", {
+            class: "muted",
+            text: shown.receivesCounted
+              ? "What ReceiveMessage with visibility 0 shows: this engine cannot peek without receiving, so each peek counts as a receive (and can move a message to its dead-letter queue)."
+              : "What the next receive would take: the messages stay in the queue, and a peek counts as no receive.",
+          }),
+          shown.items.length ? shown.items.map((m) => h("pre", { text: `${m.messageId} (received ${m.receiveCount}×)\n${m.body}` })) : h("p", { text: "No message visible." }),
         )
       : null,
   );

@@ -9,9 +9,11 @@ use super::journal::{Change, Pending};
 use super::message::{attributes_size, parse_attributes};
 use super::queue::{Put, Queue, Taken};
 use super::requests::{
-    self, Int, MAX_VISIBILITY_SECONDS, MAX_WAIT_SECONDS, ReceiptEntry, ReceiveMessage, SendEntry, VisibilityEntry,
+    self, Int, MAX_VISIBILITY_SECONDS, MAX_WAIT_SECONDS, Peek, ReceiptEntry, ReceiveMessage, SendEntry, VisibilityEntry,
 };
-use super::responses::{Batch, Empty, EntryId, Messages, Outcomes, ReceivedMessage, Selection, SendResult, single};
+use super::responses::{
+    Batch, Empty, EntryId, Messages, Outcomes, Peeked, PeekedMessage, ReceivedMessage, Selection, SendResult, single,
+};
 use super::{Engine, now_ms};
 use crate::engine::attributes::MAX_MESSAGE_SIZE;
 
@@ -239,6 +241,24 @@ impl Engine {
                 Err(e)
             }
         }
+    }
+
+    /// What a receive would take now, changing nothing (no journal write).
+    pub(super) fn peek_messages(&self, name: &str, request: &Peek) -> Result<Peeked, SqsError> {
+        let max = request.max()?;
+        self.with_queue(name, |q, now| {
+            let messages = q
+                .peek(max, now)
+                .iter()
+                .filter_map(|seq| q.messages.get(seq))
+                .map(|m| PeekedMessage {
+                    message_id: m.stored.id.clone(),
+                    body: m.stored.body.clone(),
+                    approximate_receive_count: m.receive_count,
+                })
+                .collect();
+            Ok(Peeked { messages })
+        })
     }
 
     pub(super) async fn receive_message(&self, name: &str, request: ReceiveMessage) -> Result<Messages, SqsError> {

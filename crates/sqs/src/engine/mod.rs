@@ -170,6 +170,7 @@ impl Engine {
                 QueueRequest::SendMessage(r) => reply(self.send_message(&name, r).await?),
                 QueueRequest::SendMessageBatch(r) => reply(self.send_message_batch(&name, r).await?),
                 QueueRequest::ReceiveMessage(r) => reply(self.receive_message(&name, r).await?),
+                QueueRequest::Peek(r) => reply(self.peek_messages(&name, &r)?),
                 QueueRequest::DeleteMessage(r) => reply(self.delete_message(&name, r).await?),
                 QueueRequest::DeleteMessageBatch(r) => reply(self.delete_message_batch(&name, r).await?),
                 QueueRequest::ChangeMessageVisibility(r) => reply(self.change_visibility(&name, &r)?),

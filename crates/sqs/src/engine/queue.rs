@@ -379,6 +379,28 @@ impl Queue {
         taken
     }
 
+    /// The sequences of up to `max` messages a receive would take now, in
+    /// the order it would take them; nothing changes.
+    pub fn peek(&self, max: usize, now: u64) -> Vec<u64> {
+        let mut blocked_groups: HashSet<&str> = HashSet::new();
+        let mut seen = Vec::new();
+        for (seq, m) in &self.messages {
+            if seen.len() >= max {
+                break;
+            }
+            let group = m.stored.group_id.as_deref().filter(|_| self.meta.fifo);
+            if m.visible_at_ms > now {
+                blocked_groups.extend(group);
+                continue;
+            }
+            if group.is_some_and(|g| blocked_groups.contains(g)) {
+                continue;
+            }
+            seen.push(*seq);
+        }
+        seen
+    }
+
     /// Takes out every message not in flight, for a move task.
     pub fn take_movable(&mut self, now: u64) -> Vec<(u64, Message)> {
         let seqs: Vec<u64> = self

@@ -43,6 +43,7 @@ pub enum QueueRequest {
     SendMessage(SendEntry),
     SendMessageBatch(Vec<SendEntry>),
     ReceiveMessage(ReceiveMessage),
+    Peek(Peek),
     DeleteMessage(ReceiptEntry),
     DeleteMessageBatch(Vec<ReceiptEntry>),
     ChangeMessageVisibility(VisibilityEntry),
@@ -79,6 +80,7 @@ impl Request {
                 )?))
             },
             "ReceiveMessage" => |i| Ok(QueueRequest::ReceiveMessage(parse(i)?)),
+            PEEK_ACTION => |i| Ok(QueueRequest::Peek(parse(i)?)),
             "DeleteMessage" => |i| Ok(QueueRequest::DeleteMessage(parse(i)?)),
             "DeleteMessageBatch" => |i| {
                 Ok(QueueRequest::DeleteMessageBatch(batch(
@@ -279,14 +281,37 @@ impl ReceiveMessage {
 
     /// How many messages to take at most (1 unless asked).
     pub fn max(&self) -> Result<usize, SqsError> {
-        match self.max_number_of_messages {
-            None => Ok(1),
-            Some(Int(n @ 1..=10)) => Ok(n as usize),
-            Some(Int(n)) => Err(SqsError::invalid_parameter_value(format!(
-                "Value {n} for parameter MaxNumberOfMessages is invalid. Reason: Must be between 1 and 10, if \
-                 provided."
-            ))),
-        }
+        max_messages(self.max_number_of_messages.as_ref())
+    }
+}
+
+/// `MaxNumberOfMessages`: 1–10, default 1.
+fn max_messages(n: Option<&Int>) -> Result<usize, SqsError> {
+    match n {
+        None => Ok(1),
+        Some(Int(n @ 1..=10)) => Ok(*n as usize),
+        Some(Int(n)) => Err(SqsError::invalid_parameter_value(format!(
+            "Value {n} for parameter MaxNumberOfMessages is invalid. Reason: Must be between 1 and 10, if \
+             provided."
+        ))),
+    }
+}
+
+/// sless's own action, not SQS's: what a receive would take now, shown
+/// without receiving it (no receive counted, no visibility changed), for
+/// the console. Other SQS engines answer it as an unknown action.
+pub const PEEK_ACTION: &str = "SlessPeekMessages";
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct Peek {
+    pub max_number_of_messages: Option<Int>,
+}
+
+impl Peek {
+    /// 1–10, as a receive's.
+    pub fn max(&self) -> Result<usize, SqsError> {
+        max_messages(self.max_number_of_messages.as_ref())
     }
 }
 

@@ -144,6 +144,22 @@ pub struct Messages {
     pub messages: Vec<ReceivedMessage>,
 }
 
+/// What [`crate::engine::requests::PEEK_ACTION`] shows.
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct Peeked {
+    pub messages: Vec<PeekedMessage>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct PeekedMessage {
+    pub message_id: String,
+    pub body: String,
+    /// Receives so far; a peek adds none.
+    pub approximate_receive_count: u32,
+}
+
 #[derive(Serialize)]
 pub struct ReceivedMessage {
     #[serde(rename = "MessageId")]

@@ -289,3 +289,45 @@ async fn a_journal_of_the_sqlite_format_is_migrated_with_what_its_wal_held() {
     bodies.sort_by_key(|b| b.to_string());
     assert_eq!(bodies, [json!("new"), json!("old one"), json!("old two")]);
 }
+
+/// The console's peek shows what a receive would take and changes
+/// nothing: two peeks of a queue whose dead-letter policy allows one
+/// receive move nothing and count no receive.
+#[tokio::test]
+async fn a_peek_counts_no_receive_and_moves_nothing() {
+    let j = Journaled::new();
+    let dlq = j.ok("CreateQueue", json!({"QueueName": "dead"})).await["QueueUrl"].clone();
+    let policy = json!({"deadLetterTargetArn": "arn:aws:sqs:ru-msk-1:acme:dead", "maxReceiveCount": 1}).to_string();
+    j.ok(
+        "CreateQueue",
+        json!({"QueueName": "jobs", "Attributes": {"RedrivePolicy": policy}}),
+    )
+    .await;
+    j.ok("SendMessage", json!({"QueueUrl": Q, "MessageBody": "m"})).await;
+    let peek = json!({"QueueUrl": Q, "MaxNumberOfMessages": 10});
+    for _ in 0..3 {
+        let peeked = j.ok(requests::PEEK_ACTION, peek.clone()).await;
+        assert_eq!(peeked["Messages"][0]["Body"], "m", "{peeked}");
+        assert_eq!(peeked["Messages"][0]["ApproximateReceiveCount"], 0, "{peeked}");
+        assert!(peeked["Messages"][0].get("ReceiptHandle").is_none());
+    }
+    assert!(j.receive(dlq.as_str().unwrap()).await.is_empty(), "a peek moved it");
+    // A receive still gets it, first time; while it is in flight a peek shows nothing.
+    let got = j
+        .ok(
+            "ReceiveMessage",
+            json!({"QueueUrl": Q, "VisibilityTimeout": 30, "AttributeNames": ["ApproximateReceiveCount"]}),
+        )
+        .await;
+    assert_eq!(
+        got["Messages"][0]["Attributes"]["ApproximateReceiveCount"], "1",
+        "{got}"
+    );
+    let peeked = j.ok(requests::PEEK_ACTION, peek.clone()).await;
+    assert_eq!(peeked["Messages"], json!([]), "{peeked}");
+    let e = j
+        .call(requests::PEEK_ACTION, json!({"QueueUrl": Q, "MaxNumberOfMessages": 11}))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code, "InvalidParameterValue");
+}

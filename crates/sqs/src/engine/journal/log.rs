@@ -348,7 +348,8 @@ pub struct Opened {
     pub log: Log,
     pub queues: Vec<StoredQueue>,
     pub messages: Vec<(String, u64, StoredMessage)>,
-    /// Whether opening cut off a torn write (and warned of it).
+    /// Whether opening cut off a torn write: a crash during a commit that
+    /// was not answered.
     pub torn: bool,
 }
 
@@ -419,13 +420,6 @@ impl Log {
             // Zeros are what preallocation left (after every clean
             // shutdown too): only other bytes are a write a crash tore.
             torn = tail.iter().any(|b| *b != 0);
-            if torn {
-                tracing::warn!(
-                    journal = %path.display(),
-                    bytes = size - end,
-                    "cutting off the journal's torn last write (a crash during a commit that was not answered)"
-                );
-            }
             file.set_len(end)?;
             file.sync_all()?;
         }

@@ -74,8 +74,17 @@ impl Journal {
         // Also after a crash between a migration's rename and this.
         legacy::remove(&legacy)?;
         let Opened {
-            log, queues, messages, ..
+            log,
+            queues,
+            messages,
+            torn,
         } = Log::open(path).map_err(journal_error)?;
+        if torn {
+            tracing::warn!(
+                journal = %path.display(),
+                "cut off the journal's torn last write (a crash during a commit that was not answered)"
+            );
+        }
         let (tx, rx) = mpsc::channel::<Request>();
         let failing = Arc::new(AtomicBool::new(false));
         std::thread::Builder::new()
