@@ -192,11 +192,53 @@ def test_permissions_are_kept_in_the_policy(sqs):
                    Actions=["SendMessage"]) == "InvalidParameterValue"
     policy = json.loads(sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["Policy"])["Attributes"]["Policy"])
     statement = policy["Statement"][0]
+    # A single value is a string, several an array, as AWS writes them.
     assert (statement["Sid"], statement["Action"], statement["Principal"]["AWS"]) == \
-        ("partner", ["SQS:SendMessage"], ["arn:aws:iam::123456789012:root"])
+        ("partner", "SQS:SendMessage", "arn:aws:iam::123456789012:root")
+    sqs.add_permission(QueueUrl=url, Label="two", AWSAccountIds=["123456789012", "210987654321"],
+                       Actions=["SendMessage", "ReceiveMessage"])
+    policy = json.loads(sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["Policy"])["Attributes"]["Policy"])
+    assert policy["Statement"][1]["Action"] == ["SQS:SendMessage", "SQS:ReceiveMessage"]
+    assert len(policy["Statement"][1]["Principal"]["AWS"]) == 2
+    sqs.remove_permission(QueueUrl=url, Label="two")
+    # At most seven actions; an empty account list is an invalid value.
+    eight = ["SendMessage", "ReceiveMessage", "DeleteMessage", "ChangeMessageVisibility",
+             "GetQueueAttributes", "GetQueueUrl", "ListDeadLetterSourceQueues", "PurgeQueue"]
+    assert refused(sqs.add_permission, QueueUrl=url, Label="many", AWSAccountIds=["123456789012"],
+                   Actions=eight) == "OverLimit"
+    sqs.add_permission(QueueUrl=url, Label="seven", AWSAccountIds=["123456789012"], Actions=eight[:7])
+    sqs.remove_permission(QueueUrl=url, Label="seven")
+    assert refused(sqs.add_permission, QueueUrl=url, Label="none", AWSAccountIds=[],
+                   Actions=["SendMessage"]) == "InvalidParameterValue"
     sqs.remove_permission(QueueUrl=url, Label="partner")
     assert "Policy" not in sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["Policy"]).get("Attributes", {})
     assert refused(sqs.remove_permission, QueueUrl=url, Label="partner") == "InvalidParameterValue"
+
+
+def test_a_queue_whose_dead_letter_queue_is_gone_still_takes_other_changes(sqs):
+    dlq = sqs.create_queue(QueueName=name())["QueueUrl"]
+    dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    policy = json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": "3"})
+    url = sqs.create_queue(QueueName=name(), Attributes={"RedrivePolicy": policy})["QueueUrl"]
+    sqs.delete_queue(QueueUrl=dlq)
+    sqs.set_queue_attributes(QueueUrl=url, Attributes={"VisibilityTimeout": "45"})
+    attrs = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["VisibilityTimeout"])["Attributes"]
+    assert attrs["VisibilityTimeout"] == "45"
+    # Setting the policy itself is still checked.
+    assert refused(sqs.set_queue_attributes, QueueUrl=url,
+                   Attributes={"RedrivePolicy": policy}) == "InvalidParameterValue"
+
+
+def test_all_attributes_include_sqs_managed_encryption(sqs):
+    url = sqs.create_queue(QueueName=name())["QueueUrl"]
+    attrs = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    assert attrs["SqsManagedSseEnabled"] == "true"
+    sqs.set_queue_attributes(QueueUrl=url, Attributes={"SqsManagedSseEnabled": "false"})
+    attrs = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    assert attrs["SqsManagedSseEnabled"] == "false"
+    kms = sqs.create_queue(QueueName=name(), Attributes={"KmsMasterKeyId": "alias/aws/sqs"})["QueueUrl"]
+    attrs = sqs.get_queue_attributes(QueueUrl=kms, AttributeNames=["All"])["Attributes"]
+    assert attrs["SqsManagedSseEnabled"] == "false"
 
 
 def test_a_fifo_receive_retried_with_its_attempt_id(sqs):

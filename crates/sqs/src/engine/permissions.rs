@@ -11,15 +11,22 @@ impl Engine {
     /// Adds a statement (`Sid` = its label) to the queue's Policy.
     pub(super) async fn add_permission(&self, name: &str, request: AddPermission) -> Result<Empty, SqsError> {
         let label = permission_label(&request.label)?;
-        if request.aws_account_ids.is_empty() {
-            return Err(SqsError::missing_parameter(
-                "The request must contain the parameter AWSAccountIds.",
-            ));
-        }
+        // In AWS's order: no action, no account, too many actions.
         if request.actions.is_empty() {
             return Err(SqsError::missing_parameter(
                 "The request must contain the parameter Actions.",
             ));
+        }
+        if request.aws_account_ids.is_empty() {
+            return Err(SqsError::invalid_parameter_value(
+                "Value [] for parameter PrincipalId is invalid. Reason: Unable to verify.",
+            ));
+        }
+        if request.actions.len() > MAX_PERMISSION_ACTIONS {
+            return Err(SqsError::over_limit(format!(
+                "{} Actions were found, maximum allowed is {MAX_PERMISSION_ACTIONS}.",
+                request.actions.len()
+            )));
         }
         if let Some(bad) = request
             .aws_account_ids
@@ -60,11 +67,13 @@ impl Engine {
                     "Value {label} for parameter Label is invalid. Reason: Already exists."
                 )));
             }
+            let principals = request.aws_account_ids.iter().map(|a| format!("arn:aws:iam::{a}:root"));
+            let actions = request.actions.iter().map(|a| format!("SQS:{a}"));
             statements.push(serde_json::json!({
                 "Sid": label,
                 "Effect": "Allow",
-                "Principal": {"AWS": request.aws_account_ids.iter().map(|a| format!("arn:aws:iam::{a}:root")).collect::<Vec<_>>()},
-                "Action": request.actions.iter().map(|a| format!("SQS:{a}")).collect::<Vec<_>>(),
+                "Principal": {"AWS": one_or_many(principals)},
+                "Action": one_or_many(actions),
                 "Resource": arn,
             }));
             meta.attributes.0.insert("Policy".into(), policy.to_string());
@@ -103,6 +112,20 @@ impl Engine {
             Ok(())
         })
         .await
+    }
+}
+
+/// Most actions one AddPermission grants.
+const MAX_PERMISSION_ACTIONS: usize = 7;
+
+/// A policy value as AWS writes it: a single value as a string, several
+/// as an array.
+fn one_or_many(values: impl Iterator<Item = String>) -> serde_json::Value {
+    let mut values: Vec<serde_json::Value> = values.map(serde_json::Value::String).collect();
+    if values.len() == 1 {
+        values.remove(0)
+    } else {
+        serde_json::Value::Array(values)
     }
 }
 

@@ -222,6 +222,12 @@ impl Engine {
                 all.entry(n.to_owned())
                     .or_insert_with(|| q.meta.attributes.number(n).to_string());
             }
+            // SQS-managed encryption is on for a queue without a KMS key
+            // (SQS's default since 2022); sless's journal is protected by
+            // its volume, as the README says.
+            all.entry("SqsManagedSseEnabled".into()).or_insert_with(|| {
+                (!q.meta.attributes.0.contains_key("KmsMasterKeyId")).to_string()
+            });
             if q.meta.fifo {
                 all.insert("FifoQueue".into(), "true".into());
                 all.entry("ContentBasedDeduplication".into())
@@ -252,7 +258,11 @@ impl Engine {
         self.update_meta(name, |state, meta, now| {
             let fifo = meta.fifo;
             meta.attributes.apply(&request.attributes, false, fifo)?;
-            self.check_redrive(state, name, &meta.attributes, fifo)?;
+            // Only a policy being set is checked: a queue whose dead-letter
+            // queue was deleted takes its other changes, as on AWS.
+            if request.attributes.contains_key("RedrivePolicy") {
+                self.check_redrive(state, name, &meta.attributes, fifo)?;
+            }
             meta.modified_s = now / 1000;
             Ok(())
         })
