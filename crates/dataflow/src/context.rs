@@ -24,6 +24,15 @@ pub struct PipelineContext {
     pub queue_services: Option<Arc<dyn QueueServices>>,
 }
 
+impl PipelineContext {
+    /// The part of [`Self::id`] that names the tenant (`sless dev`) or its
+    /// namespace (kubernetes): what names on servers that tenants share are
+    /// scoped to.
+    pub fn tenant(&self) -> &str {
+        self.id.split_once('/').map_or(self.id.as_str(), |(tenant, _)| tenant)
+    }
+}
+
 /// How to reach a queue service: what its tenant would put in an SDK.
 #[derive(Clone, PartialEq, Eq)]
 pub struct QueueAccess {

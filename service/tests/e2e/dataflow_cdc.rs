@@ -154,6 +154,92 @@ async fn changes_arrive_in_commit_order_as_debezium_events_and_the_slot_goes_wit
         .unwrap();
 }
 
+fn hex_digest(text: &str, bytes: usize) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(text.as_bytes())[..bytes]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// Tenants sharing a database server: tenant b names tenant a's slot (its
+/// default name is predictable from a's tenant and dataflow names), and a
+/// publication in its own prefix that its dataflow did not make. Before,
+/// b's dataflow rewrote a's publication, took a's changes, and dropped a's
+/// slot and publication when deleted.
+#[tokio::test]
+async fn a_tenant_can_neither_adopt_nor_drop_another_tenants_slot_or_publication() {
+    let db = db().await;
+    let (table, events, stolen) = (unique("cdc_shared"), unique("cdc_a_events"), unique("cdc_b_events"));
+    db.batch_execute(&format!("CREATE TABLE {table} (id int PRIMARY KEY)"))
+        .await
+        .unwrap();
+    let dir = TempDir::new("df-cdc-tenants");
+    let server = DevServer::start(&dir.0);
+    let (a, b) = (server.client(TOKEN_A), server.client(crate::common::TOKEN_B));
+    let name = flow_name("shared");
+    a.create_dataflow(json!({
+        "name": name,
+        "source": cdc(&[&table], json!({})),
+        "sink": pg(&events, json!({"autoCreateTable": true})),
+    }))
+    .await;
+    a.wait_for_phase(&name, "Running", Duration::from_secs(30)).await;
+    let a_slot = format!("sless_{}", hex_digest(&format!("a/{name}"), 10));
+    assert!(slots_and_publications(&db).await.0.contains(&a_slot));
+
+    // b's prefix, and a publication in it that no dataflow made.
+    let b_prefix = format!("sless_{}_", hex_digest("b", 6));
+    let foreign = format!("{b_prefix}{}", rand::random::<u32>());
+    db.batch_execute(&format!("CREATE PUBLICATION {foreign} FOR TABLE {table}"))
+        .await
+        .unwrap();
+    for (flow, extra, reason) in [
+        (
+            "by-slot",
+            json!({"slotName": a_slot}),
+            "slotName must begin with sless_",
+        ),
+        (
+            "by-publication",
+            json!({"publicationName": a_slot}),
+            "publicationName must begin with sless_",
+        ),
+        (
+            "foreign",
+            json!({"slotName": format!("{b_prefix}x"), "publicationName": foreign}),
+            "was not made by this dataflow",
+        ),
+    ] {
+        b.create_dataflow(json!({
+            "name": flow,
+            "source": cdc(&[&table], extra),
+            "sink": pg(&stolen, json!({"autoCreateTable": true})),
+        }))
+        .await;
+        let view = b.wait_for_phase(flow, "Error", Duration::from_secs(20)).await;
+        assert!(view["message"].as_str().unwrap().contains(reason), "{flow}: {view}");
+        assert_eq!(b.delete(&format!("/api/v1/dataflows/{flow}")).await.0, 204);
+    }
+    // Deleting b's dataflows dropped nothing of a's, nor the foreign one.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (slots, publications) = slots_and_publications(&db).await;
+    assert!(
+        slots.contains(&a_slot) && publications.contains(&a_slot),
+        "{slots:?} {publications:?}"
+    );
+    assert!(publications.contains(&foreign), "{publications:?}");
+    // a still captures its changes, all of them.
+    db.batch_execute(&format!("INSERT INTO {table} SELECT generate_series(1, 20)"))
+        .await
+        .unwrap();
+    wait_for(&db, &format!("SELECT count(*) FROM {events}"), 20).await;
+    assert_eq!(a.delete(&format!("/api/v1/dataflows/{name}")).await.0, 204);
+    db.batch_execute(&format!("DROP PUBLICATION {foreign}; DROP TABLE {table}, {events}"))
+        .await
+        .unwrap();
+}
+
 /// `kill -9` of `sless dev` while captured changes stream into PostgreSQL:
 /// after the restart the slot delivers again from its confirmed position,
 /// so every change lands; what repeats is what was written after the slot

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use crate::common::kafka::{Broker, kafka};
 use crate::common::pg::{count, db, pg, unique, wait_for, wait_mid_stream};
-use crate::common::{DevServer, TOKEN_A, TempDir};
+use crate::common::{DevServer, TOKEN_A, TOKEN_B, TempDir};
 use serde_json::{Value, json};
 
 async fn wait_committed(broker: &Broker, group: &str, topic: &str, partitions: i32, want: i64) {
@@ -48,7 +48,7 @@ async fn kafka_to_pg_commits_offsets_only_after_writing_and_survives_kill_9() {
             "/api/v1/dataflows",
             json!({
                 "name": "orders",
-                "source": kafka(&broker, &topic, json!({"consumerGroup": "orders-etl"})),
+                "source": kafka(&broker, &topic, json!({"consumerGroup": "sless.a.orders-etl"})),
                 "sink": pg(&dst, json!({"autoCreateTable": true})),
                 "transformations": [
                     {"type": "mask", "config": {"fields": ["card"], "keepLength": true}},
@@ -70,7 +70,7 @@ async fn kafka_to_pg_commits_offsets_only_after_writing_and_survives_kill_9() {
         json!({"id": 7, "first_name": "n7", "card": "****************"})
     );
     // Every record written means every offset committed, in the named group.
-    wait_committed(&broker, "orders-etl", &topic, 3, 200).await;
+    wait_committed(&broker, "sless.a.orders-etl", &topic, 3, 200).await;
     let view = server.client(TOKEN_A).get("/api/v1/dataflows/orders").await.1;
     assert_eq!(
         (view["phase"].as_str(), view["message"].as_str()),
@@ -99,7 +99,26 @@ async fn kafka_to_pg_commits_offsets_only_after_writing_and_survives_kill_9() {
         "{} duplicates: more than two batches",
         total - 6200
     );
-    wait_committed(&broker, "orders-etl", &topic, 3, 6200).await;
+    wait_committed(&broker, "sless.a.orders-etl", &topic, 3, 6200).await;
+
+    // Tenant b naming a's group would get a share of a's records: refused.
+    let b = server.client(TOKEN_B);
+    b.create_dataflow(json!({
+        "name": "orders",
+        "source": kafka(&broker, &topic, json!({"consumerGroup": "sless.a.orders-etl"})),
+        "sink": pg(&unique("intruder"), json!({"autoCreateTable": true})),
+    }))
+    .await;
+    let view = b.wait_for_phase("orders", "Error", Duration::from_secs(20)).await;
+    assert!(
+        view["message"]
+            .as_str()
+            .unwrap()
+            .contains("consumerGroup must begin with sless.b."),
+        "{view}"
+    );
+    assert!(broker.committed("sless.a.orders-etl", &topic, 3).values().sum::<i64>() == 6200);
+    assert_eq!(b.delete("/api/v1/dataflows/orders").await.0, 204);
 
     assert_eq!(server.client(TOKEN_A).delete("/api/v1/dataflows/orders").await.0, 204);
     db.batch_execute(&format!("DROP TABLE {dst}")).await.unwrap();

@@ -41,12 +41,29 @@ pub fn default_group(flow_id: &str) -> String {
     format!("sless.{}", flow_id.replace('/', "."))
 }
 
+/// What every consumer group of `tenant`'s dataflows begins with, its
+/// default ones included. Tenant ids and dataflow names hold no dot.
+pub fn group_prefix(tenant: &str) -> String {
+    format!("sless.{tenant}.")
+}
+
 impl KafkaSource {
     pub async fn connect(config: &KafkaConfig, ctx: &PipelineContext) -> Result<Self, ConnectorError> {
         let topic = topic(config)?;
         let group = match (&config.consumer_group, &config.consumer_group_secret_ref) {
             (None, None) => default_group(&ctx.id),
-            (group, secret) => inline(group.as_deref(), secret, "consumerGroup")?.to_owned(),
+            (group, secret) => {
+                let group = inline(group.as_deref(), secret, "consumerGroup")?;
+                // A group joined on a shared cluster gets its share of the
+                // topic: only names of this tenant's are joined.
+                let prefix = group_prefix(ctx.tenant());
+                if !group.starts_with(&prefix) {
+                    return Err(ConnectorError::Config(format!(
+                        "consumerGroup must begin with {prefix}: consumer groups are scoped to the tenant"
+                    )));
+                }
+                group.to_owned()
+            }
         };
         check_brokers(config, &ctx.egress).await?;
         let consumer: StreamConsumer = client_config(config, &ctx.egress)?
@@ -229,6 +246,8 @@ mod tests {
     #[test]
     fn default_groups_are_per_dataflow() {
         assert_eq!(default_group("acme/orders"), "sless.acme.orders");
+        assert!(default_group("acme/orders").starts_with(&group_prefix("acme")));
+        assert!(!default_group("acme-b/orders").starts_with(&group_prefix("acme")));
         assert_ne!(default_group("a/orders"), default_group("b/orders"));
     }
 }

@@ -14,6 +14,12 @@
 //! when the dataflow starts and dropped when it is deleted
 //! ([`super::Open::release`]); a slot left behind keeps WAL on the server.
 //!
+//! A database server may be shared by tenants: a slot or publication name a
+//! spec gives must begin with its tenant's prefix ([`name_prefix`]), and a
+//! dataflow adopts or drops only the publication it made (marked with a
+//! comment naming the dataflow) and the slot that goes with it. A database
+//! role per tenant is still the real boundary.
+//!
 //! Only changes made after the slot exists are captured (no initial
 //! snapshot: copy existing rows with a `postgresql` source). A transaction
 //! is read whole, however large.
@@ -81,15 +87,60 @@ fn valid_name(name: &str) -> bool {
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
 }
 
-/// The slot and publication names of a dataflow.
+fn hex_digest(text: &str, bytes: usize) -> String {
+    Sha256::digest(text.as_bytes())[..bytes]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// What a slot or publication name a spec gives must begin with: `sless_`,
+/// 12 hex digits of the SHA-256 of `tenant`, and `_`. (The default names,
+/// `sless_` and 20 hex digits, cannot begin so.)
+pub fn name_prefix(tenant: &str) -> String {
+    format!("sless_{}_", hex_digest(tenant, 6))
+}
+
+/// The slot and publication names of a dataflow, and whether they are its
+/// defaults.
 fn names(config: &PostgresCdcConfig, id: &str) -> (String, String) {
-    let slot = config.slot_name.clone().unwrap_or_else(|| {
-        let digest = Sha256::digest(id.as_bytes());
-        let hex: String = digest[..10].iter().map(|b| format!("{b:02x}")).collect();
-        format!("sless_{hex}")
-    });
+    let slot = config
+        .slot_name
+        .clone()
+        .unwrap_or_else(|| format!("sless_{}", hex_digest(id, 10)));
     let publication = config.publication_name.clone().unwrap_or_else(|| slot.clone());
     (slot, publication)
+}
+
+/// The comment a dataflow puts on the publication it makes (letters, digits
+/// and spaces: a literal as it is).
+fn owner_mark(id: &str) -> String {
+    format!("made by sless dataflow {}", hex_digest(id, 8))
+}
+
+/// Whether this dataflow made its publication, whose comment is `comment`:
+/// its mark is on it, or (made before marks) it is unmarked and has the
+/// dataflow's default name, which only this dataflow derives.
+fn owns(config: &PostgresCdcConfig, id: &str, comment: Option<&str>) -> bool {
+    match comment {
+        Some(mark) => mark == owner_mark(id),
+        None => config.publication_name.is_none() && config.slot_name.is_none(),
+    }
+}
+
+/// The comment on `publication`: `None` when there is no such publication.
+async fn publication_comment(
+    client: &tokio_postgres::Client,
+    publication: &str,
+) -> Result<Option<Option<String>>, ConnectorError> {
+    Ok(client
+        .query_opt(
+            "SELECT obj_description(oid, 'pg_publication') FROM pg_publication WHERE pubname = $1",
+            &[&publication],
+        )
+        .await
+        .map_err(ConnectorError::query)?
+        .map(|row| row.get::<_, Option<String>>(0)))
 }
 
 /// What has been read and not yet confirmed.
@@ -212,6 +263,17 @@ impl super::Open for PostgresCdcSource {
             )));
         }
         let (slot, publication) = names(config, &ctx.id);
+        let prefix = name_prefix(ctx.tenant());
+        for (field, given) in [
+            ("slotName", &config.slot_name),
+            ("publicationName", &config.publication_name),
+        ] {
+            if given.as_deref().is_some_and(|name| !name.starts_with(&prefix)) {
+                return Err(ConnectorError::Config(format!(
+                    "{field} must begin with {prefix}: slot and publication names are scoped to the tenant"
+                )));
+            }
+        }
         let tables = config
             .tables()
             .into_iter()
@@ -219,17 +281,38 @@ impl super::Open for PostgresCdcSource {
             .collect::<Result<Vec<_>, _>>()?
             .join(", ");
         let publication_quoted = quote(&publication)?;
-        let exists = client
-            .query_opt("SELECT 1 FROM pg_publication WHERE pubname = $1", &[&publication])
+        let slot_exists = client
+            .query_opt("SELECT 1 FROM pg_replication_slots WHERE slot_name = $1", &[&slot])
             .await
             .map_err(ConnectorError::query)?
             .is_some();
-        let statement = if exists {
-            format!("ALTER PUBLICATION {publication_quoted} SET TABLE {tables}")
-        } else {
-            format!("CREATE PUBLICATION {publication_quoted} FOR TABLE {tables}")
+        let mark = owner_mark(&ctx.id);
+        let statement = match publication_comment(&client, &publication).await? {
+            Some(comment) if owns(config, &ctx.id, comment.as_deref()) => format!(
+                "ALTER PUBLICATION {publication_quoted} SET TABLE {tables}; \
+                 COMMENT ON PUBLICATION {publication_quoted} IS '{mark}'"
+            ),
+            Some(_) => {
+                return Err(ConnectorError::Config(format!(
+                    "publication {publication} exists and was not made by this dataflow"
+                )));
+            }
+            // A slot with no publication of this dataflow's is someone else's.
+            None if slot_exists => {
+                return Err(ConnectorError::Config(format!(
+                    "replication slot {slot} exists and was not made by this dataflow"
+                )));
+            }
+            None => format!(
+                "CREATE PUBLICATION {publication_quoted} FOR TABLE {tables}; \
+                 COMMENT ON PUBLICATION {publication_quoted} IS '{mark}'"
+            ),
         };
-        client.batch_execute(&statement).await.map_err(ConnectorError::query)?;
+        // One transaction: a publication is never left without its mark.
+        client
+            .batch_execute(&format!("BEGIN; {statement}; COMMIT"))
+            .await
+            .map_err(ConnectorError::query)?;
         let confirmed = match client
             .query_opt(
                 "SELECT confirmed_flush_lsn::text, plugin::text FROM pg_replication_slots WHERE slot_name = $1",
@@ -278,6 +361,14 @@ impl super::Open for PostgresCdcSource {
     async fn release(config: &PostgresCdcConfig, ctx: &PipelineContext) -> Result<(), ConnectorError> {
         let client = connect_checked(config, ctx).await?;
         let (slot, publication) = names(config, &ctx.id);
+        // Only what this dataflow made: another's slot and publication stay.
+        match publication_comment(&client, &publication).await? {
+            Some(comment) if owns(config, &ctx.id, comment.as_deref()) => {}
+            _ => {
+                tracing::info!(dataflow = %ctx.id, %slot, "no slot or publication of this dataflow's to drop");
+                return Ok(());
+            }
+        }
         // A processor still stopping may hold the slot a moment longer.
         let mut attempts = 0;
         loop {

@@ -57,7 +57,9 @@ impl Engine {
                 .get("Policy")
                 .and_then(|p| serde_json::from_str::<serde_json::Value>(p).ok())
                 .filter(serde_json::Value::is_object)
-                .unwrap_or_else(|| serde_json::json!({"Version": "2012-10-17", "Id": format!("{arn}/SQSDefaultPolicy")}));
+                .unwrap_or_else(
+                    || serde_json::json!({"Version": "2012-10-17", "Id": format!("{arn}/SQSDefaultPolicy")}),
+                );
             if !policy["Statement"].is_array() {
                 policy["Statement"] = serde_json::json!([]);
             }

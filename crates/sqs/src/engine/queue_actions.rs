@@ -225,9 +225,8 @@ impl Engine {
             // SQS-managed encryption is on for a queue without a KMS key
             // (SQS's default since 2022); sless's journal is protected by
             // its volume, as the README says.
-            all.entry("SqsManagedSseEnabled".into()).or_insert_with(|| {
-                (!q.meta.attributes.0.contains_key("KmsMasterKeyId")).to_string()
-            });
+            all.entry("SqsManagedSseEnabled".into())
+                .or_insert_with(|| (!q.meta.attributes.0.contains_key("KmsMasterKeyId")).to_string());
             if q.meta.fifo {
                 all.insert("FifoQueue".into(), "true".into());
                 all.entry("ContentBasedDeduplication".into())
