@@ -131,6 +131,46 @@ def test_a_peek_counts_no_receive_so_it_never_dead_letters(sless, tenant_a):
     assert got["Messages"][0]["Attributes"]["ApproximateReceiveCount"] == "1"
 
 
+def test_the_queue_list_comes_a_page_at_a_time(sless, tenant_a):
+    """One list made an SQS call per queue of the service, all at once;
+    now a page of at most 100, its calls a few at a time, and a dead-letter
+    queue's sources found even when they are on another page."""
+    import json
+
+    from conftest import sqs_client
+
+    sqs = sqs_client(tenant_a)
+    dlq = sqs.create_queue(QueueName="page-a-dlq")["QueueUrl"]
+    dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    policy = json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": "5"})
+    for i in range(6):
+        sqs.create_queue(QueueName=f"page-z-{i}", Attributes={"RedrivePolicy": policy})
+    base = "/queue-services/main/queues"
+    seen, token, pages = [], None, 0
+    while True:
+        got = sless.rest("a", "GET", base + "?limit=3" + (f"&nextToken={token}" if token else ""))
+        assert got.status_code == 200, got.text
+        page = got.json()
+        assert len(page["items"]) <= 3
+        seen += page["items"]
+        pages += 1
+        token = page.get("nextToken")
+        if not token:
+            break
+    names = [q["name"] for q in seen]
+    assert sorted(names) == sorted(set(names)), "a queue on two pages"
+    assert sorted(names) == sorted(u.rsplit("/", 1)[1] for u in sqs.list_queues()["QueueUrls"])
+    assert pages >= 3
+    by_name = {q["name"]: q for q in seen}
+    assert sorted(by_name["page-a-dlq"]["deadLetterSources"]) == [f"page-z-{i}" for i in range(6)]
+    for bad in ["?limit=0", "?limit=101", "?limit=x", "?limit=3&what=1"]:
+        refused = sless.rest("a", "GET", base + bad)
+        assert refused.status_code == 400, (bad, refused.text)
+    for i in range(6):
+        sqs.delete_queue(QueueUrl=sqs.get_queue_url(QueueName=f"page-z-{i}")["QueueUrl"])
+    sqs.delete_queue(QueueUrl=dlq)
+
+
 def test_a_dead_letter_queue_is_shown_and_redriven(sless, tenant_a):
     import json
 

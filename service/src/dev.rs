@@ -66,6 +66,8 @@ pub struct DevOptions {
     pub region: String,
     /// Connections to the API and to the gateway: caps and timeouts.
     pub limits: sless_runtime::http::ConnectionLimits,
+    /// Each tenant's quotas and API rate.
+    pub tenant_limits: crate::api::limits::TenantLimits,
     /// Where dataflows may connect: everything by default (dev runs on the
     /// developer's own machine), less `--egress-deny`.
     pub egress: sless_dataflow::egress::EgressArgs,
@@ -158,6 +160,8 @@ impl Dev {
             platform: platform.clone(),
             tenants: Arc::new(Directory::new(tenants)),
             metrics: Metrics::new(),
+            limits: opts.tenant_limits,
+            rate: Arc::default(),
         };
         Ok(Self {
             api_addr,

@@ -165,6 +165,9 @@ struct DevArgs {
     /// server has its own).
     #[command(flatten)]
     limits: sless_runtime::http::ConnectionLimits,
+    /// Each tenant's quotas and API rate.
+    #[command(flatten)]
+    tenant_limits: sless::api::limits::TenantLimits,
     #[command(flatten)]
     control_plane: ControlPlaneArgs,
     /// Where dataflows may connect (default: anywhere; dev runs on your own
@@ -219,6 +222,7 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
         gateway_public_url: args.gateway_public_url,
         region: args.region,
         limits: args.limits,
+        tenant_limits: args.tenant_limits,
         egress: args.egress,
     })
     .await

@@ -44,6 +44,9 @@ pub struct OperatorArgs {
     /// (0) the per-client cap there.
     #[command(flatten)]
     limits: sless_runtime::http::ConnectionLimits,
+    /// Each tenant's quotas and API rate.
+    #[command(flatten)]
+    tenant_limits: sless::api::limits::TenantLimits,
     /// A tenant's objects live in the namespace sless-fn-ID.
     #[command(flatten)]
     tenants: TenantArgs,
@@ -139,6 +142,8 @@ pub async fn run(args: ServeArgs, shutdown: impl Future<Output = ()> + Send + 's
         metrics: sless::api::metrics::Metrics::with(|registry| {
             operator_metrics = Some(OperatorMetrics::register(registry));
         }),
+        limits: op.tenant_limits,
+        rate: std::sync::Arc::default(),
     };
     let metrics = operator_metrics.context("the operator's metrics were registered")?;
     let api_listener = tokio::net::TcpListener::bind(op.listen)

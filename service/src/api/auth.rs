@@ -1,4 +1,5 @@
-//! Bearer-token authentication: resolves the caller's tenant or answers 401.
+//! Bearer-token authentication: resolves the caller's tenant or answers
+//! 401, then takes the request from the tenant's rate (429 when spent).
 
 use axum::extract::{Request, State};
 use axum::http::header::AUTHORIZATION;
@@ -30,6 +31,10 @@ pub async fn require_tenant(State(state): State<AppState>, mut req: Request, nex
         .authenticate(token)
         .ok_or(ApiError::Unauthorized("invalid token"))?
         .clone();
+    state
+        .rate
+        .take(&tenant, &state.limits)
+        .map_err(ApiError::TooManyRequests)?;
     req.extensions_mut().insert(Tenant(tenant));
     Ok(next.run(req).await)
 }

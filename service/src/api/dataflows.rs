@@ -14,6 +14,7 @@ use super::AppState;
 use super::auth::Tenant;
 use super::error::{ApiError, ErrorBody};
 use super::json::ApiJson;
+use super::limits::TenantLimits;
 use super::queue_services::{check_body_name, path_name};
 use sless_dataflow::registry::Registry;
 use sless_model::dataflow::{DataFlowEventList, DataFlowRequest, DataFlowSpec, DataFlowView};
@@ -54,6 +55,16 @@ pub async fn create(
     let name = DnsLabel::parse(body.name.take().as_deref().unwrap_or_default(), "name")
         .map_err(|e| ApiError::Validation(e.into()))?;
     let spec = body.into_spec(&Registry)?;
+    check_sinks(&state, &spec)?;
+    let held = state
+        .platform
+        .list_dataflows(&tenant)
+        .await
+        .map_err(|e| ApiError::from_platform(e, || "dataflows".into()))?;
+    // A name the tenant already has is answered 409 by the platform.
+    if !held.iter().any(|v| v.name == name.as_str()) {
+        TenantLimits::check(state.limits.dataflows, held.len(), "dataflows", "--max-dataflows")?;
+    }
     let view = state
         .platform
         .create_dataflow(&tenant, &name, spec)
@@ -119,6 +130,19 @@ pub async fn events(
         .map_err(|e| ApiError::from_platform(e, what(&name)))
 }
 
+/// The tenant's quota of sinks per dataflow.
+fn check_sinks(state: &AppState, spec: &DataFlowSpec) -> Result<(), ApiError> {
+    let sinks = sless_dataflow::transforms::sink_count(spec);
+    let quota = state.limits.sinks_per_dataflow;
+    if sinks > quota {
+        return Err(ApiError::QuotaExceeded(format!(
+            "a dataflow may write to at most {quota} sinks (its sink, its error sink and its routes; this \
+             platform's --max-sinks-per-dataflow); this one has {sinks}"
+        )));
+    }
+    Ok(())
+}
+
 async fn update(
     state: AppState,
     tenant: DnsLabel,
@@ -138,6 +162,7 @@ async fn update(
     } else {
         body.into_spec(&Registry)?
     };
+    check_sinks(&state, &spec)?;
     state
         .platform
         .update_dataflow(&tenant, &label, spec)

@@ -33,6 +33,10 @@ pub enum ApiError {
     MethodNotAllowed,
     #[error("the platform is unavailable; try again")]
     Unavailable,
+    #[error("{0}")]
+    QuotaExceeded(String),
+    #[error("too many requests: this tenant may make more in {} ms", .0.as_millis())]
+    TooManyRequests(std::time::Duration),
 }
 
 /// Body of every error response.
@@ -66,6 +70,8 @@ impl ApiError {
             Self::NoRoute => (StatusCode::NOT_FOUND, "no_route"),
             Self::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
             Self::Unavailable => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+            Self::QuotaExceeded(_) => (StatusCode::FORBIDDEN, "quota_exceeded"),
+            Self::TooManyRequests(_) => (StatusCode::TOO_MANY_REQUESTS, "too_many_requests"),
         }
     }
 
@@ -108,6 +114,12 @@ impl IntoResponse for ApiError {
             response
                 .headers_mut()
                 .insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("Bearer"));
+        }
+        if let Self::TooManyRequests(wait) = self {
+            let seconds = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, seconds.max(1).into());
         }
         response
     }

@@ -6,6 +6,7 @@ pub mod console;
 pub mod dataflows;
 pub mod error;
 pub mod json;
+pub mod limits;
 pub mod metrics;
 pub mod openapi;
 pub mod path;
@@ -30,6 +31,9 @@ pub struct AppState {
     pub platform: Arc<dyn Platform>,
     pub tenants: Arc<Directory>,
     pub metrics: Arc<Metrics>,
+    /// Each tenant's quotas and API rate.
+    pub limits: limits::TenantLimits,
+    pub rate: Arc<limits::RateLimiter>,
 }
 
 pub fn router(state: AppState) -> Router {
@@ -118,6 +122,8 @@ mod tests {
             metrics: Metrics::with(|registry| {
                 OperatorMetrics::register(registry);
             }),
+            limits: limits::TenantLimits::default(),
+            rate: Arc::default(),
         };
         let api = serve(router(state.clone())).await;
         let internal = serve(metrics_router(state)).await;

@@ -1,4 +1,4 @@
-//! Path segments (`{name}`, or a tuple of them) as an extractor whose
+//! Path segments (`{name}`, or a tuple of them) and query strings as extractors whose
 //! rejection is an [`ApiError`], so a path that does not decode (`%ff`) gets
 //! the JSON error.
 
@@ -18,5 +18,19 @@ impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for ApiPath
             .await
             .map(|axum::extract::Path(value)| Self(value))
             .map_err(|e| ApiError::BadRequest(format!("invalid path: {}", e.body_text())))
+    }
+}
+
+/// A query string as an extractor whose rejection is an [`ApiError`].
+pub struct ApiQuery<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for ApiQuery<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        axum::extract::Query::<T>::from_request_parts(parts, state)
+            .await
+            .map(|axum::extract::Query(value)| Self(value))
+            .map_err(|e| ApiError::BadRequest(format!("invalid query: {}", e.body_text())))
     }
 }

@@ -19,7 +19,7 @@ use super::AppState;
 use super::auth::Tenant;
 use super::error::{ApiError, ErrorBody};
 use super::json::ApiJson;
-use super::path::ApiPath;
+use super::path::{ApiPath, ApiQuery};
 use super::queue_services::path_name;
 use sless_model::FieldError;
 use sless_model::queue_service::{QueueServicePhase, QueueServiceView};
@@ -56,9 +56,30 @@ pub struct QueueView {
 }
 
 #[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
 pub struct QueueList {
     pub items: Vec<QueueView>,
+    /// Present when more queues follow: pass it as `nextToken` for the next page.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_token: Option<String>,
 }
+
+/// A page of the queue list.
+#[derive(Deserialize, utoipa::IntoParams)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Page {
+    /// Queues a page holds, 1–100; default 50.
+    #[param(minimum = 1, maximum = 100)]
+    pub limit: Option<u32>,
+    /// Where the page begins: the `nextToken` of the page before.
+    pub next_token: Option<String>,
+}
+
+/// Queues a page holds unless asked otherwise, and at most.
+const PAGE: u32 = 50;
+const MAX_PAGE: u32 = 100;
+/// SQS calls one list makes at once.
+const CONCURRENT_CALLS: usize = 8;
 
 #[derive(Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -225,50 +246,97 @@ impl Service {
         })
     }
 
-    /// Every queue of the service. A queue's dead-letter sources are the
-    /// queues whose redrive policy names it, so they come from the same
-    /// attributes rather than a ListDeadLetterSourceQueues per queue.
-    async fn queues(&self) -> Result<Vec<QueueView>, ApiError> {
-        let urls = self.call("ListQueues", json!({})).await?;
-        let mut views = Vec::new();
-        for url in urls["QueueUrls"]
+    /// The names of the queues that send their dead letters to `url`'s.
+    async fn sources(&self, url: &str) -> Result<Vec<String>, ApiError> {
+        let listed = self
+            .call(
+                "ListDeadLetterSourceQueues",
+                json!({"QueueUrl": url, "MaxResults": 1000}),
+            )
+            .await?;
+        Ok(listed["queueUrls"]
+            .as_array()
+            .or(listed["QueueUrls"].as_array())
+            .into_iter()
+            .flatten()
+            .filter_map(|u| u.as_str()?.rsplit('/').next().map(str::to_owned))
+            .collect())
+    }
+
+    /// One page of the service's queues, their views fetched a few at a
+    /// time. A queue's dead-letter sources are the queues whose redrive
+    /// policy names it: from the page's own attributes when the page holds
+    /// every queue, else asked of the engine for each queue of the page.
+    async fn queues(&self, limit: u32, next_token: Option<&str>) -> Result<QueueList, ApiError> {
+        use futures_util::{StreamExt, TryStreamExt};
+        let mut request = json!({"MaxResults": limit});
+        let first_page = next_token.is_none();
+        if let Some(token) = next_token {
+            request["NextToken"] = json!(token);
+        }
+        let listed = self.call("ListQueues", request).await?;
+        let next_token = listed["NextToken"].as_str().map(str::to_owned);
+        let urls: Vec<String> = listed["QueueUrls"]
             .as_array()
             .into_iter()
             .flatten()
-            .filter_map(Value::as_str)
-        {
-            views.push(self.view(url).await?);
-        }
-        let targets: Vec<(String, String)> = views
-            .iter()
-            .filter_map(|v| Some((v.dead_letter_queue.clone()?, v.name.clone())))
+            .filter_map(|u| u.as_str().map(str::to_owned))
             .collect();
-        for view in &mut views {
-            view.dead_letter_sources = targets
+        let mut views: Vec<QueueView> =
+            futures_util::stream::iter(urls.into_iter().map(|url| async move { self.view(&url).await }))
+                .buffered(CONCURRENT_CALLS)
+                .try_collect()
+                .await?;
+        let whole = next_token.is_none() && first_page;
+        if whole {
+            let targets: Vec<(String, String)> = views
                 .iter()
-                .filter(|(dlq, _)| *dlq == view.name)
-                .map(|(_, source)| source.clone())
+                .filter_map(|v| Some((v.dead_letter_queue.clone()?, v.name.clone())))
                 .collect();
+            for view in &mut views {
+                view.dead_letter_sources = targets
+                    .iter()
+                    .filter(|(dlq, _)| *dlq == view.name)
+                    .map(|(_, source)| source.clone())
+                    .collect();
+            }
+        } else {
+            let urls: Vec<String> = views.iter().map(|v| v.url.clone()).collect();
+            let sources: Vec<Vec<String>> =
+                futures_util::stream::iter(urls.into_iter().map(|url| async move { self.sources(&url).await }))
+                    .buffered(CONCURRENT_CALLS)
+                    .try_collect()
+                    .await?;
+            for (view, sources) in views.iter_mut().zip(sources) {
+                view.dead_letter_sources = sources;
+            }
         }
-        Ok(views)
+        Ok(QueueList {
+            items: views,
+            next_token,
+        })
     }
 }
 
-/// The queues of a queue service, with their counts.
+/// The queues of a queue service, with their counts, a page at a time.
 #[utoipa::path(get, path = "/api/v1/queue-services/{name}/queues", tag = "queues",
-    params(("name" = String, Path, description = "The queue service")),
-    responses((status = 200, body = QueueList), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
+    params(("name" = String, Path, description = "The queue service"), Page),
+    responses((status = 200, body = QueueList), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 404, body = ErrorBody),
         (status = 409, body = ErrorBody, description = "The queue service is not Ready")),
     security(("bearer" = [])))]
 pub async fn list(
     State(state): State<AppState>,
     Extension(Tenant(tenant)): Extension<Tenant>,
     ApiPath(name): ApiPath<String>,
+    ApiQuery(page): ApiQuery<Page>,
 ) -> Result<Json<QueueList>, ApiError> {
+    let limit = page.limit.unwrap_or(PAGE);
+    if !(1..=MAX_PAGE).contains(&limit) {
+        return Err(ApiError::BadRequest(format!("limit must be between 1 and {MAX_PAGE}")));
+    }
     let service = Service::of(&state, &tenant, &name).await?;
-    Ok(Json(QueueList {
-        items: service.queues().await?,
-    }))
+    Ok(Json(service.queues(limit, page.next_token.as_deref()).await?))
 }
 
 /// Create a queue (a FIFO queue when its name ends in `.fifo`).
@@ -292,12 +360,9 @@ pub async fn create(
     }
     let created = service.call("CreateQueue", input).await?;
     let url = created["QueueUrl"].as_str().unwrap_or_default();
-    // Listed with the others for its dead-letter sources (a list is at most
-    // SQS's 1,000 queues: beyond, the queue alone).
-    let view = match service.queues().await?.into_iter().find(|q| q.url == url) {
-        Some(view) => view,
-        None => service.view(url).await?,
-    };
+    // A queue just made is no queue's dead-letter queue yet (a redrive
+    // policy can only name a queue that exists).
+    let view = service.view(url).await?;
     Ok((StatusCode::CREATED, Json(view)))
 }
 

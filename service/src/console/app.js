@@ -315,8 +315,12 @@ function queueRow(service, q) {
   );
 }
 
+/** queue service → the nextToken of the page of queues shown (none: the first). */
+const queuePage = new Map();
+
 async function queueServicePage(name) {
-  const got = await api("GET", queuePath(name));
+  const token = queuePage.get(name);
+  const got = await api("GET", queuePath(name) + (token ? "?nextToken=" + encodeURIComponent(token) : ""));
   if (got.status !== 200) return h("section", {}, h("h1", { text: name }), h("p", { class: "error", text: got.json?.error?.message || "not available" }));
   const input = h("input", { id: "new-queue", placeholder: "queue name (end it in .fifo for FIFO)" });
   const error = h("span", { class: "field-error", id: "new-queue-error" });
@@ -343,6 +347,16 @@ async function queueServicePage(name) {
     ),
     h("div", { class: "grid", id: "queues" }, got.json.items.map((q) => queueRow(name, q))),
     got.json.items.length ? null : h("p", { class: "muted", text: "No queues yet." }),
+    h(
+      "p",
+      { class: "row" },
+      token
+        ? h("button", { type: "button", class: "first-page", text: "First page", onclick: () => { queuePage.delete(name); refresh(); } })
+        : null,
+      got.json.nextToken
+        ? h("button", { type: "button", class: "next-page", text: "Next page", onclick: () => { queuePage.set(name, got.json.nextToken); refresh(); } })
+        : null,
+    ),
   );
 }
 

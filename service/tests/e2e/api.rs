@@ -457,3 +457,90 @@ async fn health_metrics_and_openapi() {
     );
     assert!(doc["components"]["securitySchemes"]["bearer"].is_object());
 }
+
+/// Quotas and the API rate, per tenant: 300 dataflows in 0.9 s were
+/// accepted before, and one dataflow with a 32-route router held 35 of a
+/// shared PostgreSQL's connections. (A tenant has one queue service; its
+/// engine bounds its queues.)
+#[tokio::test]
+async fn quotas_and_the_api_rate_bound_each_tenant_alone() {
+    let dir = TempDir::new("quotas");
+    let server = DevServer::start_with(
+        &dir.0,
+        "127.0.0.1:0",
+        &[
+            "--max-dataflows",
+            "2",
+            "--max-sinks-per-dataflow",
+            "3",
+            "--api-rate",
+            "5",
+            "--api-burst",
+            "40",
+        ],
+    );
+    let (a, b) = (server.client(TOKEN_A), server.client(TOKEN_B));
+    // A router of three routes makes four sinks: over the quota of three.
+    let mut routed = pg_dataflow("routed");
+    let sink = routed["sink"].clone();
+    let route = |v: i64| json!({"condition": format!("$.v == {v}"), "sink": sink.clone()});
+    routed["transformations"] = json!([{"type": "router", "config": {"routes": [route(1), route(2), route(3)]}}]);
+    let (status, body) = a.post("/api/v1/dataflows", routed.clone()).await;
+    assert_eq!((status, error_code(&body)), (403, "quota_exceeded"), "{body}");
+    assert!(
+        body["error"]["message"].as_str().unwrap().contains("this one has 4"),
+        "{body}"
+    );
+    routed["transformations"][0]["config"]["routes"] = json!([route(1), route(2)]);
+    assert_eq!(a.post("/api/v1/dataflows", routed.clone()).await.0, 201);
+    // An update may not grow past it either.
+    routed["transformations"][0]["config"]["routes"] = json!([route(1), route(2), route(3)]);
+    let (status, _) = a.put("/api/v1/dataflows/routed", routed).await;
+    assert_eq!(status, 403);
+    assert_eq!(a.post("/api/v1/dataflows", pg_dataflow("second")).await.0, 201);
+    let (status, body) = a.post("/api/v1/dataflows", pg_dataflow("third")).await;
+    assert_eq!((status, error_code(&body)), (403, "quota_exceeded"), "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("at most 2 dataflows")
+    );
+    // The name it already has is still a 409, not a quota; b has its own.
+    assert_eq!(a.post("/api/v1/dataflows", pg_dataflow("second")).await.0, 409);
+    assert_eq!(b.post("/api/v1/dataflows", pg_dataflow("third")).await.0, 201);
+
+    // The rate: a burst of 40, then 429 with Retry-After, for a alone.
+    let mut limited = None;
+    for _ in 0..60 {
+        let resp = a
+            .http
+            .get(server.url("/api/v1/dataflows"))
+            .bearer_auth(TOKEN_A)
+            .send()
+            .await
+            .unwrap();
+        if resp.status() == 429 {
+            limited = Some(resp);
+            break;
+        }
+    }
+    let limited = limited.expect("60 requests at once passed a burst of 40");
+    assert!(
+        limited.headers()["retry-after"]
+            .to_str()
+            .unwrap()
+            .parse::<u64>()
+            .unwrap()
+            >= 1
+    );
+    let body: Value = limited.json().await.unwrap();
+    assert_eq!(error_code(&body), "too_many_requests");
+    assert_eq!(
+        b.get("/api/v1/dataflows").await.0,
+        200,
+        "another tenant's rate is its own"
+    );
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert_eq!(a.get("/api/v1/dataflows").await.0, 200, "refilled at 5 a second");
+}

@@ -212,6 +212,18 @@ pub fn apply_all(transforms: &[Box<dyn Transform>], message: Message) -> Vec<Mes
     })
 }
 
+/// How many sinks `spec` writes to: its sink, its error sink and every
+/// route of its transformations (what a tenant's quota of sinks counts).
+/// A transformation that does not build (the spec was not checked) counts
+/// no route.
+pub fn sink_count(spec: &sless_model::dataflow::DataFlowSpec) -> usize {
+    let mut outputs = Outputs::default();
+    for transformation in &spec.transformations {
+        let _ = build(transformation, &mut outputs);
+    }
+    1 + usize::from(spec.errors.is_some()) + outputs.sinks().len()
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;

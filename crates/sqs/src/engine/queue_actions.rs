@@ -19,6 +19,10 @@ const PURGE_EVERY_MS: u64 = 60_000;
 /// …and a queue of a name deleted less than 60 s ago.
 const RECREATE_AFTER_MS: u64 = 60_000;
 const MAX_LIST_RESULTS: u64 = 1000;
+/// The most queues one engine (one queue service) holds: SQS bounds an
+/// account's queues by quota, and this way one ListQueues page lists them
+/// all.
+pub const MAX_QUEUES: usize = MAX_LIST_RESULTS as usize;
 
 impl Engine {
     /// Commits a new version of queue `name`'s metadata made by `change`,
@@ -109,6 +113,11 @@ impl Engine {
                 ));
             }
             self.check_redrive(&state, name, &attributes, fifo)?;
+            if state.queues.len() >= MAX_QUEUES {
+                return Err(SqsError::over_limit(format!(
+                    "A queue service holds at most {MAX_QUEUES} queues; delete one to create another."
+                )));
+            }
             let now = now_ms() / 1000;
             let meta = StoredQueue {
                 name: name.to_owned(),

@@ -331,3 +331,31 @@ async fn a_peek_counts_no_receive_and_moves_nothing() {
         .unwrap_err();
     assert_eq!(e.code, "InvalidParameterValue");
 }
+
+/// 1,000 queues in 3 s were accepted before, with no end: an engine holds
+/// at most MAX_QUEUES, and then refuses with OverLimit.
+#[tokio::test]
+async fn a_queue_service_holds_at_most_a_thousand_queues() {
+    let engine = Engine::open(config(), None).unwrap();
+    for i in 0..queue_actions::MAX_QUEUES {
+        engine
+            .handle("CreateQueue", &json!({"QueueName": format!("q{i}")}))
+            .await
+            .unwrap();
+    }
+    let e = engine
+        .handle("CreateQueue", &json!({"QueueName": "one-more"}))
+        .await
+        .unwrap_err();
+    assert_eq!((e.code, e.status), ("OverLimit", 400), "{e}");
+    // Creating one it has is still idempotent; after a delete there is room.
+    engine.handle("CreateQueue", &json!({"QueueName": "q0"})).await.unwrap();
+    engine
+        .handle("DeleteQueue", &json!({"QueueUrl": "http://engine/acme/q1"}))
+        .await
+        .unwrap();
+    engine
+        .handle("CreateQueue", &json!({"QueueName": "one-more"}))
+        .await
+        .unwrap();
+}
