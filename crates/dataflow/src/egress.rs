@@ -198,14 +198,8 @@ impl EgressPolicy {
     /// The path of TLS file `name` (relative to the TLS directory, or
     /// absolute inside it), checked before anything is read.
     pub fn tls_file(&self, name: &str, field: &str) -> Result<PathBuf, ConnectorError> {
-        let outside = || {
-            ConnectorError::Config(format!(
-                "{field} must name a file of the platform's TLS directory{}",
-                self.tls_dir
-                    .as_ref()
-                    .map_or(" (this platform has none)".into(), |d| format!(" {}", d.display()))
-            ))
-        };
+        // The directory is the platform's: its path is not the tenant's to know.
+        let outside = || ConnectorError::Config(format!("{field} must name a file of the platform's TLS directory"));
         let dir = self.tls_dir.as_ref().ok_or_else(outside)?;
         let path = Path::new(name);
         let relative = if path.is_absolute() {
@@ -396,5 +390,9 @@ mod tests {
             assert_eq!(outside("link.pem"), outside("/etc/no-such-file"));
         }
         assert!(EgressPolicy::default().tls_file("ca.pem", "tls.caFile").is_err());
+        assert!(
+            !outside("/etc/shadow").contains(dir.to_str().unwrap()),
+            "the refusal names the directory"
+        );
     }
 }

@@ -62,12 +62,18 @@ impl ConnectorError {
 
     /// The server's own answer (a refused login, say) reaches the tenant;
     /// network-level detail (refused, timed out, reset) stays in the log.
+    /// One text for every way a database server is not reached (refused,
+    /// silent, another protocol), so that errors tell no port from another.
+    fn unreachable_database() -> Self {
+        Self::Connect("the database server cannot be reached or did not complete the connection".into())
+    }
+
     fn connect(e: tokio_postgres::Error) -> Self {
         match e.as_db_error() {
             Some(db) => Self::Connect(db.message().to_owned()),
             None => {
                 tracing::info!(error = %e, "PostgreSQL connection failed");
-                Self::Connect("the database server cannot be reached or did not complete the connection".into())
+                Self::unreachable_database()
             }
         }
     }

@@ -227,14 +227,23 @@ impl SqsClient {
             secret_key: keys(&config.secret_access_key, "secretAccessKey")?,
             region: config.region.clone().unwrap_or_else(|| DEFAULT_REGION.to_owned()),
         };
-        client
-            .call("GetQueueAttributes", json!({"AttributeNames": ["QueueArn"]}))
+        // Whatever does not answer as SQS (no port, another protocol, an
+        // HTTP server of another kind) is refused in the same words, so the
+        // connector tells no port from another; an SQS error (wrong keys,
+        // no such queue) is the spec's to fix.
+        match client
+            .exchange("GetQueueAttributes", json!({"AttributeNames": ["QueueArn"]}))
             .await
-            .map_err(|e| match e {
-                ConnectorError::Data(m) => ConnectorError::Config(m),
-                other => other,
-            })?;
-        Ok(client)
+        {
+            Ok(_) => Ok(client),
+            Err(Failure::Answered {
+                described,
+                code: Some(_),
+                ..
+            }) => Err(ConnectorError::Config(described)),
+            Err(Failure::Other(e)) => Err(e),
+            Err(_) => Err(unreachable("GetQueueAttributes")),
+        }
     }
 
     pub fn queue_url(&self) -> &str {
@@ -243,9 +252,18 @@ impl SqsClient {
 
     /// One action on the queue. A refusal the sender caused is
     /// `ConnectorError::Data`; anything else can be retried.
-    pub async fn call(&self, action: &str, mut input: Value) -> Result<Value, ConnectorError> {
+    pub async fn call(&self, action: &str, input: Value) -> Result<Value, ConnectorError> {
+        self.exchange(action, input).await.map_err(|failure| match failure {
+            Failure::Other(e) => e,
+            Failure::Unreachable => unreachable(action),
+            Failure::Answered { status, described, .. } if status.is_client_error() => ConnectorError::Data(described),
+            Failure::Answered { described, .. } => ConnectorError::Query(described),
+        })
+    }
+
+    async fn exchange(&self, action: &str, mut input: Value) -> Result<Value, Failure> {
         input["QueueUrl"] = Value::String(self.queue_url.clone());
-        let body = serde_json::to_vec(&input).map_err(|e| ConnectorError::Data(e.to_string()))?;
+        let body = serde_json::to_vec(&input).map_err(|e| Failure::Other(ConnectorError::Data(e.to_string())))?;
         let headers = sless_sqs::gateway::sigv4::signed_json_headers(
             &self.queue_url,
             action,
@@ -254,7 +272,7 @@ impl SqsClient {
             &self.secret_key,
             &self.region,
         )
-        .ok_or_else(|| ConnectorError::Config("the keys cannot sign a request".into()))?;
+        .ok_or_else(|| Failure::Other(ConnectorError::Config("the keys cannot sign a request".into())))?;
         let response = self
             .http
             .post(&self.queue_url)
@@ -263,14 +281,15 @@ impl SqsClient {
             .send()
             .await
             .map_err(|e| {
-                // One text whatever failed, so that a refused port, a port
-                // that speaks another protocol and a timeout look alike.
                 tracing::info!(error = %e.without_url(), action, "SQS request failed");
-                ConnectorError::Connect(format!(
-                    "SQS {action}: the endpoint cannot be reached or did not answer"
-                ))
+                Failure::Unreachable
             })?;
-        let answer = read_answer(response, MAX_ANSWER_BYTES, "SQS").await?;
+        let answer = read_answer(response, MAX_ANSWER_BYTES, "SQS")
+            .await
+            .map_err(|e| match e {
+                ConnectorError::Connect(_) => Failure::Unreachable,
+                other => Failure::Other(other),
+            })?;
         let value: Value = serde_json::from_slice(&answer.body).unwrap_or(Value::Null);
         if answer.status.is_success() {
             return Ok(value);
@@ -280,14 +299,37 @@ impl SqsClient {
         let code = value["__type"]
             .as_str()
             .and_then(|t| t.rsplit('#').next())
-            .filter(|c| (1..=64).contains(&c.len()) && c.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.'))
-            .unwrap_or("(no SQS error code)");
+            .filter(|c| (1..=64).contains(&c.len()) && c.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.'));
         let status = answer.status;
-        let described = format!("SQS {action} answered HTTP {} {code}", status.as_u16());
-        Err(if status.is_client_error() {
-            ConnectorError::Data(described)
-        } else {
-            ConnectorError::Query(described)
+        Err(Failure::Answered {
+            status,
+            described: format!(
+                "SQS {action} answered HTTP {} {}",
+                status.as_u16(),
+                code.unwrap_or("(no SQS error code)")
+            ),
+            code: code.map(str::to_owned),
         })
     }
+}
+
+/// How one exchange failed.
+enum Failure {
+    /// Nothing answered, or not over HTTP.
+    Unreachable,
+    /// An HTTP answer that is an error, with its SQS code if it has one.
+    Answered {
+        status: reqwest::StatusCode,
+        code: Option<String>,
+        described: String,
+    },
+    /// Any other failure, as it says (a redirect, an answer too long).
+    Other(ConnectorError),
+}
+
+/// One text for an endpoint that is not reached, or not as SQS.
+fn unreachable(action: &str) -> ConnectorError {
+    ConnectorError::Connect(format!(
+        "SQS {action}: the endpoint cannot be reached or did not answer as SQS"
+    ))
 }

@@ -163,10 +163,11 @@ async fn an_error_body_is_never_passed_on() {
     let (port, _) = answering("400 Bad Request", "", &sqs_body).await;
     let e = sqs_error(port).await.to_string();
     assert_eq!(e, "SQS GetQueueAttributes answered HTTP 400 QueueDoesNotExist");
-    // A code that is not the shape of one is not passed on either.
+    // A code that is not the shape of one is not passed on either: the
+    // server does not answer as SQS.
     let (port, _) = answering("400 Bad Request", "", &format!("{{\"__type\": \"{SECRET} x\"}}")).await;
     let e = sqs_error(port).await.to_string();
-    assert!(!e.contains(SECRET) && e.contains("no SQS error code"), "{e}");
+    assert!(!e.contains(SECRET) && e.contains("did not answer as SQS"), "{e}");
 
     let clickhouse_body = format!("Code: 60, e.displayText() = DB::Exception: {SECRET}, e.what() = DB::Exception");
     let (port, _) = answering("404 Not Found", "", &clickhouse_body).await;
@@ -226,12 +227,15 @@ async fn an_endless_answer_is_cut_off_at_the_cap() {
 async fn a_port_that_speaks_another_protocol_looks_like_a_closed_one() {
     // An SSH-like banner, then the connection closes.
     let (banner, _) = server("SSH-2.0-OpenSSH_9.2\r\n".into(), vec![], 0).await;
+    // An HTTP server of another kind.
+    let (web, _) = answering("404 Not Found", "", "<html>not here</html>").await;
     let closed = {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         listener.local_addr().unwrap().port()
     };
-    let (a, b) = (sqs_error(banner).await.to_string(), sqs_error(closed).await.to_string());
-    assert_eq!(a, b);
+    let closed_says = sqs_error(closed).await.to_string();
+    assert_eq!(sqs_error(banner).await.to_string(), closed_says);
+    assert_eq!(sqs_error(web).await.to_string(), closed_says);
     let (a, b) = (
         clickhouse_error(banner).await.to_string(),
         clickhouse_error(closed).await.to_string(),

@@ -172,15 +172,31 @@ pub async fn connect(connection_string: &str, egress: &EgressPolicy) -> Result<t
         Ssl::Prefer => SslMode::Prefer,
         _ => SslMode::Require,
     });
+    // connect_timeout bounds the TCP connect only: a port that accepts
+    // and never answers the startup (another protocol's server) is bounded
+    // here, with the same time.
+    let handshake = config.get_connect_timeout().copied().unwrap_or(CONNECT_TIMEOUT);
+    let silent = || {
+        tracing::info!("PostgreSQL server silent through the connection's start");
+        ConnectorError::unreachable_database()
+    };
     let client = match verify {
-        None => spawn(config.connect(NoTls).await),
+        None => spawn(
+            tokio::time::timeout(handshake, config.connect(NoTls))
+                .await
+                .map_err(|_| silent())?,
+        ),
         Some(verify) => {
             let roots = match verify {
                 Verify::Nothing => rustls::RootCertStore::empty(),
                 _ => roots(egress, root_cert.as_deref())?,
             };
             let tls = tls::client_config(verify, roots).map_err(|e| ConnectorError::Config(format!("TLS: {e}")))?;
-            spawn(config.connect(MakeRustls(std::sync::Arc::new(tls))).await)
+            spawn(
+                tokio::time::timeout(handshake, config.connect(MakeRustls(std::sync::Arc::new(tls))))
+                    .await
+                    .map_err(|_| silent())?,
+            )
         }
     };
     client.map_err(ConnectorError::connect)
@@ -248,6 +264,46 @@ mod tests {
     use super::{Split, Ssl, split};
     use crate::ConnectorError;
     use crate::egress::EgressPolicy;
+
+    /// A port that accepts and never speaks (another protocol's server
+    /// waiting for its client) hung a source in Pending for ever.
+    #[tokio::test]
+    async fn a_port_that_never_answers_the_startup_fails_within_the_connect_timeout() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let held = tokio::spawn(async move {
+            let mut open = Vec::new();
+            while let Ok((socket, _)) = listener.accept().await {
+                open.push(socket);
+            }
+        });
+        let dsn = format!("host=127.0.0.1 port={port} user=x dbname=x sslmode=disable connect_timeout=1");
+        let started = std::time::Instant::now();
+        let outcome = tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            super::connect(&dsn, &EgressPolicy::default()),
+        )
+        .await
+        .expect("the connection attempt ended by itself");
+        assert!(started.elapsed() < std::time::Duration::from_secs(5));
+        held.abort();
+        // Said as a closed port's is said: no oracle of what listens.
+        let closed = {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            listener.local_addr().unwrap().port()
+        };
+        let refused = super::connect(
+            &format!("host=127.0.0.1 port={closed} user=x dbname=x sslmode=disable connect_timeout=1"),
+            &EgressPolicy::default(),
+        )
+        .await;
+        match (outcome, refused) {
+            (Err(ConnectorError::Connect(silent)), Err(ConnectorError::Connect(closed))) => {
+                assert_eq!(silent, closed)
+            }
+            (a, b) => panic!("{:?} {:?}", a.map(drop), b.map(drop)),
+        }
+    }
 
     /// A Unix-socket host reaches this host's own server: refused where
     /// loopback is (and before any connection is tried), used where not.
