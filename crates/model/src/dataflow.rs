@@ -163,6 +163,7 @@ fn is_quantity(value: &str) -> bool {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct DataFlowRequest {
     /// DNS label, 1–63 characters. Required on create; on update it must match the path.
+    #[schema(pattern = "^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$", max_length = 63)]
     pub name: Option<String>,
     pub source: Option<ConnectorSpec>,
     pub sink: Option<ConnectorSpec>,
@@ -173,7 +174,9 @@ pub struct DataFlowRequest {
     pub resources: Option<Resources>,
     /// Keep the source's read position across restarts. Default true.
     pub checkpoint_persistence: Option<bool>,
-    /// Capacity of the channels between stages (backpressure). Default 100.
+    /// Capacity of the channels between stages (backpressure), 1–100000. Default 100.
+    #[serde(default, deserialize_with = "crate::whole_number")]
+    #[schema(minimum = 1, maximum = 100000)]
     pub channel_buffer_size: Option<u32>,
 }
 

@@ -9,6 +9,30 @@ pub mod queue_service;
 
 use std::fmt;
 
+/// Deserializes an optional integer that a request may write as `64` or
+/// `64.0`: JSON Schema's `integer`, which the OpenAPI document promises,
+/// admits both. A fraction, or a value its type cannot hold, is refused.
+pub fn whole_number<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: TryFrom<i64>,
+{
+    use serde::de::Error;
+    let Some(number) = <Option<serde_json::Number> as serde::Deserialize>::deserialize(deserializer)? else {
+        return Ok(None);
+    };
+    let whole = number.as_i64().or_else(|| {
+        number
+            .as_f64()
+            .filter(|f| f.fract() == 0.0 && *f >= i64::MIN as f64 && *f < i64::MAX as f64)
+            .map(|f| f as i64)
+    });
+    whole
+        .and_then(|n| T::try_from(n).ok())
+        .map(Some)
+        .ok_or_else(|| D::Error::custom(format!("{number} is not a whole number in range")))
+}
+
 /// One problem with one field of a request, addressed by a dotted path such
 /// as `transformations[1].config.fields`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -10,6 +10,10 @@ use super::FieldError;
 /// Maximum length of a DNS label.
 pub const MAX_LEN: usize = 63;
 
+/// [`DnsLabel::parse`]'s rule as a regular expression, for the OpenAPI
+/// document (a test checks the two agree).
+pub const PATTERN: &str = "^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$";
+
 /// A validated DNS label: 1–63 characters of `[a-z0-9-]`, starting and ending
 /// with an alphanumeric character.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]

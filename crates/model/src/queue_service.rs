@@ -40,12 +40,15 @@ impl Default for QueueServiceSpec {
 #[serde(deny_unknown_fields)]
 pub struct QueueServiceRequest {
     /// DNS label, 1–63 characters. Required on create; on update it must match the path.
+    #[schema(pattern = "^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$", max_length = 63)]
     pub name: Option<String>,
     /// Memory limit of the queue engine in MiB, 32–1024. Default 64.
-    #[serde(rename = "memoryMB")]
+    #[serde(rename = "memoryMB", default, deserialize_with = "crate::whole_number")]
+    #[schema(minimum = 32, maximum = 1024)]
     pub memory_mb: Option<i64>,
     /// Size of the message store volume in MiB, 128–10240. Default 512. Can only grow.
-    #[serde(rename = "storageMB")]
+    #[serde(rename = "storageMB", default, deserialize_with = "crate::whole_number")]
+    #[schema(minimum = 128, maximum = 10240)]
     pub storage_mb: Option<i64>,
     /// Keep messages on disk across restarts. Default true. Cannot change after create.
     pub persistence: Option<bool>,

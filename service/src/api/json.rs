@@ -20,19 +20,42 @@ where
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        match axum::Json::<T>::from_request(req, state).await {
+        if !is_json(req.headers()) {
+            return Err(ApiError::UnsupportedMediaType);
+        }
+        let body = match axum::body::Bytes::from_request(req, state).await {
+            Ok(body) => body,
+            Err(e) if e.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE => {
+                return Err(ApiError::PayloadTooLarge(BODY_LIMIT));
+            }
+            Err(e) => return Err(ApiError::BadRequest(e.body_text())),
+        };
+        // serde reads a struct from an array too, field by field: every
+        // body of this API is an object, as the OpenAPI document says.
+        if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+            return Err(ApiError::BadRequest("the request body must be a JSON object".into()));
+        }
+        match axum::Json::<T>::from_bytes(&body) {
             Ok(axum::Json(value)) => Ok(Self(value)),
-            Err(JsonRejection::MissingJsonContentType(_)) => Err(ApiError::UnsupportedMediaType),
             Err(JsonRejection::JsonSyntaxError(e)) => {
                 Err(ApiError::BadRequest(format!("malformed JSON: {}", e.body_text())))
             }
             Err(JsonRejection::JsonDataError(e)) => {
                 Err(ApiError::BadRequest(format!("invalid request body: {}", e.body_text())))
             }
-            Err(JsonRejection::BytesRejection(e)) if e.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE => {
-                Err(ApiError::PayloadTooLarge(BODY_LIMIT))
-            }
             Err(other) => Err(ApiError::BadRequest(other.body_text())),
         }
     }
+}
+
+/// `application/json`, or a `+json` type, as axum's `Json` takes them.
+fn is_json(headers: &axum::http::HeaderMap) -> bool {
+    let Some(value) = headers
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+    else {
+        return false;
+    };
+    let essence = value.split(';').next().unwrap_or_default().trim().to_ascii_lowercase();
+    essence == "application/json" || (essence.starts_with("application/") && essence.ends_with("+json"))
 }

@@ -67,6 +67,7 @@ pub struct QueueList {
 /// A page of the queue list.
 #[derive(Deserialize, utoipa::IntoParams)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct Page {
     /// Queues a page holds, 1–100; default 50.
     #[param(minimum = 1, maximum = 100)]
@@ -85,12 +86,15 @@ const CONCURRENT_CALLS: usize = 8;
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct QueueRequest {
     /// 1–80 of `A-Z a-z 0-9 - _`; a FIFO queue's ends in `.fifo`.
+    #[schema(pattern = "^[A-Za-z0-9_-]{1,80}(\\.fifo)?$")]
     pub name: String,
 }
 
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MessageRequest {
+    /// The message's body; SQS takes no empty one.
+    #[schema(min_length = 1)]
     pub body: String,
 }
 

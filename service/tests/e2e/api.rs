@@ -544,3 +544,40 @@ async fn quotas_and_the_api_rate_bound_each_tenant_alone() {
     tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     assert_eq!(a.get("/api/v1/dataflows").await.0, 200, "refilled at 5 a second");
 }
+
+/// What the OpenAPI document promises, the server takes: an integer written
+/// `64.0` (JSON Schema's integer) is an integer; and what it refuses, the
+/// server refuses: an array where an object is expected (serde read a
+/// struct from one, field by field).
+#[tokio::test]
+async fn bodies_are_taken_as_the_document_types_them() {
+    let dir = TempDir::new("body-types");
+    let server = DevServer::start(&dir.0);
+    let a = server.client(TOKEN_A);
+    let (status, body) = a
+        .post(
+            "/api/v1/queue-services",
+            json!({"name": "main", "memoryMB": 64.0, "storageMB": 256.0}),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(
+        (body["memoryMB"].as_u64(), body["storageMB"].as_u64()),
+        (Some(64), Some(256))
+    );
+    for (value, why) in [(json!(64.5), "a fraction"), (json!(1e300), "out of range")] {
+        let (status, body) = a.patch("/api/v1/queue-services/main", json!({"memoryMB": value})).await;
+        assert_eq!((status, error_code(&body)), (400, "bad_request"), "{why}: {body}");
+    }
+    let mut flow = pg_dataflow("buffered");
+    flow["channelBufferSize"] = json!(10.0);
+    assert_eq!(a.post("/api/v1/dataflows", flow).await.0, 201);
+    for array in [json!(["main", 64, 512, true]), json!([]), json!("main"), json!(7)] {
+        let (status, body) = a.post("/api/v1/queue-services", array.clone()).await;
+        assert_eq!((status, error_code(&body)), (400, "bad_request"), "{array}: {body}");
+        assert!(
+            body["error"]["message"].as_str().unwrap().contains("JSON object"),
+            "{body}"
+        );
+    }
+}
