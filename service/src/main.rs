@@ -126,7 +126,7 @@ struct QueueArgs {
     #[arg(long, default_value = "000000000000")]
     account_id: String,
     /// Region in queue ARNs.
-    #[arg(long, default_value = sless_sqs::DEFAULT_REGION)]
+    #[arg(long, default_value = sless_sqs::DEFAULT_REGION, value_parser = sless_sqs::region_arg)]
     region: String,
     /// Public base URL of queue URLs (default: http://LISTEN).
     #[arg(long)]
@@ -159,7 +159,7 @@ struct DevArgs {
     gateway_public_url: Option<String>,
     /// The region in queue ARNs. The gateway accepts signatures scoped to
     /// any region, so clients may keep their SDK's default.
-    #[arg(long, default_value = sless_sqs::DEFAULT_REGION)]
+    #[arg(long, default_value = sless_sqs::DEFAULT_REGION, value_parser = sless_sqs::region_arg)]
     region: String,
     /// Connections to the API and the SQS gateway: caps and timeouts (each
     /// server has its own).

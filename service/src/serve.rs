@@ -57,6 +57,10 @@ pub struct OperatorArgs {
     /// Public host of the SQS endpoints: https://HOST/sqs/{tenant}.
     #[arg(long, env = "SQS_EXTERNAL_HOST", default_value = "sqs.kube5s.ru")]
     sqs_external_host: String,
+    /// The region of queue ARNs. The gateway takes signatures scoped to any
+    /// region, so clients may keep their SDK's default.
+    #[arg(long, env = "SLESS_REGION", default_value = sless_sqs::DEFAULT_REGION, value_parser = sless_sqs::region_arg)]
+    region: String,
     /// TLS Secret of the SQS Ingress host, if the Ingress terminates TLS.
     #[arg(long, env = "SQS_TLS_SECRET")]
     sqs_tls_secret: Option<String>,
@@ -178,6 +182,7 @@ pub async fn run(args: ServeArgs, shutdown: impl Future<Output = ()> + Send + 's
         OperatorOptions {
             config: OperatorConfig {
                 sqs_external_host: op.sqs_external_host,
+                region: op.region,
                 image: op.image,
                 elasticmq_image: op.elasticmq_image,
                 sqs_tls_secret: op.sqs_tls_secret,

@@ -25,43 +25,52 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 const MAX_ANSWER_BYTES: usize = 64 << 20;
 
 /// ClickHouse error codes that mean the rows, not the server or the spec,
-/// are at fault: retrying the same rows fails the same way.
-const DATA_CODES: &[(u32, &str)] = &[
-    (6, "CANNOT_PARSE_TEXT"),
-    (26, "CANNOT_PARSE_QUOTED_STRING"),
-    (27, "CANNOT_PARSE_INPUT_ASSERTION_FAILED"),
-    (38, "CANNOT_PARSE_DATE"),
-    (41, "CANNOT_PARSE_DATETIME"),
-    (53, "TYPE_MISMATCH"),
-    (69, "ARGUMENT_OUT_OF_BOUND"),
-    (70, "CANNOT_CONVERT_TYPE"),
-    (72, "CANNOT_PARSE_NUMBER"),
-    (117, "INCORRECT_DATA"),
-    (131, "TOO_LARGE_STRING_SIZE"),
+/// are at fault: retrying the same rows fails the same way. Each with its
+/// name and what it means, the only words of an error passed on.
+const DATA_CODES: &[(u32, &str, &str)] = &[
+    (6, "CANNOT_PARSE_TEXT", "a value does not parse as its column's type"),
+    (26, "CANNOT_PARSE_QUOTED_STRING", "a string value does not parse"),
+    (27, "CANNOT_PARSE_INPUT_ASSERTION_FAILED", "a row does not parse"),
+    (38, "CANNOT_PARSE_DATE", "a value is not a date"),
+    (41, "CANNOT_PARSE_DATETIME", "a value is not a date and time"),
+    (53, "TYPE_MISMATCH", "a value does not fit its column's type"),
+    (69, "ARGUMENT_OUT_OF_BOUND", "a value is out of range"),
+    (
+        70,
+        "CANNOT_CONVERT_TYPE",
+        "a value cannot be converted to its column's type",
+    ),
+    (72, "CANNOT_PARSE_NUMBER", "a value is not a number"),
+    (117, "INCORRECT_DATA", "the data is not valid"),
+    (131, "TOO_LARGE_STRING_SIZE", "a string is too long"),
 ];
 
 /// Codes that mean the spec names something wrong (an unknown table or
 /// column, a refused login, a bad statement): no retry can help.
-const CONFIG_CODES: &[(u32, &str)] = &[
-    (16, "NO_SUCH_COLUMN_IN_TABLE"),
-    (47, "UNKNOWN_IDENTIFIER"),
-    (60, "UNKNOWN_TABLE"),
-    (62, "SYNTAX_ERROR"),
-    (81, "UNKNOWN_DATABASE"),
-    (192, "UNKNOWN_USER"),
-    (193, "WRONG_PASSWORD"),
-    (194, "REQUIRED_PASSWORD"),
-    (195, "IP_ADDRESS_NOT_ALLOWED"),
-    (497, "ACCESS_DENIED"),
-    (516, "AUTHENTICATION_FAILED"),
+const CONFIG_CODES: &[(u32, &str, &str)] = &[
+    (16, "NO_SUCH_COLUMN_IN_TABLE", "no such column in the table"),
+    (47, "UNKNOWN_IDENTIFIER", "a column or identifier is not known"),
+    (60, "UNKNOWN_TABLE", "no such table"),
+    (62, "SYNTAX_ERROR", "the statement does not parse"),
+    (81, "UNKNOWN_DATABASE", "no such database"),
+    (192, "UNKNOWN_USER", "no such user"),
+    (193, "WRONG_PASSWORD", "wrong password"),
+    (194, "REQUIRED_PASSWORD", "the user needs a password"),
+    (
+        195,
+        "IP_ADDRESS_NOT_ALLOWED",
+        "the user may not log in from this address",
+    ),
+    (497, "ACCESS_DENIED", "the user may not do this"),
+    (516, "AUTHENTICATION_FAILED", "wrong user or password"),
 ];
 
-/// Codes worth retrying that users meet, named in errors.
-const RETRY_CODES: &[(u32, &str)] = &[
-    (159, "TIMEOUT_EXCEEDED"),
-    (202, "TOO_MANY_SIMULTANEOUS_QUERIES"),
-    (241, "MEMORY_LIMIT_EXCEEDED"),
-    (252, "TOO_MANY_PARTS"),
+/// Codes worth retrying that users meet.
+const RETRY_CODES: &[(u32, &str, &str)] = &[
+    (159, "TIMEOUT_EXCEEDED", "the query took too long"),
+    (202, "TOO_MANY_SIMULTANEOUS_QUERIES", "the server runs too many queries"),
+    (241, "MEMORY_LIMIT_EXCEEDED", "the server ran out of memory"),
+    (252, "TOO_MANY_PARTS", "inserts come faster than the server merges them"),
 ];
 
 /// Checks a `connectionString` as the API and the webhook do.
@@ -204,15 +213,15 @@ fn classify(status: u16, body: &[u8]) -> ConnectorError {
     let Some(code) = code else {
         return ConnectorError::Query(format!("ClickHouse answered HTTP {status} without an exception code"));
     };
-    let named = |table: &[(u32, &'static str)]| table.iter().find(|(c, _)| *c == code).map(|(_, name)| *name);
-    let described = |name: Option<&str>| match name {
-        Some(name) => format!("ClickHouse error {code} ({name})"),
+    let named = |table: &[(u32, &'static str, &'static str)]| table.iter().find(|(c, ..)| *c == code).copied();
+    let described = |known: Option<(u32, &str, &str)>| match known {
+        Some((_, name, meaning)) => format!("ClickHouse error {code} ({name}): {meaning}"),
         None => format!("ClickHouse error {code}"),
     };
-    if let Some(name) = named(DATA_CODES) {
-        ConnectorError::Data(described(Some(name)))
-    } else if let Some(name) = named(CONFIG_CODES) {
-        ConnectorError::Config(described(Some(name)))
+    if let Some(known) = named(DATA_CODES) {
+        ConnectorError::Data(described(Some(known)))
+    } else if let Some(known) = named(CONFIG_CODES) {
+        ConnectorError::Config(described(Some(known)))
     } else {
         ConnectorError::Query(described(named(RETRY_CODES)))
     }
@@ -245,7 +254,7 @@ mod tests {
             b"Code: 27, e.displayText() = DB::Exception: Cannot parse input: expected \" before: x (at row 1)\n, e.what() = DB::Exception\n",
         );
         assert!(
-            matches!(&e, ConnectorError::Data(m) if m == "ClickHouse error 27 (CANNOT_PARSE_INPUT_ASSERTION_FAILED)"),
+            matches!(&e, ConnectorError::Data(m) if m == "ClickHouse error 27 (CANNOT_PARSE_INPUT_ASSERTION_FAILED): a row does not parse"),
             "{e:?}"
         );
         assert!(matches!(
@@ -253,11 +262,11 @@ mod tests {
                 404,
                 b"Code: 60, e.displayText() = DB::Exception: Table default.x doesn't exist., e.what() = DB::Exception"
             ),
-            ConnectorError::Config(m) if m == "ClickHouse error 60 (UNKNOWN_TABLE)"
+            ConnectorError::Config(m) if m == "ClickHouse error 60 (UNKNOWN_TABLE): no such table"
         ));
         assert!(matches!(
             classify(500, b"Code: 241, e.displayText() = DB::Exception: Memory limit"),
-            ConnectorError::Query(m) if m == "ClickHouse error 241 (MEMORY_LIMIT_EXCEEDED)"
+            ConnectorError::Query(m) if m == "ClickHouse error 241 (MEMORY_LIMIT_EXCEEDED): the server ran out of memory"
         ));
         assert!(matches!(
             classify(500, b"Code: 999999, secret text"),
@@ -270,7 +279,7 @@ mod tests {
             "{e:?}"
         );
         let long = format!("Code: 6, e.displayText() = DB::Exception: {}", "x".repeat(10_000));
-        assert!(classify(500, long.as_bytes()).to_string().len() < 100);
+        assert!(classify(500, long.as_bytes()).to_string().len() < 120);
     }
 
     #[test]

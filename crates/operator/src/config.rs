@@ -8,6 +8,8 @@ pub const FIELD_MANAGER: &str = "sless-operator";
 pub struct OperatorConfig {
     /// Public host of the SQS endpoints: `https://{host}/sqs/{tenant}`.
     pub sqs_external_host: String,
+    /// The region of queue ARNs (the gateway takes signatures of any region).
+    pub region: String,
     /// The sless image: tenants' queue engines (`sless queue`) and the
     /// dataflow processors (`sless processor`), unless a DataFlow names its own.
     pub image: String,
@@ -31,6 +33,7 @@ impl Default for OperatorConfig {
     fn default() -> Self {
         Self {
             sqs_external_host: "sqs.kube5s.ru".into(),
+            region: sless_sqs::DEFAULT_REGION.into(),
             image: "ghcr.io/kube5s/sless:latest".into(),
             elasticmq_image: "softwaremill/elasticmq-native:1.7.1".into(),
             sqs_tls_secret: None,

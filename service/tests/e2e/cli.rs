@@ -19,6 +19,11 @@ fn every_subcommand_has_help() {
         (vec!["crds", "--help"], "--out"),
         (vec!["queue", "--help"], "--data-dir"),
         (vec!["gateway", "--help"], "--control-plane"),
+        (vec!["dev", "--help"], "--max-connections-per-client"),
+        (vec!["dev", "--help"], "--max-dataflows"),
+        (vec!["dev", "--help"], "--region"),
+        (vec!["serve", "--help"], "--api-rate"),
+        (vec!["gateway", "--help"], "--header-timeout"),
     ] {
         let out = sless(&args);
         assert!(out.status.success(), "{args:?}");
@@ -64,4 +69,22 @@ fn serve_names_a_missing_kubeconfig() {
         "{err}"
     );
     assert!(!err.contains("panicked"), "{err}");
+}
+
+/// A region goes into queue ARNs and ElasticMQ's configuration: only a
+/// region's name is taken.
+#[test]
+fn a_region_that_is_no_regions_name_is_refused() {
+    for command in [
+        vec!["dev"],
+        vec!["queue"],
+        vec!["serve", "--redis-url", "redis://127.0.0.1:1"],
+    ] {
+        let mut args = command.clone();
+        args.extend(["--region", "eu\"}\nx {"]);
+        let out = sless(&args);
+        assert!(!out.status.success(), "{args:?}");
+        let text = String::from_utf8(out.stderr).unwrap();
+        assert!(text.contains("a region's name is 1 to 32"), "{args:?}: {text}");
+    }
 }

@@ -153,9 +153,17 @@ impl super::Open for ClickHouseSource {
         let column_name = config.incremental_column.clone().unwrap_or_else(|| "id".into());
         let id_name = config.id_column.clone().unwrap_or_else(|| "id".into());
         let server = ClickHouse::connect(dsn, &ctx.egress).await?;
+        // The server's words stay with it: the spec's own names say where.
         let described = server
             .query(&format!("DESCRIBE TABLE {from} FORMAT JSONEachRow"))
-            .await?;
+            .await
+            .map_err(|e| match e {
+                ConnectorError::Config(m) => ConnectorError::Config(match &config.query {
+                    Some(_) => format!("query: {m}"),
+                    None => format!("table {from}: {m}"),
+                }),
+                other => other,
+            })?;
         let incremental_type = column_type(&described, &column_name)?;
         let id = if id_name == column_name {
             None

@@ -34,11 +34,12 @@ messages-storage {{
   uri = "jdbc:h2:{DATA_PATH}/elasticmq"
 }}
 aws {{
-  region = ru-msk-1
+  region = "{region}"
   accountId = "{account}"
 }}
 "#,
         host = config.sqs_external_host,
+        region = config.region,
         account = sless_sqs::credentials::account_id(tenant),
     )
 }

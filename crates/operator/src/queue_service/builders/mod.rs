@@ -188,6 +188,8 @@ fn sless_container(qs: &QueueService, config: &OperatorConfig) -> Container {
         &sless_sqs::credentials::account_id(tenant),
         "--base-url",
         &endpoint(config, tenant),
+        "--region",
+        &config.region,
     ]
     .map(str::to_owned)
     .into();

@@ -143,7 +143,7 @@ fn the_default_deployment_runs_sless_queue_with_its_journal_and_token_and_no_pri
     assert_eq!(container.image.as_deref(), Some("ghcr.io/kube5s/sless:latest"));
     assert_eq!(
         container.args.as_ref().unwrap().join(" "),
-        "queue --listen 0.0.0.0:9324 --account-id 469329139872 --base-url https://sqs.kube5s.ru/sqs/acme --data-dir /data"
+        "queue --listen 0.0.0.0:9324 --account-id 469329139872 --base-url https://sqs.kube5s.ru/sqs/acme --region ru-msk-1 --data-dir /data"
     );
     let token = &container.env.as_ref().unwrap()[0];
     let from = token.value_from.as_ref().unwrap().secret_key_ref.as_ref().unwrap();
