@@ -106,20 +106,24 @@ def test_queue_routes_reach_only_the_tenants_own_service(sless, tenant_a):
     assert sless.rest("a", "DELETE", f"{base}/api-q.fifo").status_code == 204
 
 
+def dead_letter_queue(sqs, name, max_receives):
+    """Creates queue `name`: its URL, and a RedrivePolicy that sends a
+    queue's messages there after `max_receives` receives."""
+    import json
+
+    url = sqs.create_queue(QueueName=name)["QueueUrl"]
+    arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    return url, json.dumps({"deadLetterTargetArn": arn, "maxReceiveCount": str(max_receives)})
+
+
 def test_a_peek_counts_no_receive_so_it_never_dead_letters(sless, tenant_a):
     """Two peeks of a queue whose policy allows one receive moved its
     message into the dead-letter queue when a peek was a receive."""
-    import json
-
     from conftest import sqs_client
 
     sqs = sqs_client(tenant_a)
-    dlq = sqs.create_queue(QueueName="peek-dlq")["QueueUrl"]
-    dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
-    src = sqs.create_queue(
-        QueueName="peek-src",
-        Attributes={"RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": "1"})},
-    )["QueueUrl"]
+    _, policy = dead_letter_queue(sqs, "peek-dlq", 1)
+    src = sqs.create_queue(QueueName="peek-src", Attributes={"RedrivePolicy": policy})["QueueUrl"]
     sqs.send_message(QueueUrl=src, MessageBody="look, don't take")
     base = "/queue-services/main/queues"
     for _ in range(3):
@@ -135,14 +139,10 @@ def test_the_queue_list_comes_a_page_at_a_time(sless, tenant_a):
     """One list made an SQS call per queue of the service, all at once;
     now a page of at most 100, its calls a few at a time, and a dead-letter
     queue's sources found even when they are on another page."""
-    import json
-
     from conftest import sqs_client
 
     sqs = sqs_client(tenant_a)
-    dlq = sqs.create_queue(QueueName="page-a-dlq")["QueueUrl"]
-    dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
-    policy = json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": "5"})
+    dlq, policy = dead_letter_queue(sqs, "page-a-dlq", 5)
     for i in range(6):
         sqs.create_queue(QueueName=f"page-z-{i}", Attributes={"RedrivePolicy": policy})
     base = "/queue-services/main/queues"
@@ -172,17 +172,11 @@ def test_the_queue_list_comes_a_page_at_a_time(sless, tenant_a):
 
 
 def test_a_dead_letter_queue_is_shown_and_redriven(sless, tenant_a):
-    import json
-
     from conftest import sqs_client
 
     sqs = sqs_client(tenant_a)
-    dlq = sqs.create_queue(QueueName="console-dlq")["QueueUrl"]
-    dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
-    src = sqs.create_queue(
-        QueueName="console-src",
-        Attributes={"RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": "1"})},
-    )["QueueUrl"]
+    _, policy = dead_letter_queue(sqs, "console-dlq", 1)
+    src = sqs.create_queue(QueueName="console-src", Attributes={"RedrivePolicy": policy})["QueueUrl"]
     sqs.send_message(QueueUrl=src, MessageBody="poison")
     for _ in range(2):
         sqs.receive_message(QueueUrl=src, VisibilityTimeout=0, WaitTimeSeconds=1)

@@ -173,7 +173,7 @@ async fn an_error_body_is_never_passed_on() {
     let (port, _) = answering("404 Not Found", "", &clickhouse_body).await;
     assert_eq!(
         clickhouse_error(port).await.to_string(),
-        "ClickHouse error 60 (UNKNOWN_TABLE)"
+        "ClickHouse error 60 (UNKNOWN_TABLE): no such table"
     );
     let (port, _) = answering("500 Internal Server Error", "", SECRET).await;
     let e = clickhouse_error(port).await.to_string();
@@ -187,11 +187,9 @@ async fn an_error_body_is_never_passed_on() {
     );
 }
 
-#[tokio::test]
-async fn a_declared_gigabyte_is_refused_before_it_is_read() {
-    // Declares 1 GiB and sends 1 MiB of it, then holds the connection.
-    let head = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 1073741824\r\n\r\n".to_owned();
-    let (port, _) = server(head, vec![b' '; 1 << 20], 1).await;
+/// Every connector refuses the answer at `port` as too long, well before
+/// it could have read it whole.
+async fn every_connector_refuses_as_too_long(port: u16) {
     let started = Instant::now();
     for e in [
         sqs_error(port).await,
@@ -204,6 +202,14 @@ async fn a_declared_gigabyte_is_refused_before_it_is_read() {
 }
 
 #[tokio::test]
+async fn a_declared_gigabyte_is_refused_before_it_is_read() {
+    // Declares 1 GiB and sends 1 MiB of it, then holds the connection.
+    let head = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 1073741824\r\n\r\n".to_owned();
+    let (port, _) = server(head, vec![b' '; 1 << 20], 1).await;
+    every_connector_refuses_as_too_long(port).await;
+}
+
+#[tokio::test]
 async fn an_endless_answer_is_cut_off_at_the_cap() {
     // Chunked, with no declared length: 64 KiB chunks, 2 GiB in all.
     let head = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n".to_owned();
@@ -211,16 +217,8 @@ async fn an_endless_answer_is_cut_off_at_the_cap() {
     chunk.extend(std::iter::repeat_n(b' ', 64 * 1024));
     chunk.extend_from_slice(b"\r\n");
     let (port, _) = server(head, chunk, 32 * 1024).await;
-    let started = Instant::now();
-    for e in [
-        sqs_error(port).await,
-        clickhouse_error(port).await,
-        registry_error(port).await,
-    ] {
-        assert!(e.to_string().contains("answered with more than"), "{e}");
-    }
     // Reading 2 GiB over loopback would take far longer than the caps.
-    assert!(started.elapsed() < Duration::from_secs(20));
+    every_connector_refuses_as_too_long(port).await;
 }
 
 #[tokio::test]

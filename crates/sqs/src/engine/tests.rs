@@ -52,6 +52,20 @@ impl Journaled {
             .unwrap_or_else(|e| panic!("{action}: {e}"))
     }
 
+    /// Queue `jobs` (at [`Q`]) holding one message `m`, which its second
+    /// receive moves to queue `dead`; the URL of `dead`.
+    async fn one_message_before_a_dead_letter_queue(&self) -> Value {
+        let dlq = self.ok("CreateQueue", json!({"QueueName": "dead"})).await["QueueUrl"].clone();
+        let policy = json!({"deadLetterTargetArn": "arn:aws:sqs:ru-msk-1:acme:dead", "maxReceiveCount": 1}).to_string();
+        self.ok(
+            "CreateQueue",
+            json!({"QueueName": "jobs", "Attributes": {"RedrivePolicy": policy}}),
+        )
+        .await;
+        self.ok("SendMessage", json!({"QueueUrl": Q, "MessageBody": "m"})).await;
+        dlq
+    }
+
     async fn queues(&self) -> Value {
         self.ok("ListQueues", json!({})).await["QueueUrls"].clone()
     }
@@ -185,14 +199,7 @@ async fn a_delete_whose_commit_failed_keeps_the_message() {
 #[tokio::test]
 async fn a_dead_letter_move_whose_commit_failed_is_undone() {
     let j = Journaled::new();
-    let dlq = j.ok("CreateQueue", json!({"QueueName": "dead"})).await["QueueUrl"].clone();
-    let policy = json!({"deadLetterTargetArn": "arn:aws:sqs:ru-msk-1:acme:dead", "maxReceiveCount": 1}).to_string();
-    j.ok(
-        "CreateQueue",
-        json!({"QueueName": "jobs", "Attributes": {"RedrivePolicy": policy}}),
-    )
-    .await;
-    j.ok("SendMessage", json!({"QueueUrl": Q, "MessageBody": "m"})).await;
+    let dlq = j.one_message_before_a_dead_letter_queue().await;
     assert_eq!(j.receive(Q).await.len(), 1);
     // The second receive moves it to the dead-letter queue: make that fail.
     j.fail_commits(true);
@@ -296,14 +303,7 @@ async fn a_journal_of_the_sqlite_format_is_migrated_with_what_its_wal_held() {
 #[tokio::test]
 async fn a_peek_counts_no_receive_and_moves_nothing() {
     let j = Journaled::new();
-    let dlq = j.ok("CreateQueue", json!({"QueueName": "dead"})).await["QueueUrl"].clone();
-    let policy = json!({"deadLetterTargetArn": "arn:aws:sqs:ru-msk-1:acme:dead", "maxReceiveCount": 1}).to_string();
-    j.ok(
-        "CreateQueue",
-        json!({"QueueName": "jobs", "Attributes": {"RedrivePolicy": policy}}),
-    )
-    .await;
-    j.ok("SendMessage", json!({"QueueUrl": Q, "MessageBody": "m"})).await;
+    let dlq = j.one_message_before_a_dead_letter_queue().await;
     let peek = json!({"QueueUrl": Q, "MaxNumberOfMessages": 10});
     for _ in 0..3 {
         let peeked = j.ok(requests::PEEK_ACTION, peek.clone()).await;
