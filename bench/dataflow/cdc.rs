@@ -54,7 +54,7 @@ pub async fn to_pg(db: &tokio_postgres::Client, dsn: &str) -> anyhow::Result<(f6
     running.stop().await;
     let written = count(db, "bench_cdc_dst").await?;
     anyhow::ensure!(written == ROWS, "every change written once, not {written}");
-    sless_dataflow::sources::release_source(&source, &ctx).await?;
+    sless_dataflow::registry::release_source(&source, &ctx).await?;
     db.batch_execute("DROP TABLE bench_cdc_src, bench_cdc_dst").await?;
     Ok((flow, inserts))
 }

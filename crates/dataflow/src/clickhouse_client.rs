@@ -15,8 +15,8 @@ use sless_model::dataflow::SecretRef;
 use sless_model::{FieldError, ValidationErrors};
 
 use crate::ConnectorError;
+use crate::component::{either, non_empty};
 use crate::egress::{EgressPolicy, http_endpoint, read_answer};
-use crate::registry::{either, non_empty};
 
 /// Longest a query may take before the connector retries it.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);

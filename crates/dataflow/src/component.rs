@@ -77,3 +77,30 @@ pub fn inline<'a>(value: Option<&'a str>, secret: &Option<SecretRef>, field: &st
         (None, None) => Err(ConnectorError::Config(format!("{field} is required"))),
     }
 }
+
+/// Requires `field` inline or through `{field}SecretRef`, and checks the ref.
+pub fn either(inline: bool, reference: &Option<SecretRef>, path: &str, field: &str, errors: &mut ValidationErrors) {
+    let ref_field = format!("{field}SecretRef");
+    if !inline && reference.is_none() {
+        errors.push(FieldError::invalid(
+            format!("{path}.{field}"),
+            format!("{field} or {ref_field} is required"),
+        ));
+    }
+    secret_ref(reference, path, &ref_field, errors);
+}
+
+pub fn secret_ref(reference: &Option<SecretRef>, path: &str, field: &str, errors: &mut ValidationErrors) {
+    if let Some(r) = reference {
+        if r.name.is_empty() {
+            errors.push(FieldError::required(format!("{path}.{field}.name")));
+        }
+        if r.key.is_empty() {
+            errors.push(FieldError::required(format!("{path}.{field}.key")));
+        }
+    }
+}
+
+pub fn non_empty(value: &Option<String>) -> bool {
+    value.as_deref().is_some_and(|v| !v.is_empty())
+}

@@ -14,10 +14,10 @@ use sless_model::{FieldError, ValidationErrors};
 
 use crate::ConnectorError;
 use crate::avro::AvroSchema;
-use crate::avro::registry::RegistryConfig;
+use crate::avro::schema_registry::RegistryConfig;
 use crate::component::inline;
+use crate::component::{either, non_empty, secret_ref};
 use crate::egress::EgressPolicy;
-use crate::registry::{either, non_empty, secret_ref};
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

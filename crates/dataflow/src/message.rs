@@ -4,7 +4,19 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use crate::transforms::Output;
+/// Where a message goes after the transformations: the main sink or one
+/// of the extra outputs a transformation declared.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Output {
+    #[default]
+    Main,
+    /// An index into the pipeline's outputs (`transforms::Outputs`).
+    Route(usize),
+    /// Refused by its source (it could not be decoded): the pipeline sends
+    /// it to the error sink without transforming it. The reason is the
+    /// metadata [`crate::message::REFUSED`].
+    Refused,
+}
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Message {

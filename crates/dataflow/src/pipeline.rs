@@ -20,12 +20,12 @@ use tokio::sync::{mpsc, watch};
 use sless_model::dataflow::{DataFlowCounters, DataFlowSpec};
 use sless_runtime::backoff::{Backoff, Retries};
 
-use crate::ConnectorError;
 use crate::context::PipelineContext;
-use crate::message::{Message, REFUSED};
-use crate::sinks::{self, Sink};
-use crate::sources::{self, Position, Record, Source};
-use crate::transforms::{self, Output, Outputs, Transform};
+use crate::message::{Message, Output, REFUSED};
+use crate::sinks::Sink;
+use crate::sources::{Position, Record, Source};
+use crate::transforms::{self, Outputs, Transform};
+use crate::{ConnectorError, registry};
 
 /// Retries of a failing read or write: 200 ms doubling to 30 s.
 const RETRY: Backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(30));
@@ -133,20 +133,20 @@ impl Pipeline {
         let transforms = spec
             .transformations
             .iter()
-            .map(|t| transforms::build(t, &mut outputs).map_err(|e| ConnectorError::Config(e.to_string())))
+            .map(|t| registry::build_transform(t, &mut outputs).map_err(|e| ConnectorError::Config(e.to_string())))
             .collect::<Result<Arc<[_]>, _>>()?;
         let mut routes = Vec::with_capacity(outputs.sinks().len());
         for sink in outputs.sinks() {
-            routes.push(sinks::connect(sink, ctx).await?);
+            routes.push(registry::connect_sink(sink, ctx).await?);
         }
-        let main = sinks::connect(&spec.sink, ctx).await?;
+        let main = registry::connect_sink(&spec.sink, ctx).await?;
         let errors = match &spec.errors {
-            Some(e) => Some(sinks::connect(e, ctx).await?),
+            Some(e) => Some(registry::connect_sink(e, ctx).await?),
             None => None,
         };
         // The source last: a Kafka source joins its group only once the
         // sinks can take what it is given.
-        let source = sources::connect(&spec.source, ctx).await?;
+        let source = registry::connect_source(&spec.source, ctx).await?;
         Ok(Self {
             batch: source.batch_size().max(1),
             source,

@@ -1,15 +1,26 @@
 //! The one list of dataflow components. A connector or transformation type
 //! exists when it is listed here; the REST API and the webhook validate
 //! through [`Registry`] (the model's [`Components`]), and the processor
-//! connects and builds through the same descriptors.
+//! connects and builds through the same descriptors, by the lookups below.
+//! Components import nothing from here: the list sits above them.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use serde_json::Value;
-use sless_model::dataflow::{Components, ConnectorSpec, Role, SecretRef, TransformationSpec};
+use sless_model::dataflow::{Components, ConnectorSpec, DataFlowSpec, Role, TransformationSpec};
 use sless_model::{FieldError, ValidationErrors};
 
 use crate::component;
-use crate::transforms::{self, camel_case, filter, flatten, mask, remove, router, select, snake_case, timestamp};
-use crate::{sinks, sources};
+use crate::context::{PipelineContext, QueueAccess};
+use crate::sinks::Sink;
+use crate::sources::Source;
+use crate::sqs_client;
+use crate::transforms::{
+    self, BuildError, Outputs, Transform, camel_case, filter, flatten, mask, remove, router, select, snake_case,
+    timestamp,
+};
+use crate::{ConnectorError, sinks, sources};
 
 /// Transformations, by the `type` a spec names them with.
 pub static TRANSFORMS: &[transforms::Descriptor] = &[
@@ -102,36 +113,95 @@ impl Components for Registry {
                 format!("{path}.config"),
                 format!("{} transformation configuration is required", spec.kind),
             )),
-            Some(config) => (descriptor.check)(config, &format!("{path}.config"), errors),
+            Some(config) => {
+                (descriptor.check)(config, &format!("{path}.config"), errors);
+                let _ = (descriptor.start.visit_sinks)(&mut config.clone(), &mut |field, sink| {
+                    self.check_connector(sink, Role::Sink, &format!("{path}.config.{field}"), errors);
+                    Ok(())
+                });
+            }
         }
     }
 }
 
-/// Requires `field` inline or through `{field}SecretRef`, and checks the ref.
-pub fn either(inline: bool, reference: &Option<SecretRef>, path: &str, field: &str, errors: &mut ValidationErrors) {
-    let ref_field = format!("{field}SecretRef");
-    if !inline && reference.is_none() {
-        errors.push(FieldError::invalid(
-            format!("{path}.{field}"),
-            format!("{field} or {ref_field} is required"),
-        ));
-    }
-    secret_ref(reference, path, &ref_field, errors);
+/// Connects the source of a spec.
+pub async fn connect_source(spec: &ConnectorSpec, ctx: &PipelineContext) -> Result<Arc<dyn Source>, ConnectorError> {
+    let descriptor = component::find(SOURCES, &spec.kind)
+        .ok_or_else(|| ConnectorError::Config(format!("the {} connector is not supported as a source", spec.kind)))?;
+    (descriptor.start.open)(spec.config.as_ref().unwrap_or(&Value::Null), ctx).await
 }
 
-pub fn secret_ref(reference: &Option<SecretRef>, path: &str, field: &str, errors: &mut ValidationErrors) {
-    if let Some(r) = reference {
-        if r.name.is_empty() {
-            errors.push(FieldError::required(format!("{path}.{field}.name")));
-        }
-        if r.key.is_empty() {
-            errors.push(FieldError::required(format!("{path}.{field}.key")));
-        }
+/// Removes what the source of a deleted dataflow made on its server.
+pub async fn release_source(spec: &ConnectorSpec, ctx: &PipelineContext) -> Result<(), ConnectorError> {
+    match component::find(SOURCES, &spec.kind) {
+        Some(descriptor) => (descriptor.start.release)(spec.config.as_ref().unwrap_or(&Value::Null), ctx).await,
+        None => Ok(()),
     }
 }
 
-pub fn non_empty(value: &Option<String>) -> bool {
-    value.as_deref().is_some_and(|v| !v.is_empty())
+/// Connects the sink of a spec.
+pub async fn connect_sink(spec: &ConnectorSpec, ctx: &PipelineContext) -> Result<Box<dyn Sink>, ConnectorError> {
+    let descriptor = component::find(SINKS, &spec.kind)
+        .ok_or_else(|| ConnectorError::Config(format!("the {} connector is not supported as a sink", spec.kind)))?;
+    (descriptor.start)(spec.config.as_ref().unwrap_or(&Value::Null), ctx).await
+}
+
+/// Builds a transformation from its spec, adding its extra outputs to `outputs`.
+pub fn build_transform(spec: &TransformationSpec, outputs: &mut Outputs) -> Result<Box<dyn Transform>, BuildError> {
+    let descriptor = component::find(TRANSFORMS, &spec.kind).ok_or_else(|| BuildError::Unknown(spec.kind.clone()))?;
+    let empty = Value::Object(Default::default());
+    (descriptor.start.build)(spec.config.as_ref().unwrap_or(&empty), outputs)
+}
+
+/// Hands every connector of `spec` to `visit`, to read or change: its
+/// source, its sink, its error sink and the sinks its transformations name.
+pub fn visit_connectors(
+    spec: &mut DataFlowSpec,
+    visit: &mut dyn FnMut(&mut ConnectorSpec) -> Result<(), String>,
+) -> Result<(), String> {
+    visit(&mut spec.source)?;
+    visit(&mut spec.sink)?;
+    if let Some(errors) = spec.errors.as_mut() {
+        visit(errors)?;
+    }
+    for transformation in &mut spec.transformations {
+        if let (Some(descriptor), Some(config)) = (
+            component::find(TRANSFORMS, &transformation.kind),
+            transformation.config.as_mut(),
+        ) {
+            (descriptor.start.visit_sinks)(config, &mut |_, sink| visit(sink))?;
+        }
+    }
+    Ok(())
+}
+
+/// The queue services `spec`'s SQS connectors name, as the SQS component
+/// reads its config.
+pub fn named_queue_services(spec: &DataFlowSpec) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    let _ = visit_connectors(&mut spec.clone(), &mut |connector| {
+        names.extend(sqs_client::queue_service_of(connector));
+        Ok(())
+    });
+    names
+}
+
+/// Gives each SQS connector of `spec` that names a queue service its
+/// queue's URL and the service's keys, from `access`.
+pub fn fill_queue_services(spec: &mut DataFlowSpec, access: &BTreeMap<String, QueueAccess>) -> Result<(), String> {
+    visit_connectors(spec, &mut |connector| sqs_client::fill_queue_service(connector, access))
+}
+
+/// How many sinks `spec` writes to: its sink, its error sink and every
+/// route of its transformations (what a tenant's quota of sinks counts).
+/// A transformation that does not build (the spec was not checked) counts
+/// no route.
+pub fn sink_count(spec: &DataFlowSpec) -> usize {
+    let mut outputs = Outputs::default();
+    for transformation in &spec.transformations {
+        let _ = build_transform(transformation, &mut outputs);
+    }
+    1 + usize::from(spec.errors.is_some()) + outputs.sinks().len()
 }
 
 #[cfg(test)]
@@ -258,6 +328,75 @@ mod tests {
                 "transformations[3].config.fields",
                 "transformations[4].type",
                 "transformations[5].config.routes[0].sink"
+            ]
+        );
+    }
+
+    /// The SQS component names the queue services wherever a connector
+    /// stands (sink, error sink, a router's routes), and they are filled
+    /// there with their queue's URL and keys; nothing else changes.
+    #[test]
+    fn queue_services_are_found_and_filled_in_every_connector() {
+        let by_name = |service: &str| json!({"type": "sqs", "config": {"queueService": service, "queueName": "q"}});
+        let mut spec = request(json!({
+            "source": pg("a"), "sink": by_name("main"), "errors": by_name("dead"),
+            "transformations": [{"type": "router", "config": {"routes": [
+                {"condition": "x", "sink": by_name("routed")}, {"condition": "y", "sink": pg("b")}
+            ]}}]
+        }))
+        .into_spec(&Registry)
+        .unwrap();
+        assert_eq!(
+            named_queue_services(&spec).into_iter().collect::<Vec<_>>(),
+            ["dead", "main", "routed"]
+        );
+        let access = |service: &str| QueueAccess {
+            endpoint: format!("http://gw/sqs/{service}"),
+            account_id: "000000000042".into(),
+            access_key: format!("AK-{service}"),
+            secret_key: "SK".into(),
+        };
+        let mut all: BTreeMap<String, QueueAccess> =
+            ["main", "dead"].iter().map(|s| (s.to_string(), access(s))).collect();
+        assert!(
+            fill_queue_services(&mut spec.clone(), &all)
+                .unwrap_err()
+                .contains("routed")
+        );
+        all.insert("routed".into(), access("routed"));
+        fill_queue_services(&mut spec, &all).unwrap();
+        assert!(named_queue_services(&spec).is_empty());
+        let routed = &spec.transformations[0].config.as_ref().unwrap()["routes"][0]["sink"]["config"];
+        assert_eq!(routed["queueUrl"], "http://gw/sqs/routed/000000000042/q");
+        assert_eq!(routed["accessKeyId"], "AK-routed");
+        assert_eq!(
+            spec.sink.config.as_ref().unwrap()["queueUrl"],
+            "http://gw/sqs/main/000000000042/q"
+        );
+        assert_eq!(
+            spec.transformations[0].config.as_ref().unwrap()["routes"][1]["sink"],
+            pg("b")
+        );
+    }
+
+    /// A router's sinks are checked as the pipeline's own, at their fields.
+    #[test]
+    fn a_routers_sinks_are_checked_where_they_stand() {
+        let err = request(json!({
+            "source": pg("a"), "sink": pg("b"),
+            "transformations": [{"type": "router", "config": {"routes": [
+                {"condition": "x", "sink": pg("c")},
+                {"condition": "y", "sink": {"type": "nope", "config": {}}},
+                {"condition": "z", "sink": {"type": "postgresql", "config": {"table": "t"}}}
+            ]}}]
+        }))
+        .into_spec(&Registry)
+        .unwrap_err();
+        assert_eq!(
+            fields_of(err),
+            [
+                "transformations[0].config.routes[1].sink.type",
+                "transformations[0].config.routes[2].sink.config.connectionString"
             ]
         );
     }

@@ -3,21 +3,23 @@
 //! that connects only to addresses the egress policy permits. It talks to
 //! any SQS endpoint: a tenant's sless queue service or AWS.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use sless_model::dataflow::{Role, SecretRef};
+use sless_model::dataflow::{ConnectorSpec, Role, SecretRef};
 use sless_model::name::DnsLabel;
 use sless_model::{FieldError, ValidationErrors};
 
 use crate::ConnectorError;
+use crate::component::{either, non_empty, secret_ref};
 use crate::context::{PipelineContext, QueueAccess};
 use crate::egress::{http_endpoint, read_answer};
-use crate::registry::{either, non_empty, secret_ref};
 use sless_sqs::engine::requests::is_identifier;
 
-pub const DEFAULT_REGION: &str = "ru-msk-1";
+/// The `type` of the SQS source and sink.
+pub const KIND: &str = "sqs";
 pub const DEFAULT_WAIT_SECONDS: u64 = 20;
 pub const DEFAULT_VISIBILITY_SECONDS: u64 = 60;
 /// Longest answer read: ten messages of 1 MiB each, their JSON escapes
@@ -178,6 +180,30 @@ impl SqsConfig {
     }
 }
 
+/// The queue service an SQS connector names (`queueService`), if it is one.
+pub fn queue_service_of(connector: &ConnectorSpec) -> Option<String> {
+    if connector.kind != KIND {
+        return None;
+    }
+    let config: SqsConfig = serde_json::from_value(connector.config.clone()?).ok()?;
+    config.queue_service
+}
+
+/// Gives an SQS connector that names a queue service its queue's URL and
+/// the service's keys from `access`; any other connector stays as it is.
+pub fn fill_queue_service(connector: &mut ConnectorSpec, access: &BTreeMap<String, QueueAccess>) -> Result<(), String> {
+    let Some(name) = queue_service_of(connector) else {
+        return Ok(());
+    };
+    let access = access
+        .get(&name)
+        .ok_or_else(|| format!("queue service {name} is not resolved"))?;
+    let config: SqsConfig =
+        serde_json::from_value(connector.config.clone().unwrap_or_default()).map_err(|e| e.to_string())?;
+    connector.config = Some(serde_json::to_value(config.with_access(access)).map_err(|e| e.to_string())?);
+    Ok(())
+}
+
 /// A connected queue.
 pub struct SqsClient {
     http: reqwest::Client,
@@ -225,7 +251,10 @@ impl SqsClient {
             queue_url,
             access_key: keys(&config.access_key_id, "accessKeyId")?,
             secret_key: keys(&config.secret_access_key, "secretAccessKey")?,
-            region: config.region.clone().unwrap_or_else(|| DEFAULT_REGION.to_owned()),
+            region: config
+                .region
+                .clone()
+                .unwrap_or_else(|| sless_sqs::DEFAULT_REGION.to_owned()),
         };
         // Whatever does not answer as SQS (no port, another protocol, an
         // HTTP server of another kind) is refused in the same words, so the

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use sless_dataflow::ConnectorError;
-use sless_dataflow::avro::registry::{RegistryConfig, SchemaRegistry};
+use sless_dataflow::avro::schema_registry::{RegistryConfig, SchemaRegistry};
 use sless_dataflow::clickhouse_client::ClickHouse;
 use sless_dataflow::context::PipelineContext;
 use sless_dataflow::egress::EgressPolicy;

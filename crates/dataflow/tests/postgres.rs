@@ -8,8 +8,9 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 use sless_dataflow::context::PipelineContext;
 use sless_dataflow::message::Message;
-use sless_dataflow::sinks::{self, Sink};
-use sless_dataflow::sources::{self, Source};
+use sless_dataflow::registry;
+use sless_dataflow::sinks::Sink;
+use sless_dataflow::sources::Source;
 use sless_model::dataflow::ConnectorSpec;
 
 fn dsn() -> String {
@@ -44,13 +45,13 @@ fn spec(config: Value) -> ConnectorSpec {
 }
 
 async fn source(config: Value) -> Arc<dyn Source> {
-    sources::connect(&spec(config), &ctx()).await.unwrap()
+    registry::connect_source(&spec(config), &ctx()).await.unwrap()
 }
 
 async fn sink(table: &str, extra: Value) -> Box<dyn Sink> {
     let mut config = extra;
     config["table"] = table.into();
-    sinks::connect(&spec(config), &ctx()).await.unwrap()
+    registry::connect_sink(&spec(config), &ctx()).await.unwrap()
 }
 
 /// The rows of `sql` as the server's `row_to_json` makes them.

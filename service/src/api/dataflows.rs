@@ -132,7 +132,7 @@ pub async fn events(
 
 /// The tenant's quota of sinks per dataflow.
 fn check_sinks(state: &AppState, spec: &DataFlowSpec) -> Result<(), ApiError> {
-    let sinks = sless_dataflow::transforms::sink_count(spec);
+    let sinks = sless_dataflow::registry::sink_count(spec);
     let quota = state.limits.sinks_per_dataflow;
     if sinks > quota {
         return Err(ApiError::QuotaExceeded(format!(

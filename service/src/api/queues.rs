@@ -25,8 +25,6 @@ use sless_model::FieldError;
 use sless_model::queue_service::{QueueServicePhase, QueueServiceView};
 use sless_sqs::engine::requests::{PEEK_ACTION, is_identifier};
 
-/// The region the console's requests are signed for (any region works with sless).
-const REGION: &str = "ru-msk-1";
 /// One client for every call, so connections to the gateway are reused.
 static HTTP: LazyLock<reqwest::Client> = LazyLock::new(reqwest::Client::new);
 /// sless's own queue attribute: the age of the oldest message, in seconds.
@@ -178,9 +176,15 @@ impl Service {
         let body = serde_json::to_vec(&input).map_err(|e| ApiError::BadRequest(e.to_string()))?;
         let access = self.view.access_key.as_deref().unwrap_or_default();
         let secret = self.view.secret_key.as_deref().unwrap_or_default();
-        let headers =
-            sless_sqs::gateway::sigv4::signed_json_headers(&self.endpoint, action, &body, access, secret, REGION)
-                .ok_or(ApiError::Unavailable)?;
+        let headers = sless_sqs::gateway::sigv4::signed_json_headers(
+            &self.endpoint,
+            action,
+            &body,
+            access,
+            secret,
+            sless_sqs::DEFAULT_REGION,
+        )
+        .ok_or(ApiError::Unavailable)?;
         let response = HTTP
             .post(&self.endpoint)
             .headers(headers)

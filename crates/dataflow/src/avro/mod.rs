@@ -1,7 +1,7 @@
 //! Avro for the Kafka connectors: schemas, the binary encoding to and from
 //! the JSON the transformations work on, and the Confluent wire format
 //! (magic byte 0, a 4-byte schema id, the Avro body) with a schema
-//! registry (`registry.rs`).
+//! registry (`schema_registry.rs`).
 //!
 //! Values map to JSON as a person reads them: a record is an object, an
 //! enum its symbol, a union its branch's value (no `{"type": value}`
@@ -11,7 +11,7 @@
 //! items per message and every length are checked against what the
 //! message holds, so a hostile record cannot make the processor allocate.
 
-pub mod registry;
+pub mod schema_registry;
 
 use std::collections::HashMap;
 

@@ -13,7 +13,7 @@ use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 
 use super::Sink;
 use crate::ConnectorError;
-use crate::avro::registry::SchemaRegistry;
+use crate::avro::schema_registry::SchemaRegistry;
 use crate::avro::{self, AvroSchema};
 use crate::component::Component;
 use crate::context::PipelineContext;

@@ -11,13 +11,11 @@ use std::pin::Pin;
 use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::Value;
-use sless_model::dataflow::ConnectorSpec;
 
 use crate::ConnectorError;
 use crate::component::{self, Component};
 use crate::context::PipelineContext;
 use crate::message::Message;
-use crate::registry;
 
 #[async_trait]
 pub trait Sink: Send + Sync {
@@ -31,7 +29,7 @@ pub trait Sink: Send + Sync {
 }
 
 /// A sink type: a [`Component`] that connects. One file holds each;
-/// [`registry::SINKS`] lists them.
+/// [`crate::registry::SINKS`] lists them.
 #[async_trait]
 pub trait Open: Component + Sink {
     async fn open(config: &Self::Config, ctx: &PipelineContext) -> Result<Self, ConnectorError>;
@@ -60,11 +58,4 @@ fn open<'a, C: Open>(config: &'a Value, ctx: &'a PipelineContext) -> Opening<'a>
         let config = C::Config::deserialize(config).map_err(|e| ConnectorError::Config(e.to_string()))?;
         Ok(Box::new(C::open(&config, ctx).await?) as Box<dyn Sink>)
     })
-}
-
-/// Connects the sink of a spec.
-pub async fn connect(spec: &ConnectorSpec, ctx: &PipelineContext) -> Result<Box<dyn Sink>, ConnectorError> {
-    let descriptor = component::find(registry::SINKS, &spec.kind)
-        .ok_or_else(|| ConnectorError::Config(format!("the {} connector is not supported as a sink", spec.kind)))?;
-    (descriptor.start)(spec.config.as_ref().unwrap_or(&Value::Null), ctx).await
 }

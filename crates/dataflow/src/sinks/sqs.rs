@@ -26,7 +26,7 @@ pub struct SqsSink {
 }
 
 impl Component for SqsSink {
-    const KIND: &'static str = "sqs";
+    const KIND: &'static str = crate::sqs_client::KIND;
     type Config = SqsConfig;
 
     fn check(config: &SqsConfig, path: &str, errors: &mut ValidationErrors) {

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use super::{Position, Record, Source};
 use crate::ConnectorError;
-use crate::avro::{self, registry::SchemaRegistry};
+use crate::avro::{self, schema_registry::SchemaRegistry};
 use crate::component::{Component, inline};
 use crate::context::PipelineContext;
 use crate::kafka_client::{Format, KafkaConfig, check_brokers, check_reachable, classify, client_config, topic};

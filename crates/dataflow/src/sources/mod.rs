@@ -16,13 +16,11 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::Value;
-use sless_model::dataflow::ConnectorSpec;
 
 use crate::ConnectorError;
 use crate::component::{self, Component};
 use crate::context::PipelineContext;
 use crate::message::Message;
-use crate::registry;
 
 /// Where a record sits in its source, so the source can resume after it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -68,7 +66,7 @@ pub trait Source: Send + Sync {
 }
 
 /// A source type: a [`Component`] that connects. One file holds each;
-/// [`registry::SOURCES`] lists them.
+/// [`crate::registry::SOURCES`] lists them.
 #[async_trait]
 pub trait Open: Component + Source {
     async fn open(config: &Self::Config, ctx: &PipelineContext) -> Result<Self, ConnectorError>;
@@ -92,8 +90,8 @@ type ReleaseFn = for<'a> fn(&'a Value, &'a PipelineContext) -> Releasing<'a>;
 
 /// How a source starts and how its server-side state is removed.
 pub struct Lifecycle {
-    open: OpenFn,
-    release: ReleaseFn,
+    pub(crate) open: OpenFn,
+    pub(crate) release: ReleaseFn,
 }
 
 /// A registry entry of a source.
@@ -119,24 +117,9 @@ fn release<'a, C: Open>(config: &'a Value, ctx: &'a PipelineContext) -> Releasin
     })
 }
 
-/// Removes what the source of a deleted dataflow made on its server.
-pub async fn release_source(spec: &ConnectorSpec, ctx: &PipelineContext) -> Result<(), ConnectorError> {
-    match component::find(registry::SOURCES, &spec.kind) {
-        Some(descriptor) => (descriptor.start.release)(spec.config.as_ref().unwrap_or(&Value::Null), ctx).await,
-        None => Ok(()),
-    }
-}
-
 fn open<'a, C: Open>(config: &'a Value, ctx: &'a PipelineContext) -> Opening<'a> {
     Box::pin(async move {
         let config = C::Config::deserialize(config).map_err(|e| ConnectorError::Config(e.to_string()))?;
         Ok(Arc::new(C::open(&config, ctx).await?) as Arc<dyn Source>)
     })
-}
-
-/// Connects the source of a spec.
-pub async fn connect(spec: &ConnectorSpec, ctx: &PipelineContext) -> Result<Arc<dyn Source>, ConnectorError> {
-    let descriptor = component::find(registry::SOURCES, &spec.kind)
-        .ok_or_else(|| ConnectorError::Config(format!("the {} connector is not supported as a source", spec.kind)))?;
-    (descriptor.start.open)(spec.config.as_ref().unwrap_or(&Value::Null), ctx).await
 }

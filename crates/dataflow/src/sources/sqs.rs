@@ -30,7 +30,7 @@ pub struct SqsSource {
 }
 
 impl Component for SqsSource {
-    const KIND: &'static str = "sqs";
+    const KIND: &'static str = crate::sqs_client::KIND;
     type Config = SqsConfig;
 
     fn check(config: &SqsConfig, path: &str, errors: &mut ValidationErrors) {

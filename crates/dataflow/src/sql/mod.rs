@@ -227,7 +227,7 @@ pub fn check_target(
     path: &str,
     errors: &mut ValidationErrors,
 ) {
-    use crate::registry::{either, non_empty};
+    use crate::component::{either, non_empty};
     either(
         non_empty(connection_string.0),
         connection_string.1,

@@ -14,14 +14,13 @@ pub mod timestamp;
 
 use serde::Deserialize;
 use serde_json::Value;
-use sless_model::dataflow::{ConnectorSpec, TransformationSpec};
+use sless_model::dataflow::ConnectorSpec;
 use sless_model::{FieldError, ValidationErrors};
 
 use crate::component::{self, Component};
 use crate::condition::ConditionError;
-use crate::message::Message;
+use crate::message::{Message, Output};
 use crate::path::PathError;
-use crate::registry;
 
 /// Most fields of one mask, select or remove.
 pub const MAX_FIELDS: usize = 256;
@@ -31,25 +30,47 @@ pub trait Transform: Send + Sync {
 }
 
 /// A transformation type: a [`Component`] that is built. One file holds
-/// each; [`registry::TRANSFORMS`] lists them.
+/// each; [`crate::registry::TRANSFORMS`] lists them.
 pub trait Build: Component + Transform {
     /// Builds the transformation; every path, condition and format is
     /// checked here, so a spec that builds cannot fail on them later. Extra
     /// outputs (a router's routes) are taken from `outputs`.
     fn build(config: Self::Config, outputs: &mut Outputs) -> Result<Self, BuildError>;
+
+    /// Hands each sink a config as a spec gives it names (a router's
+    /// routes) to `visit` with its field, to read or change: the registry
+    /// checks them as it checks the pipeline's own sinks, and platforms
+    /// resolve what they name. A config that does not parse names none.
+    fn visit_sinks(_config: &mut Value, _visit: &mut SinkVisitor<'_>) -> Result<(), String> {
+        Ok(())
+    }
 }
 
+/// What [`Build::visit_sinks`] hands each sink to: its field in the config
+/// (e.g. `routes[2].sink`) and the sink.
+pub type SinkVisitor<'a> = dyn FnMut(&str, &mut ConnectorSpec) -> Result<(), String> + 'a;
+
 pub type BuildFn = fn(&Value, &mut Outputs) -> Result<Box<dyn Transform>, BuildError>;
+pub type VisitSinksFn = fn(&mut Value, &mut SinkVisitor<'_>) -> Result<(), String>;
+
+/// How the processor makes a transformation, and the sinks its config names.
+pub struct Making {
+    pub(crate) build: BuildFn,
+    pub(crate) visit_sinks: VisitSinksFn,
+}
 
 /// A registry entry of a transformation.
-pub type Descriptor = component::Descriptor<BuildFn>;
+pub type Descriptor = component::Descriptor<Making>;
 
 impl Descriptor {
     pub const fn of<C: Build>() -> Self {
         Self {
             kind: C::KIND,
             check: check_by_building::<C>,
-            start: build_boxed::<C>,
+            start: Making {
+                build: build_boxed::<C>,
+                visit_sinks: C::visit_sinks,
+            },
         }
     }
 }
@@ -76,20 +97,6 @@ fn build_boxed<C: Build>(config: &Value, outputs: &mut Outputs) -> Result<Box<dy
         source,
     })?;
     Ok(Box::new(C::build(config, outputs)?))
-}
-
-/// Where a message goes after the transformations: the main sink or one
-/// of the extra outputs a transformation declared.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum Output {
-    #[default]
-    Main,
-    /// An index into the pipeline's [`Outputs`].
-    Route(usize),
-    /// Refused by its source (it could not be decoded): the pipeline sends
-    /// it to the error sink without transforming it. The reason is the
-    /// metadata [`crate::message::REFUSED`].
-    Refused,
 }
 
 /// The extra outputs of a pipeline, each with the sink it writes to, in the
@@ -152,14 +159,6 @@ fn paths(fields: &[String]) -> Result<Vec<crate::path::Path>, BuildError> {
         .collect()
 }
 
-/// Builds a transformation from its spec, adding its extra outputs to `outputs`.
-pub fn build(spec: &TransformationSpec, outputs: &mut Outputs) -> Result<Box<dyn Transform>, BuildError> {
-    let descriptor =
-        component::find(registry::TRANSFORMS, &spec.kind).ok_or_else(|| BuildError::Unknown(spec.kind.clone()))?;
-    let empty = Value::Object(Default::default());
-    (descriptor.start)(spec.config.as_ref().unwrap_or(&empty), outputs)
-}
-
 /// Config of `select` and `remove`.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -212,23 +211,13 @@ pub fn apply_all(transforms: &[Box<dyn Transform>], message: Message) -> Vec<Mes
     })
 }
 
-/// How many sinks `spec` writes to: its sink, its error sink and every
-/// route of its transformations (what a tenant's quota of sinks counts).
-/// A transformation that does not build (the spec was not checked) counts
-/// no route.
-pub fn sink_count(spec: &sless_model::dataflow::DataFlowSpec) -> usize {
-    let mut outputs = Outputs::default();
-    for transformation in &spec.transformations {
-        let _ = build(transformation, &mut outputs);
-    }
-    1 + usize::from(spec.errors.is_some()) + outputs.sinks().len()
-}
-
 #[cfg(test)]
 mod tests {
     use serde_json::json;
+    use sless_model::dataflow::TransformationSpec;
 
     use super::*;
+    use crate::registry::build_transform as build;
 
     fn spec(kind: &str, config: serde_json::Value) -> TransformationSpec {
         TransformationSpec {

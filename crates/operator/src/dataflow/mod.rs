@@ -30,7 +30,6 @@ use super::objects;
 use super::queue_service::builders as qs_builders;
 use sless_dataflow::checkpoint::configmap::configmap_name as checkpoint_name;
 use sless_dataflow::context::QueueAccess;
-use sless_dataflow::sqs_client::SqsConfig;
 use sless_model::dataflow::DataFlowSpec;
 use sless_model::queue_service::QueueServicePhase;
 
@@ -100,62 +99,22 @@ async fn resolve(
             return Ok(Err(e.to_string()));
         }
     }
-    for (config, _) in configs_mut(&mut spec) {
-        if let Err(e) = resolve_queue_services(ctx, namespace, config).await? {
-            return Ok(Err(e));
-        }
+    if let Err(e) = resolve_queue_services(ctx, namespace, &mut spec).await? {
+        return Ok(Err(e));
     }
     Ok(Ok((spec, mounts)))
 }
 
-/// The queue services the SQS connector configs inside `value` (a
-/// connector's config, or a router's with its routes' sinks) name.
-fn named_queue_services(value: &Value, out: &mut Vec<String>) {
-    match value {
-        Value::Object(map) => match map.get("queueService").and_then(Value::as_str) {
-            Some(name) => out.push(name.to_owned()),
-            None => map.values().for_each(|v| named_queue_services(v, out)),
-        },
-        Value::Array(items) => items.iter().for_each(|v| named_queue_services(v, out)),
-        _ => {}
-    }
-}
-
-/// Replaces each config naming a queue service with the queue's URL and the
-/// service's keys, from `access`.
-fn fill_queue_services(value: &mut Value, access: &BTreeMap<String, QueueAccess>) -> Result<(), String> {
-    match value {
-        Value::Object(map) => match map.get("queueService").and_then(Value::as_str) {
-            Some(name) => {
-                let access = access
-                    .get(name)
-                    .ok_or_else(|| format!("queue service {name} is not resolved"))?;
-                let config: SqsConfig = serde_json::from_value(value.clone()).map_err(|e| e.to_string())?;
-                *value = serde_json::to_value(config.with_access(access)).map_err(|e| e.to_string())?;
-                Ok(())
-            }
-            None => map.values_mut().try_for_each(|v| fill_queue_services(v, access)),
-        },
-        Value::Array(items) => items.iter_mut().try_for_each(|v| fill_queue_services(v, access)),
-        _ => Ok(()),
-    }
-}
-
-/// Resolves the queue services `config` names. A DataFlow reaches only the
-/// QueueServices of its own namespace, as the REST API lets a tenant reach
-/// only its own.
+/// Resolves the queue services `spec`'s SQS connectors name (the SQS
+/// component says which). A DataFlow reaches only the QueueServices of its
+/// own namespace, as the REST API lets a tenant reach only its own.
 async fn resolve_queue_services(
     ctx: &Context,
     namespace: &str,
-    config: &mut Value,
+    spec: &mut DataFlowSpec,
 ) -> Result<Result<(), String>, Error> {
-    let mut names = Vec::new();
-    named_queue_services(config, &mut names);
     let mut access = BTreeMap::new();
-    for name in names {
-        if access.contains_key(&name) {
-            continue;
-        }
+    for name in sless_dataflow::registry::named_queue_services(spec) {
         let Some(qs) = Api::<QueueService>::namespaced(ctx.client.clone(), namespace)
             .get_opt(&name)
             .await?
@@ -185,7 +144,7 @@ async fn resolve_queue_services(
             },
         );
     }
-    Ok(fill_queue_services(config, &access))
+    Ok(sless_dataflow::registry::fill_queue_services(spec, &access))
 }
 
 async fn apply(df: &DataFlow, api: &Api<DataFlow>, ctx: &Context) -> Result<Action, Error> {
@@ -332,7 +291,7 @@ async fn release_source(df: &DataFlow, ctx: &Context, ns: &str, name: &str) -> R
     };
     let released = tokio::time::timeout(
         RELEASE_TIMEOUT,
-        sless_dataflow::sources::release_source(&resolved.source, &pipeline),
+        sless_dataflow::registry::release_source(&resolved.source, &pipeline),
     )
     .await;
     match released {

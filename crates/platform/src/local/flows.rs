@@ -109,7 +109,7 @@ impl RunningFlow {
 }
 
 async fn release(source: &ConnectorSpec, ctx: &PipelineContext) {
-    if let Err(error) = sless_dataflow::sources::release_source(source, ctx).await {
+    if let Err(error) = sless_dataflow::registry::release_source(source, ctx).await {
         tracing::warn!(dataflow = %ctx.id, %error, "cannot remove the deleted dataflow's source state");
     }
 }

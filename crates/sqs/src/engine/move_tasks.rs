@@ -30,6 +30,21 @@ pub struct MoveTask {
     pub started_ms: u64,
 }
 
+impl MoveTask {
+    /// The task as ListMessageMoveTasks shows it: every task has finished.
+    fn finished(&self) -> MoveTaskResult {
+        MoveTaskResult {
+            status: "COMPLETED",
+            source_arn: self.source_arn.clone(),
+            destination_arn: self.destination_arn.clone(),
+            max_number_of_messages_per_second: self.rate,
+            approximate_number_of_messages_moved: self.moved,
+            approximate_number_of_messages_to_move: self.to_move,
+            started_timestamp: self.started_ms,
+        }
+    }
+}
+
 impl Engine {
     /// The name of this engine's existing queue `arn`.
     fn local_queue(&self, state: &State, arn: &str, parameter: &str) -> Result<String, SqsError> {
@@ -177,7 +192,7 @@ impl Engine {
             .rev()
             .filter(|t| t.source_arn == source_arn)
             .take(max)
-            .map(MoveTaskResult::finished)
+            .map(MoveTask::finished)
             .collect();
         Ok(MoveTasks { results })
     }

@@ -253,27 +253,13 @@ pub struct MoveTasks {
 #[derive(Serialize)]
 #[serde(rename_all = "PascalCase")]
 pub struct MoveTaskResult {
-    status: &'static str,
-    source_arn: String,
+    pub status: &'static str,
+    pub source_arn: String,
     #[serde(skip_serializing_if = "Option::is_none")]
-    destination_arn: Option<String>,
+    pub destination_arn: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    max_number_of_messages_per_second: Option<u64>,
-    approximate_number_of_messages_moved: u64,
-    approximate_number_of_messages_to_move: u64,
-    started_timestamp: u64,
-}
-
-impl MoveTaskResult {
-    pub fn finished(task: &super::move_tasks::MoveTask) -> Self {
-        Self {
-            status: "COMPLETED",
-            source_arn: task.source_arn.clone(),
-            destination_arn: task.destination_arn.clone(),
-            max_number_of_messages_per_second: task.rate,
-            approximate_number_of_messages_moved: task.moved,
-            approximate_number_of_messages_to_move: task.to_move,
-            started_timestamp: task.started_ms,
-        }
-    }
+    pub max_number_of_messages_per_second: Option<u64>,
+    pub approximate_number_of_messages_moved: u64,
+    pub approximate_number_of_messages_to_move: u64,
+    pub started_timestamp: u64,
 }

@@ -15,8 +15,8 @@ use sless_model::{FieldError, ValidationErrors};
 use super::AvroSchema;
 use crate::ConnectorError;
 use crate::component::inline;
+use crate::component::secret_ref;
 use crate::egress::{EgressPolicy, http_endpoint, read_answer};
-use crate::registry::secret_ref;
 
 const CONTENT_TYPE: &str = "application/vnd.schemaregistry.v1+json";
 /// Most schemas kept per connector: ids are few in practice, and a hostile
