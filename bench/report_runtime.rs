@@ -5,6 +5,9 @@
 //! Run: `cargo bench -p sless --bench report_runtime`
 //! (Redis at `SLESS_BENCH_REDIS_URL`, default redis://127.0.0.1:6379).
 
+// A benchmark's output is its figures, on stdout.
+#![allow(clippy::print_stdout)]
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

@@ -9,6 +9,9 @@
 //!
 //! Run: `cargo bench -p sless --bench sqs` (needs python3 with moto[server]).
 
+// A benchmark's output is its figures, on stdout.
+#![allow(clippy::print_stdout)]
+
 #[path = "support.rs"]
 mod support;
 

@@ -13,6 +13,11 @@ if ! command -v cargo >/dev/null; then
   echo "cargo is required (https://rustup.rs)" >&2
   exit 1
 fi
+# The suite checks formatting and clippy's lints first.
+if ! cargo fmt --version >/dev/null 2>&1 || ! cargo clippy --version >/dev/null 2>&1; then
+  log "adding rustfmt and clippy to the toolchain"
+  rustup component add rustfmt clippy
+fi
 
 as_root() {
   if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi

@@ -6,6 +6,9 @@ cd "$(dirname "$0")/.."
 
 ./scripts/install-test-deps.sh
 
+# Unformatted code or a clippy warning fails the suite like a failing test.
+cargo fmt --all --check
+cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo build --workspace --all-targets --locked
 cargo test --workspace --locked
 # End-to-end: the real sless binary with boto3, awscli and moto.

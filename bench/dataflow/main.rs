@@ -14,6 +14,9 @@
 //! `SLESS_TEST_PG`, default postgres://postgres@127.0.0.1/test;
 //! clickhouse-server from Debian's package).
 
+// A benchmark's output is its figures, on stdout.
+#![allow(clippy::print_stdout)]
+
 mod cdc;
 mod clickhouse;
 mod sqs;
