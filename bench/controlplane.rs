@@ -29,6 +29,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use sless_controlplane::proto::worker_control_plane_client::WorkerControlPlaneClient;
 use sless_controlplane::proto::{self, AccessKey, RoutingSnapshot, TenantRoute};
+use sless_runtime::sync::Unpoisoned;
 use tonic::transport::{Channel, Endpoint};
 
 const WORKERS: usize = 10_000;
@@ -221,7 +222,7 @@ async fn worker(
             }
             Err(status) => {
                 seen.other_errors.fetch_add(1, Ordering::Relaxed);
-                let mut kinds = seen.other_kinds.lock().unwrap_or_else(|p| p.into_inner());
+                let mut kinds = seen.other_kinds.lock_unpoisoned();
                 let entry = kinds
                     .entry(format!("{:?}", status.code()))
                     .or_insert_with(|| (0, status.message().to_owned()));
@@ -313,7 +314,7 @@ async fn bench() -> anyhow::Result<()> {
     let join_errors = (
         seen.unavailable.swap(0, Ordering::Relaxed),
         seen.other_errors.swap(0, Ordering::Relaxed),
-        std::mem::take(&mut *seen.other_kinds.lock().unwrap_or_else(|p| p.into_inner())),
+        std::mem::take(&mut *seen.other_kinds.lock_unpoisoned()),
     );
     println!(
         "first join: {} Unavailable (retried), {} other errors {:?}",
@@ -332,7 +333,7 @@ async fn bench() -> anyhow::Result<()> {
         ms(percentile(&back, 0.99)),
         seen.unavailable.load(Ordering::Relaxed),
         seen.other_errors.load(Ordering::Relaxed),
-        seen.other_kinds.lock().unwrap_or_else(|p| p.into_inner())
+        seen.other_kinds.lock_unpoisoned()
     );
     stop.send_replace(true);
     for task in tasks {

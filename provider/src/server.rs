@@ -12,6 +12,7 @@ use crate::diag::Diagnostics;
 use crate::proto::{self, provider_server::Provider};
 use crate::resources::{dataflow, queue_service};
 use crate::schema::{Attr, BlockSchema, Kind};
+use sless_runtime::sync::Unpoisoned;
 
 fn provider_schema() -> BlockSchema {
     BlockSchema {
@@ -75,8 +76,7 @@ fn resource_schema(type_name: &str) -> Result<BlockSchema, Status> {
 impl SlessProvider {
     fn client(&self) -> Result<Client, Diagnostics> {
         self.client
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
+            .read_unpoisoned()
             .clone()
             .ok_or_else(|| Diagnostics::error("Provider not configured", "ConfigureProvider was not called"))
     }
@@ -214,7 +214,7 @@ impl Provider for SlessProvider {
         if let (Some(endpoint), Some(token)) = (endpoint, token) {
             let insecure = config.get("insecure_skip_verify").as_bool().unwrap_or(false);
             match Client::new(&endpoint, &token, insecure) {
-                Ok(client) => *self.client.write().unwrap_or_else(|p| p.into_inner()) = Some(client),
+                Ok(client) => *self.client.lock_unpoisoned() = Some(client),
                 Err(e) => diags.push_error("Cannot create the HTTP client", e.to_string(), None),
             }
         }

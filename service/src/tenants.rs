@@ -10,6 +10,7 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
 use sless_model::name::DnsLabel;
+use sless_runtime::sync::Unpoisoned;
 
 /// Shortest accepted token: 16 characters, ~96 bits if random base64.
 pub const MIN_TOKEN_LEN: usize = 16;
@@ -172,11 +173,11 @@ impl Directory {
     }
 
     pub fn current(&self) -> Arc<Tenants> {
-        self.0.read().unwrap_or_else(|p| p.into_inner()).clone()
+        self.0.read_unpoisoned().clone()
     }
 
     fn replace(&self, tenants: Tenants) {
-        *self.0.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(tenants);
+        *self.0.lock_unpoisoned() = Arc::new(tenants);
     }
 }
 

@@ -14,6 +14,7 @@ use super::model::{IssuedSnapshot, Session};
 use super::store::StoreError;
 use super::validate;
 use super::worker::{Delivery, Service, ServiceError};
+use sless_runtime::sync::Unpoisoned;
 
 static STREAM_TOKENS: AtomicU64 = AtomicU64::new(1);
 
@@ -34,17 +35,14 @@ impl Service {
         validate::id(&session_id, "session_id")?;
         let (tx, rx) = mpsc::channel(1);
         let token = STREAM_TOKENS.fetch_add(1, Ordering::Relaxed);
-        self.streams
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(worker_id.clone(), token);
+        self.streams.lock_unpoisoned().insert(worker_id.clone(), token);
         self.ack_signal(&worker_id).notify_waiters();
         let service = self.clone();
         tokio::spawn(async move {
             if let Err(e) = service.stream(&worker_id, &session_id, token, &tx).await {
                 let _ = tx.send(Err(e)).await;
             }
-            let mut streams = service.streams.lock().unwrap_or_else(|p| p.into_inner());
+            let mut streams = service.streams.lock_unpoisoned();
             if streams.get(&worker_id) == Some(&token) {
                 streams.remove(&worker_id);
             }
@@ -53,7 +51,7 @@ impl Service {
     }
 
     fn is_current_stream(&self, worker_id: &str, token: u64) -> bool {
-        self.streams.lock().unwrap_or_else(|p| p.into_inner()).get(worker_id) == Some(&token)
+        self.streams.lock_unpoisoned().get(worker_id) == Some(&token)
     }
 
     async fn live_session(&self, worker_id: &str, session_id: &str) -> Result<Session, ServiceError> {

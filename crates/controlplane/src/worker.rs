@@ -12,6 +12,7 @@ use super::model::{Acknowledgement, OutcomeBatch, OutcomeCount, PROTOCOL_VERSION
 use super::publisher::PublishedSnapshot;
 use super::store::{ControlStore, StoreError};
 use super::validate::{self, Invalid};
+use sless_runtime::sync::Unpoisoned;
 
 /// Most outcomes one `ReportOutcomes` batch may carry.
 pub const MAX_OUTCOMES_PER_BATCH: usize = 10_000;
@@ -190,7 +191,7 @@ impl Service {
     }
 
     pub(super) fn ack_signal(&self, worker_id: &str) -> Arc<Notify> {
-        let mut signals = self.ack_signals.lock().unwrap_or_else(|p| p.into_inner());
+        let mut signals = self.ack_signals.lock_unpoisoned();
         signals.entry(worker_id.to_owned()).or_default().clone()
     }
 

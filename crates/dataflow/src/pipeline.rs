@@ -26,6 +26,7 @@ use crate::sinks::Sink;
 use crate::sources::{Position, Record, Source};
 use crate::transforms::{self, Outputs, Transform};
 use crate::{ConnectorError, registry};
+use sless_runtime::sync::Unpoisoned;
 
 /// Retries of a failing read or write: 200 ms doubling to 30 s.
 const RETRY: Backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(30));
@@ -75,16 +76,16 @@ impl Stats {
 
     /// When a batch was last committed to the source.
     pub fn last_checkpoint(&self) -> Option<SystemTime> {
-        *self.last_checkpoint.lock().unwrap_or_else(|p| p.into_inner())
+        *self.last_checkpoint.lock_unpoisoned()
     }
 
     /// The message being refused now, if any.
     pub fn refusal(&self) -> Option<Refusal> {
-        self.refusal.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.refusal.lock_unpoisoned().clone()
     }
 
     fn refused(&self, target: &str, reason: &str) {
-        let mut refusal = self.refusal.lock().unwrap_or_else(|p| p.into_inner());
+        let mut refusal = self.refusal.lock_unpoisoned();
         let count = refusal.as_ref().map_or(0, |r| r.count) + 1;
         *refusal = Some(Refusal {
             target: target.to_owned(),
@@ -94,7 +95,7 @@ impl Stats {
     }
 
     fn accepted(&self) {
-        *self.refusal.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        *self.refusal.lock_unpoisoned() = None;
     }
 
     fn add(counter: &AtomicU64, n: usize) {
@@ -466,7 +467,7 @@ async fn read_loop(
 /// the batch is only read again.
 async fn commit(source: Arc<dyn Source>, stats: Arc<Stats>, positions: Vec<Position>) {
     match source.commit(&positions).await {
-        Ok(()) => *stats.last_checkpoint.lock().unwrap_or_else(|p| p.into_inner()) = Some(SystemTime::now()),
+        Ok(()) => *stats.last_checkpoint.lock_unpoisoned() = Some(SystemTime::now()),
         Err(error) => tracing::warn!(%error, "cannot commit the batch to the source; it will be read again"),
     }
 }

@@ -26,6 +26,7 @@ use crate::metrics::{FlowSample, render};
 use crate::pipeline::Stats;
 use sless_model::dataflow::DataFlowPhase;
 use sless_model::dataflow::{DataFlowRequest, DataFlowSpec};
+use sless_runtime::sync::Unpoisoned;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProcessorError {
@@ -99,7 +100,7 @@ async fn metrics(State(probe): State<Probe>) -> impl IntoResponse {
 
 /// Ready while the pipeline runs; the reason otherwise.
 async fn readyz(State(probe): State<Probe>) -> (StatusCode, String) {
-    let (phase, message) = probe.phase.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let (phase, message) = probe.phase.lock_unpoisoned().clone();
     let code = if phase == DataFlowPhase::Running {
         StatusCode::OK
     } else {
@@ -159,7 +160,7 @@ pub async fn run(opts: ProcessorOptions, shutdown: impl Future<Output = ()>) -> 
         stopped,
         move |p, message| {
             tracing::info!(phase = ?p, %message, "dataflow phase");
-            *phase.lock().unwrap_or_else(|e| e.into_inner()) = (p, message);
+            *phase.lock_unpoisoned() = (p, message);
         },
     ));
     let server = tokio::spawn(

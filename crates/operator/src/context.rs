@@ -17,6 +17,7 @@ use serde::de::DeserializeOwned;
 use sless_runtime::backoff::{Backoff, Retries};
 
 use super::config::{FIELD_MANAGER, OperatorConfig};
+use sless_runtime::sync::Unpoisoned;
 
 pub struct Context {
     pub client: Client,
@@ -122,7 +123,7 @@ pub struct ObjectRetries(Mutex<HashMap<String, Retries>>);
 impl ObjectRetries {
     /// Records a failure of `object`; how long to wait before the retry.
     pub fn failed(&self, object: &str) -> Duration {
-        let mut retries = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut retries = self.0.lock_unpoisoned();
         retries
             .entry(object.to_owned())
             .or_insert_with(|| RETRY.start())
@@ -130,7 +131,7 @@ impl ObjectRetries {
     }
 
     pub fn succeeded(&self, object: &str) {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).remove(object);
+        self.0.lock_unpoisoned().remove(object);
     }
 }
 

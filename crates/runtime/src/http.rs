@@ -12,6 +12,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::sync::Unpoisoned;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
@@ -115,7 +116,7 @@ impl Admission {
 
     /// A place for a connection from `peer`, if both caps leave one.
     pub fn admit(self: &Arc<Self>, peer: IpAddr) -> Option<Admitted> {
-        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        let mut open = self.open.lock_unpoisoned();
         let (total, by_peer) = &mut *open;
         let mine = by_peer.get(&peer).copied().unwrap_or(0);
         if *total >= self.limits.total || (self.limits.per_client > 0 && mine >= self.limits.per_client) {
@@ -131,14 +132,14 @@ impl Admission {
 
     /// Open connections: in total, and from `peer`.
     pub fn open(&self, peer: IpAddr) -> (usize, usize) {
-        let open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        let open = self.open.lock_unpoisoned();
         (open.0, open.1.get(&peer).copied().unwrap_or(0))
     }
 }
 
 impl Drop for Admitted {
     fn drop(&mut self) {
-        let mut open = self.admission.open.lock().unwrap_or_else(|p| p.into_inner());
+        let mut open = self.admission.open.lock_unpoisoned();
         let (total, by_peer) = &mut *open;
         *total = total.saturating_sub(1);
         if let Some(n) = by_peer.get_mut(&self.peer) {

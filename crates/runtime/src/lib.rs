@@ -1,11 +1,12 @@
 //! What every sless process shares, below every other sless crate: random
 //! values from the OS, stopping the parts of a process together, the one
-//! retry backoff, the process-wide TLS provider, and HTTP serving within
-//! connection bounds.
+//! retry backoff, the process-wide TLS provider, HTTP serving within
+//! connection bounds, and locks a panic does not poison.
 
 pub mod backoff;
 pub mod hex;
 pub mod http;
 pub mod random;
 pub mod shutdown;
+pub mod sync;
 pub mod tls;

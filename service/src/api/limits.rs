@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use sless_model::name::DnsLabel;
 
 use super::error::ApiError;
+use sless_runtime::sync::Unpoisoned;
 
 /// A tenant's quotas and API rate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::Args)]
@@ -66,7 +67,7 @@ impl RateLimiter {
         let rate = f64::from(limits.requests_per_second.max(1));
         let burst = f64::from(limits.burst.max(1));
         let now = Instant::now();
-        let mut buckets = self.buckets.lock().unwrap_or_else(|p| p.into_inner());
+        let mut buckets = self.buckets.lock_unpoisoned();
         let (tokens, at) = buckets.entry(tenant.clone()).or_insert((burst, now));
         *tokens = (*tokens + now.duration_since(*at).as_secs_f64() * rate).min(burst);
         *at = now;

@@ -9,6 +9,7 @@ use async_trait::async_trait;
 
 use super::{ControlStore, Result, StoreError};
 use crate::model::{Acknowledgement, IssuedSnapshot, OutcomeBatch, RuntimeReport, Session};
+use sless_runtime::sync::Unpoisoned;
 
 struct Expiring<T> {
     value: T,
@@ -79,7 +80,7 @@ impl MemoryStore {
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         // Each method validates before it writes, so a panic cannot leave a
         // half-applied change behind: a poisoned lock is still consistent.
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.state.lock_unpoisoned()
     }
 }
 

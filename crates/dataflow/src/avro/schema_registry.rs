@@ -17,6 +17,7 @@ use crate::ConnectorError;
 use crate::component::inline;
 use crate::component::secret_ref;
 use crate::egress::{EgressPolicy, http_endpoint, read_answer};
+use sless_runtime::sync::Unpoisoned;
 
 const CONTENT_TYPE: &str = "application/vnd.schemaregistry.v1+json";
 /// Most schemas kept per connector: ids are few in practice, and a hostile
@@ -127,7 +128,7 @@ impl SchemaRegistry {
 
     /// The schema of `id`, from the cache or the registry.
     pub async fn schema(&self, id: u32) -> Result<Arc<AvroSchema>, ConnectorError> {
-        if let Some(schema) = self.cache.lock().unwrap_or_else(|p| p.into_inner()).get(&id) {
+        if let Some(schema) = self.cache.lock_unpoisoned().get(&id) {
             return Ok(schema.clone());
         }
         let answer = self
@@ -140,7 +141,7 @@ impl SchemaRegistry {
             return Err(ConnectorError::Data(format!("schema {id} is not an Avro schema")));
         }
         let schema = Arc::new(AvroSchema::parse(text).map_err(|e| ConnectorError::Data(format!("schema {id}: {e}")))?);
-        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        let mut cache = self.cache.lock_unpoisoned();
         if cache.len() >= MAX_CACHED {
             cache.clear();
         }

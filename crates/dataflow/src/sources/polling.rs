@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use super::{Position, Record};
 use crate::checkpoint::CheckpointStore;
 use crate::{ConnectorError, store_error};
+use sless_runtime::sync::Unpoisoned;
 
 pub const DEFAULT_POLL: Duration = Duration::from_secs(5);
 
@@ -88,10 +89,10 @@ impl Polling {
         Fut: Future<Output = Result<Vec<(Record, RowPosition)>, ConnectorError>>,
     {
         loop {
-            let after = self.read_position.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            let after = self.read_position.lock_unpoisoned().clone();
             let rows = fetch(after).await?;
             if let Some((_, last)) = rows.last() {
-                *self.read_position.lock().unwrap_or_else(|p| p.into_inner()) = Some(last.clone());
+                *self.read_position.lock_unpoisoned() = Some(last.clone());
                 return Ok(rows.into_iter().map(|(record, _)| record).collect());
             }
             tokio::time::sleep(self.poll_interval).await;

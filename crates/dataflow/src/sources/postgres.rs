@@ -35,6 +35,7 @@ use crate::context::PipelineContext;
 use crate::sql::{connect, quote, quote_ident};
 use sless_model::dataflow::SecretRef;
 use sless_model::{FieldError, ValidationErrors};
+use sless_runtime::sync::Unpoisoned;
 
 /// `config` of a `postgresql` source.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -226,13 +227,13 @@ impl PostgresSource {
 
     /// The next batch after `position` (from the start when `None`).
     async fn read_after(&self, position: Option<&RowPosition>) -> Result<Vec<(Record, RowPosition)>, ConnectorError> {
-        let mut reader = self.reader.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let mut reader = self.reader.lock_unpoisoned().clone();
         let rows = match self.query_after(&reader, position).await {
             // "cached plan must not change result type": the columns
             // changed, so the read is prepared again for them, once.
             Err(e) if e.code() == Some(&SqlState::FEATURE_NOT_SUPPORTED) => {
                 reader = Arc::new(self.query.prepare(&self.client).await?);
-                *self.reader.lock().unwrap_or_else(|p| p.into_inner()) = reader.clone();
+                *self.reader.lock_unpoisoned() = reader.clone();
                 self.query_after(&reader, position).await
             }
             rows => rows,

@@ -42,6 +42,7 @@ use crate::message::Message;
 use crate::sql::{connect, quote};
 use sless_model::dataflow::SecretRef;
 use sless_model::{FieldError, ValidationErrors};
+use sless_runtime::sync::Unpoisoned;
 
 /// Most tables one publication lists.
 pub const MAX_TABLES: usize = 100;
@@ -453,7 +454,7 @@ impl PostgresCdcSource {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.state.lock_unpoisoned()
     }
 
     /// Moves the slot to `lsn`, if that is forward.

@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use sless_runtime::sync::Unpoisoned;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -94,7 +95,7 @@ impl Store {
         tokio::task::spawn_blocking(move || {
             // A panic while holding the lock cannot leave a half-written
             // transaction behind (SQLite rolls it back), so poison is harmless.
-            let mut guard = conn.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            let mut guard = conn.lock_unpoisoned();
             f(&mut guard)
         })
         .await?

@@ -13,6 +13,7 @@ use sless_sqs::gateway::proxy::InProcessEngines;
 
 use super::db::StoreError;
 use super::{LocalPlatform, QUEUE_SERVICE, QueueRecord, QueueState, now_rfc3339};
+use sless_runtime::sync::Unpoisoned;
 
 /// A tenant's running queue engine and the token it takes from the gateway.
 pub(super) struct RunningEngine {
@@ -106,7 +107,7 @@ impl LocalPlatform {
             return;
         };
         let table = &published.snapshot;
-        let mut versions = self.route_versions.lock().unwrap_or_else(|p| p.into_inner());
+        let mut versions = self.route_versions.lock_unpoisoned();
         versions.retain(|tenant, _| table.routes.iter().any(|r| &r.tenant == tenant));
         for route in table.routes.iter().filter(|r| !r.backend_address.is_empty()) {
             let current = versions.get(&route.tenant);
@@ -150,8 +151,7 @@ impl LocalPlatform {
             Ok(backend) => {
                 let routed = self
                     .route_versions
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
+                    .lock_unpoisoned()
                     .get(&q.tenant)
                     .filter(|(b, _)| *b == backend)
                     .map(|(_, version)| *version);

@@ -15,6 +15,7 @@ use sless_model::queue_service::QueueServicePhase;
 use super::checkpoint::EmbeddedCheckpoint;
 use super::db::StoreError;
 use super::{DATAFLOW, DataFlowRecord, LocalPlatform, dataflow_view, now_rfc3339};
+use sless_runtime::sync::Unpoisoned;
 
 /// A dataflow's processor task, and what it last reported.
 pub(super) struct RunningFlow {
@@ -151,8 +152,7 @@ impl LocalPlatform {
     pub(super) async fn stop_deleted_flows(&self, flows: &[DataFlowRecord]) {
         let deleted: Vec<RunningFlow> = self
             .flows
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .lock_unpoisoned()
             .extract_if(|(tenant, name), _| !flows.iter().any(|f| &f.tenant == tenant && &f.name == name))
             .map(|(_, flow)| flow)
             .collect();
@@ -169,7 +169,7 @@ impl LocalPlatform {
     pub(super) async fn reconcile_dataflow(&self, f: DataFlowRecord) -> Result<(), StoreError> {
         let key = (f.tenant.clone(), f.name.clone());
         let (current, replaced) = {
-            let mut running = self.flows.lock().unwrap_or_else(|p| p.into_inner());
+            let mut running = self.flows.lock_unpoisoned();
             match running.get(&key) {
                 Some(r) if r.generation == f.generation => (Some(r.status.clone()), None),
                 _ => (None, running.remove(&key)),
@@ -186,11 +186,11 @@ impl LocalPlatform {
                 }
                 let flow = self.start_flow(&f, events);
                 let status = flow.status.clone();
-                self.flows.lock().unwrap_or_else(|p| p.into_inner()).insert(key, flow);
+                self.flows.lock_unpoisoned().insert(key, flow);
                 status
             }
         };
-        let desired = status.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let desired = status.lock_unpoisoned().clone();
         if f.status != desired {
             self.store
                 .update_status(DATAFLOW, &f.tenant, &f.name, f.generation, &desired)
@@ -203,10 +203,7 @@ impl LocalPlatform {
     fn start_flow(&self, f: &DataFlowRecord, events: Arc<Mutex<EventLog>>) -> RunningFlow {
         let (stop, stopped) = tokio::sync::watch::channel(false);
         let starting = "connecting the source and sinks";
-        events
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .record(DataFlowPhase::Pending, starting);
+        events.lock_unpoisoned().record(DataFlowPhase::Pending, starting);
         let status = Arc::new(Mutex::new(DataFlowStatus {
             phase: DataFlowPhase::Pending,
             message: Some(starting.into()),
@@ -232,8 +229,8 @@ impl LocalPlatform {
             stats.clone(),
             stopped,
             move |phase, message| {
-                log.lock().unwrap_or_else(|p| p.into_inner()).record(phase, &message);
-                *report.lock().unwrap_or_else(|p| p.into_inner()) = DataFlowStatus {
+                log.lock_unpoisoned().record(phase, &message);
+                *report.lock_unpoisoned() = DataFlowStatus {
                     phase,
                     message: Some(message),
                 };
@@ -256,8 +253,7 @@ impl LocalPlatform {
     pub(super) fn flow_view(&self, r: DataFlowRecord) -> DataFlowView {
         let counters = self
             .flows
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .lock_unpoisoned()
             .get(&(r.tenant.clone(), r.name.clone()))
             .map(|f| f.stats.snapshot());
         dataflow_view(r, counters)

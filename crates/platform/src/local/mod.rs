@@ -31,6 +31,7 @@ use sless_model::dataflow::{DataFlowEvent, DataFlowSpec, DataFlowStatus, DataFlo
 use sless_model::name::DnsLabel;
 use sless_model::queue_service::QueueServicePhase;
 use sless_model::queue_service::{Credentials, QueueServiceSpec, QueueServiceStatus, QueueServiceView};
+use sless_runtime::sync::Unpoisoned;
 
 const QUEUE_SERVICE: &str = "queue-service";
 const DATAFLOW: &str = "dataflow";
@@ -183,13 +184,7 @@ impl LocalPlatform {
             }
         }
         let _lifecycle = self.flow_lifecycle.lock().await;
-        let flows: Vec<RunningFlow> = self
-            .flows
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .drain()
-            .map(|(_, flow)| flow)
-            .collect();
+        let flows: Vec<RunningFlow> = self.flows.lock_unpoisoned().drain().map(|(_, flow)| flow).collect();
         RunningFlow::all_finished(flows).await;
     }
 
@@ -359,8 +354,7 @@ impl Platform for LocalPlatform {
         }
         let running = self
             .flows
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .lock_unpoisoned()
             .remove(&(tenant.to_string(), name.to_string()));
         if let Some(flow) = running {
             flow.deleted().await;
@@ -381,13 +375,10 @@ impl Platform for LocalPlatform {
         self.dataflow(tenant, name).await?;
         let events = self
             .flows
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .lock_unpoisoned()
             .get(&(tenant.to_string(), name.to_string()))
             .map(|f| f.events.clone());
-        Ok(events
-            .map(|e| e.lock().unwrap_or_else(|p| p.into_inner()).newest_first())
-            .unwrap_or_default())
+        Ok(events.map(|e| e.lock_unpoisoned().newest_first()).unwrap_or_default())
     }
 
     async fn ready(&self) -> Result<()> {
@@ -396,8 +387,7 @@ impl Platform for LocalPlatform {
 
     fn dataflow_samples(&self) -> Vec<sless_dataflow::metrics::FlowSample> {
         self.flows
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .lock_unpoisoned()
             .iter()
             .map(|((tenant, name), flow)| sless_dataflow::metrics::FlowSample {
                 namespace: tenant.clone(),

@@ -45,6 +45,7 @@ use error::SqsError;
 use journal::{Change, Journal, Pending};
 use queue::{Message, Put, Queue};
 use requests::{QueueRequest, Request};
+use sless_runtime::sync::Unpoisoned;
 
 pub fn now_ms() -> u64 {
     SystemTime::now()
@@ -182,7 +183,7 @@ impl Engine {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.state.lock_unpoisoned()
     }
 
     /// Submits `changes` to the journal; call it under the state lock.

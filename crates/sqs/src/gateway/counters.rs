@@ -7,6 +7,7 @@ use std::sync::{Arc, RwLock};
 
 use sless_controlplane::model::OutcomeKind;
 use sless_controlplane::proto;
+use sless_runtime::sync::Unpoisoned;
 
 /// The outcome kinds, in the order of [`TenantCounters`]' tallies.
 const KINDS: [OutcomeKind; 4] = [
@@ -57,16 +58,16 @@ fn wire_kind(kind: OutcomeKind) -> proto::OutcomeKind {
 
 impl Counters {
     pub fn tenant(&self, tenant: &str) -> Arc<TenantCounters> {
-        if let Some(c) = self.tenants.read().unwrap_or_else(|p| p.into_inner()).get(tenant) {
+        if let Some(c) = self.tenants.read_unpoisoned().get(tenant) {
             return c.clone();
         }
-        let mut tenants = self.tenants.write().unwrap_or_else(|p| p.into_inner());
+        let mut tenants = self.tenants.lock_unpoisoned();
         tenants.entry(tenant.to_owned()).or_default().clone()
     }
 
     /// Cumulative counters of the tenants in `tenants` (a full, sparse report).
     pub fn report(&self, tenants: impl Iterator<Item = String>) -> Vec<proto::ProxyCounters> {
-        let known = self.tenants.read().unwrap_or_else(|p| p.into_inner());
+        let known = self.tenants.read_unpoisoned();
         let mut out: Vec<proto::ProxyCounters> = tenants
             .filter_map(|t| {
                 let c = known.get(&t)?;
@@ -86,7 +87,7 @@ impl Counters {
 
     /// Takes the outcomes tallied since the last call.
     pub fn take_outcomes(&self) -> Vec<proto::Outcome> {
-        let tenants = self.tenants.read().unwrap_or_else(|p| p.into_inner());
+        let tenants = self.tenants.read_unpoisoned();
         let mut out = Vec::new();
         for (tenant, c) in tenants.iter() {
             for (kind, tally) in KINDS.iter().zip(&c.outcomes) {

@@ -20,6 +20,7 @@ use crate::engine::error::SqsError;
 use crate::engine::server::{ENGINE_TOKEN, request_id};
 use crate::protocol::{self, Protocol};
 use sless_controlplane::model::OutcomeKind;
+use sless_runtime::sync::Unpoisoned;
 
 /// As the engine's: a full 1 MiB batch, URL-encoded, with overhead.
 pub const BODY_LIMIT: usize = 8 * 1024 * 1024;
@@ -61,18 +62,15 @@ pub struct InProcessEngines(Arc<std::sync::RwLock<HashMap<String, axum::Router>>
 
 impl InProcessEngines {
     pub fn insert(&self, backend: String, router: axum::Router) {
-        self.0
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(backend, router);
+        self.0.lock_unpoisoned().insert(backend, router);
     }
 
     pub fn remove(&self, backend: &str) {
-        self.0.write().unwrap_or_else(|p| p.into_inner()).remove(backend);
+        self.0.lock_unpoisoned().remove(backend);
     }
 
     fn get(&self, backend: &str) -> Option<axum::Router> {
-        self.0.read().unwrap_or_else(|p| p.into_inner()).get(backend).cloned()
+        self.0.read_unpoisoned().get(backend).cloned()
     }
 }
 

@@ -7,6 +7,7 @@ use std::sync::{Arc, RwLock};
 use sless_controlplane::model::SnapshotId;
 use sless_controlplane::proto::RoutingSnapshot;
 use sless_model::name::DnsLabel;
+use sless_runtime::sync::Unpoisoned;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Route {
@@ -100,11 +101,11 @@ pub struct SharedTable(Arc<RwLock<Arc<RoutingTable>>>);
 
 impl SharedTable {
     pub fn current(&self) -> Arc<RoutingTable> {
-        self.0.read().unwrap_or_else(|p| p.into_inner()).clone()
+        self.0.read_unpoisoned().clone()
     }
 
     pub fn replace(&self, table: RoutingTable) {
-        *self.0.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(table);
+        *self.0.lock_unpoisoned() = Arc::new(table);
     }
 }
 
