@@ -39,7 +39,7 @@ pub fn account_id(tenant: &str) -> String {
 }
 
 /// The token a gateway presents to a tenant's engine
-/// ([`crate::engine::server::ENGINE_TOKEN`]): 128 random bits.
+/// ([`crate::ENGINE_TOKEN`]): 128 random bits.
 pub fn engine_token() -> String {
     sless_runtime::random::id()
 }

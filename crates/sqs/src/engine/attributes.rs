@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use super::error::SqsError;
+use crate::error::SqsError;
 
 /// 1 MiB: AWS's message (and batch) size limit since 2025.
 pub const MAX_MESSAGE_SIZE: u32 = 1_048_576;

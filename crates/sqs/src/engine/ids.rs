@@ -3,7 +3,7 @@
 
 use base64::Engine as _;
 
-use super::error::SqsError;
+use crate::error::SqsError;
 
 /// A version-4 UUID from the OS's randomness.
 pub(super) fn random_uuid() -> String {

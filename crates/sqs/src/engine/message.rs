@@ -8,8 +8,8 @@ use md5::{Digest, Md5};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::error::SqsError;
 use super::requests::AttributeInput;
+use crate::error::SqsError;
 
 pub const MAX_MESSAGE_ATTRIBUTES: usize = 10;
 

@@ -4,7 +4,6 @@
 
 use std::time::Duration;
 
-use super::error::SqsError;
 use super::journal::{Change, Pending};
 use super::message::{attributes_size, parse_attributes};
 use super::queue::{Put, Queue, Taken};
@@ -16,6 +15,7 @@ use super::responses::{
 };
 use super::{Engine, now_ms};
 use crate::engine::attributes::MAX_MESSAGE_SIZE;
+use crate::error::SqsError;
 
 /// How often a long poll re-checks for messages whose delay or visibility
 /// timeout ended (sends wake it at once).

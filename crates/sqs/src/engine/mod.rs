@@ -13,7 +13,6 @@
 //! it was. Queue-level actions are serialised by `meta`.
 
 pub mod attributes;
-pub mod error;
 mod ids;
 pub mod journal;
 pub mod message;
@@ -34,25 +33,18 @@ pub fn queue_url(base_url: &str, account_id: &str, name: &str) -> String {
 pub mod responses;
 pub mod server;
 
+use crate::now_ms;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 use serde_json::Value;
 
-use error::SqsError;
+use crate::error::SqsError;
 use journal::{Change, Journal, Pending};
 use queue::{Message, Put, Queue};
 use requests::{QueueRequest, Request};
 use sless_runtime::sync::Unpoisoned;
-
-pub fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
-
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
     /// Account id in queue URLs and ARNs (the tenant, as seed 000 has it).

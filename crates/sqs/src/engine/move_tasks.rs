@@ -7,12 +7,12 @@
 
 use std::collections::BTreeMap;
 
-use super::error::SqsError;
 use super::journal::Change;
 use super::queue::{Message, Put};
 use super::requests::{self, CancelMessageMoveTask, Int, ListMessageMoveTasks, StartMessageMoveTask};
 use super::responses::{Empty, MoveTaskResult, MoveTasks, TaskHandle};
 use super::{Engine, State, now_ms};
+use crate::error::SqsError;
 
 /// Tasks kept per source queue for ListMessageMoveTasks.
 const KEPT_TASKS: usize = 10;

@@ -3,9 +3,9 @@
 //! README): a tenant's keys open its queues, and no other account exists.
 
 use super::Engine;
-use super::error::SqsError;
 use super::requests::{self, AddPermission, Label};
 use super::responses::Empty;
+use crate::error::SqsError;
 
 impl Engine {
     /// Adds a statement (`Sid` = its label) to the queue's Policy.

@@ -11,11 +11,11 @@ use std::sync::Arc;
 use sha2::{Digest, Sha256};
 use tokio::sync::Notify;
 
-use super::error::SqsError;
 use super::ids::{random_uuid, receipt_for, receipt_seq};
 use super::message::{attributes_md5, attributes_size, md5_hex, parse_attributes, validate_body};
 use super::records::{StoredMessage, StoredQueue};
 use super::requests::{MAX_DELAY_SECONDS, MAX_VISIBILITY_SECONDS, SendEntry, bounded, echo, required};
+use crate::error::SqsError;
 
 const DEDUP_WINDOW_MS: u64 = 5 * 60 * 1000;
 /// How long a FIFO receive can be retried with its attempt id.

@@ -4,13 +4,13 @@
 use std::collections::BTreeMap;
 
 use super::attributes::{self, QueueAttributes, validate_queue_name};
-use super::error::SqsError;
 use super::journal::Change;
 use super::queue::Queue;
 use super::records::StoredQueue;
 use super::requests::{self, AttributeNames, CreateQueue, GetQueueUrl, ListQueues, SetAttributes, TagKeys, Tags};
 use super::responses::{self, DeadLetterSources, Empty, QueueUrl, QueueUrls};
 use super::{Engine, State, now_ms};
+use crate::error::SqsError;
 
 /// Most tags on one queue.
 const MAX_TAGS: usize = 50;

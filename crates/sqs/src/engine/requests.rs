@@ -9,9 +9,9 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use super::error::SqsError;
 pub use super::params::Int;
 use super::params::{or_default, texts};
+use crate::error::SqsError;
 
 pub const MAX_BATCH: usize = 10;
 pub const MAX_WAIT_SECONDS: u64 = 20;

@@ -6,9 +6,9 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::error::SqsError;
 use super::message::{attributes_json, attributes_md5};
 use super::queue::{Message, Sent};
+use crate::error::SqsError;
 
 /// A result with no members: `{}`.
 #[derive(Serialize)]

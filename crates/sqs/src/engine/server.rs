@@ -13,11 +13,9 @@ use axum::response::{IntoResponse, Response};
 use tokio::net::TcpListener;
 
 use super::Engine;
-use super::error::SqsError;
+use crate::error::SqsError;
 use crate::protocol;
-
-/// The header in which the gateway presents the engine's token.
-pub const ENGINE_TOKEN: &str = "x-sless-engine-token";
+use crate::{ENGINE_TOKEN, request_id};
 
 /// Largest request: a full 1 MiB batch, URL-encoded (up to three bytes a
 /// byte) with the protocol's overhead.
@@ -42,10 +40,6 @@ pub fn router(engine: Arc<Engine>, token: Option<String>) -> Router {
 /// Compares in time independent of where the texts differ.
 fn same_secret(given: &[u8], expected: &[u8]) -> bool {
     given.len() == expected.len() && given.iter().zip(expected).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
-}
-
-pub fn request_id() -> String {
-    sless_runtime::hex::encode(&sless_runtime::random::bytes::<16>())
 }
 
 async fn handle(State(served): State<Served>, request: Request) -> Response {

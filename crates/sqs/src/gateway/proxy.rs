@@ -16,9 +16,9 @@ use bytes::Bytes;
 use super::counters::Counters;
 use super::sigv4::{self, AuthError};
 use super::table::SharedTable;
-use crate::engine::error::SqsError;
-use crate::engine::server::{ENGINE_TOKEN, request_id};
+use crate::error::SqsError;
 use crate::protocol::{self, Protocol};
+use crate::{ENGINE_TOKEN, request_id};
 use sless_controlplane::model::OutcomeKind;
 use sless_runtime::sync::Unpoisoned;
 
@@ -192,7 +192,7 @@ pub async fn handle(State(state): State<GatewayState>, request: Request) -> Resp
         _ => return error(protocol, unknown_key()),
     };
     let counters = state.counters.tenant(tenant);
-    let now = i64::try_from(crate::engine::now_ms() / 1000).unwrap_or(i64::MAX);
+    let now = i64::try_from(crate::now_ms() / 1000).unwrap_or(i64::MAX);
     // Everything but the signature is checked before the body is read: an
     // anonymous client cannot make the gateway hold a body.
     if let Err(e) = sigv4::check_scope_and_time(&parts.headers, &auth, now) {

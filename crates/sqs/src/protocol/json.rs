@@ -7,7 +7,7 @@ use bytes::Bytes;
 use serde_json::{Value, json};
 
 use super::{Decoded, Protocol};
-use crate::engine::error::SqsError;
+use crate::error::SqsError;
 
 const CONTENT_TYPE: &str = "application/x-amz-json-1.0";
 

@@ -9,7 +9,7 @@ use axum::http::HeaderMap;
 use bytes::Bytes;
 use serde_json::Value;
 
-use super::engine::error::SqsError;
+use crate::error::SqsError;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Protocol {

@@ -9,7 +9,7 @@ use bytes::Bytes;
 use serde_json::{Map, Value};
 
 use super::{Decoded, Protocol};
-use crate::engine::error::SqsError;
+use crate::error::SqsError;
 
 const NAMESPACE: &str = "http://queue.amazonaws.com/doc/2012-11-05/";
 /// Most dotted segments in a parameter name: SQS's deepest,

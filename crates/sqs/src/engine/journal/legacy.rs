@@ -7,8 +7,8 @@ use std::path::Path;
 use rusqlite::Connection;
 
 use super::{LOCK_WAIT, journal_error};
-use crate::engine::error::SqsError;
 use crate::engine::records::{StoredMessage, StoredQueue};
+use crate::error::SqsError;
 
 type Held = (Vec<StoredQueue>, Vec<(String, u64, StoredMessage)>);
 

@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
-use super::error::SqsError;
 use super::records::{StoredMessage, StoredQueue};
+use crate::error::SqsError;
 use log::{Log, LogError, Opened};
 
 /// Most changes folded into one commit.
