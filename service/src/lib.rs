@@ -5,3 +5,6 @@
 pub mod api;
 pub mod dev;
 pub mod tenants;
+
+#[cfg(test)]
+mod layering;
