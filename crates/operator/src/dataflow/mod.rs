@@ -74,35 +74,43 @@ pub fn referenced_secrets(spec: &DataFlowSpec, namespace: &str) -> Result<Vec<St
     secrets::secret_names(&shared, namespace)
 }
 
+/// What resolving a spec's references to the cluster came to. The API
+/// server failing is the reconcile's `Error`; a reference that cannot be
+/// satisfied (yet) is the DataFlow's own trouble, shown on its status.
+enum Resolved<T> {
+    Ready(T),
+    Unresolved(String),
+}
+
 /// The spec with its secret references replaced by values (TLS ones by
 /// files to mount), or why not.
 async fn resolve(
     ctx: &Context,
     namespace: &str,
     mut spec: DataFlowSpec,
-) -> Result<Result<(DataFlowSpec, Vec<secrets::TlsMount>), String>, Error> {
+) -> Result<Resolved<(DataFlowSpec, Vec<secrets::TlsMount>)>, Error> {
     let names = match referenced_secrets(&spec, namespace) {
         Ok(names) => names,
-        Err(e) => return Ok(Err(e.to_string())),
+        Err(e) => return Ok(Resolved::Unresolved(e.to_string())),
     };
     let api: Api<Secret> = Api::namespaced(ctx.client.clone(), namespace);
     let mut values = BTreeMap::new();
     for name in names {
         let Some(secret) = api.get_opt(&name).await? else {
-            return Ok(Err(format!("secret {name} not found in {namespace}")));
+            return Ok(Resolved::Unresolved(format!("secret {name} not found in {namespace}")));
         };
         values.insert(name, objects::secret_strings(secret));
     }
     let mut mounts = Vec::new();
     for (config, path) in configs_mut(&mut spec) {
         if let Err(e) = secrets::resolve(config, &path, namespace, &values, &mut mounts) {
-            return Ok(Err(e.to_string()));
+            return Ok(Resolved::Unresolved(e.to_string()));
         }
     }
-    if let Err(e) = resolve_queue_services(ctx, namespace, &mut spec).await? {
-        return Ok(Err(e));
-    }
-    Ok(Ok((spec, mounts)))
+    Ok(match resolve_queue_services(ctx, namespace, &mut spec).await? {
+        Resolved::Ready(()) => Resolved::Ready((spec, mounts)),
+        Resolved::Unresolved(reason) => Resolved::Unresolved(reason),
+    })
 }
 
 /// Resolves the queue services `spec`'s SQS connectors name (the SQS
@@ -112,18 +120,20 @@ async fn resolve_queue_services(
     ctx: &Context,
     namespace: &str,
     spec: &mut DataFlowSpec,
-) -> Result<Result<(), String>, Error> {
+) -> Result<Resolved<()>, Error> {
     let mut access = BTreeMap::new();
     for name in sless_dataflow::registry::named_queue_services(spec) {
         let Some(qs) = Api::<QueueService>::namespaced(ctx.client.clone(), namespace)
             .get_opt(&name)
             .await?
         else {
-            return Ok(Err(format!("queue service {name} not found in {namespace}")));
+            return Ok(Resolved::Unresolved(format!(
+                "queue service {name} not found in {namespace}"
+            )));
         };
         let status = qs.status.clone().unwrap_or_default();
         let (Some(QueueServicePhase::Ready), Some(endpoint)) = (status.phase, status.endpoint) else {
-            return Ok(Err(format!("queue service {name} is not Ready yet")));
+            return Ok(Resolved::Unresolved(format!("queue service {name} is not Ready yet")));
         };
         let tenant = &qs.spec.tenant_id;
         let keys = Api::<Secret>::namespaced(ctx.client.clone(), &qs_builders::namespace_name(tenant))
@@ -132,7 +142,7 @@ async fn resolve_queue_services(
             .map(objects::secret_strings)
             .unwrap_or_default();
         let (Some(access_key), Some(secret_key)) = (keys.get("accessKey"), keys.get("secretKey")) else {
-            return Ok(Err(format!("queue service {name} has no keys yet")));
+            return Ok(Resolved::Unresolved(format!("queue service {name} has no keys yet")));
         };
         access.insert(
             name,
@@ -144,7 +154,10 @@ async fn resolve_queue_services(
             },
         );
     }
-    Ok(sless_dataflow::registry::fill_queue_services(spec, &access))
+    Ok(match sless_dataflow::registry::fill_queue_services(spec, &access) {
+        Ok(()) => Resolved::Ready(()),
+        Err(reason) => Resolved::Unresolved(reason),
+    })
 }
 
 async fn apply(df: &DataFlow, api: &Api<DataFlow>, ctx: &Context) -> Result<Action, Error> {
@@ -156,8 +169,8 @@ async fn apply(df: &DataFlow, api: &Api<DataFlow>, ctx: &Context) -> Result<Acti
     let outcome = match df.spec.to_spec() {
         Err(errors) => Err(format!("invalid spec: {errors}")),
         Ok(spec) => match resolve(ctx, ns, spec).await? {
-            Err(reason) => Err(reason),
-            Ok((resolved, mounts)) => Ok(apply_children(df, &resolved, &mounts, ctx, ns).await?),
+            Resolved::Unresolved(reason) => Err(reason),
+            Resolved::Ready((resolved, mounts)) => Ok(apply_children(df, &resolved, &mounts, ctx, ns).await?),
         },
     };
     let was_up = current.phase == Some(DataFlowPhase::Running)
@@ -279,7 +292,7 @@ const RELEASE_TIMEOUT: Duration = Duration::from_secs(15);
 /// the tenant's server (docs/connectors.md says how to drop it).
 async fn release_source(df: &DataFlow, ctx: &Context, ns: &str, name: &str) -> Result<(), Error> {
     let Ok(spec) = df.spec.to_spec() else { return Ok(()) };
-    let Ok((resolved, _)) = resolve(ctx, ns, spec).await? else {
+    let Resolved::Ready((resolved, _)) = resolve(ctx, ns, spec).await? else {
         return Ok(());
     };
     let pipeline = sless_dataflow::context::PipelineContext {
