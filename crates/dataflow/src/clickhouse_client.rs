@@ -191,7 +191,7 @@ impl ClickHouse {
         let answer = read_answer(response, MAX_ANSWER_BYTES, "ClickHouse").await?;
         if answer.status.is_success() {
             String::from_utf8(answer.body.into())
-                .map_err(|_| ConnectorError::Query("ClickHouse answered with text that is not UTF-8".into()))
+                .map_err(|_| ConnectorError::Transient("ClickHouse answered with text that is not UTF-8".into()))
         } else {
             Err(classify(answer.status.as_u16(), &answer.body))
         }
@@ -211,7 +211,7 @@ fn classify(status: u16, body: &[u8]) -> ConnectorError {
         })
         .and_then(|digits| digits.parse::<u32>().ok());
     let Some(code) = code else {
-        return ConnectorError::Query(format!("ClickHouse answered HTTP {status} without an exception code"));
+        return ConnectorError::Transient(format!("ClickHouse answered HTTP {status} without an exception code"));
     };
     let named = |table: &[(u32, &'static str, &'static str)]| table.iter().find(|(c, ..)| *c == code).copied();
     let described = |known: Option<(u32, &str, &str)>| match known {
@@ -223,7 +223,7 @@ fn classify(status: u16, body: &[u8]) -> ConnectorError {
     } else if let Some(known) = named(CONFIG_CODES) {
         ConnectorError::Config(described(Some(known)))
     } else {
-        ConnectorError::Query(described(named(RETRY_CODES)))
+        ConnectorError::Transient(described(named(RETRY_CODES)))
     }
 }
 
@@ -266,16 +266,16 @@ mod tests {
         ));
         assert!(matches!(
             classify(500, b"Code: 241, e.displayText() = DB::Exception: Memory limit"),
-            ConnectorError::Query(m) if m == "ClickHouse error 241 (MEMORY_LIMIT_EXCEEDED): the server ran out of memory"
+            ConnectorError::Transient(m) if m == "ClickHouse error 241 (MEMORY_LIMIT_EXCEEDED): the server ran out of memory"
         ));
         assert!(matches!(
             classify(500, b"Code: 999999, secret text"),
-            ConnectorError::Query(m) if m == "ClickHouse error 999999"
+            ConnectorError::Transient(m) if m == "ClickHouse error 999999"
         ));
         // Whatever a server that is not ClickHouse says stays out.
         let e = classify(502, b"<html>internal admin page: root password hunter2</html>");
         assert!(
-            matches!(&e, ConnectorError::Query(m) if m == "ClickHouse answered HTTP 502 without an exception code"),
+            matches!(&e, ConnectorError::Transient(m) if m == "ClickHouse answered HTTP 502 without an exception code"),
             "{e:?}"
         );
         let long = format!("Code: 6, e.displayText() = DB::Exception: {}", "x".repeat(10_000));

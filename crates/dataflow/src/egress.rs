@@ -246,7 +246,7 @@ pub async fn read_answer(response: reqwest::Response, cap: usize, what: &str) ->
             status.as_u16()
         )));
     }
-    let too_long = || ConnectorError::Query(format!("{what} answered with more than {} bytes", cap));
+    let too_long = || ConnectorError::Transient(format!("{what} answered with more than {} bytes", cap));
     if response.content_length().is_some_and(|n| n > cap as u64) {
         return Err(too_long());
     }

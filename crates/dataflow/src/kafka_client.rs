@@ -268,7 +268,7 @@ pub fn classify(e: KafkaError) -> ConnectorError {
             | RDKafkaErrorCode::SaslAuthenticationFailed
             | RDKafkaErrorCode::Authentication,
         ) => ConnectorError::Connect(e.to_string()),
-        _ => ConnectorError::Query(e.to_string()),
+        _ => ConnectorError::Transient(e.to_string()),
     }
 }
 

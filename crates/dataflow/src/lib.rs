@@ -42,14 +42,19 @@ pub enum ConnectorError {
     /// fails again, so it goes to the error sink.
     #[error("data refused: {0}")]
     Data(String),
-    /// Any other failure of a statement: retry.
+    /// Any other failure, which retrying may mend (a statement the server
+    /// could not run now, an answer cut short): retry.
     #[error("{0}")]
-    Query(String),
+    Transient(String),
+    /// The pipeline was stopped while it waited to retry: nothing of the
+    /// step was committed.
+    #[error("stopped")]
+    Stopped,
 }
 
 /// A checkpoint store failure: retrying may help.
 fn store_error(e: impl std::fmt::Display) -> ConnectorError {
-    ConnectorError::Query(format!("checkpoint store: {e}"))
+    ConnectorError::Transient(format!("checkpoint store: {e}"))
 }
 
 impl ConnectorError {
@@ -91,7 +96,7 @@ impl ConnectorError {
                     .map_or_else(|| e.to_string(), |d| d.message().to_owned()),
             ),
             _ if e.is_closed() => Self::Closed(e.to_string()),
-            _ => Self::Query(
+            _ => Self::Transient(
                 e.as_db_error()
                     .map_or_else(|| e.to_string(), |d| d.message().to_owned()),
             ),

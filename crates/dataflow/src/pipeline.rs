@@ -183,7 +183,7 @@ impl Pipeline {
                 // fix, or at shutdown.
                 break match (&mut reader).await {
                     Ok(read) => read,
-                    Err(panicked) => Err(ConnectorError::Query(format!("the reader stopped: {panicked}"))),
+                    Err(panicked) => Err(ConnectorError::Transient(format!("the reader stopped: {panicked}"))),
                 };
             };
             let mut records = vec![first];
@@ -195,6 +195,9 @@ impl Pipeline {
             }
             let positions = match self.process(records, &mut shutdown).await {
                 Ok(positions) => positions,
+                // Stopped while retrying: a stop, not a failure; the batch
+                // is read again next time.
+                Err(ConnectorError::Stopped) => break Ok(()),
                 Err(e) => break Err(e),
             };
             // Commits go in order, one at a time: this batch's waits for the
@@ -482,7 +485,7 @@ async fn wait(
     if retries.wait(shutdown).await {
         Ok(())
     } else {
-        Err(ConnectorError::Query("stopped".into()))
+        Err(ConnectorError::Stopped)
     }
 }
 

@@ -286,7 +286,7 @@ impl SqsClient {
             Failure::Other(e) => e,
             Failure::Unreachable => unreachable(action),
             Failure::Answered { status, described, .. } if status.is_client_error() => ConnectorError::Data(described),
-            Failure::Answered { described, .. } => ConnectorError::Query(described),
+            Failure::Answered { described, .. } => ConnectorError::Transient(described),
         })
     }
 

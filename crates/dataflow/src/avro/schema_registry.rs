@@ -122,7 +122,7 @@ impl SchemaRegistry {
         Err(match status {
             401 | 403 => ConnectorError::Config(described),
             404 | 409 | 422 => ConnectorError::Data(described),
-            _ => ConnectorError::Query(described),
+            _ => ConnectorError::Transient(described),
         })
     }
 
@@ -167,6 +167,6 @@ impl SchemaRegistry {
         answer["id"]
             .as_u64()
             .and_then(|id| u32::try_from(id).ok())
-            .ok_or_else(|| ConnectorError::Query("schema registry: no id in its answer".into()))
+            .ok_or_else(|| ConnectorError::Transient("schema registry: no id in its answer".into()))
     }
 }

@@ -257,7 +257,7 @@ async fn a_reader_that_panics_fails_the_run_instead_of_ending_it_quietly() {
     flow.transforms = Arc::from(vec![Box::new(Panics) as Box<dyn Transform>]);
     let outcome = run_to_end(flow).await;
     assert!(
-        matches!(&outcome, Err(ConnectorError::Query(m)) if m.contains("the reader stopped")),
+        matches!(&outcome, Err(ConnectorError::Transient(m)) if m.contains("the reader stopped")),
         "{outcome:?}"
     );
 }

@@ -123,7 +123,7 @@ impl Sink for KafkaSink {
             let outcome = match delivery.await {
                 Ok(Ok(_)) => continue,
                 Ok(Err((e, _))) => classify(e),
-                Err(_) => ConnectorError::Query("the producer was closed".into()),
+                Err(_) => ConnectorError::Transient("the producer was closed".into()),
             };
             first_error.get_or_insert(outcome);
         }

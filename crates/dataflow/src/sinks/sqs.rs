@@ -84,7 +84,7 @@ impl Sink for SqsSink {
                 return Err(if sender {
                     ConnectorError::Data(reason)
                 } else {
-                    ConnectorError::Query(reason)
+                    ConnectorError::Transient(reason)
                 });
             }
         }

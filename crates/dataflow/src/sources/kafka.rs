@@ -206,7 +206,7 @@ impl Source for KafkaSource {
         let consumer = self.consumer.clone();
         tokio::task::spawn_blocking(move || consumer.commit(&list, CommitMode::Sync))
             .await
-            .map_err(|e| ConnectorError::Query(e.to_string()))?
+            .map_err(|e| ConnectorError::Transient(e.to_string()))?
             .map_err(classify)
     }
 }

@@ -425,7 +425,7 @@ impl PostgresCdcSource {
             let Some(tx) = state
                 .decoder
                 .feed(lsn, data)
-                .map_err(|e| ConnectorError::Query(e.to_string()))?
+                .map_err(|e| ConnectorError::Transient(e.to_string()))?
             else {
                 continue;
             };

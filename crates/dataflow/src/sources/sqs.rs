@@ -83,7 +83,7 @@ impl SqsSource {
             .await
             .map_err(|e| match e {
                 // A refused receive is not the data's fault: retry.
-                ConnectorError::Data(m) => ConnectorError::Query(m),
+                ConnectorError::Data(m) => ConnectorError::Transient(m),
                 other => other,
             })?;
         Ok(out["Messages"]
@@ -146,9 +146,9 @@ impl Source for SqsSource {
                 .client
                 .call("DeleteMessageBatch", json!({"Entries": entries}))
                 .await
-                .map_err(|e| ConnectorError::Query(e.to_string()))?;
+                .map_err(|e| ConnectorError::Transient(e.to_string()))?;
             match out["Failed"].as_array().filter(|f| !f.is_empty()) {
-                Some(failed) => Err(ConnectorError::Query(format!(
+                Some(failed) => Err(ConnectorError::Transient(format!(
                     "SQS DeleteMessageBatch refused {} of {} messages: {}",
                     failed.len(),
                     chunk.len(),
