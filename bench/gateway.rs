@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use serde_json::{Value, json};
-use sless_sqs::gateway::sigv4;
+use sless_sqs::sigv4;
 use support::{ACCESS, ENGINE_TOKEN, Process, REGION, SECRET, free_port, wait_up};
 
 const CONNECTIONS: u32 = 32;

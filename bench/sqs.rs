@@ -22,8 +22,9 @@ use anyhow::{Context, bail};
 use serde_json::{Value, json};
 use sless_sqs::engine::server::EngineServer;
 use sless_sqs::engine::{Engine, EngineConfig};
+use sless_sqs::gateway::Gateway;
 use sless_sqs::gateway::worker::WorkerConfig;
-use sless_sqs::gateway::{Gateway, sigv4};
+use sless_sqs::sigv4;
 use support::{ACCESS, ENGINE_TOKEN, Process, REGION, SECRET, free_port, wait_up};
 
 const WORKERS: usize = 16;

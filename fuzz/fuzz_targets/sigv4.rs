@@ -4,7 +4,7 @@
 
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
 use libfuzzer_sys::fuzz_target;
-use sless_sqs::gateway::sigv4;
+use sless_sqs::sigv4;
 
 fuzz_target!(|data: &[u8]| {
     // Lines "name: value" up to a blank line, then the body.

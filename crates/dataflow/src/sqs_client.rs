@@ -293,7 +293,7 @@ impl SqsClient {
     async fn exchange(&self, action: &str, mut input: Value) -> Result<Value, Failure> {
         input["QueueUrl"] = Value::String(self.queue_url.clone());
         let body = serde_json::to_vec(&input).map_err(|e| Failure::Other(ConnectorError::Data(e.to_string())))?;
-        let headers = sless_sqs::gateway::sigv4::signed_json_headers(
+        let headers = sless_sqs::sigv4::signed_json_headers(
             &self.queue_url,
             action,
             &body,

@@ -9,6 +9,7 @@ pub mod engine;
 pub mod error;
 pub mod gateway;
 pub mod protocol;
+pub mod sigv4;
 
 use std::time::{SystemTime, UNIX_EPOCH};
 

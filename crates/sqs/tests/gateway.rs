@@ -11,8 +11,9 @@ use sless_controlplane::store::ControlStore;
 use sless_controlplane::store::memory::MemoryStore;
 use sless_sqs::engine::server::EngineServer;
 use sless_sqs::engine::{Engine, EngineConfig};
+use sless_sqs::gateway::Gateway;
 use sless_sqs::gateway::worker::WorkerConfig;
-use sless_sqs::gateway::{Gateway, sigv4};
+use sless_sqs::sigv4;
 use sless_testkit::cp::{Harness, config};
 
 const ACCESS: &str = "SQSAKacme_AAAAAAAA";

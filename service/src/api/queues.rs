@@ -176,7 +176,7 @@ impl Service {
         let body = serde_json::to_vec(&input).map_err(|e| ApiError::BadRequest(e.to_string()))?;
         let access = self.view.access_key.as_deref().unwrap_or_default();
         let secret = self.view.secret_key.as_deref().unwrap_or_default();
-        let headers = sless_sqs::gateway::sigv4::signed_json_headers(
+        let headers = sless_sqs::sigv4::signed_json_headers(
             &self.endpoint,
             action,
             &body,

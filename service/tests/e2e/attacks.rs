@@ -75,7 +75,7 @@ async fn ready_queue_service(server: &DevServer) -> (String, String, String) {
 /// its query-protocol action rewritten) was answered 200 before.
 #[tokio::test]
 async fn a_captured_signature_does_not_carry_another_body() {
-    use sless_sqs::gateway::sigv4;
+    use sless_sqs::sigv4;
     let dir = TempDir::new("replay");
     let server = DevServer::start(&dir.0);
     let (endpoint, access, secret) = ready_queue_service(&server).await;
@@ -173,7 +173,7 @@ async fn a_captured_signature_does_not_carry_another_body() {
 /// Headers of a query-protocol POST of `body` to `endpoint`, signed as an
 /// SDK signs them.
 fn signed_form(endpoint: &str, access: &str, secret: &str, body: &str) -> reqwest::header::HeaderMap {
-    use sless_sqs::gateway::sigv4;
+    use sless_sqs::sigv4;
     let url = reqwest::Url::parse(endpoint).unwrap();
     let mut headers = reqwest::header::HeaderMap::new();
     let host = format!("{}:{}", url.host_str().unwrap(), url.port().unwrap());

@@ -3,7 +3,6 @@
 pub mod counters;
 pub mod proxy;
 pub mod routes;
-pub mod sigv4;
 pub mod table;
 pub mod worker;
 

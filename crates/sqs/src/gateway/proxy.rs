@@ -14,10 +14,10 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 
 use super::counters::Counters;
-use super::sigv4::{self, AuthError};
 use super::table::SharedTable;
 use crate::error::SqsError;
 use crate::protocol::{self, Protocol};
+use crate::sigv4::{self, AuthError};
 use crate::{ENGINE_TOKEN, request_id};
 use sless_controlplane::model::OutcomeKind;
 use sless_runtime::sync::Unpoisoned;

@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use sless_sqs::gateway::sigv4;
+use sless_sqs::sigv4;
 use sless_testkit::post;
 
 /// The first queue service of `client`'s tenant once it is Ready (its view:
