@@ -3,6 +3,9 @@
 // log) and every request carries it; the console shows exactly what the API
 // lets the token see. Everything is built with DOM nodes and textContent:
 // names, messages and configs never become markup.
+//
+// Over 500 lines: the console is three files the binary embeds (no
+// bundler, no build step), and this one holds every page.
 "use strict";
 
 const TOKEN = "sless.token";

@@ -1,4 +1,6 @@
 //! The REST API through a real `sless dev` process over a loopback socket.
+//!
+//! Over 500 lines: one scenario a test, each with its own `sless dev`.
 
 use crate::common::{DevServer, TOKEN_A, TOKEN_B, TempDir, pg_dataflow};
 use serde_json::{Value, json};

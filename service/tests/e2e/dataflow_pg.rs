@@ -1,5 +1,7 @@
 //! Dataflows run by `sless dev` against a real PostgreSQL
 //! (`SLESS_TEST_PG`, default postgres://postgres@127.0.0.1/test).
+//!
+//! Over 500 lines: one scenario a test, each with its own tables.
 
 use crate::common::pg::{bulk_table, count, db, dsn, pg, settled_view, unique, wait_for, wait_mid_stream};
 use crate::common::{DevServer, TOKEN_A, TempDir};

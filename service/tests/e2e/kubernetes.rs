@@ -13,6 +13,8 @@
 //! worker control plane on Redis (a `redis-server` of this test, restarted
 //! with its data lost); two `sless gateway` processes with SPIFFE client
 //! certificates made here, over mTLS; real engines with journals; boto3.
+//!
+//! Over 500 lines: one scenario, the whole production path, step by step.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;

@@ -23,6 +23,10 @@
 //! Only changes made after the slot exists are captured (no initial
 //! snapshot: copy existing rows with a `postgresql` source). A transaction
 //! is read whole, however large.
+//!
+//! Over 500 lines as one component's file (its config, rules, the slot and
+//! publication it owns, reading and confirming), as every component is one
+//! file; the pgoutput decoder is a file of its own.
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
