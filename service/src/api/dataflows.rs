@@ -4,7 +4,7 @@ use axum::Extension;
 use axum::Json;
 use axum::extract::State;
 
-use super::path::ApiPath;
+use super::path::{DataFlowKind, Named, what};
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use serde::Serialize;
@@ -15,7 +15,7 @@ use super::auth::Tenant;
 use super::error::{ApiError, ErrorBody};
 use super::json::ApiJson;
 use super::limits::TenantLimits;
-use super::queue_services::{check_body_name, path_name};
+use super::queue_services::check_body_name;
 use sless_dataflow::registry::Registry;
 use sless_model::dataflow::{DataFlowEventList, DataFlowRequest, DataFlowSpec, DataFlowView};
 use sless_model::name::DnsLabel;
@@ -23,10 +23,6 @@ use sless_model::name::DnsLabel;
 #[derive(Serialize, ToSchema)]
 pub struct DataFlowList {
     pub items: Vec<DataFlowView>,
-}
-
-fn what(name: &str) -> impl FnOnce() -> String + '_ {
-    move || format!("dataflow {name:?}")
 }
 
 fn spec_of(view: DataFlowView) -> DataFlowSpec {
@@ -69,7 +65,7 @@ pub async fn create(
         .platform
         .create_dataflow(&tenant, &name, spec)
         .await
-        .map_err(|e| ApiError::from_platform(e, what(name.as_str())))?;
+        .map_err(|e| ApiError::from_platform(e, what::<DataFlowKind>(name.as_str())))?;
     let location = format!("/api/v1/dataflows/{name}");
     Ok((StatusCode::CREATED, [(header::LOCATION, location)], Json(view)))
 }
@@ -98,15 +94,14 @@ pub async fn list(
 pub async fn get(
     State(state): State<AppState>,
     Extension(Tenant(tenant)): Extension<Tenant>,
-    ApiPath(name): ApiPath,
+    name: Named<DataFlowKind>,
 ) -> Result<Json<DataFlowView>, ApiError> {
-    let label = path_name(&name, what(&name))?;
     state
         .platform
-        .get_dataflow(&tenant, &label)
+        .get_dataflow(&tenant, &name.label)
         .await
         .map(Json)
-        .map_err(|e| ApiError::from_platform(e, what(&name)))
+        .map_err(|e| ApiError::from_platform(e, name.what()))
 }
 
 /// The dataflow's recent events, newest first: the phases it entered and
@@ -119,15 +114,14 @@ pub async fn get(
 pub async fn events(
     State(state): State<AppState>,
     Extension(Tenant(tenant)): Extension<Tenant>,
-    ApiPath(name): ApiPath,
+    name: Named<DataFlowKind>,
 ) -> Result<Json<DataFlowEventList>, ApiError> {
-    let label = path_name(&name, what(&name))?;
     state
         .platform
-        .dataflow_events(&tenant, &label)
+        .dataflow_events(&tenant, &name.label)
         .await
         .map(|items| Json(DataFlowEventList { items }))
-        .map_err(|e| ApiError::from_platform(e, what(&name)))
+        .map_err(|e| ApiError::from_platform(e, name.what()))
 }
 
 /// The tenant's quota of sinks per dataflow.
@@ -146,18 +140,17 @@ fn check_sinks(state: &AppState, spec: &DataFlowSpec) -> Result<(), ApiError> {
 async fn update(
     state: AppState,
     tenant: DnsLabel,
-    name: String,
+    name: Named<DataFlowKind>,
     mut body: DataFlowRequest,
     partial: bool,
 ) -> Result<Json<DataFlowView>, ApiError> {
-    let label = path_name(&name, what(&name))?;
-    check_body_name(body.name.take().as_deref(), &label)?;
+    check_body_name(body.name.take().as_deref(), &name.label)?;
     let spec = if partial {
         let current = state
             .platform
-            .get_dataflow(&tenant, &label)
+            .get_dataflow(&tenant, &name.label)
             .await
-            .map_err(|e| ApiError::from_platform(e, what(&name)))?;
+            .map_err(|e| ApiError::from_platform(e, name.what()))?;
         body.patch(&spec_of(current), &Registry)?
     } else {
         body.into_spec(&Registry)?
@@ -165,10 +158,10 @@ async fn update(
     check_sinks(&state, &spec)?;
     state
         .platform
-        .update_dataflow(&tenant, &label, spec)
+        .update_dataflow(&tenant, &name.label, spec)
         .await
         .map(Json)
-        .map_err(|e| ApiError::from_platform(e, what(&name)))
+        .map_err(|e| ApiError::from_platform(e, name.what()))
 }
 
 /// Replace the whole spec.
@@ -181,7 +174,7 @@ async fn update(
 pub async fn put(
     State(state): State<AppState>,
     Extension(Tenant(tenant)): Extension<Tenant>,
-    ApiPath(name): ApiPath,
+    name: Named<DataFlowKind>,
     ApiJson(body): ApiJson<DataFlowRequest>,
 ) -> Result<Json<DataFlowView>, ApiError> {
     update(state, tenant, name, body, false).await
@@ -197,7 +190,7 @@ pub async fn put(
 pub async fn patch(
     State(state): State<AppState>,
     Extension(Tenant(tenant)): Extension<Tenant>,
-    ApiPath(name): ApiPath,
+    name: Named<DataFlowKind>,
     ApiJson(body): ApiJson<DataFlowRequest>,
 ) -> Result<Json<DataFlowView>, ApiError> {
     update(state, tenant, name, body, true).await
@@ -211,13 +204,12 @@ pub async fn patch(
 pub async fn delete(
     State(state): State<AppState>,
     Extension(Tenant(tenant)): Extension<Tenant>,
-    ApiPath(name): ApiPath,
+    name: Named<DataFlowKind>,
 ) -> Result<StatusCode, ApiError> {
-    let label = path_name(&name, what(&name))?;
     state
         .platform
-        .delete_dataflow(&tenant, &label)
+        .delete_dataflow(&tenant, &name.label)
         .await
-        .map_err(|e| ApiError::from_platform(e, what(&name)))?;
+        .map_err(|e| ApiError::from_platform(e, name.what()))?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -4,7 +4,7 @@ use axum::Extension;
 use axum::Json;
 use axum::extract::State;
 
-use super::path::ApiPath;
+use super::path::{Named, QueueServiceKind, what};
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use serde::Serialize;
@@ -21,15 +21,6 @@ use sless_model::queue_service::{QueueServiceRequest, QueueServiceSpec, QueueSer
 #[derive(Serialize, ToSchema)]
 pub struct QueueServiceList {
     pub items: Vec<QueueServiceView>,
-}
-
-fn what(name: &str) -> impl FnOnce() -> String + '_ {
-    move || format!("queue service {name:?}")
-}
-
-/// A name from the path: one that is not a valid name cannot exist.
-pub(super) fn path_name(name: &str, what: impl FnOnce() -> String) -> Result<DnsLabel, ApiError> {
-    DnsLabel::parse(name, "name").map_err(|_| ApiError::NotFound(what()))
 }
 
 /// The `name` of an update body must be absent or equal to the path's.
@@ -75,7 +66,7 @@ pub async fn create(
         .platform
         .create_queue_service(&tenant, &name, spec)
         .await
-        .map_err(|e| ApiError::from_platform(e, what(name.as_str())))?;
+        .map_err(|e| ApiError::from_platform(e, what::<QueueServiceKind>(name.as_str())))?;
     let location = format!("/api/v1/queue-services/{name}");
     Ok((StatusCode::CREATED, [(header::LOCATION, location)], Json(view)))
 }
@@ -104,40 +95,38 @@ pub async fn list(
 pub async fn get(
     State(state): State<AppState>,
     Extension(Tenant(tenant)): Extension<Tenant>,
-    ApiPath(name): ApiPath,
+    name: Named<QueueServiceKind>,
 ) -> Result<Json<QueueServiceView>, ApiError> {
-    let label = path_name(&name, what(&name))?;
     state
         .platform
-        .get_queue_service(&tenant, &label)
+        .get_queue_service(&tenant, &name.label)
         .await
         .map(Json)
-        .map_err(|e| ApiError::from_platform(e, what(&name)))
+        .map_err(|e| ApiError::from_platform(e, name.what()))
 }
 
 async fn update(
     state: AppState,
     tenant: DnsLabel,
-    name: String,
+    name: Named<QueueServiceKind>,
     body: QueueServiceRequest,
     partial: bool,
 ) -> Result<Json<QueueServiceView>, ApiError> {
-    let label = path_name(&name, what(&name))?;
-    check_body_name(body.name.as_deref(), &label)?;
+    check_body_name(body.name.as_deref(), &name.label)?;
     let current = state
         .platform
-        .get_queue_service(&tenant, &label)
+        .get_queue_service(&tenant, &name.label)
         .await
-        .map_err(|e| ApiError::from_platform(e, what(&name)))?;
+        .map_err(|e| ApiError::from_platform(e, name.what()))?;
     let current = spec_of(&current);
     let spec = body.spec_over(if partial { current } else { QueueServiceSpec::default() })?;
     spec.check_update_from(&current)?;
     state
         .platform
-        .update_queue_service(&tenant, &label, spec)
+        .update_queue_service(&tenant, &name.label, spec)
         .await
         .map(Json)
-        .map_err(|e| ApiError::from_platform(e, what(&name)))
+        .map_err(|e| ApiError::from_platform(e, name.what()))
 }
 
 /// Replace the changeable fields; absent fields take their defaults.
@@ -151,7 +140,7 @@ async fn update(
 pub async fn put(
     State(state): State<AppState>,
     Extension(Tenant(tenant)): Extension<Tenant>,
-    ApiPath(name): ApiPath,
+    name: Named<QueueServiceKind>,
     ApiJson(body): ApiJson<QueueServiceRequest>,
 ) -> Result<Json<QueueServiceView>, ApiError> {
     update(state, tenant, name, body, false).await
@@ -167,7 +156,7 @@ pub async fn put(
 pub async fn patch(
     State(state): State<AppState>,
     Extension(Tenant(tenant)): Extension<Tenant>,
-    ApiPath(name): ApiPath,
+    name: Named<QueueServiceKind>,
     ApiJson(body): ApiJson<QueueServiceRequest>,
 ) -> Result<Json<QueueServiceView>, ApiError> {
     update(state, tenant, name, body, true).await
@@ -181,13 +170,12 @@ pub async fn patch(
 pub async fn delete(
     State(state): State<AppState>,
     Extension(Tenant(tenant)): Extension<Tenant>,
-    ApiPath(name): ApiPath,
+    name: Named<QueueServiceKind>,
 ) -> Result<StatusCode, ApiError> {
-    let label = path_name(&name, what(&name))?;
     state
         .platform
-        .delete_queue_service(&tenant, &label)
+        .delete_queue_service(&tenant, &name.label)
         .await
-        .map_err(|e| ApiError::from_platform(e, what(&name)))?;
+        .map_err(|e| ApiError::from_platform(e, name.what()))?;
     Ok(StatusCode::NO_CONTENT)
 }

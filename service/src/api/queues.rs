@@ -19,8 +19,7 @@ use super::AppState;
 use super::auth::Tenant;
 use super::error::{ApiError, ErrorBody};
 use super::json::ApiJson;
-use super::path::{ApiPath, ApiQuery};
-use super::queue_services::path_name;
+use super::path::{ApiPath, ApiQuery, Named, QueueServiceKind};
 use sless_model::FieldError;
 use sless_model::queue_service::{QueueServicePhase, QueueServiceView};
 use sless_sqs::engine::requests::{PEEK_ACTION, is_identifier};
@@ -138,13 +137,12 @@ fn queue_name(name: &str) -> Result<&str, ApiError> {
 
 impl Service {
     async fn of(state: &AppState, tenant: &sless_model::name::DnsLabel, name: &str) -> Result<Self, ApiError> {
-        let what = || format!("queue service {name:?}");
-        let label = path_name(name, what)?;
+        let named = Named::<QueueServiceKind>::parse(name)?;
         let view = state
             .platform
-            .get_queue_service(tenant, &label)
+            .get_queue_service(tenant, &named.label)
             .await
-            .map_err(|e| ApiError::from_platform(e, what))?;
+            .map_err(|e| ApiError::from_platform(e, named.what()))?;
         match (&view.phase, view.endpoint.clone()) {
             (QueueServicePhase::Ready, Some(endpoint)) => Ok(Self { view, endpoint }),
             (phase, _) => Err(ApiError::Conflict(format!(
