@@ -226,46 +226,22 @@ impl EgressPolicy {
     }
 }
 
-/// An HTTP answer read whole, within its cap.
-#[derive(Debug)]
-pub struct Answer {
-    pub status: reqwest::StatusCode,
-    pub body: bytes::Bytes,
-}
+pub use sless_runtime::http::Answer;
 
-/// Reads `response` (of the remote service `what`, such as `"SQS"`) to its
-/// end, at most `cap` bytes: a longer answer is refused when it declares
-/// its length, and otherwise as soon as it passes the cap, never held
-/// whole. A redirect is refused: [`EgressPolicy::http_client`] follows
-/// none, and its target was never checked.
+/// Reads `response` of the remote service `what` (such as `"SQS"`) within
+/// `cap` bytes ([`sless_runtime::http::read_capped`]), as a connector's
+/// error: a redirect is the spec's to fix ([`EgressPolicy::http_client`]
+/// follows none, and its target was never checked), an answer too long
+/// may be retried.
 pub async fn read_answer(response: reqwest::Response, cap: usize, what: &str) -> Result<Answer, ConnectorError> {
-    let status = response.status();
-    if status.is_redirection() {
-        return Err(ConnectorError::Config(format!(
-            "{what} answered with a redirect (HTTP {}); redirects are not followed",
-            status.as_u16()
-        )));
-    }
-    let too_long = || ConnectorError::Transient(format!("{what} answered with more than {} bytes", cap));
-    if response.content_length().is_some_and(|n| n > cap as u64) {
-        return Err(too_long());
-    }
-    let mut response = response;
-    let mut body = bytes::BytesMut::new();
-    while let Some(chunk) = response
-        .chunk()
+    use sless_runtime::http::ReadError;
+    sless_runtime::http::read_capped(response, cap)
         .await
-        .map_err(|e| ConnectorError::Connect(format!("{what}: {}", e.without_url())))?
-    {
-        if body.len() + chunk.len() > cap {
-            return Err(too_long());
-        }
-        body.extend_from_slice(&chunk);
-    }
-    Ok(Answer {
-        status,
-        body: body.freeze(),
-    })
+        .map_err(|e| match e {
+            ReadError::Redirect(_) => ConnectorError::Config(format!("{what} {e}")),
+            ReadError::TooLong(_) => ConnectorError::Transient(format!("{what} {e}")),
+            ReadError::Transport(_) => ConnectorError::Connect(format!("{what}: {e}")),
+        })
 }
 
 /// `(host, port, https)` of an HTTP endpoint a spec names.

@@ -15,16 +15,15 @@ use sless_model::{FieldError, ValidationErrors};
 use crate::ConnectorError;
 use crate::component::{either, non_empty, secret_ref};
 use crate::context::{PipelineContext, QueueAccess};
-use crate::egress::{http_endpoint, read_answer};
+use crate::egress::http_endpoint;
+use sless_runtime::http::ReadError;
+use sless_sqs::client::{CallError, Client, MAX_ANSWER_BYTES};
 use sless_sqs::engine::requests::is_identifier;
 
 /// The `type` of the SQS source and sink.
 pub const KIND: &str = "sqs";
 pub const DEFAULT_WAIT_SECONDS: u64 = 20;
 pub const DEFAULT_VISIBILITY_SECONDS: u64 = 60;
-/// Longest answer read: ten messages of 1 MiB each, their JSON escapes
-/// (at most doubling them) and attributes.
-const MAX_ANSWER_BYTES: usize = 24 << 20;
 
 /// `config` of the `sqs` source and sink.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -206,11 +205,8 @@ pub fn fill_queue_service(connector: &mut ConnectorSpec, access: &BTreeMap<Strin
 
 /// A connected queue.
 pub struct SqsClient {
-    http: reqwest::Client,
+    client: Client,
     queue_url: String,
-    access_key: String,
-    secret_key: String,
-    region: String,
 }
 
 impl SqsClient {
@@ -247,31 +243,26 @@ impl SqsClient {
                 .ok_or_else(|| ConnectorError::Config(format!("{field} is not resolved")))
         };
         let client = Self {
-            http,
+            client: Client::new(
+                http,
+                &keys(&config.access_key_id, "accessKeyId")?,
+                &keys(&config.secret_access_key, "secretAccessKey")?,
+                config.region.as_deref().unwrap_or(sless_sqs::DEFAULT_REGION),
+            ),
             queue_url,
-            access_key: keys(&config.access_key_id, "accessKeyId")?,
-            secret_key: keys(&config.secret_access_key, "secretAccessKey")?,
-            region: config
-                .region
-                .clone()
-                .unwrap_or_else(|| sless_sqs::DEFAULT_REGION.to_owned()),
         };
         // Whatever does not answer as SQS (no port, another protocol, an
         // HTTP server of another kind) is refused in the same words, so the
         // connector tells no port from another; an SQS error (wrong keys,
         // no such queue) is the spec's to fix.
-        match client
-            .exchange("GetQueueAttributes", json!({"AttributeNames": ["QueueArn"]}))
-            .await
-        {
+        let action = "GetQueueAttributes";
+        match client.exchange(action, json!({"AttributeNames": ["QueueArn"]})).await {
             Ok(_) => Ok(client),
-            Err(Failure::Answered {
-                described,
-                code: Some(_),
-                ..
-            }) => Err(ConnectorError::Config(described)),
-            Err(Failure::Other(e)) => Err(e),
-            Err(_) => Err(unreachable("GetQueueAttributes")),
+            Err(refused @ CallError::Refused { code: Some(_), .. }) => {
+                Err(ConnectorError::Config(described(action, &refused)))
+            }
+            Err(CallError::Unreachable(_) | CallError::Refused { code: None, .. }) => Err(unreachable(action)),
+            Err(other) => Err(connector_error(action, other)),
         }
     }
 
@@ -282,78 +273,38 @@ impl SqsClient {
     /// One action on the queue. A refusal the sender caused is
     /// `ConnectorError::Data`; anything else can be retried.
     pub async fn call(&self, action: &str, input: Value) -> Result<Value, ConnectorError> {
-        self.exchange(action, input).await.map_err(|failure| match failure {
-            Failure::Other(e) => e,
-            Failure::Unreachable => unreachable(action),
-            Failure::Answered { status, described, .. } if status.is_client_error() => ConnectorError::Data(described),
-            Failure::Answered { described, .. } => ConnectorError::Transient(described),
-        })
+        self.exchange(action, input)
+            .await
+            .map_err(|e| connector_error(action, e))
     }
 
-    async fn exchange(&self, action: &str, mut input: Value) -> Result<Value, Failure> {
+    async fn exchange(&self, action: &str, mut input: Value) -> Result<Value, CallError> {
         input["QueueUrl"] = Value::String(self.queue_url.clone());
-        let body = serde_json::to_vec(&input).map_err(|e| Failure::Other(ConnectorError::Data(e.to_string())))?;
-        let headers = sless_sqs::sigv4::signed_json_headers(
-            &self.queue_url,
-            action,
-            &body,
-            &self.access_key,
-            &self.secret_key,
-            &self.region,
-        )
-        .ok_or_else(|| Failure::Other(ConnectorError::Config("the keys cannot sign a request".into())))?;
-        let response = self
-            .http
-            .post(&self.queue_url)
-            .headers(headers)
-            .body(body)
-            .send()
+        self.client
+            .call(&self.queue_url, action, &input, MAX_ANSWER_BYTES)
             .await
-            .map_err(|e| {
-                tracing::info!(error = %e.without_url(), action, "SQS request failed");
-                Failure::Unreachable
-            })?;
-        let answer = read_answer(response, MAX_ANSWER_BYTES, "SQS")
-            .await
-            .map_err(|e| match e {
-                ConnectorError::Connect(_) => Failure::Unreachable,
-                other => Failure::Other(other),
-            })?;
-        let value: Value = serde_json::from_slice(&answer.body).unwrap_or(Value::Null);
-        if answer.status.is_success() {
-            return Ok(value);
-        }
-        // Only the error's code, and only when it has the shape of one: the
-        // message is the remote server's text, which is never passed on.
-        let code = value["__type"]
-            .as_str()
-            .and_then(|t| t.rsplit('#').next())
-            .filter(|c| (1..=64).contains(&c.len()) && c.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.'));
-        let status = answer.status;
-        Err(Failure::Answered {
-            status,
-            described: format!(
-                "SQS {action} answered HTTP {} {}",
-                status.as_u16(),
-                code.unwrap_or("(no SQS error code)")
-            ),
-            code: code.map(str::to_owned),
-        })
     }
 }
 
-/// How one exchange failed.
-enum Failure {
-    /// Nothing answered, or not over HTTP.
-    Unreachable,
-    /// An HTTP answer that is an error, with its SQS code if it has one.
-    Answered {
-        status: reqwest::StatusCode,
-        code: Option<String>,
-        described: String,
-    },
-    /// Any other failure, as it says (a redirect, an answer too long).
-    Other(ConnectorError),
+/// What the tenant is told of a refusal: the status and the SQS error
+/// code, never the remote server's message.
+fn described(action: &str, refused: &CallError) -> String {
+    format!("SQS {action} answered {refused}")
+}
+
+fn connector_error(action: &str, e: CallError) -> ConnectorError {
+    match e {
+        CallError::Unsigned => ConnectorError::Config(e.to_string()),
+        CallError::Unreachable(source) => {
+            tracing::info!(error = %source, action, "SQS request failed");
+            unreachable(action)
+        }
+        CallError::Read(ReadError::Redirect(_)) => ConnectorError::Config(format!("SQS {e}")),
+        CallError::Read(ReadError::TooLong(_)) => ConnectorError::Transient(format!("SQS {e}")),
+        CallError::Read(ReadError::Transport(_)) => unreachable(action),
+        CallError::Refused { status, .. } if status.is_client_error() => ConnectorError::Data(described(action, &e)),
+        CallError::Refused { .. } => ConnectorError::Transient(described(action, &e)),
+    }
 }
 
 /// One text for an endpoint that is not reached, or not as SQS.

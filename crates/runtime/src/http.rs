@@ -1,3 +1,5 @@
+//! HTTP with parties nobody vouches for. Reading an answer from a server a
+//! tenant names ([`read_capped`]): within a cap, refusing a redirect.
 //! Serving HTTP/1.1 to clients nobody vouches for: the REST API and the
 //! SQS gateway face tenants and anonymous clients alike, so a connection
 //! is admitted only within a cap in total and per client address, must
@@ -241,6 +243,53 @@ pub async fn serve(
     drop(listener);
     let _ = stop_tx.send(true);
     while connections.join_next().await.is_some() {}
+}
+
+/// An HTTP answer read whole, within its cap.
+#[derive(Debug)]
+pub struct Answer {
+    pub status: reqwest::StatusCode,
+    pub body: bytes::Bytes,
+}
+
+/// Why an answer was not read.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error("answered with a redirect (HTTP {0}); redirects are not followed")]
+    Redirect(u16),
+    #[error("answered with more than {0} bytes")]
+    TooLong(usize),
+    #[error("the answer broke off: {0}")]
+    Transport(#[source] reqwest::Error),
+}
+
+/// Reads `response` to its end, at most `cap` bytes: a longer answer is
+/// refused when it declares its length, and otherwise as soon as it passes
+/// the cap, never held whole. A redirect is refused: a client that follows
+/// none must not take one's body for the answer.
+pub async fn read_capped(mut response: reqwest::Response, cap: usize) -> Result<Answer, ReadError> {
+    let status = response.status();
+    if status.is_redirection() {
+        return Err(ReadError::Redirect(status.as_u16()));
+    }
+    if response.content_length().is_some_and(|n| n > cap as u64) {
+        return Err(ReadError::TooLong(cap));
+    }
+    let mut body = bytes::BytesMut::new();
+    while let Some(chunk) = response
+        .chunk()
+        .await
+        .map_err(|e| ReadError::Transport(e.without_url()))?
+    {
+        if body.len() + chunk.len() > cap {
+            return Err(ReadError::TooLong(cap));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(Answer {
+        status,
+        body: body.freeze(),
+    })
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 //! type, the engine token's header, request ids and the clock; the gateway
 //! imports nothing from `engine/`.
 
+pub mod client;
 pub mod credentials;
 pub mod engine;
 pub mod error;

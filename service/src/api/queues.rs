@@ -22,10 +22,17 @@ use super::json::ApiJson;
 use super::path::{ApiPath, ApiQuery, Named, QueueServiceKind};
 use sless_model::FieldError;
 use sless_model::queue_service::{QueueServicePhase, QueueServiceView};
+use sless_sqs::client::{CallError, Client, MAX_ANSWER_BYTES};
 use sless_sqs::engine::requests::{PEEK_ACTION, is_identifier};
 
 /// One client for every call, so connections to the gateway are reused.
-static HTTP: LazyLock<reqwest::Client> = LazyLock::new(reqwest::Client::new);
+static HTTP: LazyLock<reqwest::Client> = LazyLock::new(|| {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap_or_default()
+});
+
 /// sless's own queue attribute: the age of the oldest message, in seconds.
 const AGE: &str = "ApproximateAgeOfOldestMessage";
 /// Most messages a peek shows.
@@ -171,48 +178,27 @@ impl Service {
 
     /// One SQS action, signed with the service's keys.
     async fn call(&self, action: &str, input: Value) -> Result<Value, ApiError> {
-        let body = serde_json::to_vec(&input).map_err(|e| ApiError::BadRequest(e.to_string()))?;
         let access = self.view.access_key.as_deref().unwrap_or_default();
         let secret = self.view.secret_key.as_deref().unwrap_or_default();
-        let headers = sless_sqs::sigv4::signed_json_headers(
-            &self.endpoint,
-            action,
-            &body,
-            access,
-            secret,
-            sless_sqs::DEFAULT_REGION,
-        )
-        .ok_or(ApiError::Unavailable)?;
-        let response = HTTP
-            .post(&self.endpoint)
-            .headers(headers)
-            .timeout(Duration::from_secs(10))
-            .body(body)
-            .send()
-            .await
-            .map_err(|e| {
-                tracing::warn!(error = %e.without_url(), "queue service unreachable from the API");
-                ApiError::Unavailable
-            })?;
-        let status = response.status();
-        let value: Value = response.json().await.unwrap_or(Value::Null);
-        if status.is_success() {
-            return Ok(value);
+        let client = Client::new(HTTP.clone(), access, secret, sless_sqs::DEFAULT_REGION);
+        match client.call(&self.endpoint, action, &input, MAX_ANSWER_BYTES).await {
+            Ok(value) => Ok(value),
+            Err(CallError::Refused { status, code, message }) => Err(match code.as_deref() {
+                Some("QueueDoesNotExist" | "AWS.SimpleQueueService.NonExistentQueue") => {
+                    ApiError::NotFound("queue".into())
+                }
+                Some("QueueAlreadyExists" | "QueueNameExists") => ApiError::AlreadyExists("queue".into()),
+                // The tenant's own queue service's words, for the tenant.
+                _ if status.is_client_error() => ApiError::Validation(
+                    FieldError::invalid("name", message.unwrap_or_else(|| "refused".into())).into(),
+                ),
+                _ => ApiError::Unavailable,
+            }),
+            Err(e) => {
+                tracing::warn!(error = %e, "queue service unreachable from the API");
+                Err(ApiError::Unavailable)
+            }
         }
-        let code = value["__type"]
-            .as_str()
-            .unwrap_or("")
-            .rsplit('#')
-            .next()
-            .unwrap_or("")
-            .to_owned();
-        let message = value["message"].as_str().unwrap_or("refused").to_owned();
-        Err(match code.as_str() {
-            "QueueDoesNotExist" | "AWS.SimpleQueueService.NonExistentQueue" => ApiError::NotFound("queue".into()),
-            "QueueAlreadyExists" | "QueueNameExists" => ApiError::AlreadyExists("queue".into()),
-            _ if status.is_client_error() => ApiError::Validation(FieldError::invalid("name", message).into()),
-            _ => ApiError::Unavailable,
-        })
     }
 
     /// A queue's counts and dead-letter queue; its sources are filled in
