@@ -15,7 +15,7 @@ use sless_model::dataflow::SecretRef;
 use sless_model::{FieldError, ValidationErrors};
 
 use crate::ConnectorError;
-use crate::component::{either, non_empty};
+use crate::component::check_target;
 use crate::egress::{EgressPolicy, http_endpoint, read_answer};
 
 /// Longest a query may take before the connector retries it.
@@ -89,10 +89,7 @@ pub fn check(
     path: &str,
     errors: &mut ValidationErrors,
 ) {
-    either(non_empty(dsn.0), dsn.1, path, "connectionString", errors);
-    if let Some((table, table_ref)) = table {
-        either(non_empty(table), table_ref, path, "table", errors);
-    }
+    check_target(dsn, table, path, errors);
     if let Some(dsn) = dsn.0.as_deref().filter(|d| !d.is_empty())
         && let Err(reason) = check_connection_string(dsn)
     {

@@ -104,3 +104,24 @@ pub fn secret_ref(reference: &Option<SecretRef>, path: &str, field: &str, errors
 pub fn non_empty(value: &Option<String>) -> bool {
     value.as_deref().is_some_and(|v| !v.is_empty())
 }
+
+/// What every database connector requires: a connection string and, where
+/// it names one (`table` is `Some`), a table, each inline or through its
+/// `…SecretRef`.
+pub fn check_target(
+    connection_string: (&Option<String>, &Option<SecretRef>),
+    table: Option<(&Option<String>, &Option<SecretRef>)>,
+    path: &str,
+    errors: &mut ValidationErrors,
+) {
+    either(
+        non_empty(connection_string.0),
+        connection_string.1,
+        path,
+        "connectionString",
+        errors,
+    );
+    if let Some((table, table_ref)) = table {
+        either(non_empty(table), table_ref, path, "table", errors);
+    }
+}

@@ -338,9 +338,9 @@ impl Component for PostgresSink {
     type Config = PostgresSinkConfig;
 
     fn check(p: &PostgresSinkConfig, path: &str, errors: &mut ValidationErrors) {
-        crate::sql::check_target(
+        crate::component::check_target(
             (&p.connection_string, &p.connection_string_secret_ref),
-            (&p.table, &p.table_secret_ref),
+            Some((&p.table, &p.table_secret_ref)),
             path,
             errors,
         );

@@ -346,9 +346,9 @@ impl Component for PostgresSource {
     type Config = PostgresSourceConfig;
 
     fn check(p: &PostgresSourceConfig, path: &str, errors: &mut ValidationErrors) {
-        crate::sql::check_target(
+        crate::component::check_target(
             (&p.connection_string, &p.connection_string_secret_ref),
-            (&p.table, &p.table_secret_ref),
+            Some((&p.table, &p.table_secret_ref)),
             path,
             errors,
         );

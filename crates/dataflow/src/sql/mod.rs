@@ -10,9 +10,6 @@ use std::time::Duration;
 use tokio_postgres::NoTls;
 use tokio_postgres::config::{Host, SslMode};
 
-use sless_model::ValidationErrors;
-use sless_model::dataflow::SecretRef;
-
 use super::ConnectorError;
 use super::egress::EgressPolicy;
 use tls::{MakeRustls, Verify};
@@ -217,25 +214,6 @@ where
         }
     });
     Ok(client)
-}
-
-/// What every PostgreSQL connector requires: a connection string and a
-/// table, each inline or through its `…SecretRef`.
-pub fn check_target(
-    connection_string: (&Option<String>, &Option<SecretRef>),
-    table: (&Option<String>, &Option<SecretRef>),
-    path: &str,
-    errors: &mut ValidationErrors,
-) {
-    use crate::component::{either, non_empty};
-    either(
-        non_empty(connection_string.0),
-        connection_string.1,
-        path,
-        "connectionString",
-        errors,
-    );
-    either(non_empty(table.0), table.1, path, "table", errors);
 }
 
 /// Any identifier as PostgreSQL quotes it (`"` doubled): for names read
