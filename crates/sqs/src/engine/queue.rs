@@ -497,5 +497,4 @@ impl Queue {
 }
 
 #[cfg(test)]
-#[path = "queue_tests.rs"]
 mod tests;

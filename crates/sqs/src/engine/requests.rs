@@ -442,5 +442,4 @@ fn batch<T: DeserializeOwned + Entry>(input: &Value, entry: &str) -> Result<Vec<
 }
 
 #[cfg(test)]
-#[path = "requests_tests.rs"]
 mod tests;

@@ -1,0 +1,7 @@
+//! The dataflow connectors from outside the crate: the PostgreSQL source
+//! and sink against the local PostgreSQL, and the HTTP connectors (SQS,
+//! ClickHouse, the schema registry) against hostile servers on loopback.
+//! One binary, linking the dataflow crate alone.
+
+mod hostile_http;
+mod postgres;
