@@ -11,23 +11,11 @@ pub const ROWS: i64 = 20_000;
 /// Rows/s of a dataflow from a queue of `ROWS` messages (sent before
 /// it starts) into PostgreSQL.
 pub async fn to_pg(db: &tokio_postgres::Client, dsn: &str) -> anyhow::Result<f64> {
-    use sless_sqs::engine::server::EngineServer;
-    use sless_sqs::engine::{Engine, EngineConfig};
     db.batch_execute("DROP TABLE IF EXISTS bench_sqs; CREATE TABLE bench_sqs (id int PRIMARY KEY, amount int);")
         .await?;
-    let engine = Engine::open(
-        EngineConfig {
-            account_id: "000000000000".into(),
-            region: "ru-msk-1".into(),
-            base_url: "http://127.0.0.1".into(),
-        },
-        None,
-    )?;
-    let server = EngineServer::start(engine.clone(), "127.0.0.1:0".parse()?, None).await?;
-    let url = engine.handle("CreateQueue", &json!({"QueueName": "bench"})).await?["QueueUrl"]
-        .as_str()
-        .unwrap_or_default()
-        .replace("http://127.0.0.1", &format!("http://{}", server.addr));
+    let loopback = sless_testkit::sqs::LoopbackEngine::start().await;
+    let engine = &loopback.engine;
+    let url = loopback.queue("bench").await;
     for chunk in (0..ROWS).collect::<Vec<_>>().chunks(10) {
         let entries: Vec<Value> = chunk
             .iter()

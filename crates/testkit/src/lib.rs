@@ -1,10 +1,11 @@
 //! Helpers shared by the integration tests of several sless crates. A
-//! dev-dependency only; it depends on `sless-controlplane` (whose own
-//! socket tests use it too, as tokio's use tokio-test).
+//! dev-dependency only; it depends on `sless-controlplane` and `sless-sqs`
+//! (whose own tests use it too, as tokio's use tokio-test).
 
 pub mod clickhouse;
 pub mod cp;
 pub mod redis;
+pub mod sqs;
 pub mod tls;
 
 use std::path::PathBuf;

@@ -168,34 +168,13 @@ mod tests {
 
     /// A sless queue engine on loopback with one queue holding `messages`;
     /// the source's config for it.
-    async fn queue_of(
-        messages: usize,
-    ) -> (
-        std::sync::Arc<sless_sqs::engine::Engine>,
-        sless_sqs::engine::server::EngineServer,
-        SqsConfig,
-    ) {
-        use sless_sqs::engine::server::EngineServer;
-        use sless_sqs::engine::{Engine, EngineConfig};
-        let engine = Engine::open(
-            EngineConfig {
-                account_id: "000000000000".into(),
-                region: "ru-msk-1".into(),
-                base_url: "http://127.0.0.1".into(),
-            },
-            None,
-        )
-        .unwrap();
-        let server = EngineServer::start(engine.clone(), "127.0.0.1:0".parse().unwrap(), None)
-            .await
-            .unwrap();
-        let url = engine.handle("CreateQueue", &json!({"QueueName": "q"})).await.unwrap()["QueueUrl"]
-            .as_str()
-            .unwrap()
-            .replace("http://127.0.0.1", &format!("http://{}", server.addr));
+    async fn queue_of(messages: usize) -> (sless_testkit::sqs::LoopbackEngine, SqsConfig) {
+        let loopback = sless_testkit::sqs::LoopbackEngine::start().await;
+        let url = loopback.queue("q").await;
         for n in 0..messages {
             let body = json!({ "n": n }).to_string();
-            engine
+            loopback
+                .engine
                 .handle("SendMessage", &json!({"QueueUrl": url, "MessageBody": body}))
                 .await
                 .unwrap();
@@ -204,12 +183,13 @@ mod tests {
             "queueUrl": url, "accessKeyId": "k", "secretAccessKey": "s", "waitTimeSeconds": 1
         }))
         .unwrap();
-        (engine, server, config)
+        (loopback, config)
     }
 
     #[tokio::test]
     async fn a_read_takes_up_to_a_hundred_waiting_messages_and_a_commit_deletes_them_all() {
-        let (engine, _server, config) = queue_of(125).await;
+        let (loopback, config) = queue_of(125).await;
+        let engine = &loopback.engine;
         let ctx = PipelineContext {
             id: "t/flow".into(),
             checkpoint: None,
