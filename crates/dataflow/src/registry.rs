@@ -193,15 +193,15 @@ pub fn fill_queue_services(spec: &mut DataFlowSpec, access: &BTreeMap<String, Qu
 }
 
 /// How many sinks `spec` writes to: its sink, its error sink and every
-/// route of its transformations (what a tenant's quota of sinks counts).
-/// A transformation that does not build (the spec was not checked) counts
-/// no route.
+/// sink its transformations name (what a tenant's quota of sinks counts).
 pub fn sink_count(spec: &DataFlowSpec) -> usize {
-    let mut outputs = Outputs::default();
-    for transformation in &spec.transformations {
-        let _ = build_transform(transformation, &mut outputs);
-    }
-    1 + usize::from(spec.errors.is_some()) + outputs.sinks().len()
+    let mut sinks = 0;
+    let _ = visit_connectors(&mut spec.clone(), &mut |_| {
+        sinks += 1;
+        Ok(())
+    });
+    // Every connector visited but the source.
+    sinks - 1
 }
 
 #[cfg(test)]

@@ -179,26 +179,30 @@ impl SqsConfig {
     }
 }
 
-/// The queue service an SQS connector names (`queueService`), if it is one.
-pub fn queue_service_of(connector: &ConnectorSpec) -> Option<String> {
+/// An SQS connector's config, with the queue service it names, if it is
+/// one that names one.
+fn naming_a_queue_service(connector: &ConnectorSpec) -> Option<(String, SqsConfig)> {
     if connector.kind != KIND {
         return None;
     }
     let config: SqsConfig = serde_json::from_value(connector.config.clone()?).ok()?;
-    config.queue_service
+    Some((config.queue_service.clone()?, config))
+}
+
+/// The queue service an SQS connector names (`queueService`), if it is one.
+pub fn queue_service_of(connector: &ConnectorSpec) -> Option<String> {
+    naming_a_queue_service(connector).map(|(name, _)| name)
 }
 
 /// Gives an SQS connector that names a queue service its queue's URL and
 /// the service's keys from `access`; any other connector stays as it is.
 pub fn fill_queue_service(connector: &mut ConnectorSpec, access: &BTreeMap<String, QueueAccess>) -> Result<(), String> {
-    let Some(name) = queue_service_of(connector) else {
+    let Some((name, config)) = naming_a_queue_service(connector) else {
         return Ok(());
     };
     let access = access
         .get(&name)
         .ok_or_else(|| format!("queue service {name} is not resolved"))?;
-    let config: SqsConfig =
-        serde_json::from_value(connector.config.clone().unwrap_or_default()).map_err(|e| e.to_string())?;
     connector.config = Some(serde_json::to_value(config.with_access(access)).map_err(|e| e.to_string())?);
     Ok(())
 }

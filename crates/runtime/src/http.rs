@@ -112,10 +112,6 @@ impl Admission {
         })
     }
 
-    pub fn limits(&self) -> ConnectionLimits {
-        self.limits
-    }
-
     /// A place for a connection from `peer`, if both caps leave one.
     pub fn admit(self: &Arc<Self>, peer: IpAddr) -> Option<Admitted> {
         let mut open = self.open.lock_unpoisoned();
@@ -133,7 +129,8 @@ impl Admission {
     }
 
     /// Open connections: in total, and from `peer`.
-    pub fn open(&self, peer: IpAddr) -> (usize, usize) {
+    #[cfg(test)]
+    fn open(&self, peer: IpAddr) -> (usize, usize) {
         let open = self.open.lock_unpoisoned();
         (open.0, open.1.get(&peer).copied().unwrap_or(0))
     }

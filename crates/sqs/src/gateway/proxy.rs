@@ -23,11 +23,11 @@ use sless_controlplane::model::OutcomeKind;
 use sless_runtime::sync::Unpoisoned;
 
 /// As the engine's: a full 1 MiB batch, URL-encoded, with overhead.
-pub const BODY_LIMIT: usize = 8 * 1024 * 1024;
+const BODY_LIMIT: usize = 8 * 1024 * 1024;
 /// Most request bodies' bytes the gateway holds at once, over all
 /// connections and threads; a request waits for room up to
 /// [`ROOM_TIMEOUT`], then is answered `ServiceUnavailable`.
-pub const BODIES_IN_MEMORY: usize = 256 << 20;
+pub(super) const BODIES_IN_MEMORY: usize = 256 << 20;
 const ROOM_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 /// Request headers passed on to the engine.
 const FORWARDED: &[&str] = &[
@@ -107,14 +107,16 @@ fn unknown_key() -> SqsError {
     SqsError::invalid_client_token_id("The security token included in the request is invalid.").forbidden()
 }
 
-/// Declared over the limit, or not a number: refused before reading.
-fn declared_too_long(headers: &HeaderMap) -> bool {
-    headers.get(axum::http::header::CONTENT_LENGTH).is_some_and(|v| {
-        v.to_str()
-            .ok()
-            .and_then(|v| v.parse::<u64>().ok())
-            .is_none_or(|n| n > BODY_LIMIT as u64)
-    })
+/// The body's declared length, if any; one over the limit, or not a
+/// number, is refused before anything is read.
+fn declared_length(headers: &HeaderMap) -> Result<Option<usize>, SqsError> {
+    let Some(value) = headers.get(axum::http::header::CONTENT_LENGTH) else {
+        return Ok(None);
+    };
+    match value.to_str().ok().and_then(|v| v.parse::<u64>().ok()) {
+        Some(n) if n <= BODY_LIMIT as u64 => Ok(usize::try_from(n).ok()),
+        _ => Err(too_long()),
+    }
 }
 
 fn too_long() -> SqsError {
@@ -128,17 +130,13 @@ fn too_long() -> SqsError {
 /// signature: within [`BODY_LIMIT`] and the server's body timeout, and only
 /// once the gateway's bodies in memory leave room for it. The room is held
 /// until the request is answered.
-async fn read_body<'a>(
+async fn read_body(
     body: Body,
-    headers: &HeaderMap,
-    budget: &'a tokio::sync::Semaphore,
-) -> Result<(Bytes, tokio::sync::SemaphorePermit<'a>), SqsError> {
+    declared: Option<usize>,
+    budget: &tokio::sync::Semaphore,
+) -> Result<(Bytes, tokio::sync::SemaphorePermit<'_>), SqsError> {
     // What the body may take: its declared length, else the most allowed.
-    let declared = headers
-        .get(axum::http::header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok()?.parse::<usize>().ok())
-        .unwrap_or(BODY_LIMIT);
-    let share = u32::try_from(declared.min(BODY_LIMIT)).unwrap_or(u32::MAX);
+    let share = u32::try_from(declared.unwrap_or(BODY_LIMIT)).unwrap_or(u32::MAX);
     let room = tokio::time::timeout(ROOM_TIMEOUT, budget.acquire_many(share)).await;
     let Ok(Ok(room)) = room else {
         return Err(SqsError::unavailable("The gateway is busy; retry."));
@@ -168,9 +166,10 @@ pub async fn handle(State(state): State<GatewayState>, request: Request) -> Resp
     let (parts, body) = request.into_parts();
     let protocol = protocol::detect(&parts.headers);
     let path = parts.uri.path().to_owned();
-    if declared_too_long(&parts.headers) {
-        return error(protocol, too_long());
-    }
+    let declared = match declared_length(&parts.headers) {
+        Ok(declared) => declared,
+        Err(e) => return error(protocol, e),
+    };
     let table = state.table.current();
     let auth = match sigv4::parse_authorization(&parts.headers) {
         Ok(a) => a,
@@ -199,7 +198,7 @@ pub async fn handle(State(state): State<GatewayState>, request: Request) -> Resp
         counters.outcome(OutcomeKind::AuthFailed);
         return error(protocol, auth_error(e));
     }
-    let (body, _room) = match read_body(body, &parts.headers, &state.bodies).await {
+    let (body, _room) = match read_body(body, declared, &state.bodies).await {
         Ok(read) => read,
         Err(e) => return error(protocol, e),
     };
