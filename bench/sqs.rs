@@ -18,45 +18,42 @@ mod support;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
+use anyhow::Context;
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::{Value, json};
+use sless_sqs::ENGINE_TOKEN as ENGINE_TOKEN_HEADER;
+use sless_sqs::client::{Client, MAX_ANSWER_BYTES};
 use sless_sqs::engine::server::EngineServer;
 use sless_sqs::engine::{Engine, EngineConfig};
 use sless_sqs::gateway::Gateway;
 use sless_sqs::gateway::worker::WorkerConfig;
-use sless_sqs::sigv4;
 use support::{ACCESS, ENGINE_TOKEN, Process, REGION, SECRET, free_port, wait_up};
 
 const WORKERS: usize = 16;
 const CYCLES_PER_WORKER: usize = 150;
 
-/// A JSON-protocol request signed as an SDK signs it.
-fn signed(client: &reqwest::Client, url: &str, action: &str, body: &Value) -> reqwest::RequestBuilder {
-    let body = body.to_string();
-    let headers =
-        sigv4::signed_json_headers(url, action, body.as_bytes(), ACCESS, SECRET, REGION).expect("ASCII headers");
-    // Direct engine calls carry the engine's token, as the gateway's do; the
-    // gateway and moto ignore it from clients.
-    client
-        .post(url)
-        .headers(headers)
-        .header("x-sless-engine-token", ENGINE_TOKEN)
-        .body(body)
+/// The one SQS client, signing as an SDK signs. Direct engine calls carry
+/// the engine's token, as the gateway's do; the gateway and moto ignore it
+/// from clients.
+fn client() -> anyhow::Result<Client> {
+    let token = HeaderMap::from_iter([(
+        HeaderName::from_static(ENGINE_TOKEN_HEADER),
+        HeaderValue::from_static(ENGINE_TOKEN),
+    )]);
+    let http = reqwest::Client::builder().default_headers(token).build()?;
+    Ok(Client::new(http, ACCESS, SECRET, REGION))
 }
 
-async fn call(client: &reqwest::Client, endpoint: &str, action: &str, body: Value) -> anyhow::Result<Value> {
-    let response = signed(client, endpoint, action, &body).send().await?;
-    let status = response.status();
-    let value: Value = response.json().await.unwrap_or(Value::Null);
-    if !status.is_success() {
-        bail!("{action} failed: {status} {value}");
-    }
-    Ok(value)
+async fn call(client: &Client, endpoint: &str, action: &str, body: Value) -> anyhow::Result<Value> {
+    client
+        .call(endpoint, action, &body, MAX_ANSWER_BYTES)
+        .await
+        .with_context(|| format!("{action} failed"))
 }
 
 /// send + receive + delete cycles per second with `WORKERS` concurrent clients.
 async fn cycle_rate(endpoint: &str) -> anyhow::Result<f64> {
-    let client = reqwest::Client::new();
+    let client = client()?;
     let queue = call(&client, endpoint, "CreateQueue", json!({"QueueName": "bench"})).await?["QueueUrl"]
         .as_str()
         .context("no QueueUrl")?
@@ -102,7 +99,7 @@ async fn cycle_rate(endpoint: &str) -> anyhow::Result<f64> {
 
 /// Median latency of sequential SendMessage calls.
 async fn p50_latency(endpoint: &str) -> anyhow::Result<Duration> {
-    let client = reqwest::Client::new();
+    let client = client()?;
     let queue = call(&client, endpoint, "CreateQueue", json!({"QueueName": "latency"})).await?["QueueUrl"]
         .as_str()
         .context("no QueueUrl")?

@@ -1,9 +1,12 @@
-//! The sless REST API, as the provider calls it.
+//! The sless REST API, as the provider calls it: bodies and answers are
+//! `sless-model`'s types, so a field the API renames fails to compile here.
 
 use std::time::Duration;
 
 use reqwest::Method;
-use serde_json::Value;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use sless_model::ErrorBody;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -21,6 +24,12 @@ pub enum ApiError {
         method: Method,
         path: String,
         source: reqwest::Error,
+    },
+    #[error("{method} {path}: the sless API answered in a form this provider does not read: {source}")]
+    Answer {
+        method: Method,
+        path: String,
+        source: serde_json::Error,
     },
 }
 
@@ -54,10 +63,37 @@ impl Client {
         })
     }
 
-    /// One API call. A 429 (the tenant's API rate is spent, as a plan of
-    /// many resources can spend it) is retried after its Retry-After, a few
-    /// times, as HashiCorp's providers retry.
-    pub async fn call(&self, method: Method, path: &str, body: Option<&Value>) -> Result<Value, ApiError> {
+    /// `GET path`, its answer read as `T`.
+    pub async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, ApiError> {
+        let text = self.call(Method::GET, path, None::<&()>).await?;
+        answer(Method::GET, path, &text)
+    }
+
+    /// `method path` with `body`, its answer read as `T`.
+    pub async fn send<B: Serialize + Sync, T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        body: &B,
+    ) -> Result<T, ApiError> {
+        let text = self.call(method.clone(), path, Some(body)).await?;
+        answer(method, path, &text)
+    }
+
+    /// `DELETE path`; its answer carries nothing the provider reads.
+    pub async fn delete(&self, path: &str) -> Result<(), ApiError> {
+        self.call(Method::DELETE, path, None::<&()>).await.map(drop)
+    }
+
+    /// One API call, its successful answer's text. A 429 (the tenant's API
+    /// rate is spent, as a plan of many resources can spend it) is retried
+    /// after its Retry-After, a few times, as HashiCorp's providers retry.
+    async fn call<B: Serialize + Sync>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&B>,
+    ) -> Result<String, ApiError> {
         let url = format!("{}/api/v1{path}", self.endpoint);
         let transport = |source| ApiError::Transport {
             method: method.clone(),
@@ -85,22 +121,31 @@ impl Client {
         };
         let status = response.status();
         let text = response.text().await.map_err(transport)?;
-        let value: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
         if status.is_success() {
-            return Ok(value);
+            return Ok(text);
         }
-        let error = &value["error"];
+        let (code, message, field) = match serde_json::from_str::<ErrorBody>(&text) {
+            Ok(ErrorBody { error }) => (error.code, error.message, error.field),
+            // Not the API's error form (a proxy's page): its start says most.
+            Err(_) => ("error".to_owned(), text.chars().take(300).collect(), None),
+        };
         Err(ApiError::Status {
             method,
             path: path.to_owned(),
             status: status.as_u16(),
-            code: error["code"].as_str().unwrap_or("error").to_owned(),
-            message: error["message"]
-                .as_str()
-                .map_or_else(|| text.chars().take(300).collect(), str::to_owned),
-            field: error["field"].as_str().map(str::to_owned),
+            code,
+            message,
+            field,
         })
     }
+}
+
+fn answer<T: DeserializeOwned>(method: Method, path: &str, text: &str) -> Result<T, ApiError> {
+    serde_json::from_str(text).map_err(|source| ApiError::Answer {
+        method,
+        path: path.to_owned(),
+        source,
+    })
 }
 
 #[cfg(test)]
@@ -136,13 +181,13 @@ mod tests {
     async fn a_spent_rate_is_waited_out_a_few_times() {
         let (endpoint, calls) = api(2).await;
         let client = Client::new(&endpoint, "t", false).unwrap();
-        let value = client.call(Method::GET, "/dataflows", None).await.unwrap();
+        let value: serde_json::Value = client.get("/dataflows").await.unwrap();
         assert_eq!(value["ok"], true);
         assert_eq!(calls.load(Ordering::SeqCst), 3);
         // Never anything but 429: the last answer is the error.
         let (endpoint, calls) = api(u32::MAX).await;
         let client = Client::new(&endpoint, "t", false).unwrap();
-        let e = client.call(Method::GET, "/dataflows", None).await.unwrap_err();
+        let e = client.get::<serde_json::Value>("/dataflows").await.unwrap_err();
         assert!(matches!(e, ApiError::Status { status: 429, .. }), "{e}");
         assert_eq!(calls.load(Ordering::SeqCst), MAX_ATTEMPTS);
     }

@@ -6,6 +6,8 @@ use std::collections::BTreeMap;
 use std::io::Read;
 
 use rmp::Marker;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 use serde_json::json;
 
 /// A cty type, as far as this provider uses them.
@@ -60,15 +62,14 @@ pub enum CodecError {
     Json(#[from] serde_json::Error),
 }
 
+#[cfg(test)]
 impl Value {
     pub fn str(s: impl Into<String>) -> Self {
         Self::String(s.into())
     }
+}
 
-    pub fn opt_str(s: Option<impl Into<String>>) -> Self {
-        s.map_or(Self::Null, |s| Self::String(s.into()))
-    }
-
+impl Value {
     pub fn get(&self, name: &str) -> &Value {
         match self {
             Self::Object(m) => m.get(name).unwrap_or(&Value::Null),
@@ -79,13 +80,6 @@ impl Value {
     pub fn as_str(&self) -> Option<&str> {
         match self {
             Self::String(s) => Some(s),
-            _ => None,
-        }
-    }
-
-    pub fn as_f64(&self) -> Option<f64> {
-        match self {
-            Self::Number(n) => Some(*n),
             _ => None,
         }
     }
@@ -143,6 +137,33 @@ impl Value {
     pub fn from_json(bytes: &[u8]) -> Result<Value, CodecError> {
         let v: serde_json::Value = serde_json::from_slice(bytes)?;
         Ok(from_json_value(v))
+    }
+
+    /// A typed struct as a value of `ty`: the one way typed state becomes
+    /// a cty value (attributes `ty` lacks are dropped, missing ones null).
+    pub fn from_typed<T: Serialize>(typed: &T, ty: &Type) -> Result<Value, serde_json::Error> {
+        Ok(from_json_value(serde_json::to_value(typed)?).conform(ty))
+    }
+
+    /// This value as a typed struct, unknowns read as absent: the one way a
+    /// cty value becomes typed state.
+    pub fn to_typed<T: DeserializeOwned>(&self) -> Result<T, serde_json::Error> {
+        serde_json::from_value(self.to_json())
+    }
+
+    fn to_json(&self) -> serde_json::Value {
+        match self {
+            Self::Null | Self::Unknown => serde_json::Value::Null,
+            Self::Bool(b) => serde_json::Value::Bool(*b),
+            // A whole number stays whole, so integer fields accept it.
+            Self::Number(n) if n.fract() == 0.0 && n.abs() < 9.0e15 => json!(*n as i64),
+            Self::Number(n) => {
+                serde_json::Number::from_f64(*n).map_or(serde_json::Value::Null, serde_json::Value::Number)
+            }
+            Self::String(s) => serde_json::Value::String(s.clone()),
+            Self::List(items) => serde_json::Value::Array(items.iter().map(Value::to_json).collect()),
+            Self::Object(m) => serde_json::Value::Object(m.iter().map(|(k, v)| (k.clone(), v.to_json())).collect()),
+        }
     }
 }
 

@@ -6,6 +6,7 @@ mod client;
 mod cty;
 mod diag;
 mod plugin;
+mod resource;
 mod resources;
 mod schema;
 mod server;

@@ -1,5 +1,6 @@
 //! The tfplugin6 `Provider` service: decodes values, dispatches to the
-//! resource types and encodes the results.
+//! resource type a request names (one of [`resources::ALL`]) and encodes
+//! the results.
 
 use std::collections::HashMap;
 use std::sync::RwLock;
@@ -10,7 +11,8 @@ use crate::client::Client;
 use crate::cty::{Type, Value};
 use crate::diag::Diagnostics;
 use crate::proto::{self, provider_server::Provider};
-use crate::resources::{dataflow, queue_service};
+use crate::resource::Dispatch;
+use crate::resources;
 use crate::schema::{Attr, BlockSchema, Kind};
 use sless_runtime::sync::Unpoisoned;
 
@@ -65,12 +67,8 @@ fn encode(v: &Value) -> Option<proto::DynamicValue> {
     })
 }
 
-fn resource_schema(type_name: &str) -> Result<BlockSchema, Status> {
-    match type_name {
-        queue_service::TYPE => Ok(queue_service::schema()),
-        dataflow::TYPE => Ok(dataflow::schema()),
-        other => Err(Status::not_found(format!("unknown resource type {other}"))),
-    }
+fn resource(type_name: &str) -> Result<&'static dyn Dispatch, Status> {
+    resources::find(type_name).ok_or_else(|| Status::not_found(format!("unknown resource type {type_name}")))
 }
 
 impl SlessProvider {
@@ -98,17 +96,20 @@ impl Provider for SlessProvider {
         &self,
         _: Request<proto::get_metadata::Request>,
     ) -> Result<Response<proto::get_metadata::Response>, Status> {
-        let types = [queue_service::TYPE, dataflow::TYPE];
         Ok(Response::new(proto::get_metadata::Response {
             server_capabilities: Some(proto::ServerCapabilities::default()),
             diagnostics: vec![],
-            data_sources: types
+            data_sources: resources::ALL
                 .iter()
-                .map(|t| proto::get_metadata::DataSourceMetadata { type_name: (*t).into() })
+                .map(|r| proto::get_metadata::DataSourceMetadata {
+                    type_name: r.type_name().into(),
+                })
                 .collect(),
-            resources: types
+            resources: resources::ALL
                 .iter()
-                .map(|t| proto::get_metadata::ResourceMetadata { type_name: (*t).into() })
+                .map(|r| proto::get_metadata::ResourceMetadata {
+                    type_name: r.type_name().into(),
+                })
                 .collect(),
         }))
     }
@@ -117,18 +118,16 @@ impl Provider for SlessProvider {
         &self,
         _: Request<proto::get_provider_schema::Request>,
     ) -> Result<Response<proto::get_provider_schema::Response>, Status> {
-        let resources = HashMap::from([
-            (queue_service::TYPE.to_owned(), queue_service::schema().proto()),
-            (dataflow::TYPE.to_owned(), dataflow::schema().proto()),
-        ]);
-        let data_sources = HashMap::from([
-            (queue_service::TYPE.to_owned(), queue_service::data_schema().proto()),
-            (dataflow::TYPE.to_owned(), dataflow::data_schema().proto()),
-        ]);
+        let schemas = |schema: fn(&dyn Dispatch) -> BlockSchema| -> HashMap<String, proto::Schema> {
+            resources::ALL
+                .iter()
+                .map(|r| (r.type_name().to_owned(), schema(*r).proto()))
+                .collect()
+        };
         Ok(Response::new(proto::get_provider_schema::Response {
             provider: Some(provider_schema().proto()),
-            resource_schemas: resources,
-            data_source_schemas: data_sources,
+            resource_schemas: schemas(|r| r.schema()),
+            data_source_schemas: schemas(|r| r.data_schema()),
             diagnostics: vec![],
             provider_meta: None,
             server_capabilities: Some(proto::ServerCapabilities::default()),
@@ -149,12 +148,7 @@ impl Provider for SlessProvider {
         request: Request<proto::validate_resource_config::Request>,
     ) -> Result<Response<proto::validate_resource_config::Response>, Status> {
         let r = request.into_inner();
-        let config = decode(r.config.as_ref())?;
-        let diags = match r.type_name.as_str() {
-            queue_service::TYPE => queue_service::validate(&config),
-            dataflow::TYPE => dataflow::validate(&config),
-            other => return Err(Status::not_found(format!("unknown resource type {other}"))),
-        };
+        let diags = resource(&r.type_name)?.validate(&decode(r.config.as_ref())?);
         Ok(Response::new(proto::validate_resource_config::Response {
             diagnostics: diags.0,
         }))
@@ -174,7 +168,7 @@ impl Provider for SlessProvider {
         request: Request<proto::upgrade_resource_state::Request>,
     ) -> Result<Response<proto::upgrade_resource_state::Response>, Status> {
         let r = request.into_inner();
-        let schema = resource_schema(&r.type_name)?;
+        let schema = resource(&r.type_name)?.schema();
         let raw = r.raw_state.map(|s| s.json).unwrap_or_default();
         let state = if raw.is_empty() {
             Value::Null
@@ -228,14 +222,11 @@ impl Provider for SlessProvider {
         request: Request<proto::read_resource::Request>,
     ) -> Result<Response<proto::read_resource::Response>, Status> {
         let r = request.into_inner();
+        let resource = resource(&r.type_name)?;
         let prior = decode(r.current_state.as_ref())?;
         let result = match self.client() {
             Err(d) => Err(d),
-            Ok(client) => match r.type_name.as_str() {
-                queue_service::TYPE => queue_service::read(&client, &prior).await,
-                dataflow::TYPE => dataflow::read(&client, &prior).await,
-                other => return Err(Status::not_found(format!("unknown resource type {other}"))),
-            },
+            Ok(client) => resource.read(&client, &prior).await,
         };
         let (state, diags) = match result {
             // Deleted outside Terraform: a null state drops it.
@@ -254,16 +245,11 @@ impl Provider for SlessProvider {
         request: Request<proto::plan_resource_change::Request>,
     ) -> Result<Response<proto::plan_resource_change::Response>, Status> {
         let r = request.into_inner();
-        let schema = resource_schema(&r.type_name)?;
+        let resource = resource(&r.type_name)?;
         let prior = decode(r.prior_state.as_ref())?;
         let proposed = decode(r.proposed_new_state.as_ref())?;
         let config = decode(r.config.as_ref())?;
-        let (planned, replace) = schema.plan(&prior, proposed, &config);
-        let planned = if planned.is_null() {
-            planned
-        } else {
-            planned.conform(&schema.ty())
-        };
+        let (planned, replace) = resource.plan(&prior, proposed, &config);
         Ok(Response::new(proto::plan_resource_change::Response {
             planned_state: encode(&planned),
             requires_replace: replace
@@ -284,50 +270,12 @@ impl Provider for SlessProvider {
         request: Request<proto::apply_resource_change::Request>,
     ) -> Result<Response<proto::apply_resource_change::Response>, Status> {
         let r = request.into_inner();
-        resource_schema(&r.type_name)?;
+        let resource = resource(&r.type_name)?;
         let prior = decode(r.prior_state.as_ref())?;
         let planned = decode(r.planned_state.as_ref())?;
-        let client = match self.client() {
-            Ok(c) => c,
-            Err(d) => {
-                return Ok(Response::new(proto::apply_resource_change::Response {
-                    new_state: encode(&prior),
-                    private: vec![],
-                    diagnostics: d.0,
-                }));
-            }
-        };
-        let queue = r.type_name == queue_service::TYPE;
-        let (state, diags) = match (prior.is_null(), planned.is_null()) {
-            (_, true) => {
-                let done = if queue {
-                    queue_service::delete(&client, &prior).await
-                } else {
-                    dataflow::delete(&client, &prior).await
-                };
-                match done {
-                    Ok(()) => (Value::Null, Diagnostics::default()),
-                    Err(d) => (prior, d),
-                }
-            }
-            (creating, false) => {
-                let result = match (queue, creating) {
-                    (true, true) => queue_service::create(&client, &planned)
-                        .await
-                        .map(|s| (s, Diagnostics::default())),
-                    (true, false) => queue_service::update(&client, &planned)
-                        .await
-                        .map(|s| (s, Diagnostics::default())),
-                    (false, true) => dataflow::create(&client, &planned).await,
-                    (false, false) => dataflow::update(&client, &planned).await,
-                };
-                match result {
-                    Ok((state, warnings)) => (state, warnings),
-                    // An object that exists but failed is recorded (tainted).
-                    Err((d, Some(state))) => (state, d),
-                    Err((d, None)) => (if creating { Value::Null } else { prior }, d),
-                }
-            }
+        let (state, diags) = match self.client() {
+            Ok(client) => resource.apply(&client, prior, planned).await,
+            Err(d) => (prior, d),
         };
         Ok(Response::new(proto::apply_resource_change::Response {
             new_state: encode(&state),
@@ -341,18 +289,20 @@ impl Provider for SlessProvider {
         request: Request<proto::import_resource_state::Request>,
     ) -> Result<Response<proto::import_resource_state::Response>, Status> {
         let r = request.into_inner();
-        let state = match r.type_name.as_str() {
-            queue_service::TYPE => queue_service::import(&r.id),
-            dataflow::TYPE => dataflow::import(&r.id),
-            other => return Err(Status::not_found(format!("unknown resource type {other}"))),
+        let (imported, diags) = match resource(&r.type_name)?.import(&r.id) {
+            Ok(state) => (
+                vec![proto::import_resource_state::ImportedResource {
+                    type_name: r.type_name,
+                    state: encode(&state),
+                    private: vec![],
+                }],
+                Diagnostics::default(),
+            ),
+            Err(d) => (vec![], d),
         };
         Ok(Response::new(proto::import_resource_state::Response {
-            imported_resources: vec![proto::import_resource_state::ImportedResource {
-                type_name: r.type_name,
-                state: encode(&state),
-                private: vec![],
-            }],
-            diagnostics: vec![],
+            imported_resources: imported,
+            diagnostics: diags.0,
         }))
     }
 
@@ -361,35 +311,15 @@ impl Provider for SlessProvider {
         request: Request<proto::read_data_source::Request>,
     ) -> Result<Response<proto::read_data_source::Response>, Status> {
         let r = request.into_inner();
+        let resource = resources::find(&r.type_name)
+            .ok_or_else(|| Status::not_found(format!("unknown data source {}", r.type_name)))?;
         let config = decode(r.config.as_ref())?;
-        let name = config.get("name").as_str().unwrap_or_default().to_owned();
         let result = match self.client() {
+            Ok(client) => resource.read_data(&client, &config).await,
             Err(d) => Err(d),
-            Ok(client) => match r.type_name.as_str() {
-                queue_service::TYPE => queue_service::read(&client, &config).await,
-                dataflow::TYPE => dataflow::read(&client, &config).await,
-                other => return Err(Status::not_found(format!("unknown data source {other}"))),
-            },
         };
         let (state, diags) = match result {
-            Ok(Some(state)) => {
-                // Data sources have no timeouts block.
-                let state = match state {
-                    Value::Object(mut m) => {
-                        m.remove("timeouts");
-                        Value::Object(m)
-                    }
-                    other => other,
-                };
-                (state, Diagnostics::default())
-            }
-            Ok(None) => (
-                Value::Null,
-                Diagnostics::error(
-                    format!("{} {name:?} not found", r.type_name),
-                    "No object of this name exists for your tenant.",
-                ),
-            ),
+            Ok(state) => (state, Diagnostics::default()),
             Err(d) => (Value::Null, d),
         };
         Ok(Response::new(proto::read_data_source::Response {

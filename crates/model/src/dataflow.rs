@@ -159,23 +159,34 @@ fn is_quantity(value: &str) -> bool {
 
 /// Request body of `POST /dataflows`, and of `PUT` (whole spec) and `PATCH`
 /// (only the fields present change).
-#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct DataFlowRequest {
     /// DNS label, 1–63 characters. Required on create; on update it must match the path.
     #[schema(pattern = "^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$", max_length = 63)]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub source: Option<ConnectorSpec>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub sink: Option<ConnectorSpec>,
     /// Applied in order.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub transformations: Option<Vec<TransformationSpec>>,
     /// Where messages go that the sink failed to write.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub errors: Option<ConnectorSpec>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub resources: Option<Resources>,
     /// Keep the source's read position across restarts. Default true.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub checkpoint_persistence: Option<bool>,
     /// Capacity of the channels between stages (backpressure), 1–100000. Default 100.
-    #[serde(default, deserialize_with = "crate::whole_number")]
+    #[serde(
+        default,
+        deserialize_with = "crate::whole_number",
+        skip_serializing_if = "Option::is_none"
+    )]
     #[schema(minimum = 1, maximum = 100000)]
     pub channel_buffer_size: Option<u32>,
 }
@@ -246,8 +257,9 @@ pub struct DataFlowStatus {
     pub message: Option<String>,
 }
 
-/// What the API returns for a dataflow: the spec plus its status.
-#[derive(Debug, Clone, Serialize, ToSchema)]
+/// What the API returns for a dataflow (and the provider reads): the spec
+/// plus its status.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DataFlowView {
     pub name: String,
@@ -269,7 +281,7 @@ pub struct DataFlowView {
 }
 
 /// Counters of a running processor.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, ToSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DataFlowCounters {
     /// Rows read from the source.

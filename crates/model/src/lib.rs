@@ -94,3 +94,21 @@ impl fmt::Display for ValidationErrors {
 }
 
 impl std::error::Error for ValidationErrors {}
+
+/// Body of every error answer of the REST API, which the Terraform provider
+/// reads back.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct ErrorDetail {
+    /// Stable, machine-readable code such as `validation_failed`.
+    pub code: String,
+    /// Human-readable explanation.
+    pub message: String,
+    /// Dotted path of the offending request field, when one is to blame.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+}

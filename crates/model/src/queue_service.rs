@@ -36,21 +36,33 @@ impl Default for QueueServiceSpec {
 /// Request body of `POST /queue-services`, and of `PUT`/`PATCH` where
 /// `name` is optional and absent fields take defaults (PUT) or keep their
 /// value (PATCH).
-#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct QueueServiceRequest {
     /// DNS label, 1–63 characters. Required on create; on update it must match the path.
     #[schema(pattern = "^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$", max_length = 63)]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
     /// Memory limit of the queue engine in MiB, 32–1024. Default 64.
-    #[serde(rename = "memoryMB", default, deserialize_with = "crate::whole_number")]
+    #[serde(
+        rename = "memoryMB",
+        default,
+        deserialize_with = "crate::whole_number",
+        skip_serializing_if = "Option::is_none"
+    )]
     #[schema(minimum = 32, maximum = 1024)]
     pub memory_mb: Option<i64>,
     /// Size of the message store volume in MiB, 128–10240. Default 512. Can only grow.
-    #[serde(rename = "storageMB", default, deserialize_with = "crate::whole_number")]
+    #[serde(
+        rename = "storageMB",
+        default,
+        deserialize_with = "crate::whole_number",
+        skip_serializing_if = "Option::is_none"
+    )]
     #[schema(minimum = 128, maximum = 10240)]
     pub storage_mb: Option<i64>,
     /// Keep messages on disk across restarts. Default true. Cannot change after create.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub persistence: Option<bool>,
 }
 
@@ -161,8 +173,8 @@ impl QueueServiceStatus {
     }
 }
 
-/// What the API returns for a queue service.
-#[derive(Debug, Clone, Serialize, ToSchema)]
+/// What the API returns for a queue service (and the provider reads).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct QueueServiceView {
     pub name: String,

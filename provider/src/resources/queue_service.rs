@@ -1,299 +1,324 @@
 //! `sless_queue_service`: a tenant's managed SQS-compatible endpoint.
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use reqwest::Method;
-use serde_json::json;
+use serde::{Deserialize, Serialize};
 
-use super::{check_name, delete_object, import_state, phases, read_view, timeout};
+use super::{check_name, check_whole, delete_object, phases, read_view};
 use sless_model::name;
-use sless_model::queue_service::{DEFAULT_MEMORY_MB, DEFAULT_STORAGE_MB, MEMORY_MB, QueueServicePhase, STORAGE_MB};
+use sless_model::queue_service::{
+    DEFAULT_MEMORY_MB, DEFAULT_STORAGE_MB, MEMORY_MB, QueueServicePhase, QueueServiceRequest, QueueServiceView,
+    STORAGE_MB,
+};
 
 use crate::client::Client;
 use crate::cty::{Type, Value};
 use crate::diag::Diagnostics;
+use crate::resource::{Applied, Failure, Named, Resource, Timeouts};
 use crate::schema::{Attr, BlockSchema, Kind};
 
-pub const TYPE: &str = "sless_queue_service";
 const CREATE_TIMEOUT: Duration = Duration::from_secs(600);
 const DELETE_TIMEOUT: Duration = Duration::from_secs(300);
-
-pub fn schema() -> BlockSchema {
-    BlockSchema {
-        description: "A managed SQS-compatible queue service. Use its `endpoint` and keys with any AWS SDK or the AWS CLI.",
-        attrs: vec![
-            Attr::new("id", Type::String, Kind::Computed, "The queue service's name."),
-            Attr::new(
-                "name",
-                Type::String,
-                Kind::Required,
-                format!(
-                    "Name (a DNS label, 1-{} characters). Changing it replaces the queue service.",
-                    name::MAX_LEN
-                ),
-            )
-            .replace(),
-            Attr::new(
-                "memory_mb",
-                Type::Number,
-                Kind::OptionalDefault,
-                format!(
-                    "Memory limit of the queue engine in MiB, {}-{}. Default {DEFAULT_MEMORY_MB}. Changes in place.",
-                    MEMORY_MB.start(),
-                    MEMORY_MB.end()
-                ),
-            )
-            .default(Value::Number(f64::from(DEFAULT_MEMORY_MB))),
-            Attr::new(
-                "storage_mb",
-                Type::Number,
-                Kind::OptionalDefault,
-                format!(
-                    "Size of the message store in MiB, {}-{}. Default {DEFAULT_STORAGE_MB}. Can only grow, in place.",
-                    STORAGE_MB.start(),
-                    STORAGE_MB.end()
-                ),
-            )
-            .default(Value::Number(f64::from(DEFAULT_STORAGE_MB))),
-            Attr::new(
-                "persistence",
-                Type::Bool,
-                Kind::OptionalDefault,
-                "Keep messages on disk across restarts. Default true. Changing it replaces the queue service.",
-            )
-            .default(Value::Bool(true))
-            .replace(),
-            Attr::new(
-                "phase",
-                Type::String,
-                Kind::ComputedVolatile,
-                format!("Lifecycle phase: {}.", phases(&QueueServicePhase::ALL)),
-            ),
-            Attr::new(
-                "endpoint",
-                Type::String,
-                Kind::Computed,
-                "SQS endpoint URL, for `endpoint_url` of the AWS SDKs.",
-            ),
-            Attr::new(
-                "access_key",
-                Type::String,
-                Kind::Computed,
-                "Access key id for SigV4 signing.",
-            )
-            .sensitive(),
-            Attr::new(
-                "secret_key",
-                Type::String,
-                Kind::Computed,
-                "Secret access key for SigV4 signing.",
-            )
-            .sensitive(),
-            Attr::new("created_at", Type::String, Kind::Computed, "Creation time, RFC 3339."),
-        ],
-        timeouts: true,
-    }
-}
-
-pub fn data_schema() -> BlockSchema {
-    let mut s = schema();
-    s.description = "Reads an existing queue service by name.";
-    s.timeouts = false;
-    for a in &mut s.attrs {
-        a.requires_replace = false;
-        a.default = None;
-        if a.name != "name" {
-            a.kind = Kind::Computed;
-        }
-    }
-    s
-}
-
-pub fn validate(config: &Value) -> Diagnostics {
-    let mut diags = Diagnostics::default();
-    check_name(config, &mut diags);
-    for (attr, range) in [("memory_mb", MEMORY_MB), ("storage_mb", STORAGE_MB)] {
-        if let Some(v) = config.get(attr).as_f64()
-            && (v.fract() != 0.0 || !(*range.start() as f64..=*range.end() as f64).contains(&v))
-        {
-            diags.push_error(
-                format!("Invalid {attr}"),
-                format!(
-                    "must be a whole number from {} to {}, got {v}",
-                    range.start(),
-                    range.end()
-                ),
-                Some(attr),
-            );
-        }
-    }
-    diags
-}
-
-/// State from the API's view, keeping what only the configuration holds.
-fn state_of(view: &serde_json::Value, previous: &Value) -> Value {
-    let s = |k: &str| Value::opt_str(view[k].as_str());
-    let n = |k: &str| view[k].as_f64().map_or(Value::Null, Value::Number);
-    let mut m = BTreeMap::new();
-    m.insert("id".into(), s("name"));
-    m.insert("name".into(), s("name"));
-    m.insert("memory_mb".into(), n("memoryMB"));
-    m.insert("storage_mb".into(), n("storageMB"));
-    m.insert(
-        "persistence".into(),
-        view["persistence"].as_bool().map_or(Value::Null, Value::Bool),
-    );
-    m.insert("phase".into(), s("phase"));
-    m.insert("endpoint".into(), s("endpoint"));
-    m.insert("access_key".into(), s("accessKey"));
-    m.insert("secret_key".into(), s("secretKey"));
-    m.insert("created_at".into(), s("createdAt"));
-    m.insert("timeouts".into(), previous.get("timeouts").clone());
-    Value::Object(m).conform(&schema().ty())
-}
-
 const COLLECTION: &str = "/queue-services";
 
 fn path(name: &str) -> String {
     format!("{COLLECTION}/{name}")
 }
 
+pub struct QueueService;
+
+/// The state of a `sless_queue_service`, one field per attribute.
+#[derive(Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct QueueServiceState {
+    pub id: Option<String>,
+    pub name: Option<String>,
+    pub memory_mb: Option<f64>,
+    pub storage_mb: Option<f64>,
+    pub persistence: Option<bool>,
+    pub phase: Option<QueueServicePhase>,
+    pub endpoint: Option<String>,
+    pub access_key: Option<String>,
+    pub secret_key: Option<String>,
+    pub created_at: Option<String>,
+    pub timeouts: Option<Timeouts>,
+}
+
+impl Named for QueueServiceState {
+    fn name(&self) -> Option<&str> {
+        self.name.as_deref().or(self.id.as_deref())
+    }
+}
+
+impl QueueServiceState {
+    /// The state of `view`, with the `timeouts` only the configuration
+    /// holds. Every field of the view is named here: one the model adds or
+    /// renames fails to compile until this says where it goes.
+    fn of(view: QueueServiceView, timeouts: Option<Timeouts>) -> Self {
+        let QueueServiceView {
+            name,
+            tenant_id: _,
+            memory_mb,
+            storage_mb,
+            persistence,
+            phase,
+            endpoint,
+            access_key,
+            secret_key,
+            // Shown in diagnostics while waiting, not kept in state.
+            message: _,
+            created_at,
+            ready_at: _,
+        } = view;
+        Self {
+            id: Some(name.clone()),
+            name: Some(name),
+            memory_mb: Some(f64::from(memory_mb)),
+            storage_mb: Some(f64::from(storage_mb)),
+            persistence: Some(persistence),
+            phase: Some(phase),
+            endpoint,
+            access_key,
+            secret_key,
+            created_at: Some(created_at),
+            timeouts,
+        }
+    }
+
+    /// The sizes of a create or an update; validation has made them whole.
+    fn request(&self) -> QueueServiceRequest {
+        QueueServiceRequest {
+            name: None,
+            memory_mb: self.memory_mb.map(|v| v as i64),
+            storage_mb: self.storage_mb.map(|v| v as i64),
+            persistence: None,
+        }
+    }
+}
+
 /// Polls until Ready; Failed or the deadline is an error that still carries
 /// the state, so Terraform records (and taints) what exists.
-async fn wait_ready(
-    client: &Client,
-    name: &str,
-    previous: &Value,
-    limit: Duration,
-) -> Result<Value, (Diagnostics, Option<Value>)> {
+async fn wait_ready(client: &Client, name: &str, timeouts: Option<Timeouts>) -> Applied<QueueServiceState> {
+    let limit = Timeouts::create(timeouts.as_ref(), CREATE_TIMEOUT)?;
     let started = Instant::now();
     let mut delay = Duration::from_millis(200);
     loop {
-        let view = client
-            .call(Method::GET, &path(name), None)
-            .await
-            .map_err(|e| (Diagnostics::from(e), None))?;
-        let state = state_of(&view, previous);
-        let phase: Option<QueueServicePhase> = serde_json::from_value(view["phase"].clone()).ok();
-        match phase {
-            Some(QueueServicePhase::Ready) => return Ok(state),
-            Some(QueueServicePhase::Failed) => {
-                let message = view["message"].as_str().unwrap_or("no message");
-                return Err((
-                    Diagnostics::error(format!("Queue service {name:?} failed"), message.to_owned()),
-                    Some(state),
-                ));
-            }
+        let view: QueueServiceView = client.get(&path(name)).await?;
+        let phase = view.phase;
+        let message = view.message.clone().unwrap_or_else(|| "no message".into());
+        let state = QueueServiceState::of(view, timeouts.clone());
+        let failure = match phase {
+            QueueServicePhase::Ready => return Ok((state, Diagnostics::default())),
+            QueueServicePhase::Failed => Diagnostics::error(format!("Queue service {name:?} failed"), message),
+            _ if started.elapsed() >= limit => Diagnostics::error(
+                format!("Timed out waiting for queue service {name:?} to become Ready"),
+                format!("still {phase:?} after {limit:?}: {message}"),
+            ),
             _ => {
-                if started.elapsed() >= limit {
-                    let detail = format!(
-                        "still {} after {:?}: {}",
-                        view["phase"].as_str().unwrap_or("unknown"),
-                        limit,
-                        view["message"].as_str().unwrap_or("no message")
-                    );
-                    return Err((
-                        Diagnostics::error(
-                            format!("Timed out waiting for queue service {name:?} to become Ready"),
-                            detail,
-                        ),
-                        Some(state),
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(2));
+                continue;
+            }
+        };
+        return Err(Failure {
+            diagnostics: failure,
+            state: Some(state),
+        });
+    }
+}
+
+#[tonic::async_trait]
+impl Resource for QueueService {
+    type State = QueueServiceState;
+    const TYPE: &'static str = "sless_queue_service";
+
+    fn schema(&self) -> BlockSchema {
+        BlockSchema {
+            description: "A managed SQS-compatible queue service. Use its `endpoint` and keys with any AWS SDK or the AWS CLI.",
+            attrs: vec![
+                Attr::new("id", Type::String, Kind::Computed, "The queue service's name."),
+                Attr::new(
+                    "name",
+                    Type::String,
+                    Kind::Required,
+                    format!(
+                        "Name (a DNS label, 1-{} characters). Changing it replaces the queue service.",
+                        name::MAX_LEN
+                    ),
+                )
+                .replace(),
+                Attr::new(
+                    "memory_mb",
+                    Type::Number,
+                    Kind::OptionalDefault,
+                    format!(
+                        "Memory limit of the queue engine in MiB, {}-{}. Default {DEFAULT_MEMORY_MB}. Changes in place.",
+                        MEMORY_MB.start(),
+                        MEMORY_MB.end()
+                    ),
+                )
+                .default(Value::Number(f64::from(DEFAULT_MEMORY_MB))),
+                Attr::new(
+                    "storage_mb",
+                    Type::Number,
+                    Kind::OptionalDefault,
+                    format!(
+                        "Size of the message store in MiB, {}-{}. Default {DEFAULT_STORAGE_MB}. Can only grow, in place.",
+                        STORAGE_MB.start(),
+                        STORAGE_MB.end()
+                    ),
+                )
+                .default(Value::Number(f64::from(DEFAULT_STORAGE_MB))),
+                Attr::new(
+                    "persistence",
+                    Type::Bool,
+                    Kind::OptionalDefault,
+                    "Keep messages on disk across restarts. Default true. Changing it replaces the queue service.",
+                )
+                .default(Value::Bool(true))
+                .replace(),
+                Attr::new(
+                    "phase",
+                    Type::String,
+                    Kind::ComputedVolatile,
+                    format!("Lifecycle phase: {}.", phases(&QueueServicePhase::ALL)),
+                ),
+                Attr::new(
+                    "endpoint",
+                    Type::String,
+                    Kind::Computed,
+                    "SQS endpoint URL, for `endpoint_url` of the AWS SDKs.",
+                ),
+                Attr::new(
+                    "access_key",
+                    Type::String,
+                    Kind::Computed,
+                    "Access key id for SigV4 signing.",
+                )
+                .sensitive(),
+                Attr::new(
+                    "secret_key",
+                    Type::String,
+                    Kind::Computed,
+                    "Secret access key for SigV4 signing.",
+                )
+                .sensitive(),
+                Attr::new("created_at", Type::String, Kind::Computed, "Creation time, RFC 3339."),
+            ],
+            timeouts: true,
+        }
+    }
+
+    fn data_description(&self) -> &'static str {
+        "Reads an existing queue service by name."
+    }
+
+    fn validate(&self, config: &QueueServiceState) -> Diagnostics {
+        let mut diags = Diagnostics::default();
+        check_name(config.name.as_deref(), &mut diags);
+        check_whole(config.memory_mb, "memory_mb", MEMORY_MB, &mut diags);
+        check_whole(config.storage_mb, "storage_mb", STORAGE_MB, &mut diags);
+        diags
+    }
+
+    async fn create(&self, client: &Client, planned: QueueServiceState) -> Applied<QueueServiceState> {
+        let name = planned.name.clone().unwrap_or_default();
+        // Checked before anything is created.
+        Timeouts::create(planned.timeouts.as_ref(), CREATE_TIMEOUT)?;
+        let request = QueueServiceRequest {
+            name: Some(name.clone()),
+            persistence: planned.persistence,
+            ..planned.request()
+        };
+        client
+            .send::<_, QueueServiceView>(Method::POST, COLLECTION, &request)
+            .await?;
+        wait_ready(client, &name, planned.timeouts).await
+    }
+
+    async fn read(&self, client: &Client, prior: &QueueServiceState) -> Result<Option<QueueServiceState>, Diagnostics> {
+        Ok(read_view(client, COLLECTION, prior.name())
+            .await?
+            .map(|view| QueueServiceState::of(view, prior.timeouts.clone())))
+    }
+
+    async fn update(&self, client: &Client, planned: QueueServiceState) -> Applied<QueueServiceState> {
+        let name = planned.name.clone().unwrap_or_default();
+        Timeouts::create(planned.timeouts.as_ref(), CREATE_TIMEOUT)?;
+        client
+            .send::<_, QueueServiceView>(Method::PATCH, &path(&name), &planned.request())
+            .await?;
+        wait_ready(client, &name, planned.timeouts).await
+    }
+
+    async fn delete(&self, client: &Client, prior: QueueServiceState) -> Result<(), Diagnostics> {
+        let name = prior.name().unwrap_or_default();
+        let limit = Timeouts::delete(prior.timeouts.as_ref(), DELETE_TIMEOUT)?;
+        if !delete_object(client, COLLECTION, name).await? {
+            return Ok(());
+        }
+        let started = Instant::now();
+        loop {
+            match client.get::<serde::de::IgnoredAny>(&path(name)).await {
+                Err(e) if e.is_not_found() => return Ok(()),
+                Err(e) => return Err(e.into()),
+                Ok(_) if started.elapsed() >= limit => {
+                    return Err(Diagnostics::error(
+                        format!("Timed out waiting for queue service {name:?} to be deleted"),
+                        "",
                     ));
                 }
+                Ok(_) => tokio::time::sleep(Duration::from_millis(500)).await,
             }
         }
-        tokio::time::sleep(delay).await;
-        delay = (delay * 2).min(Duration::from_secs(2));
     }
-}
 
-fn body(planned: &Value) -> serde_json::Value {
-    json!({
-        "memoryMB": planned.get("memory_mb").as_f64().map(|v| v as i64),
-        "storageMB": planned.get("storage_mb").as_f64().map(|v| v as i64),
-    })
-}
-
-pub async fn create(client: &Client, planned: &Value) -> Result<Value, (Diagnostics, Option<Value>)> {
-    let name = planned.get("name").as_str().unwrap_or_default().to_owned();
-    let limit = timeout(planned, "create", CREATE_TIMEOUT).map_err(|d| (d, None))?;
-    let mut request = body(planned);
-    request["name"] = json!(name);
-    request["persistence"] = json!(planned.get("persistence").as_bool());
-    client
-        .call(Method::POST, "/queue-services", Some(&request))
-        .await
-        .map_err(|e| (e.into(), None))?;
-    wait_ready(client, &name, planned, limit).await
-}
-
-pub async fn update(client: &Client, planned: &Value) -> Result<Value, (Diagnostics, Option<Value>)> {
-    let name = planned.get("name").as_str().unwrap_or_default().to_owned();
-    let limit = timeout(planned, "create", CREATE_TIMEOUT).map_err(|d| (d, None))?;
-    client
-        .call(Method::PATCH, &path(&name), Some(&body(planned)))
-        .await
-        .map_err(|e| (e.into(), None))?;
-    wait_ready(client, &name, planned, limit).await
-}
-
-pub async fn read(client: &Client, prior: &Value) -> Result<Option<Value>, Diagnostics> {
-    Ok(read_view(client, COLLECTION, prior)
-        .await?
-        .map(|view| state_of(&view, prior)))
-}
-
-pub async fn delete(client: &Client, prior: &Value) -> Result<(), Diagnostics> {
-    let name = prior.get("name").as_str().unwrap_or_default();
-    let limit = timeout(prior, "delete", DELETE_TIMEOUT)?;
-    if !delete_object(client, COLLECTION, prior).await? {
-        return Ok(());
-    }
-    let started = Instant::now();
-    loop {
-        match client.call(Method::GET, &path(name), None).await {
-            Err(e) if e.is_not_found() => return Ok(()),
-            Err(e) => return Err(e.into()),
-            Ok(_) if started.elapsed() >= limit => {
-                return Err(Diagnostics::error(
-                    format!("Timed out waiting for queue service {name:?} to be deleted"),
-                    "",
-                ));
-            }
-            Ok(_) => tokio::time::sleep(Duration::from_millis(500)).await,
+    /// `terraform import sless_queue_service.x NAME`: the rest comes from Read.
+    fn import(&self, id: &str) -> QueueServiceState {
+        QueueServiceState {
+            id: Some(id.to_owned()),
+            name: Some(id.to_owned()),
+            ..Default::default()
         }
     }
-}
-
-/// `terraform import sless_queue_service.x NAME`: the rest comes from Read.
-pub fn import(id: &str) -> Value {
-    import_state(id, &schema().ty())
 }
 
 #[cfg(test)]
 mod tests {
     use axum::Router;
     use axum::routing::{get, post};
-    use serde_json::json;
 
     use super::*;
 
+    /// A queue service's view as the API writes it. A struct literal: a
+    /// field the model renames fails to compile here, not at apply.
+    fn view(phase: QueueServicePhase) -> QueueServiceView {
+        QueueServiceView {
+            name: "q".into(),
+            tenant_id: "acme".into(),
+            memory_mb: 64,
+            storage_mb: 512,
+            persistence: true,
+            phase,
+            endpoint: None,
+            access_key: Some("AK".into()),
+            secret_key: Some("SK".into()),
+            message: Some("the queue engine does not answer its health check".into()),
+            created_at: "2026-01-01T00:00:00Z".into(),
+            ready_at: None,
+        }
+    }
+
     /// A stand-in for the sless API whose queue service stays in `phase`.
-    async fn stub_api(phase: &'static str) -> String {
-        let view = move || {
-            json!({"name": "q", "memoryMB": 64, "storageMB": 512, "persistence": true, "phase": phase,
-                   "message": "the queue engine does not answer its health check", "endpoint": null,
-                   "accessKey": "AK", "secretKey": "SK", "createdAt": "2026-01-01T00:00:00Z"})
-        };
+    async fn stub_api(phase: QueueServicePhase) -> String {
         let app = Router::new()
             .route(
                 "/api/v1/queue-services",
-                post(move || async move { (axum::http::StatusCode::CREATED, axum::Json(view())) }),
+                post(move || async move { (axum::http::StatusCode::CREATED, axum::Json(view(phase))) }),
             )
             .route(
                 "/api/v1/queue-services/{name}",
-                get(move || async move { axum::Json(view()) }),
+                get(move || async move { axum::Json(view(phase)) }),
             );
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -301,81 +326,118 @@ mod tests {
         format!("http://{addr}")
     }
 
+    fn planned(create_timeout: &str) -> QueueServiceState {
+        QueueServiceState {
+            name: Some("q".into()),
+            memory_mb: Some(64.0),
+            storage_mb: Some(512.0),
+            persistence: Some(true),
+            timeouts: Some(Timeouts {
+                create: Some(create_timeout.into()),
+                delete: None,
+            }),
+            ..Default::default()
+        }
+    }
+
     #[tokio::test]
     async fn failed_on_create_is_an_error_with_the_server_message_and_keeps_state() {
-        let client = Client::new(&stub_api("Failed").await, "token-0123456789abcdef", false).unwrap();
-        let planned = planned("10m");
-        let (diags, state) = create(&client, &planned).await.unwrap_err();
+        let client = Client::new(
+            &stub_api(QueueServicePhase::Failed).await,
+            "token-0123456789abcdef",
+            false,
+        )
+        .unwrap();
+        let Err(failure) = QueueService.create(&client, planned("10m")).await else {
+            panic!("a Failed service is an error");
+        };
+        let diags = failure.diagnostics;
         assert_eq!(diags.0.len(), 1);
         assert!(diags.0[0].summary.contains("failed"), "{:?}", diags.0[0]);
         assert_eq!(diags.0[0].detail, "the queue engine does not answer its health check");
-        let state = state.expect("the object exists, so its state is recorded (tainted)");
-        assert_eq!(state.get("phase"), &Value::str("Failed"));
-        assert_eq!(state.get("access_key"), &Value::str("AK"));
-    }
-
-    fn planned(create_timeout: &str) -> Value {
-        Value::Object(BTreeMap::from([
-            ("name".into(), Value::str("q")),
-            ("memory_mb".into(), Value::Number(64.0)),
-            ("storage_mb".into(), Value::Number(512.0)),
-            ("persistence".into(), Value::Bool(true)),
-            (
-                "timeouts".into(),
-                Value::Object(BTreeMap::from([("create".into(), Value::str(create_timeout))])),
-            ),
-        ]))
-        .conform(&schema().ty())
+        let state = failure
+            .state
+            .expect("the object exists, so its state is recorded (tainted)");
+        assert_eq!(state.phase, Some(QueueServicePhase::Failed));
+        assert_eq!(state.access_key.as_deref(), Some("AK"));
+        assert_eq!(
+            state.timeouts,
+            planned("10m").timeouts,
+            "what only the configuration holds is kept"
+        );
     }
 
     #[tokio::test]
     async fn a_service_that_never_gets_ready_times_out() {
-        let client = Client::new(&stub_api("Provisioning").await, "token-0123456789abcdef", false).unwrap();
+        let client = Client::new(
+            &stub_api(QueueServicePhase::Provisioning).await,
+            "token-0123456789abcdef",
+            false,
+        )
+        .unwrap();
         let started = Instant::now();
-        let (diags, state) = create(&client, &planned("1s")).await.unwrap_err();
+        let Err(failure) = QueueService.create(&client, planned("1s")).await else {
+            panic!("a service that never gets ready is an error");
+        };
         assert!(started.elapsed() < Duration::from_secs(5));
+        let diags = failure.diagnostics;
         assert!(diags.0[0].summary.contains("Timed out"), "{:?}", diags.0[0]);
         assert!(diags.0[0].detail.contains("still Provisioning"), "{:?}", diags.0[0]);
-        assert!(state.is_some());
+        assert!(failure.state.is_some());
     }
 
-    #[tokio::test]
-    async fn timeouts_bound_the_wait() {
-        let planned = Value::Object(BTreeMap::from([(
-            "timeouts".into(),
-            Value::Object(BTreeMap::from([("create".into(), Value::str("soon"))])),
-        )]));
+    #[test]
+    fn timeouts_bound_the_wait() {
+        let block = |create: &str| Timeouts {
+            create: Some(create.into()),
+            delete: None,
+        };
         assert!(
-            timeout(&planned, "create", CREATE_TIMEOUT).is_err(),
+            Timeouts::create(Some(&block("soon")), CREATE_TIMEOUT).is_err(),
             "an invalid duration is a diagnostic"
         );
-        let planned = Value::Object(BTreeMap::from([(
-            "timeouts".into(),
-            Value::Object(BTreeMap::from([("create".into(), Value::str("90s"))])),
-        )]));
         assert_eq!(
-            timeout(&planned, "create", CREATE_TIMEOUT).unwrap(),
+            Timeouts::create(Some(&block("90s")), CREATE_TIMEOUT).unwrap(),
             Duration::from_secs(90)
         );
-        assert_eq!(timeout(&Value::Null, "delete", DELETE_TIMEOUT).unwrap(), DELETE_TIMEOUT);
+        assert_eq!(Timeouts::delete(None, DELETE_TIMEOUT).unwrap(), DELETE_TIMEOUT);
     }
 
-    fn config(name: &str, memory: f64, storage: f64) -> Value {
-        Value::Object(BTreeMap::from([
-            ("name".into(), Value::str(name)),
-            ("memory_mb".into(), Value::Number(memory)),
-            ("storage_mb".into(), Value::Number(storage)),
-        ]))
+    /// The view the API serializes reads back, through JSON, into the
+    /// state of every attribute.
+    #[test]
+    fn the_apis_view_becomes_the_state_of_every_attribute() {
+        let json = serde_json::to_string(&view(QueueServicePhase::Ready)).unwrap();
+        let view: QueueServiceView = serde_json::from_str(&json).unwrap();
+        let state = QueueServiceState::of(view, None);
+        let value = Value::from_typed(&state, &QueueService.schema().ty()).unwrap();
+        assert_eq!(value.get("id"), &Value::str("q"));
+        assert_eq!(value.get("memory_mb"), &Value::Number(64.0));
+        assert_eq!(value.get("storage_mb"), &Value::Number(512.0));
+        assert_eq!(value.get("persistence"), &Value::Bool(true));
+        assert_eq!(value.get("phase"), &Value::str("Ready"));
+        assert_eq!(value.get("secret_key"), &Value::str("SK"));
+        assert_eq!(value.get("created_at"), &Value::str("2026-01-01T00:00:00Z"));
+        assert!(value.to_typed::<QueueServiceState>().unwrap() == state);
+    }
+
+    fn config(name: &str, memory: f64, storage: f64) -> QueueServiceState {
+        QueueServiceState {
+            name: Some(name.into()),
+            memory_mb: Some(memory),
+            storage_mb: Some(storage),
+            ..Default::default()
+        }
     }
 
     /// The plan refuses what the service would refuse, by the service's
     /// own rules: names are DNS labels, sizes whole numbers in its ranges.
     #[test]
     fn names_and_sizes_are_checked_with_the_services_rules() {
-        assert!(validate(&config("orders", 32.0, 10240.0)).0.is_empty());
+        assert!(QueueService.validate(&config("orders", 32.0, 10240.0)).0.is_empty());
         let long = "a".repeat(name::MAX_LEN + 1);
         for bad in ["Orders", "-q", "q_1", long.as_str()] {
-            let diags = validate(&config(bad, 64.0, 512.0));
+            let diags = QueueService.validate(&config(bad, 64.0, 512.0));
             assert_eq!(diags.0.len(), 1, "{bad}");
             assert_eq!(diags.0[0].summary, "Invalid name");
             let expected = sless_model::name::DnsLabel::parse(bad, "name").unwrap_err().message;
@@ -388,7 +450,7 @@ mod tests {
             (64.0, 127.0, "storage_mb"),
             (64.0, 10241.0, "storage_mb"),
         ] {
-            let diags = validate(&config("q", memory, storage));
+            let diags = QueueService.validate(&config("q", memory, storage));
             assert_eq!(diags.0.len(), 1, "{memory} {storage}");
             assert_eq!(diags.0[0].summary, format!("Invalid {attr}"));
         }

@@ -12,11 +12,12 @@ use utoipa::ToSchema;
 
 use super::AppState;
 use super::auth::Tenant;
-use super::error::{ApiError, ErrorBody};
+use super::error::ApiError;
 use super::json::ApiJson;
 use super::limits::TenantLimits;
 use super::queue_services::check_body_name;
 use sless_dataflow::registry::Registry;
+use sless_model::ErrorBody;
 use sless_model::dataflow::{DataFlowEventList, DataFlowRequest, DataFlowSpec, DataFlowView};
 use sless_model::name::DnsLabel;
 

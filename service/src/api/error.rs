@@ -1,12 +1,9 @@
-//! The API's error type and its JSON form `{"error": {"code", "message", "field"?}}`.
+//! The API's error type and its JSON form, `sless_model::ErrorBody`.
 
 use axum::Json;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde::Serialize;
-use utoipa::ToSchema;
-
-use sless_model::ValidationErrors;
+use sless_model::{ErrorBody, ErrorDetail, ValidationErrors};
 use sless_platform::PlatformError;
 
 #[derive(Debug, thiserror::Error)]
@@ -37,23 +34,6 @@ pub enum ApiError {
     QuotaExceeded(String),
     #[error("too many requests: this tenant may make more in {} ms", .0.as_millis())]
     TooManyRequests(std::time::Duration),
-}
-
-/// Body of every error response.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct ErrorBody {
-    pub error: ErrorDetail,
-}
-
-#[derive(Debug, Serialize, ToSchema)]
-pub struct ErrorDetail {
-    /// Stable, machine-readable code such as `validation_failed`.
-    pub code: &'static str,
-    /// Human-readable explanation.
-    pub message: String,
-    /// Dotted path of the offending request field, when one is to blame.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub field: Option<String>,
 }
 
 impl ApiError {
@@ -104,7 +84,7 @@ impl IntoResponse for ApiError {
         };
         let body = ErrorBody {
             error: ErrorDetail {
-                code,
+                code: code.into(),
                 message: self.to_string(),
                 field,
             },

@@ -4,8 +4,8 @@ use axum::Json;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use super::{dataflows, error, queue_services, queues};
-use sless_model::{dataflow, queue_service};
+use super::{dataflows, queue_services, queues};
+use sless_model::{ErrorBody, ErrorDetail, dataflow, queue_service};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -18,7 +18,7 @@ use sless_model::{dataflow, queue_service};
         queues::list, queues::create, queues::delete, queues::send, queues::peek, queues::redrive,
     ),
     components(schemas(
-        queue_service::QueueServicePhase, dataflow::DataFlowPhase, error::ErrorBody, error::ErrorDetail,
+        queue_service::QueueServicePhase, dataflow::DataFlowPhase, ErrorBody, ErrorDetail,
         queue_service::QueueServiceRequest, queue_service::QueueServiceView, queue_services::QueueServiceList,
         dataflow::DataFlowRequest, dataflow::DataFlowView, dataflow::DataFlowCounters, dataflow::ConnectorSpec,
         dataflow::TransformationSpec, dataflow::Resources, dataflows::DataFlowList,

@@ -12,8 +12,9 @@ use utoipa::ToSchema;
 
 use super::AppState;
 use super::auth::Tenant;
-use super::error::{ApiError, ErrorBody};
+use super::error::ApiError;
 use super::json::ApiJson;
+use sless_model::ErrorBody;
 use sless_model::FieldError;
 use sless_model::name::DnsLabel;
 use sless_model::queue_service::{QueueServiceRequest, QueueServiceSpec, QueueServiceView};

@@ -17,9 +17,10 @@ use utoipa::ToSchema;
 
 use super::AppState;
 use super::auth::Tenant;
-use super::error::{ApiError, ErrorBody};
+use super::error::ApiError;
 use super::json::ApiJson;
 use super::path::{ApiPath, ApiQuery, Named, QueueServiceKind};
+use sless_model::ErrorBody;
 use sless_model::FieldError;
 use sless_model::queue_service::{QueueServicePhase, QueueServiceView};
 use sless_sqs::client::{CallError, Client, MAX_ANSWER_BYTES};
