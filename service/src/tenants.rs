@@ -115,7 +115,7 @@ impl Tenants {
     }
 
     fn add_digest(&mut self, id: &str, digest: Digest32) -> Result<(), TenantConfigError> {
-        let tenant = DnsLabel::parse(id, "id").map_err(|e| invalid(id, e.message))?;
+        let tenant = sless_model::name::tenant_id(id, "id").map_err(|e| invalid(id, e.message))?;
         match self.by_digest.get(&digest) {
             Some(other) if *other != tenant => Err(invalid(
                 id,
@@ -270,6 +270,23 @@ mod tests {
         assert!(t.add("gamma", "short").is_err());
         assert!(t.add("Bad_Id", "dddddddddddddddd").is_err());
         assert!(t.add_flag("no-equals-sign").is_err());
+    }
+
+    /// One tenant-id rule at its bounds: the flag (and so the file, the
+    /// REST API and everything behind it) takes what the QueueService CRD
+    /// takes and refuses what its namespace could not hold.
+    #[test]
+    fn tenant_ids_are_checked_at_their_bounds() {
+        let mut t = Tenants::default();
+        let longest = "t".repeat(sless_model::name::MAX_TENANT_LEN);
+        for (i, id) in ["a", "ab", longest.as_str()].into_iter().enumerate() {
+            t.add(id, &format!("token-{i}-0123456789abcdef")).unwrap();
+        }
+        let e = t
+            .add(&format!("{longest}t"), "token-x-0123456789abcdef")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("at most 54 characters"), "{e}");
     }
 
     /// A changed file is taken up while serving; a broken one is not.

@@ -57,6 +57,30 @@ impl TryFrom<String> for DnsLabel {
     }
 }
 
+/// Longest tenant id. A tenant's objects live in the Kubernetes namespace
+/// `sless-fn-{tenant}`, which is a DNS label too; every other name derived
+/// from a tenant is shorter than that one or may be longer (a test of the
+/// operator's builders checks them all at this bound).
+pub const MAX_TENANT_LEN: usize = MAX_LEN - "sless-fn-".len();
+
+/// The one tenant-id rule, which the tenants file and flags, the REST API,
+/// the gateway's routes and the QueueService CRD apply: a DNS label of at
+/// most [`MAX_TENANT_LEN`] characters.
+pub fn tenant_id(value: &str, field: &str) -> Result<DnsLabel, FieldError> {
+    let label = DnsLabel::parse(value, field)?;
+    if value.len() > MAX_TENANT_LEN {
+        return Err(FieldError::invalid(
+            field,
+            format!(
+                "a tenant id must be at most {MAX_TENANT_LEN} characters, so that its Kubernetes \
+                 namespace sless-fn-{{id}} is a DNS label (got {} characters)",
+                value.len()
+            ),
+        ));
+    }
+    Ok(label)
+}
+
 impl From<DnsLabel> for String {
     fn from(value: DnsLabel) -> Self {
         value.0
@@ -77,6 +101,20 @@ mod tests {
     fn accepts_dns_labels() {
         for ok in ["a", "0", "orders-to-dwh", "a1-b2", &"x".repeat(63)] {
             assert_eq!(DnsLabel::parse(ok, "name").unwrap().as_str(), ok);
+        }
+    }
+
+    #[test]
+    fn a_tenant_id_is_a_label_whose_namespace_is_one_too() {
+        for ok in ["a".to_owned(), "ab".to_owned(), "t".repeat(MAX_TENANT_LEN)] {
+            assert!(tenant_id(&ok, "id").is_ok(), "{ok}");
+            assert!(DnsLabel::parse(&format!("sless-fn-{ok}"), "namespace").is_ok());
+        }
+        let long = "t".repeat(MAX_TENANT_LEN + 1);
+        assert!(tenant_id(&long, "id").unwrap_err().message.contains("at most 54"));
+        assert!(DnsLabel::parse(&format!("sless-fn-{long}"), "namespace").is_err());
+        for bad in ["", "-a", "A", "a_b"] {
+            assert!(tenant_id(bad, "id").is_err(), "{bad:?}");
         }
     }
 

@@ -13,8 +13,10 @@ use axum::routing::post;
 use axum::{Json, Router};
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
+use kube::core::response::{StatusCause, StatusDetails};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use sless_model::{FieldError, ValidationErrors};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
@@ -54,16 +56,39 @@ pub fn review_dataflow(review: AdmissionReview<DataFlow>) -> AdmissionReview<Dyn
         return response.into_review();
     };
     let namespace = request.namespace.clone().unwrap_or_default();
-    let verdict = dataflow
-        .spec
-        .to_spec()
-        .map_err(|e| e.to_string())
-        .and_then(|spec| super::dataflow::referenced_secrets(&spec, &namespace).map_err(|e| e.to_string()));
+    let verdict = dataflow.spec.to_spec().and_then(|spec| {
+        super::dataflow::referenced_secrets(&spec, &namespace).map_err(|e| FieldError::from(e).into())
+    });
     match verdict {
         Ok(_) => response,
-        Err(reason) => response.deny(reason),
+        Err(errors) => denied(response, &errors),
     }
     .into_review()
+}
+
+/// A denial as the API server words a schema refusal: 422 `Invalid`, each
+/// problem a cause at its field, so callers read fields, not prose.
+fn denied(response: AdmissionResponse, errors: &ValidationErrors) -> AdmissionResponse {
+    let mut response = response.deny(errors);
+    response.result.code = 422;
+    response.result.reason = "Invalid".into();
+    response.result.details = Some(StatusDetails {
+        name: String::new(),
+        group: String::new(),
+        kind: String::new(),
+        uid: String::new(),
+        causes: errors
+            .0
+            .iter()
+            .map(|e| StatusCause {
+                reason: "FieldValueInvalid".into(),
+                message: e.message.clone(),
+                field: format!("spec.{}", e.field),
+            })
+            .collect(),
+        retry_after_seconds: 0,
+    });
+    response
 }
 
 pub fn router() -> Router {
@@ -200,6 +225,20 @@ mod tests {
         for field in ["source.type", "sink.config.connectionString", "transformations[0].type"] {
             assert!(message.contains(field), "{field} missing from {message}");
         }
+        // As the API server words a schema refusal, so the REST API names
+        // the fields.
+        assert_eq!(
+            (&response["status"]["code"], &response["status"]["reason"]),
+            (&json!(422), &json!("Invalid"))
+        );
+        let causes: Vec<&str> = response["status"]["details"]["causes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["field"].as_str().unwrap())
+            .collect();
+        assert!(causes.contains(&"spec.source.type"), "{causes:?}");
+        assert!(causes.contains(&"spec.transformations[0].type"), "{causes:?}");
         assert!(message.contains("not supported yet"), "{message}");
     }
 
@@ -210,5 +249,9 @@ mod tests {
         let response = answer("CREATE", spec);
         assert_eq!(response["allowed"], false);
         assert!(response["status"]["message"].as_str().unwrap().contains("team-b"));
+        assert_eq!(
+            response["status"]["details"]["causes"][0]["field"],
+            "spec.sink.config.connectionStringSecretRef"
+        );
     }
 }

@@ -12,6 +12,7 @@ use kube::{Client, ResourceExt};
 
 use super::{Platform, PlatformError, Result};
 use sless_dataflow::metrics::{MAX_EXPOSITION_BYTES, counters_of};
+use sless_model::FieldError;
 use sless_model::dataflow::{
     DataFlowCounters, DataFlowEvent, DataFlowPhase, DataFlowSpec, DataFlowView, EventKind, MAX_EVENTS,
 };
@@ -23,6 +24,10 @@ use sless_operator::crd::queue_service::{self as qs_crd, QueueService};
 use sless_operator::dataflow::builders::{METRICS_PORT, processor_labels};
 use sless_operator::queue_service::builders::{namespace_name, secret_name};
 
+mod errors;
+
+use errors::{api_error, on_create};
+
 pub struct KubePlatform {
     client: Client,
     /// Create a tenant's namespace on its first object (else the platform
@@ -33,14 +38,6 @@ pub struct KubePlatform {
     processor_metrics_port: u16,
 }
 
-fn api_error(e: kube::Error) -> PlatformError {
-    match e {
-        kube::Error::Api(ae) if ae.code == 404 => PlatformError::NotFound,
-        kube::Error::Api(ae) if ae.code == 409 => PlatformError::AlreadyExists,
-        other => PlatformError::Unavailable(Box::new(other)),
-    }
-}
-
 /// The items of a list; a tenant whose namespace does not exist yet has none.
 fn listed<K: Clone>(list: Result<kube::api::ObjectList<K>, kube::Error>) -> Result<Vec<K>> {
     match list.map_err(api_error) {
@@ -48,6 +45,14 @@ fn listed<K: Clone>(list: Result<kube::api::ObjectList<K>, kube::Error>) -> Resu
         Err(PlatformError::NotFound) => Ok(Vec::new()),
         Err(other) => Err(other),
     }
+}
+
+/// What the admission webhook would deny, refused here with its field: a
+/// secret reference outside the tenant's namespace.
+fn check_secret_references(tenant: &DnsLabel, spec: &DataFlowSpec) -> Result<()> {
+    sless_operator::dataflow::referenced_secrets(spec, &namespace_name(tenant.as_str()))
+        .map(drop)
+        .map_err(|e| PlatformError::Invalid(FieldError::from(e).into()))
 }
 
 fn params() -> PostParams {
@@ -274,7 +279,7 @@ impl Platform for KubePlatform {
                 engine: qs_crd::QueueEngine::default(),
             },
         );
-        let created = api.create(&params(), &qs).await.map_err(api_error)?;
+        let created = api.create(&params(), &qs).await.map_err(on_create)?;
         self.queue_view(tenant, created).await
     }
 
@@ -317,9 +322,10 @@ impl Platform for KubePlatform {
     }
 
     async fn create_dataflow(&self, tenant: &DnsLabel, name: &DnsLabel, spec: DataFlowSpec) -> Result<DataFlowView> {
+        check_secret_references(tenant, &spec)?;
         self.ensure_namespace(tenant).await?;
         let df = DataFlow::new(name.as_str(), crd_spec(spec, None));
-        let created = self.flows(tenant).create(&params(), &df).await.map_err(api_error)?;
+        let created = self.flows(tenant).create(&params(), &df).await.map_err(on_create)?;
         Ok(flow_view(tenant, created))
     }
 
@@ -340,19 +346,12 @@ impl Platform for KubePlatform {
     }
 
     async fn update_dataflow(&self, tenant: &DnsLabel, name: &DnsLabel, spec: DataFlowSpec) -> Result<DataFlowView> {
+        check_secret_references(tenant, &spec)?;
         let api = self.flows(tenant);
         let mut df = api.get(name.as_str()).await.map_err(api_error)?;
         df.spec = crd_spec(spec, Some(&df.spec));
         // Carries the resourceVersion read: a concurrent change is a 409.
-        let updated = api
-            .replace(name.as_str(), &params(), &df)
-            .await
-            .map_err(|e| match api_error(e) {
-                PlatformError::AlreadyExists => {
-                    PlatformError::Conflict("the dataflow changed meanwhile; retry the update".into())
-                }
-                other => other,
-            })?;
+        let updated = api.replace(name.as_str(), &params(), &df).await.map_err(api_error)?;
         Ok(flow_view(tenant, updated))
     }
 

@@ -7,6 +7,7 @@ pub mod local;
 
 use async_trait::async_trait;
 
+use sless_model::ValidationErrors;
 use sless_model::dataflow::{DataFlowEvent, DataFlowSpec, DataFlowView};
 use sless_model::name::DnsLabel;
 use sless_model::queue_service::{QueueServiceSpec, QueueServiceView};
@@ -20,6 +21,17 @@ pub enum PlatformError {
     /// A request that the current state forbids; the text is for the user.
     #[error("{0}")]
     Conflict(String),
+    /// The request breaks a rule the backend enforces (a custom resource's
+    /// schema, an admission webhook); each problem at its field.
+    #[error("{0}")]
+    Invalid(ValidationErrors),
+    /// The backend refused the request as malformed; the text is for the user.
+    #[error("{0}")]
+    BadRequest(String),
+    /// The backend forbids the request (an admission policy, a namespace
+    /// being deleted); the text is for the user.
+    #[error("{0}")]
+    Forbidden(String),
     /// The backing store or cluster failed; details are logged, not returned.
     #[error("backend unavailable: {0}")]
     Unavailable(Box<dyn std::error::Error + Send + Sync>),

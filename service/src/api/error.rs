@@ -32,6 +32,8 @@ pub enum ApiError {
     Unavailable,
     #[error("{0}")]
     QuotaExceeded(String),
+    #[error("{0}")]
+    Forbidden(String),
     #[error("too many requests: this tenant may make more in {} ms", .0.as_millis())]
     TooManyRequests(std::time::Duration),
 }
@@ -51,6 +53,7 @@ impl ApiError {
             Self::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
             Self::Unavailable => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
             Self::QuotaExceeded(_) => (StatusCode::FORBIDDEN, "quota_exceeded"),
+            Self::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden"),
             Self::TooManyRequests(_) => (StatusCode::TOO_MANY_REQUESTS, "too_many_requests"),
         }
     }
@@ -61,6 +64,9 @@ impl ApiError {
             PlatformError::NotFound => Self::NotFound(what()),
             PlatformError::AlreadyExists => Self::AlreadyExists(what()),
             PlatformError::Conflict(message) => Self::Conflict(message),
+            PlatformError::Invalid(errors) => Self::Validation(errors),
+            PlatformError::BadRequest(message) => Self::BadRequest(message),
+            PlatformError::Forbidden(message) => Self::Forbidden(message),
             PlatformError::Unavailable(source) => {
                 tracing::error!(error = %source, "platform call failed");
                 Self::Unavailable
@@ -102,5 +108,39 @@ impl IntoResponse for ApiError {
                 .insert(header::RETRY_AFTER, seconds.max(1).into());
         }
         response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use sless_model::FieldError;
+
+    use super::*;
+
+    async fn answer(e: PlatformError) -> (u16, serde_json::Value) {
+        let response = ApiError::from_platform(e, || "dataflow \"x\"".into()).into_response();
+        let status = response.status().as_u16();
+        let body = axum::body::to_bytes(response.into_body(), 1 << 16).await.unwrap();
+        (status, serde_json::from_slice(&body).unwrap())
+    }
+
+    /// A backend's refusal reaches the tenant as the 4xx it is, with its
+    /// reason and field; only a backend that cannot serve is a 503.
+    #[tokio::test]
+    async fn platform_refusals_keep_their_status_reason_and_field() {
+        let (status, body) = answer(PlatformError::Invalid(
+            FieldError::invalid("sink.config.passwordSecretRef", "must stay in sless-fn-acme").into(),
+        ))
+        .await;
+        assert_eq!(status, 422);
+        assert_eq!(body["error"]["field"], "sink.config.passwordSecretRef");
+        assert!(body["error"]["message"].as_str().unwrap().contains("sless-fn-acme"));
+        let (status, body) = answer(PlatformError::Forbidden("the namespace is being terminated".into())).await;
+        assert_eq!((status, body["error"]["code"].as_str()), (403, Some("forbidden")));
+        let (status, body) = answer(PlatformError::BadRequest("denied".into())).await;
+        assert_eq!((status, body["error"]["message"].as_str()), (400, Some("denied")));
+        let (status, body) = answer(PlatformError::Unavailable("connection refused to 10.0.0.1".into())).await;
+        assert_eq!(status, 503);
+        assert!(!body.to_string().contains("10.0.0.1"), "the cause stays in the log");
     }
 }

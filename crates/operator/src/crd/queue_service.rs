@@ -6,6 +6,7 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use sless_model::name::{MAX_TENANT_LEN, PATTERN};
 use sless_model::queue_service::{DEFAULT_MEMORY_MB, DEFAULT_STORAGE_MB, MEMORY_MB, QueueServicePhase, STORAGE_MB};
 
 #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
@@ -26,7 +27,8 @@ use sless_model::queue_service::{DEFAULT_MEMORY_MB, DEFAULT_STORAGE_MB, MEMORY_M
 #[serde(rename_all = "camelCase")]
 pub struct QueueServiceSpec {
     /// The cloud tenant that owns the instance.
-    #[schemars(length(min = 1, max = 63), regex(pattern = r"^[a-z0-9][a-z0-9-]*[a-z0-9]$"))]
+    // `sless_model::name::tenant_id`'s rule.
+    #[schemars(length(min = 1, max = MAX_TENANT_LEN), regex(pattern = PATTERN))]
     pub tenant_id: String,
     /// Memory limit of the queue engine, in MiB.
     #[serde(rename = "memoryMB", default = "default_memory")]
@@ -102,10 +104,7 @@ mod tests {
         let tenant = &spec["properties"]["tenantId"];
         assert_eq!(
             (&tenant["pattern"], &tenant["maxLength"]),
-            (
-                &serde_json::json!("^[a-z0-9][a-z0-9-]*[a-z0-9]$"),
-                &serde_json::json!(63)
-            )
+            (&serde_json::json!(sless_model::name::PATTERN), &serde_json::json!(54))
         );
         let memory = &spec["properties"]["memoryMB"];
         assert_eq!(

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
+use sless_model::FieldError;
 use sless_model::dataflow::SecretRef;
 
 /// A key of a Secret the processor reads as a file (Kafka TLS material),
@@ -40,6 +41,22 @@ pub enum ResolveError {
     BadReference { path: String, reason: String },
     #[error("{path}: secret {name} has no key {key}")]
     Missing { path: String, name: String, key: String },
+}
+
+/// The REST API's form of the refusal: its text at the field it names.
+impl From<ResolveError> for FieldError {
+    fn from(e: ResolveError) -> Self {
+        match e {
+            ResolveError::OtherNamespace { path, namespace, other } => FieldError::invalid(
+                path,
+                format!("a secret reference must stay in the namespace {namespace} (it names {other})"),
+            ),
+            ResolveError::BadReference { path, reason } => FieldError::invalid(path, reason),
+            ResolveError::Missing { path, name, key } => {
+                FieldError::invalid(path, format!("secret {name} has no key {key}"))
+            }
+        }
+    }
 }
 
 /// The references of `config` (at `path`), as (json path, field, reference).

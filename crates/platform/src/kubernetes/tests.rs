@@ -150,6 +150,40 @@ async fn dataflows_round_trip_and_keep_kubectl_only_fields_on_update() {
     ));
 }
 
+/// What the admission webhook would deny never reaches the API server:
+/// the REST API refuses it at its field (the fake has no admission, so a
+/// request that got through would be stored).
+#[tokio::test]
+async fn a_secret_reference_outside_the_tenants_namespace_is_refused_at_its_field() {
+    let (p, client) = platform().await;
+    let (acme, name) = (label("acme"), label("copy"));
+    let mut spec = flow("b");
+    spec.sink.config = Some(serde_json::json!({
+        "connectionStringSecretRef": {"name": "db", "namespace": "sless-fn-beta", "key": "url"},
+        "table": "b"
+    }));
+    let Err(PlatformError::Invalid(errors)) = p.create_dataflow(&acme, &name, spec.clone()).await else {
+        panic!("another tenant's namespace is refused");
+    };
+    assert_eq!(errors.0[0].field, "sink.config.connectionStringSecretRef");
+    assert!(errors.0[0].message.contains("sless-fn-beta"), "{errors}");
+    let stored = Api::<DataFlow>::namespaced(client, "sless-fn-acme");
+    assert!(stored.get_opt("copy").await.unwrap().is_none(), "nothing was written");
+
+    p.create_dataflow(&acme, &name, flow("b")).await.unwrap();
+    assert!(matches!(
+        p.update_dataflow(&acme, &name, spec).await,
+        Err(PlatformError::Invalid(_))
+    ));
+    // The tenant's own namespace, named or implied, is accepted.
+    let mut own = flow("b");
+    own.sink.config = Some(serde_json::json!({
+        "connectionStringSecretRef": {"name": "db", "namespace": "sless-fn-acme", "key": "url"},
+        "table": "b"
+    }));
+    p.update_dataflow(&acme, &name, own).await.unwrap();
+}
+
 /// The fake keeps one store per API group, so the test writes the core/v1
 /// Events that the real API server serves for the operator's events.k8s.io
 /// ones (one store, two views).

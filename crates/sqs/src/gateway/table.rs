@@ -6,7 +6,6 @@ use std::sync::{Arc, RwLock};
 
 use sless_controlplane::model::SnapshotId;
 use sless_controlplane::proto::RoutingSnapshot;
-use sless_model::name::DnsLabel;
 use sless_runtime::sync::Unpoisoned;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,7 +39,7 @@ impl RoutingTable {
             ..Self::default()
         };
         for route in snapshot.routes {
-            DnsLabel::parse(&route.tenant, "tenant").map_err(|e| InvalidSnapshot(e.to_string()))?;
+            sless_model::name::tenant_id(&route.tenant, "tenant").map_err(|e| InvalidSnapshot(e.to_string()))?;
             let backend = if route.backend_address.is_empty() {
                 None
             } else {

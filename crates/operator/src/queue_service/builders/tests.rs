@@ -251,3 +251,67 @@ fn pvc_service_and_ingress() {
         "https://sqs.kube5s.ru/sqs/acme"
     );
 }
+
+/// Every label value in `v` (metadata, selectors, pod templates).
+fn label_values(v: &serde_json::Value, out: &mut Vec<String>) {
+    match v {
+        serde_json::Value::Object(m) => {
+            for (k, v) in m {
+                if let ("labels" | "matchLabels", serde_json::Value::Object(labels)) = (k.as_str(), v) {
+                    out.extend(labels.values().filter_map(|l| l.as_str().map(str::to_owned)));
+                }
+                label_values(v, out);
+            }
+        }
+        serde_json::Value::Array(items) => items.iter().for_each(|i| label_values(i, out)),
+        _ => {}
+    }
+}
+
+/// The tenant-id rule's bound is where the derived names still fit: at the
+/// longest id every name and label of every child is valid Kubernetes.
+#[test]
+fn every_derived_name_fits_kubernetes_at_the_longest_tenant_id() {
+    let c = OperatorConfig::default();
+    for tenant in ["a".to_owned(), "t".repeat(sless_model::name::MAX_TENANT_LEN)] {
+        let mut q = qs(&namespace_name(&tenant), true);
+        q.spec.tenant_id = tenant.clone();
+        let label = |what: &str, v: &str| {
+            assert!(
+                sless_model::name::DnsLabel::parse(v, what).is_ok(),
+                "{what} {v:?} is not a DNS label"
+            );
+        };
+        label("namespace", namespace(&q).metadata.name.as_deref().unwrap());
+        // Service names are DNS-1035 labels: a label that starts with a letter.
+        for s in [service(&q), gateway_service(&q, &c)] {
+            let name = s.metadata.name.unwrap();
+            label("service", &name);
+            assert!(name.starts_with(|c: char| c.is_ascii_lowercase()), "{name}");
+        }
+        let objects = [
+            serde_json::to_value(secret(&q, &sless_sqs::credentials::generate(&tenant), "t0k3n")).unwrap(),
+            serde_json::to_value(configmap(&q, &c)).unwrap(),
+            serde_json::to_value(pvc(&q)).unwrap(),
+            serde_json::to_value(deployment(&q, &c)).unwrap(),
+            serde_json::to_value(service(&q)).unwrap(),
+            serde_json::to_value(ingress(&q, &c)).unwrap(),
+            serde_json::to_value(gateway_service(&q, &c)).unwrap(),
+            serde_json::to_value(network_policy(&q, &c)).unwrap(),
+        ];
+        for o in &objects {
+            let name = o["metadata"]["name"].as_str().unwrap();
+            assert!(name.len() <= 253, "{name}");
+            // A Deployment's pods are named after it, plus 17 characters of
+            // hashes, and their names must stay DNS labels for hostnames.
+            if o["kind"] == "Deployment" {
+                label("deployment", name);
+            }
+            let mut values = Vec::new();
+            label_values(o, &mut values);
+            for v in values {
+                label("label value", &v);
+            }
+        }
+    }
+}
