@@ -133,3 +133,12 @@ def test_sless_crds_prints_the_committed_definitions():
     printed = subprocess.run([str(BINARY), "crds"], capture_output=True, text=True, check=True).stdout
     committed = "".join(p.read_text() for p in sorted((ROOT / "deploy/crds").glob("*.yaml")))
     assert printed == committed
+
+
+def test_the_api_ingress_serves_the_api_and_the_console_and_nothing_else():
+    """The console is reached at the API's origin (its CSP allows calls only
+    there); /metrics, /healthz and /readyz stay inside the cluster."""
+    ingress = yaml.safe_load((ROOT / "deploy/api/ingress.yaml").read_text())
+    paths = {p["path"]: p["backend"]["service"]["name"]
+             for rule in ingress["spec"]["rules"] for p in rule["http"]["paths"]}
+    assert paths == {"/api": "sless-api", "/console": "sless-api"}

@@ -176,6 +176,7 @@ resource "sless_dataflow" "orders" {
     { type = "mask", config = jsonencode({ fields = ["card"], keepLength = true }) },
   ]
   channel_buffer_size = %d
+  processor_limits    = { memory = "256Mi" }
 }
 data "sless_dataflow" "orders" {
   name       = sless_dataflow.orders.name
@@ -196,6 +197,7 @@ def test_dataflow_lifecycle_json_normalisation_and_import(tf):
     assert out["data_source"]["value"] == "mask"
     view = tf.sless.rest("a", "GET", "/dataflows/orders-to-dwh").json()
     assert view["source"]["config"] == {"table": "orders", "connectionString": "postgres://postgres@127.0.0.1/test"}
+    assert view["resources"] == {"limits": {"memory": "256Mi"}}, "the processor's limits reach the spec"
     # Key order and whitespace of the config string never show a diff.
     assert tf.plan_exit().returncode == 0
 

@@ -17,6 +17,8 @@ pub enum Type {
     Number,
     Bool,
     List(Box<Type>),
+    /// String keys to values of one type (an object value on the wire).
+    Map(Box<Type>),
     Object(BTreeMap<String, Type>),
 }
 
@@ -28,6 +30,7 @@ impl Type {
             Self::Number => json!("number"),
             Self::Bool => json!("bool"),
             Self::List(t) => json!(["list", t.json()]),
+            Self::Map(t) => json!(["map", t.json()]),
             Self::Object(attrs) => {
                 let map: serde_json::Map<String, serde_json::Value> =
                     attrs.iter().map(|(k, t)| (k.clone(), t.json())).collect();
@@ -375,6 +378,7 @@ mod tests {
         let t = Type::object([("type", Type::String), ("config", Type::String)]);
         assert_eq!(t.json(), json!(["object", {"type": "string", "config": "string"}]));
         assert_eq!(Type::List(Box::new(Type::Bool)).json(), json!(["list", "bool"]));
+        assert_eq!(Type::Map(Box::new(Type::String)).json(), json!(["map", "string"]));
         let v = Value::Object(BTreeMap::from([("type".into(), Value::str("kafka"))])).conform(&t);
         assert_eq!(v.get("config"), &Value::Null);
         assert_eq!(

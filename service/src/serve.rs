@@ -65,9 +65,11 @@ pub struct OperatorArgs {
     #[arg(long, env = "SQS_TLS_SECRET")]
     sqs_tls_secret: Option<String>,
     /// The sless image, which tenants' queue engines (sless queue) and the
-    /// dataflow processors (sless processor) run.
-    #[arg(long, env = "SLESS_IMAGE", default_value = "ghcr.io/kube5s/sless:latest")]
-    image: String,
+    /// dataflow processors (sless processor) run. Seed 001 names it
+    /// PROCESSOR_IMAGE; SLESS_IMAGE is read when that is unset. Default
+    /// ghcr.io/kube5s/sless:latest.
+    #[arg(long, env = "PROCESSOR_IMAGE")]
+    image: Option<String>,
     /// Image of a queue engine whose QueueService asks for `engine: elasticmq`.
     #[arg(
         long,
@@ -183,7 +185,7 @@ pub async fn run(args: ServeArgs, shutdown: impl Future<Output = ()> + Send + 's
             config: OperatorConfig {
                 sqs_external_host: op.sqs_external_host,
                 region: op.region,
-                image: op.image,
+                image: image(op.image, std::env::var("SLESS_IMAGE").ok()),
                 elasticmq_image: op.elasticmq_image,
                 sqs_tls_secret: op.sqs_tls_secret,
                 gateway_host: op.gateway_host,
@@ -262,4 +264,25 @@ async fn ready(
         return (StatusCode::SERVICE_UNAVAILABLE, "kubernetes api unreachable");
     }
     (StatusCode::OK, "ready")
+}
+
+/// The image of `--image`/PROCESSOR_IMAGE, else of its alias SLESS_IMAGE,
+/// else the published one.
+fn image(flag: Option<String>, alias: Option<String>) -> String {
+    flag.or(alias)
+        .filter(|i| !i.is_empty())
+        .unwrap_or_else(|| "ghcr.io/kube5s/sless:latest".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::image;
+
+    #[test]
+    fn the_seeds_processor_image_wins_over_its_alias() {
+        let some = |s: &str| Some(s.to_owned());
+        assert_eq!(image(some("seed/proc:1"), some("alias:2")), "seed/proc:1");
+        assert_eq!(image(None, some("alias:2")), "alias:2");
+        assert_eq!(image(None, None), "ghcr.io/kube5s/sless:latest");
+    }
 }

@@ -125,16 +125,7 @@ impl DataFlowSpec {
             components.check_transformation(t, &format!("transformations[{i}]"), &mut errors);
         }
         if let Some(resources) = &self.resources {
-            for (section, map) in [("limits", &resources.limits), ("requests", &resources.requests)] {
-                for (name, quantity) in map {
-                    if !is_quantity(quantity) {
-                        errors.push(FieldError::invalid(
-                            format!("resources.{section}.{name}"),
-                            format!("{quantity:?} is not a non-negative Kubernetes quantity such as 500m or 256Mi"),
-                        ));
-                    }
-                }
-            }
+            resources.check(&mut errors);
         }
         if !(1..=MAX_CHANNEL_BUFFER_SIZE).contains(&self.channel_buffer_size) {
             errors.push(FieldError::invalid(
@@ -146,6 +137,30 @@ impl DataFlowSpec {
             ));
         }
         errors.into_result()
+    }
+}
+
+/// The resources a processor may ask for: a tenant names CPU and memory,
+/// never another kind a node offers (GPUs, hugepages).
+pub const PROCESSOR_RESOURCES: [&str; 2] = ["cpu", "memory"];
+
+impl Resources {
+    /// Each name one of [`PROCESSOR_RESOURCES`], each value a quantity;
+    /// problems at `resources.{limits|requests}.{name}`.
+    pub fn check(&self, errors: &mut ValidationErrors) {
+        for (section, map) in [("limits", &self.limits), ("requests", &self.requests)] {
+            for (name, quantity) in map {
+                let field = format!("resources.{section}.{name}");
+                if !PROCESSOR_RESOURCES.contains(&name.as_str()) {
+                    errors.push(FieldError::not_supported(field, name, &PROCESSOR_RESOURCES));
+                } else if !is_quantity(quantity) {
+                    errors.push(FieldError::invalid(
+                        field,
+                        format!("{quantity:?} is not a non-negative Kubernetes quantity such as 500m or 256Mi"),
+                    ));
+                }
+            }
+        }
     }
 }
 
@@ -338,5 +353,28 @@ mod tests {
         for bad in ["-1", "lots", "", "1.5.2"] {
             assert!(!super::is_quantity(bad), "{bad}");
         }
+    }
+
+    /// A tenant asks for CPU and memory only: another kind of node
+    /// resource (a GPU) is refused at its field, as a bad quantity is.
+    #[test]
+    fn a_processor_asks_for_cpu_and_memory_in_quantities() {
+        let resources = super::Resources {
+            limits: [
+                ("memory".to_owned(), "256Mi".to_owned()),
+                ("nvidia.com/gpu".to_owned(), "8".to_owned()),
+            ]
+            .into(),
+            requests: [("cpu".to_owned(), "lots".to_owned())].into(),
+        };
+        let mut errors = super::ValidationErrors::default();
+        resources.check(&mut errors);
+        let fields: Vec<&str> = errors.0.iter().map(|e| e.field.as_str()).collect();
+        assert_eq!(fields, ["resources.limits.nvidia.com/gpu", "resources.requests.cpu"]);
+        assert!(
+            errors.0[0].message.contains("supported values: cpu, memory"),
+            "{}",
+            errors.0[0]
+        );
     }
 }

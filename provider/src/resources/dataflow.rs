@@ -1,5 +1,6 @@
 //! `sless_dataflow`: a pipeline from a source through transformations to a sink.
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use reqwest::Method;
@@ -11,9 +12,10 @@ use crate::cty::{Type, Value};
 use crate::diag::Diagnostics;
 use crate::resource::{Applied, Named, Resource};
 use crate::schema::{Attr, BlockSchema, Kind};
+use sless_model::ValidationErrors;
 use sless_model::dataflow::{
     ConnectorSpec, DEFAULT_CHANNEL_BUFFER_SIZE, DataFlowPhase, DataFlowRequest, DataFlowView, MAX_CHANNEL_BUFFER_SIZE,
-    TransformationSpec,
+    Resources, TransformationSpec,
 };
 
 const COLLECTION: &str = "/dataflows";
@@ -44,6 +46,8 @@ pub struct DataFlowState {
     pub errors: Option<TypedConfig>,
     pub checkpoint_persistence: Option<bool>,
     pub channel_buffer_size: Option<f64>,
+    pub processor_requests: Option<BTreeMap<String, String>>,
+    pub processor_limits: Option<BTreeMap<String, String>>,
     pub phase: Option<DataFlowPhase>,
     pub message: Option<String>,
 }
@@ -106,8 +110,7 @@ impl DataFlowState {
             sink,
             transformations,
             errors,
-            // Not managed by the provider: the platform's defaults apply.
-            resources: _,
+            resources,
             checkpoint_persistence,
             channel_buffer_size,
             phase,
@@ -118,6 +121,13 @@ impl DataFlowState {
         let connector = |spec: ConnectorSpec, previous: Option<&TypedConfig>| {
             TypedConfig::of(spec.kind, spec.config.as_ref(), previous)
         };
+        // An absent map and an empty one mean the same: keep the user's form.
+        let kept = |remote: Option<BTreeMap<String, String>>, previous: &Option<BTreeMap<String, String>>| {
+            remote
+                .filter(|m| !m.is_empty())
+                .or_else(|| previous.clone().filter(BTreeMap::is_empty))
+        };
+        let (requests, limits) = resources.map_or((None, None), |r| (Some(r.requests), Some(r.limits)));
         let previous_list = previous.transformations.as_deref();
         // An absent list and an empty one mean the same: keep the user's form.
         let transformations = if transformations.is_empty() && previous_list.is_none() {
@@ -140,6 +150,8 @@ impl DataFlowState {
             errors: errors.map(|e| connector(e, previous.errors.as_ref())),
             checkpoint_persistence: Some(checkpoint_persistence),
             channel_buffer_size: Some(f64::from(channel_buffer_size)),
+            processor_requests: kept(requests, &previous.processor_requests),
+            processor_limits: kept(limits, &previous.processor_limits),
             phase: Some(phase),
             message,
         }
@@ -159,10 +171,21 @@ impl DataFlowState {
                     .collect(),
             ),
             errors: self.errors.as_ref().map(TypedConfig::connector),
-            resources: None,
+            resources: self.resources(),
             checkpoint_persistence: self.checkpoint_persistence,
             channel_buffer_size: self.channel_buffer_size.map(|v| v as u32),
         }
+    }
+
+    /// The processor's requests and limits, if either is set.
+    fn resources(&self) -> Option<Resources> {
+        if self.processor_requests.is_none() && self.processor_limits.is_none() {
+            return None;
+        }
+        Some(Resources {
+            requests: self.processor_requests.clone().unwrap_or_default(),
+            limits: self.processor_limits.clone().unwrap_or_default(),
+        })
     }
 
     /// Every `config` string, with its attribute path.
@@ -266,6 +289,18 @@ impl Resource for DataFlow {
                 )
                 .default(Value::Number(f64::from(DEFAULT_CHANNEL_BUFFER_SIZE))),
                 Attr::new(
+                    "processor_requests",
+                    Type::Map(Box::new(Type::String)),
+                    Kind::Optional,
+                    "CPU and memory the processor is guaranteed, as Kubernetes quantities: `{ cpu = \"100m\", memory = \"128Mi\" }`. Only `cpu` and `memory`. In Kubernetes mode; `sless dev` runs processors in its own process.",
+                ),
+                Attr::new(
+                    "processor_limits",
+                    Type::Map(Box::new(Type::String)),
+                    Kind::Optional,
+                    "CPU and memory the processor may use at most, as for `processor_requests`.",
+                ),
+                Attr::new(
                     "phase",
                     Type::String,
                     Kind::ComputedVolatile,
@@ -295,6 +330,19 @@ impl Resource for DataFlow {
             1..=i64::from(MAX_CHANNEL_BUFFER_SIZE),
             &mut diags,
         );
+        if let Some(resources) = config.resources() {
+            let mut errors = ValidationErrors::default();
+            resources.check(&mut errors);
+            for e in errors.0 {
+                // `resources.requests.cpu` is the attribute `processor_requests`.
+                let attr = if e.field.starts_with("resources.requests") {
+                    "processor_requests"
+                } else {
+                    "processor_limits"
+                };
+                diags.push_error(format!("Invalid {attr}"), e.to_string(), Some(attr));
+            }
+        }
         for (path, text) in config.configs() {
             if let Some(text) = text
                 && let Err(e) = serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(text)
@@ -392,6 +440,14 @@ mod tests {
             };
             assert_eq!(DataFlow.validate(&config).0.is_empty(), ok, "{size}");
         }
+        let config = DataFlowState {
+            processor_limits: Some([("nvidia.com/gpu".to_owned(), "1".to_owned())].into()),
+            processor_requests: Some([("cpu".to_owned(), "100m".to_owned())].into()),
+            ..Default::default()
+        };
+        let diags = DataFlow.validate(&config);
+        assert_eq!(diags.0.len(), 1);
+        assert_eq!(diags.0[0].summary, "Invalid processor_limits");
     }
 
     /// A dataflow's view as the API writes it. A struct literal: a field
@@ -413,7 +469,10 @@ mod tests {
                 config: Some(json!({"fields": ["card"]})),
             }],
             errors: None,
-            resources: None,
+            resources: Some(Resources {
+                limits: [("memory".to_owned(), "256Mi".to_owned())].into(),
+                requests: BTreeMap::new(),
+            }),
             checkpoint_persistence: true,
             channel_buffer_size: 100,
             phase: DataFlowPhase::Running,
@@ -454,6 +513,15 @@ mod tests {
         );
         assert_eq!(value.get("errors"), &Value::Null);
         assert_eq!(value.get("channel_buffer_size"), &Value::Number(100.0));
+        assert_eq!(
+            value.get("processor_limits"),
+            &Value::Object([("memory".to_owned(), Value::str("256Mi"))].into())
+        );
+        assert_eq!(
+            value.get("processor_requests"),
+            &Value::Null,
+            "an empty map the user never wrote"
+        );
         assert_eq!(value.get("phase"), &Value::str("Running"));
         assert!(value.to_typed::<DataFlowState>().unwrap() == state);
 
@@ -465,6 +533,7 @@ mod tests {
             serde_json::to_value(&expected.transformations).unwrap()
         );
         assert_eq!(request["channelBufferSize"], 100);
+        assert_eq!(request["resources"], json!({"limits": {"memory": "256Mi"}}));
         assert!(request.get("errors").is_none(), "an absent error sink is not sent");
     }
 }

@@ -56,7 +56,7 @@ pub struct DataFlowCrdSpec {
     /// Records buffered between the source and the processor. Default 100.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub channel_buffer_size: Option<u32>,
-    /// Processor image, instead of the operator's SLESS_IMAGE.
+    /// Processor image, instead of the operator's PROCESSOR_IMAGE.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub processor_image: Option<String>,
 }

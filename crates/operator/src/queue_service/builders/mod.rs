@@ -264,7 +264,7 @@ pub fn deployment(qs: &QueueService, config: &OperatorConfig) -> Deployment {
     container.resources = Some(ResourceRequirements {
         requests: Some(BTreeMap::from([
             ("cpu".to_owned(), quantity("10m")),
-            ("memory".to_owned(), quantity("16Mi")),
+            ("memory".to_owned(), quantity("32Mi")),
         ])),
         limits: Some(BTreeMap::from([
             ("cpu".to_owned(), quantity("500m")),

@@ -107,6 +107,13 @@ fn the_deployment_runs_elasticmq_with_its_config_volume_probes_and_limits() {
     assert_eq!(c.env, None);
     let limits = c.resources.as_ref().unwrap().limits.as_ref().unwrap();
     assert_eq!(limits["memory"].0, "128Mi");
+    // Seed 000, step 8: requests 10m/32Mi, limits 500m/{MemoryMB}Mi.
+    let requests = c.resources.as_ref().unwrap().requests.as_ref().unwrap();
+    assert_eq!(
+        (requests["cpu"].0.as_str(), requests["memory"].0.as_str()),
+        ("10m", "32Mi")
+    );
+    assert_eq!(limits["cpu"].0, "500m");
     assert_eq!(c.readiness_probe.as_ref().unwrap().period_seconds, Some(5));
     assert_eq!(c.liveness_probe.as_ref().unwrap().period_seconds, Some(10));
     let mounts: Vec<&str> = c
