@@ -156,15 +156,9 @@ pub async fn run(args: ServeArgs, shutdown: impl Future<Output = ()> + Send + 's
         .await
         .with_context(|| format!("cannot listen on {}", op.listen))?;
     let store: std::sync::Arc<dyn sless_controlplane::store::ControlStore> = std::sync::Arc::new(store);
+    let probes = probes(store.clone(), client.clone());
     // Only the leader serves gateways and publishes routes (under a fresh
     // ownership epoch); followers serve the REST API and the webhook.
-    let readiness = {
-        let (store, client) = (store.clone(), client.clone());
-        axum::routing::get(move || {
-            let (store, client) = (store.clone(), client.clone());
-            async move { ready(&*store, &client).await }
-        })
-    };
     let while_leading: LeaderWork = {
         let client = client.clone();
         std::sync::Arc::new(move |stopped| {
@@ -216,9 +210,7 @@ pub async fn run(args: ServeArgs, shutdown: impl Future<Output = ()> + Send + 's
         stop_rx.clone(),
     ));
     // The API's and the operator's metrics name tenants: internal port only.
-    let app = sless::api::metrics_router(api_state.clone())
-        .route("/healthz", axum::routing::get(|| async { "ok" }))
-        .route("/readyz", readiness);
+    let app = sless::api::metrics_router(api_state.clone()).merge(probes);
     let listener = tokio::net::TcpListener::bind(op.metrics_listen)
         .await
         .with_context(|| format!("cannot listen on {}", op.metrics_listen))?;
@@ -248,22 +240,44 @@ pub async fn run(args: ServeArgs, shutdown: impl Future<Output = ()> + Send + 's
     Ok(())
 }
 
-/// Ready while Redis and the Kubernetes API answer: without them a replica
-/// can neither lead nor serve the API. The reason stays in the log.
-async fn ready(
-    store: &dyn sless_controlplane::store::ControlStore,
-    client: &kube::Client,
-) -> (axum::http::StatusCode, &'static str) {
+/// The probes of a replica. `/readyz` (the Deployment's readiness) asks
+/// only the Kubernetes API, all the REST API and the webhook need: Redis
+/// holds only the control plane's state, so while it is down the API, the
+/// console and the webhook stay in their Services; the control plane
+/// answers `Unavailable` and gateways serve from their tables.
+/// `/readyz/control-plane` says whether Redis answers, for monitoring.
+/// Reasons stay in the log.
+fn probes(store: std::sync::Arc<dyn sless_controlplane::store::ControlStore>, client: kube::Client) -> axum::Router {
     use axum::http::StatusCode;
-    if let Err(e) = store.ping().await {
-        tracing::warn!(error = %e, "not ready: Redis does not answer");
-        return (StatusCode::SERVICE_UNAVAILABLE, "redis unreachable");
-    }
-    if let Err(e) = client.apiserver_version().await {
-        tracing::warn!(error = %e, "not ready: the Kubernetes API does not answer");
-        return (StatusCode::SERVICE_UNAVAILABLE, "kubernetes api unreachable");
-    }
-    (StatusCode::OK, "ready")
+    use axum::routing::get;
+    let ready = move || {
+        let client = client.clone();
+        async move {
+            match client.apiserver_version().await {
+                Ok(_) => (StatusCode::OK, "ready"),
+                Err(e) => {
+                    tracing::warn!(error = %e, "not ready: the Kubernetes API does not answer");
+                    (StatusCode::SERVICE_UNAVAILABLE, "kubernetes api unreachable")
+                }
+            }
+        }
+    };
+    let control_plane = move || {
+        let store = store.clone();
+        async move {
+            match store.ping().await {
+                Ok(()) => (StatusCode::OK, "ready"),
+                Err(e) => {
+                    tracing::warn!(error = %e, "the control plane cannot serve: Redis does not answer");
+                    (StatusCode::SERVICE_UNAVAILABLE, "redis unreachable")
+                }
+            }
+        }
+    };
+    axum::Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(ready))
+        .route("/readyz/control-plane", get(control_plane))
 }
 
 /// The image of `--image`/PROCESSOR_IMAGE, else of its alias SLESS_IMAGE,
@@ -276,7 +290,83 @@ fn image(flag: Option<String>, alias: Option<String>) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::image;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use sless_controlplane::store::redis::RedisStore;
+    use sless_testkit::redis::RedisServer;
+
+    use super::{image, probes};
+
+    /// A Kubernetes API that answers only `/version` (all readiness asks).
+    async fn api_server() -> (String, tokio::task::JoinHandle<()>) {
+        let app = axum::Router::new().route(
+            "/version",
+            axum::routing::get(|| async {
+                axum::Json(serde_json::json!({
+                    "major": "1", "minor": "32", "gitVersion": "v1.32.0", "gitCommit": "", "gitTreeState": "",
+                    "buildDate": "", "goVersion": "", "compiler": "", "platform": "linux/amd64"
+                }))
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        (
+            url,
+            tokio::spawn(async move { axum::serve(listener, app).await.unwrap() }),
+        )
+    }
+
+    async fn status(app: &axum::Router, path: &str) -> u16 {
+        use tower::ServiceExt;
+        let request = axum::http::Request::get(path).body(axum::body::Body::empty()).unwrap();
+        app.clone().oneshot(request).await.unwrap().status().as_u16()
+    }
+
+    /// A Redis outage takes no replica out of the API's and the webhook's
+    /// Services: readiness stays, the control plane's own probe says why
+    /// it cannot serve, and recovers with Redis. Only the Kubernetes API
+    /// going away makes a replica unready.
+    #[tokio::test]
+    async fn redis_down_leaves_the_replica_ready_and_only_the_control_plane_unavailable() {
+        sless_runtime::tls::install_default_provider();
+        let mut redis = RedisServer::start();
+        let store = RedisStore::new(&redis.url(), "probes", Duration::from_millis(500)).unwrap();
+        let (url, api) = api_server().await;
+        let client = kube::Client::try_from(kube::Config::new(url.parse().unwrap())).unwrap();
+        let app = probes(Arc::new(store), client);
+        assert_eq!(
+            (
+                status(&app, "/readyz").await,
+                status(&app, "/readyz/control-plane").await
+            ),
+            (200, 200)
+        );
+        redis.kill();
+        assert_eq!(
+            (
+                status(&app, "/readyz").await,
+                status(&app, "/readyz/control-plane").await
+            ),
+            (200, 503)
+        );
+        redis.restart();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while status(&app, "/readyz/control-plane").await != 200 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the control plane never saw Redis back"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        api.abort();
+        let _ = api.await;
+        assert_eq!(
+            status(&app, "/readyz").await,
+            503,
+            "without the Kubernetes API nothing can serve"
+        );
+    }
 
     #[test]
     fn the_seeds_processor_image_wins_over_its_alias() {

@@ -20,6 +20,7 @@ use tokio::net::TcpListener;
 
 use crate::checkpoint::CheckpointStore;
 use crate::checkpoint::configmap::ConfigMapCheckpoint;
+use crate::checkpoint::debounced::{self, Debounced};
 use crate::checkpoint::file::FileCheckpoint;
 use crate::context::PipelineContext;
 use crate::metrics::{FlowSample, render};
@@ -113,12 +114,20 @@ async fn readyz(State(probe): State<Probe>) -> (StatusCode, String) {
 /// finish.
 pub async fn run(opts: ProcessorOptions, shutdown: impl Future<Output = ()>) -> Result<(), ProcessorError> {
     let spec = load_spec(&opts.spec_path)?;
+    // The ConfigMap is written at most once a second (each write wakes the
+    // operator's reconciler), and its last position at shutdown.
+    let mut debounced = None;
     let checkpoint: Option<Arc<dyn CheckpointStore>> = match (&opts.checkpoint_file, spec.checkpoint_persistence) {
         (_, false) => None,
         (Some(path), true) => Some(Arc::new(FileCheckpoint::new(path.clone()))),
         (None, true) => {
             let client = kube::Client::try_default().await.map_err(ProcessorError::Kube)?;
-            Some(Arc::new(ConfigMapCheckpoint::new(client, &opts.namespace, &opts.name)))
+            let store = Debounced::new(
+                Arc::new(ConfigMapCheckpoint::new(client, &opts.namespace, &opts.name)),
+                debounced::INTERVAL,
+            );
+            debounced = Some(store.clone());
+            Some(Arc::new(store))
         }
     };
     let stats = Arc::new(Stats::default());
@@ -172,6 +181,11 @@ pub async fn run(opts: ProcessorOptions, shutdown: impl Future<Output = ()>) -> 
     stop.send_replace(true);
     if let Err(e) = flow.await {
         tracing::error!(error = %e, "dataflow task failed");
+    }
+    if let Some(store) = debounced
+        && let Err(error) = store.flush().await
+    {
+        tracing::warn!(%error, "cannot write the last checkpoint; its batches will be read again");
     }
     tracing::info!("processor stopped: the last batch is written and committed");
     match server.await {

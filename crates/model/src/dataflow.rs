@@ -259,10 +259,13 @@ pub enum DataFlowPhase {
     Running,
     /// Its processor cannot run or keeps failing; see `message`.
     Error,
+    /// Its processor was stopped and its objects removed: the dataflow is
+    /// being deleted (seed 001).
+    Stopped,
 }
 
 impl DataFlowPhase {
-    pub const ALL: [Self; 3] = [Self::Pending, Self::Running, Self::Error];
+    pub const ALL: [Self; 4] = [Self::Pending, Self::Running, Self::Error, Self::Stopped];
 }
 
 /// Observed state of a dataflow.

@@ -170,7 +170,12 @@ impl KubePlatform {
             memory_mb: qs.spec.memory_mb,
             storage_mb: qs.spec.storage_mb,
             persistence: qs.spec.persistence,
-            phase: status.phase.unwrap_or(QueueServicePhase::Pending),
+            // Marked for deletion: going, whatever the operator wrote last.
+            phase: if qs.metadata.deletion_timestamp.is_some() {
+                QueueServicePhase::Deleting
+            } else {
+                status.phase.unwrap_or(QueueServicePhase::Pending)
+            },
             endpoint: status.endpoint,
             access_key: keys.get("accessKey").cloned(),
             secret_key: keys.get("secretKey").cloned(),

@@ -2,6 +2,7 @@
 //! was read up to them. Each store holds the position of one dataflow.
 
 pub mod configmap;
+pub mod debounced;
 pub mod file;
 
 use async_trait::async_trait;

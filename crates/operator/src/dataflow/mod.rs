@@ -40,7 +40,7 @@ pub async fn reconcile(df: Arc<DataFlow>, ctx: Arc<Context>) -> Result<Action, E
     reconcile_finalized(df, ctx, FINALIZER, |api, event| async move {
         match event {
             Finalizer::Apply(df) => apply(&df, &api, ctx).await,
-            Finalizer::Cleanup(df) => cleanup(&df, ctx).await,
+            Finalizer::Cleanup(df) => cleanup(&df, &api, ctx).await,
         }
     })
     .await
@@ -315,7 +315,7 @@ async fn release_source(df: &DataFlow, ctx: &Context, ns: &str, name: &str) -> R
     Ok(())
 }
 
-async fn cleanup(df: &DataFlow, ctx: &Context) -> Result<Action, Error> {
+async fn cleanup(df: &DataFlow, api: &Api<DataFlow>, ctx: &Context) -> Result<Action, Error> {
     let ns = &df.namespace().ok_or(Error::NoNamespace)?;
     let name = df.name_any();
     objects::delete::<Deployment>(&ctx.client, ns, &builders::deployment_name(&name)).await?;
@@ -323,6 +323,13 @@ async fn cleanup(df: &DataFlow, ctx: &Context) -> Result<Action, Error> {
     objects::delete::<Secret>(&ctx.client, ns, &builders::spec_name(&name)).await?;
     objects::delete::<ConfigMap>(&ctx.client, ns, &builders::spec_name(&name)).await?;
     remove_checkpoint(&ctx.client, ns, &name).await?;
+    // Seed 001: the processor and its objects are gone, the flow Stopped.
+    let stopped = serde_json::json!({"status": {
+        "phase": DataFlowPhase::Stopped,
+        "message": "the processor is stopped and its objects removed; the dataflow is being deleted",
+    }});
+    api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&stopped))
+        .await?;
     tracing::info!(%ns, %name, "DataFlow removed");
     Ok(Action::await_change())
 }

@@ -275,7 +275,13 @@ async fn without_checkpoint_persistence_and_on_delete_nothing_is_left() {
             .unwrap()
             .is_none()
     );
-    assert_eq!(api.get("orders").await.unwrap().finalizers(), [OTHER]);
+    let left = api.get("orders").await.unwrap();
+    assert_eq!(left.finalizers(), [OTHER]);
+    assert_eq!(
+        left.status.unwrap().phase,
+        Some(DataFlowPhase::Stopped),
+        "seed 001's last status"
+    );
 }
 
 /// A Kafka TLS `…SecretRef` could not work before (resolved to a key the

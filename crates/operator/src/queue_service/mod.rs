@@ -36,7 +36,7 @@ pub async fn reconcile(qs: Arc<QueueService>, ctx: Arc<Context>) -> Result<Actio
     reconcile_finalized(qs, ctx, FINALIZER, |api, event| async move {
         match event {
             Finalizer::Apply(qs) => apply(&qs, &api, ctx).await,
-            Finalizer::Cleanup(qs) => cleanup(&qs, ctx).await,
+            Finalizer::Cleanup(qs) => cleanup(&qs, &api, ctx).await,
         }
     })
     .await
@@ -200,7 +200,13 @@ async fn patch_status(api: &Api<QueueService>, qs: &QueueService, status: &Queue
 
 /// Removes what the QueueService made, except the PVC: the messages stay
 /// until an operator deletes them (seed 000).
-async fn cleanup(qs: &QueueService, ctx: &Context) -> Result<Action, Error> {
+async fn cleanup(qs: &QueueService, api: &Api<QueueService>, ctx: &Context) -> Result<Action, Error> {
+    let deleting = QueueServiceStatus {
+        phase: Some(QueueServicePhase::Deleting),
+        message: Some("deleting the queue engine and its objects; the message volume is kept".into()),
+        ..qs.status.clone().unwrap_or_default()
+    };
+    patch_status(api, qs, &deleting).await?;
     let tenant = &qs.spec.tenant_id;
     let ns = builders::namespace_name(tenant);
     let client = &ctx.client;

@@ -264,8 +264,14 @@ async fn delete_removes_the_children_keeps_the_pvc_and_releases_the_finalizer() 
             .unwrap()
             .is_some()
     );
-    // Ours is released; the other controller's keeps the object for now.
-    assert_eq!(api.get("main").await.unwrap().finalizers(), [OTHER]);
+    // Ours is released; the other controller's keeps the object for now,
+    // and its status says it is going (seed 000's Deleting).
+    let left = api.get("main").await.unwrap();
+    assert_eq!(left.finalizers(), [OTHER]);
+    assert_eq!(
+        left.status.unwrap().phase,
+        Some(sless_model::queue_service::QueueServicePhase::Deleting)
+    );
 }
 
 #[tokio::test]
