@@ -25,7 +25,7 @@ use crate::checkpoint::file::FileCheckpoint;
 use crate::context::PipelineContext;
 use crate::metrics::{FlowSample, render};
 use crate::pipeline::Stats;
-use sless_model::dataflow::DataFlowPhase;
+use sless_model::dataflow::{DataFlowPhase, DataFlowStatus};
 use sless_model::dataflow::{DataFlowRequest, DataFlowSpec};
 use sless_runtime::sync::Unpoisoned;
 
@@ -99,6 +99,17 @@ async fn metrics(State(probe): State<Probe>) -> impl IntoResponse {
     )
 }
 
+/// The pipeline's phase and its reason, in the words `sless dev` shows:
+/// the operator reads it into the DataFlow's status, so a tenant sees why
+/// a flow fails without the pod's log.
+async fn status(State(probe): State<Probe>) -> axum::Json<DataFlowStatus> {
+    let (phase, message) = probe.phase.lock_unpoisoned().clone();
+    axum::Json(DataFlowStatus {
+        phase,
+        message: Some(message),
+    })
+}
+
 /// Ready while the pipeline runs; the reason otherwise.
 async fn readyz(State(probe): State<Probe>) -> (StatusCode, String) {
     let (phase, message) = probe.phase.lock_unpoisoned().clone();
@@ -152,6 +163,7 @@ pub async fn run(opts: ProcessorOptions, shutdown: impl Future<Output = ()>) -> 
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
+        .route("/status", get(status))
         .with_state(probe.clone());
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let ctx = PipelineContext {

@@ -17,12 +17,15 @@ use serde::de::DeserializeOwned;
 use sless_runtime::backoff::{Backoff, Retries};
 
 use super::config::{FIELD_MANAGER, OperatorConfig};
+use super::dataflow::processor::Processors;
 use sless_runtime::sync::Unpoisoned;
 
 pub struct Context {
     pub client: Client,
     pub config: OperatorConfig,
     pub backoff: ObjectRetries,
+    /// Reads what DataFlow processors say of themselves.
+    pub processors: Processors,
     recorder: Recorder,
 }
 
@@ -41,7 +44,14 @@ impl Context {
             client,
             config,
             backoff: ObjectRetries::default(),
+            processors: Processors::default(),
         }
+    }
+
+    /// With processors reached elsewhere than their pods' port (a test's).
+    pub fn with_processors(mut self, processors: Processors) -> Self {
+        self.processors = processors;
+        self
     }
 
     /// Publishes a phase change of `obj` as an Event (what `kubectl describe`

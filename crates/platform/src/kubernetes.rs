@@ -4,9 +4,9 @@
 //! only its own namespace, so another tenant's object is simply not found.
 
 use async_trait::async_trait;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
-use k8s_openapi::api::core::v1::{Event, Namespace, Pod, Secret};
+use k8s_openapi::api::core::v1::{Event, Namespace, Secret};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 
@@ -21,7 +21,7 @@ use sless_model::queue_service::{QueueServicePhase, QueueServiceSpec, QueueServi
 use sless_operator::config::FIELD_MANAGER;
 use sless_operator::crd::dataflow::{DataFlow, DataFlowCrdSpec};
 use sless_operator::crd::queue_service::{self as qs_crd, QueueService};
-use sless_operator::dataflow::builders::{METRICS_PORT, processor_labels};
+use sless_operator::dataflow::processor::Processors;
 use sless_operator::queue_service::builders::{namespace_name, secret_name};
 
 mod errors;
@@ -34,8 +34,7 @@ pub struct KubePlatform {
     /// provisions it).
     create_namespaces: bool,
     /// Reads processors' counters from their pods' `/metrics`.
-    http: reqwest::Client,
-    processor_metrics_port: u16,
+    processors: Processors,
 }
 
 /// The items of a list; a tenant whose namespace does not exist yet has none.
@@ -67,18 +66,13 @@ impl KubePlatform {
         Self {
             client,
             create_namespaces,
-            http: reqwest::Client::builder()
-                .timeout(Duration::from_secs(1))
-                .redirect(reqwest::redirect::Policy::none())
-                .build()
-                .unwrap_or_default(),
-            processor_metrics_port: u16::try_from(METRICS_PORT).unwrap_or(9090),
+            processors: Processors::default(),
         }
     }
 
     /// Where processors serve `/metrics` (a test serves it elsewhere).
     pub fn with_processor_metrics_port(mut self, port: u16) -> Self {
-        self.processor_metrics_port = port;
+        self.processors = Processors::on_port(port);
         self
     }
 
@@ -86,46 +80,16 @@ impl KubePlatform {
     /// pod's `/metrics` (the processor runs in its own pod, so nothing
     /// else holds them); `None` while no pod is ready or it does not answer.
     async fn counters(&self, tenant: &DnsLabel, name: &str) -> Option<DataFlowCounters> {
-        let selector = processor_labels(name)
-            .iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect::<Vec<_>>()
-            .join(",");
-        let pods = Api::<Pod>::namespaced(self.client.clone(), &namespace_name(tenant.as_str()))
-            .list(&ListParams::default().labels(&selector))
-            .await
-            .inspect_err(|error| tracing::debug!(%error, "cannot list a processor's pods"))
-            .ok()?;
-        let ip = pods.items.iter().find_map(|pod| {
-            let status = pod.status.as_ref()?;
-            let ready = status
-                .conditions
-                .iter()
-                .flatten()
-                .any(|c| c.type_ == "Ready" && c.status == "True");
-            ready.then(|| status.pod_ip.clone()).flatten()
-        })?;
-        let ip: std::net::IpAddr = ip.parse().ok()?;
-        let url = format!(
-            "http://{}/metrics",
-            std::net::SocketAddr::new(ip, self.processor_metrics_port)
-        );
-        let mut response = self
-            .http
-            .get(url)
-            .send()
-            .await
-            .map_err(|error| tracing::debug!(error = %error.without_url(), "a processor's metrics do not answer"))
-            .ok()?;
-        let mut text = Vec::new();
-        while let Some(chunk) = response.chunk().await.ok()? {
-            if text.len() + chunk.len() > MAX_EXPOSITION_BYTES {
-                tracing::warn!(dataflow = %name, "a processor's metrics exceed the bound; ignored");
-                return None;
-            }
-            text.extend_from_slice(&chunk);
-        }
-        counters_of(std::str::from_utf8(&text).ok()?, name, SystemTime::now())
+        let text = self
+            .processors
+            .metrics(
+                &self.client,
+                &namespace_name(tenant.as_str()),
+                name,
+                MAX_EXPOSITION_BYTES,
+            )
+            .await?;
+        counters_of(&text, name, SystemTime::now())
     }
 
     fn queues(&self, tenant: &DnsLabel) -> Api<QueueService> {

@@ -18,4 +18,5 @@ mod dataflow_sqs;
 mod dev_routing;
 mod kubernetes;
 mod processor;
+mod processor_status;
 mod restart;

@@ -10,14 +10,15 @@ use crate::common::TempDir;
 use crate::common::pg::{bulk_table, count, db, pg, unique, wait_for, wait_mid_stream};
 use serde_json::{Value, json};
 
-struct Processor {
+pub(crate) struct Processor {
     child: Child,
+    pub(crate) port: u16,
     metrics: String,
 }
 
 impl Processor {
     /// A processor allowed to reach the test PostgreSQL on loopback.
-    fn start(dir: &Path, spec: &Value) -> Self {
+    pub(crate) fn start(dir: &Path, spec: &Value) -> Self {
         Self::start_with(dir, spec, &["--egress-allow", "127.0.0.1/32"])
     }
 
@@ -42,11 +43,12 @@ impl Processor {
             .expect("spawn sless processor");
         Self {
             child,
+            port,
             metrics: format!("http://127.0.0.1:{port}"),
         }
     }
 
-    async fn get(&self, path: &str) -> (u16, String) {
+    pub(crate) async fn get(&self, path: &str) -> (u16, String) {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             match reqwest::get(format!("{}{path}", self.metrics)).await {

@@ -253,7 +253,14 @@ pub fn deployment(
                             ..Default::default()
                         }]),
                         liveness_probe: Some(probe("/healthz")),
-                        readiness_probe: Some(probe("/readyz")),
+                        // Unready at the first failed check: the Deployment's
+                        // status changes and the controller reads the
+                        // processor's reason within seconds.
+                        readiness_probe: Some(Probe {
+                            period_seconds: Some(5),
+                            failure_threshold: Some(1),
+                            ..probe("/readyz")
+                        }),
                         resources,
                         volume_mounts: Some(
                             std::iter::once(VolumeMount {

@@ -5,6 +5,7 @@
 //! the Deployment's state to the DataFlow's phase. Deletion removes them.
 
 pub mod builders;
+pub mod processor;
 pub mod secrets;
 
 use std::collections::BTreeMap;
@@ -176,19 +177,30 @@ async fn apply(df: &DataFlow, api: &Api<DataFlow>, ctx: &Context) -> Result<Acti
     let was_up = current.phase == Some(DataFlowPhase::Running)
         || (current.phase == Some(DataFlowPhase::Error)
             && current.conditions.iter().any(|c| c.reason == "Unavailable"));
-    let (phase, reason, message) = match outcome {
-        Ok(true) => (DataFlowPhase::Running, "Running", "the processor is running".to_owned()),
-        Ok(false) if was_up => (
+    // The processor's own word comes first: it knows why it fails (a
+    // refused login, a refused message), which its readiness cannot say.
+    let reported = match &outcome {
+        Ok(_) => ctx.processors.status(&ctx.client, ns, &name).await,
+        Err(_) => None,
+    };
+    let (phase, reason, message) = match (outcome, reported) {
+        (Ok(_), Some(sless_model::dataflow::DataFlowStatus { phase, message })) => (
+            phase,
+            reported_reason(phase),
+            message.unwrap_or_else(|| "the processor gave no reason".into()),
+        ),
+        (Ok(true), None) => (DataFlowPhase::Running, "Running", "the processor is running".to_owned()),
+        (Ok(false), None) if was_up => (
             DataFlowPhase::Error,
             "Unavailable",
             "the processor has no ready replica".to_owned(),
         ),
-        Ok(false) => (
+        (Ok(false), None) => (
             DataFlowPhase::Pending,
             "Starting",
             "the processor is starting".to_owned(),
         ),
-        Err(reason) => (DataFlowPhase::Error, "Invalid", reason),
+        (Err(reason), _) => (DataFlowPhase::Error, "Invalid", reason),
     };
     let desired = DataFlowStatus {
         phase: Some(phase),
@@ -225,6 +237,16 @@ async fn apply(df: &DataFlow, api: &Api<DataFlow>, ctx: &Context) -> Result<Acti
         DataFlowPhase::Pending => Action::requeue(Duration::from_secs(5)),
         _ => Action::requeue(Duration::from_secs(30)),
     })
+}
+
+/// The condition's reason for a phase the processor reported.
+fn reported_reason(phase: DataFlowPhase) -> &'static str {
+    match phase {
+        DataFlowPhase::Running => "Running",
+        DataFlowPhase::Pending => "Starting",
+        DataFlowPhase::Error => "ProcessorFailing",
+        DataFlowPhase::Stopped => "Stopped",
+    }
 }
 
 /// Applies the children of a valid, resolved spec; whether the processor

@@ -439,3 +439,86 @@ async fn a_queue_service_by_name_resolves_to_its_url_and_keys_in_its_namespace_o
         );
     }
 }
+
+/// A processor pod of `orders` on loopback, running but not ready, as the
+/// kubelet reports a pod whose readiness fails.
+async fn processor_pod(ctx: &Context) {
+    let pod = k8s_openapi::api::core::v1::Pod {
+        metadata: ObjectMeta {
+            name: Some("dataflow-orders-5d9c-x7k2p".into()),
+            namespace: Some(NS.into()),
+            labels: Some(builders::processor_labels("orders")),
+            ..Default::default()
+        },
+        status: Some(k8s_openapi::api::core::v1::PodStatus {
+            phase: Some("Running".into()),
+            pod_ip: Some("127.0.0.1".into()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    Api::namespaced(ctx.client.clone(), NS)
+        .create(&PostParams::default(), &pod)
+        .await
+        .unwrap();
+}
+
+/// A stand-in processor whose `/status` says `said` (changed through the
+/// returned handle); its port.
+async fn saying(said: Value) -> (u16, Arc<std::sync::Mutex<Value>>) {
+    let said = Arc::new(std::sync::Mutex::new(said));
+    let shared = said.clone();
+    let app = axum::Router::new().route(
+        "/status",
+        axum::routing::get(move || {
+            let said = shared.lock().unwrap().clone();
+            async move { axum::Json(said) }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (port, said)
+}
+
+/// Why a processor fails reaches the DataFlow's status, its condition and
+/// an Event, in the processor's own words (those `sless dev` shows), and a
+/// new reason (a refused message counted again) replaces the old.
+#[tokio::test]
+async fn the_processors_reason_becomes_the_status_condition_and_event() {
+    let (api, ctx) = setup(flow(json!({"connectionString": "postgres://db/x", "table": "t"}))).await;
+    let wrong = "cannot connect: password authentication failed for user \"etl\"; retrying";
+    let (port, said) = saying(json!({"phase": "Error", "message": wrong})).await;
+    let ctx = Arc::new(
+        Context::new(ctx.client.clone(), OperatorConfig::default(), None)
+            .with_processors(processor::Processors::on_port(port)),
+    );
+    run(&api, &ctx).await;
+    run(&api, &ctx).await;
+    assert_eq!(status(&api).await.phase, Some(DataFlowPhase::Pending), "no pod yet");
+    processor_pod(&ctx).await;
+    run(&api, &ctx).await;
+    let now = status(&api).await;
+    assert_eq!(
+        (now.phase, now.message.as_deref()),
+        (Some(DataFlowPhase::Error), Some(wrong))
+    );
+    assert_eq!(now.conditions[0].reason, "ProcessorFailing");
+    assert_eq!(now.conditions[0].message, wrong);
+    assert!(
+        events(&ctx)
+            .await
+            .contains(&("Warning".into(), "ProcessorFailing".into(), 1)),
+        "{:?}",
+        events(&ctx).await
+    );
+
+    let refused = "postgresql table t refuses a message (null value in column \"id\") and there is no error sink: \
+                   retrying it; refused 3 time(s) so far";
+    *said.lock().unwrap() = json!({"phase": "Error", "message": refused});
+    run(&api, &ctx).await;
+    assert_eq!(status(&api).await.message.as_deref(), Some(refused));
+    *said.lock().unwrap() = json!({"phase": "Running", "message": "running"});
+    run(&api, &ctx).await;
+    assert_eq!(status(&api).await.phase, Some(DataFlowPhase::Running));
+}

@@ -4,11 +4,12 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 
 use super::*;
 use sless_model::dataflow::DataFlowRequest;
+use sless_operator::dataflow::builders::processor_labels;
 
 fn label(s: &str) -> DnsLabel {
     DnsLabel::parse(s, "name").unwrap()
