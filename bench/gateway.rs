@@ -147,6 +147,7 @@ async fn gateway(engine: SocketAddr) -> anyhow::Result<(Process, String)> {
     let process = Process(
         Command::new(env!("CARGO_BIN_EXE_sless"))
             .args(["gateway", "--listen", &format!("127.0.0.1:{port}")])
+            .args(["--metrics-listen", "127.0.0.1:0"])
             .args(["--control-plane", &format!("http://{control_plane}")])
             .args(["--worker-id", "bench-gateway", "--region", REGION])
             .env("SLESS_LOG", "warn")

@@ -142,3 +142,17 @@ def test_the_api_ingress_serves_the_api_and_the_console_and_nothing_else():
     paths = {p["path"]: p["backend"]["service"]["name"]
              for rule in ingress["spec"]["rules"] for p in rule["http"]["paths"]}
     assert paths == {"/api": "sless-api", "/console": "sless-api"}
+
+
+def test_gateways_are_scraped_for_their_per_tenant_metrics():
+    """Each gateway serves /metrics on an internal port (never the tenants'
+    sqs port) and says so in the annotations a Prometheus without the
+    operator's CRDs reads."""
+    for path in sorted((ROOT / "deploy/gateway").glob("gateway-*.yaml")):
+        pod = yaml.safe_load(path.read_text())["spec"]["template"]
+        notes = pod["metadata"]["annotations"]
+        container = pod["spec"]["containers"][0]
+        ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+        assert notes["prometheus.io/scrape"] == "true", path
+        assert int(notes["prometheus.io/port"]) == ports["metrics"] != ports["sqs"], path
+        assert f"--metrics-listen=0.0.0.0:{ports['metrics']}" in container["args"], path

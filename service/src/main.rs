@@ -112,6 +112,10 @@ struct GatewayArgs {
     /// Connections from tenants' clients: caps and timeouts.
     #[command(flatten)]
     limits: sless_runtime::http::ConnectionLimits,
+    /// Address of /metrics (per-tenant requests by action and outcome,
+    /// latency, bytes). It names tenants: keep it on an internal port.
+    #[arg(long, default_value = "0.0.0.0:9091")]
+    metrics_listen: SocketAddr,
 }
 
 #[derive(clap::Args)]
@@ -295,8 +299,14 @@ async fn gateway(args: GatewayArgs) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?
         .with_limits(args.limits);
-    tracing::info!(addr = %gateway.addr, public_url = gateway.public_url(), "SQS gateway serving");
+    let metrics = tokio::net::TcpListener::bind(args.metrics_listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", args.metrics_listen))?;
+    let metrics =
+        tokio::spawn(axum::serve(metrics, sless_sqs::gateway::metrics_router(gateway.counters())).into_future());
+    tracing::info!(addr = %gateway.addr, public_url = gateway.public_url(), metrics = %args.metrics_listen, "SQS gateway serving");
     gateway.run(shutdown_signal()).await?;
+    metrics.abort();
     Ok(())
 }
 

@@ -91,6 +91,7 @@ async fn gateway_applies_snapshots_verifies_proxies_and_reports() {
         .await
         .unwrap();
     let base = gateway.public_url().to_owned();
+    let counters = gateway.counters();
     tokio::spawn(gateway.run(std::future::pending()));
 
     let healthz = format!("{base}/healthz");
@@ -151,6 +152,31 @@ async fn gateway_applies_snapshots_verifies_proxies_and_reports() {
         store.outcome_totals("acme").await.unwrap() == [("auth_failed".to_string(), 2), ("ok".to_string(), 5)]
     })
     .await;
+    // The same requests on /metrics; a path naming no tenant of the table
+    // adds no tenant label.
+    let metrics = sless_sqs::gateway::metrics_router(counters);
+    let text = {
+        use tower::ServiceExt;
+        let request = axum::http::Request::get("/metrics")
+            .body(axum::body::Body::empty())
+            .unwrap();
+        let response = metrics.oneshot(request).await.unwrap();
+        String::from_utf8(
+            axum::body::to_bytes(response.into_body(), 1 << 20)
+                .await
+                .unwrap()
+                .to_vec(),
+        )
+        .unwrap()
+    };
+    for line in [
+        r#"sless_gateway_requests_total{tenant="acme",action="CreateQueue",outcome="ok"} 1"#,
+        r#"sless_gateway_requests_total{tenant="acme",action="ListQueues",outcome="ok"} 4"#,
+        r#"sless_gateway_requests_total{tenant="acme",action="ListQueues",outcome="auth_failed"} 2"#,
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line} missing from\n{text}");
+    }
+    assert!(!text.contains(r#"tenant="other""#), "{text}");
 
     // An invalid snapshot (a tenant twice) is NACKed and the old table stays.
     let backend = engine_server.addr.to_string();

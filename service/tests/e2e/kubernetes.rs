@@ -370,18 +370,21 @@ async fn the_kubernetes_path_routes_fences_and_survives_failures() {
     ];
     let control_planes = format!("{},{}", replicas[0].address, replicas[1].address);
 
-    let mut gateways = Vec::new();
+    let (mut gateways, mut metrics) = (Vec::new(), Vec::new());
     let spiffe = |worker: &str| format!("spiffe://{TRUST_DOMAIN}/{ENVIRONMENT}/worker/{worker}");
     for worker in ["gw-1", "gw-2"] {
         let (cert, key) = ca.issue(&[], &[&spiffe(worker)]);
         let cert = write(&dir.0, &format!("{worker}.pem"), &cert);
         let key = write(&dir.0, &format!("{worker}.key"), &key);
         let listen = format!("127.0.0.1:{}", free_port());
+        let metrics_listen = format!("127.0.0.1:{}", free_port());
         let child = sless()
             .args([
                 "gateway",
                 "--listen",
                 &listen,
+                "--metrics-listen",
+                &metrics_listen,
                 "--control-plane",
                 &control_planes,
                 "--worker-id",
@@ -398,6 +401,7 @@ async fn the_kubernetes_path_routes_fences_and_survives_failures() {
             .unwrap();
         listening(&listen).await;
         gateways.push((listen, Process(child)));
+        metrics.push(metrics_listen);
     }
 
     // Two tenants, each with its engine on a loopback address of its own.
@@ -431,6 +435,25 @@ async fn the_kubernetes_path_routes_fences_and_survives_failures() {
         let refused = boto3(&gateways[0].0, "a", keys, "send", "x").await;
         assert!(refused.get("error").is_some(), "{what} refused: {refused}");
     }
+    // The gateway counts tenant a's requests by action and outcome on its
+    // internal /metrics; tenant b's keys sent to /sqs/a name no tenant, so
+    // they add no series.
+    let text = reqwest::get(format!("http://{}/metrics", metrics[0]))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for series in [
+        r#"sless_gateway_requests_total{tenant="a",action="SendMessage",outcome="ok"}"#,
+        // The forged secret fails at the script's first call, CreateQueue.
+        r#"sless_gateway_requests_total{tenant="a",action="CreateQueue",outcome="auth_failed"}"#,
+        r#"sless_gateway_request_duration_seconds_count{tenant="a"}"#,
+        r#"sless_gateway_received_bytes_total{tenant="a"}"#,
+    ] {
+        assert!(text.contains(series), "{series} missing from\n{text}");
+    }
+    assert!(!text.contains(r#"tenant="b""#), "{text}");
     // An engine refuses whoever lacks its token (the gateway has it).
     let engine_a = cluster.engines["a"].0.clone();
     let direct = reqwest::Client::new()

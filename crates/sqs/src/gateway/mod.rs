@@ -124,6 +124,11 @@ impl Gateway {
         self
     }
 
+    /// Its per-tenant counters, which [`metrics_router`] renders.
+    pub fn counters(&self) -> Arc<Counters> {
+        self.state.counters.clone()
+    }
+
     pub fn public_url(&self) -> &str {
         &self.state.public_url
     }
@@ -202,4 +207,24 @@ impl Gateway {
         let _ = worker.await;
         result
     }
+}
+
+/// `/metrics` of the gateway's per-tenant counters, for an internal port:
+/// it names tenants, so it is never served to tenants' clients.
+pub fn metrics_router(counters: Arc<Counters>) -> Router {
+    Router::new().route(
+        "/metrics",
+        get(move || {
+            let text = counters.render();
+            async move {
+                (
+                    [(
+                        axum::http::header::CONTENT_TYPE,
+                        "text/plain; version=0.0.4; charset=utf-8",
+                    )],
+                    text,
+                )
+            }
+        }),
+    )
 }

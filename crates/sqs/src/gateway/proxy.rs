@@ -13,7 +13,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 
-use super::counters::Counters;
+use super::counters::{self, Counters};
 use super::table::SharedTable;
 use crate::error::SqsError;
 use crate::protocol::{self, Protocol};
@@ -162,7 +162,28 @@ fn is_length_limit(e: &axum::Error) -> bool {
     false
 }
 
+/// The index of the request's action (see [`counters::action_index`]):
+/// from `X-Amz-Target`, or the query protocol's `Action` in the query
+/// string or the form body (empty until the body is read).
+fn action_of(headers: &HeaderMap, query: Option<&str>, body: &[u8]) -> usize {
+    if let Some(target) = headers.get("x-amz-target") {
+        let action = target.to_str().ok().and_then(|t| t.strip_prefix("AmazonSQS."));
+        return counters::action_index(action.unwrap_or_default());
+    }
+    let form = |text: &[u8]| {
+        text.split(|b| *b == b'&')
+            .find_map(|pair| pair.strip_prefix(b"Action="))
+            .and_then(|a| std::str::from_utf8(a).ok())
+            .map(counters::action_index)
+    };
+    query
+        .and_then(|q| form(q.as_bytes()))
+        .or_else(|| form(body))
+        .unwrap_or_else(|| counters::action_index(""))
+}
+
 pub async fn handle(State(state): State<GatewayState>, request: Request) -> Response {
+    let started = std::time::Instant::now();
     let (parts, body) = request.into_parts();
     let protocol = protocol::detect(&parts.headers);
     let path = parts.uri.path().to_owned();
@@ -195,13 +216,15 @@ pub async fn handle(State(state): State<GatewayState>, request: Request) -> Resp
     // Everything but the signature is checked before the body is read: an
     // anonymous client cannot make the gateway hold a body.
     if let Err(e) = sigv4::check_scope_and_time(&parts.headers, &auth, now) {
-        counters.outcome(OutcomeKind::AuthFailed);
+        let action = action_of(&parts.headers, parts.uri.query(), &[]);
+        counters.record(action, OutcomeKind::AuthFailed, started.elapsed());
         return error(protocol, auth_error(e));
     }
     let (body, _room) = match read_body(body, declared, &state.bodies).await {
         Ok(read) => read,
         Err(e) => return error(protocol, e),
     };
+    let action = action_of(&parts.headers, parts.uri.query(), &body);
     let signed = sigv4::Request {
         method: parts.method.as_str(),
         path: &path,
@@ -210,7 +233,7 @@ pub async fn handle(State(state): State<GatewayState>, request: Request) -> Resp
         body: &body,
     };
     if let Err(e) = sigv4::verify(&signed, &auth, secret, now) {
-        counters.outcome(OutcomeKind::AuthFailed);
+        counters.record(action, OutcomeKind::AuthFailed, started.elapsed());
         return error(protocol, auth_error(e));
     }
     let Some((backend, token)) = table
@@ -218,7 +241,7 @@ pub async fn handle(State(state): State<GatewayState>, request: Request) -> Resp
         .get(tenant)
         .and_then(|r| Some((r.backend.clone()?, r.token.clone())))
     else {
-        counters.outcome(OutcomeKind::BackendError);
+        counters.record(action, OutcomeKind::BackendError, started.elapsed());
         return error(protocol, SqsError::unavailable("The queue service is not ready yet."));
     };
     counters.requests.fetch_add(1, Ordering::Relaxed);
@@ -262,12 +285,12 @@ pub async fn handle(State(state): State<GatewayState>, request: Request) -> Resp
             if !status.is_success() {
                 counters.errors.fetch_add(1, Ordering::Relaxed);
             }
-            counters.outcome(kind);
+            counters.record(action, kind, started.elapsed());
             response
         }
         Err(e) => {
             counters.errors.fetch_add(1, Ordering::Relaxed);
-            counters.outcome(OutcomeKind::BackendError);
+            counters.record(action, OutcomeKind::BackendError, started.elapsed());
             tracing::warn!(tenant, error = %e, "queue engine unreachable");
             error(
                 protocol,

@@ -11,6 +11,36 @@ use serde_json::Value;
 
 use crate::error::SqsError;
 
+/// Every action the engine serves (a test there keeps the two lists one):
+/// the gateway's metrics name these and count anything else as `other`,
+/// so no client can add a label value.
+pub const ACTIONS: [&str; 24] = [
+    "AddPermission",
+    "CancelMessageMoveTask",
+    "ChangeMessageVisibility",
+    "ChangeMessageVisibilityBatch",
+    "CreateQueue",
+    "DeleteMessage",
+    "DeleteMessageBatch",
+    "DeleteQueue",
+    "GetQueueAttributes",
+    "GetQueueUrl",
+    "ListDeadLetterSourceQueues",
+    "ListMessageMoveTasks",
+    "ListQueueTags",
+    "ListQueues",
+    "PurgeQueue",
+    "ReceiveMessage",
+    "RemovePermission",
+    "SendMessage",
+    "SendMessageBatch",
+    "SetQueueAttributes",
+    "SlessPeekMessages",
+    "StartMessageMoveTask",
+    "TagQueue",
+    "UntagQueue",
+];
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Protocol {
     Json,

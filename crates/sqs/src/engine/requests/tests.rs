@@ -120,3 +120,16 @@ fn an_unknown_action_is_refused() {
     };
     assert_eq!(e.shape, "InvalidAction");
 }
+
+/// The protocol's list of actions (which the gateway's metrics name) is
+/// exactly what the engine serves: each is parsed (whatever else is wrong
+/// with an empty input), and a name outside it is an invalid action.
+#[test]
+fn the_protocols_actions_are_the_ones_served() {
+    let invalid = |action: &str| matches!(Request::parse(action, &json!({})), Err(e) if e.shape == SqsError::invalid_action(String::new()).shape);
+    for action in crate::protocol::ACTIONS {
+        assert!(!invalid(action), "{action} is listed but not served");
+    }
+    assert!(crate::protocol::ACTIONS.contains(&PEEK_ACTION));
+    assert!(invalid("SendMessages"));
+}
