@@ -4,6 +4,12 @@
 /// Field manager of everything the operator applies.
 pub const FIELD_MANAGER: &str = "sless-operator";
 
+/// The label on every object the operator makes, by which it watches them.
+pub const MANAGED_BY_KEY: &str = "app.kubernetes.io/managed-by";
+pub const MANAGED_BY_VALUE: &str = "sless-operator";
+/// [`MANAGED_BY_KEY`]`=`[`MANAGED_BY_VALUE`] as a label selector.
+pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by=sless-operator";
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OperatorConfig {
     /// Public host of the SQS endpoints: `https://{host}/sqs/{tenant}`.
@@ -41,5 +47,16 @@ impl Default for OperatorConfig {
             gateway_namespace: "sless-system".into(),
             create_namespaces: true,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_selector_is_the_label() {
+        assert_eq!(MANAGED_BY, format!("{MANAGED_BY_KEY}={MANAGED_BY_VALUE}"));
+        assert!(super::super::routes::CHILDREN_SELECTOR.starts_with(MANAGED_BY));
     }
 }

@@ -17,6 +17,7 @@ use serde::de::DeserializeOwned;
 use sless_runtime::backoff::{Backoff, Retries};
 
 use super::config::{FIELD_MANAGER, OperatorConfig};
+use super::crd::Conditioned;
 use super::dataflow::processor::Processors;
 use sless_runtime::sync::Unpoisoned;
 
@@ -79,6 +80,27 @@ impl Context {
     }
 }
 
+impl Context {
+    /// Shows a failed reconcile of `obj` on it: a Warning Event and its
+    /// `Reconciled` condition False, both with the error.
+    async fn report_failure<K>(&self, api: &Api<K>, obj: &K, error: &Error)
+    where
+        K: Resource<DynamicType = ()> + Conditioned + Clone + DeserializeOwned + Debug,
+    {
+        let message = error.to_string();
+        let condition = Condition {
+            type_: RECONCILED.into(),
+            status: "False".into(),
+            reason: RECONCILE_FAILED.into(),
+            message: message.clone(),
+            observed_generation: None,
+            last_transition_time: super::objects::now(),
+        };
+        self.publish_phase(obj, false, &condition).await;
+        set_reconciled(api, obj, Some(&message)).await;
+    }
+}
+
 /// The backoff key of an object: its kind, namespace and name (two kinds
 /// share one `Context`, and may share a name).
 fn backoff_key<K: Resource<DynamicType = ()>>(obj: &K) -> String {
@@ -90,9 +112,16 @@ fn backoff_key<K: Resource<DynamicType = ()>>(obj: &K) -> String {
     )
 }
 
+/// The condition a failed reconcile sets: `Reconciled` False with why.
+pub const RECONCILED: &str = "Reconciled";
+const RECONCILE_FAILED: &str = "ReconcileFailed";
+
 /// Runs `reconcile` for a namespaced object behind `finalizer_name`
 /// (`kube::runtime::finalizer`): it gets the object's Api and an Apply or
-/// Cleanup event. A success resets the object's backoff.
+/// Cleanup event. A success resets the object's backoff (and clears a
+/// failure shown before); a failure (a refused PVC expansion, say) is shown
+/// on the object, as an Event and its `Reconciled` condition, not only
+/// in the log.
 pub async fn reconcile_finalized<K, F, Fut>(
     obj: Arc<K>,
     ctx: &Context,
@@ -100,17 +129,76 @@ pub async fn reconcile_finalized<K, F, Fut>(
     reconcile: F,
 ) -> Result<Action, Error>
 where
-    K: Resource<DynamicType = (), Scope = NamespaceResourceScope> + Clone + DeserializeOwned + Serialize + Debug,
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + Conditioned
+        + Clone
+        + DeserializeOwned
+        + Serialize
+        + Debug,
     F: FnOnce(Api<K>, Event<K>) -> Fut,
     Fut: Future<Output = Result<Action, Error>>,
 {
     let namespace = obj.namespace().ok_or(Error::NoNamespace)?;
     let api: Api<K> = Api::namespaced(ctx.client.clone(), &namespace);
     let key = backoff_key(&*obj);
-    finalizer(&api, finalizer_name, obj, |event| reconcile(api.clone(), event))
+    let failed_before = obj
+        .conditions()
+        .iter()
+        .any(|c| c.type_ == RECONCILED && c.status == "False");
+    let name = obj.name_any();
+    let outcome = finalizer(&api, finalizer_name, obj.clone(), |event| reconcile(api.clone(), event))
         .await
-        .map_err(|e| Error::Finalizer(Box::new(e)))
-        .inspect(|_| ctx.backoff.succeeded(&key))
+        .map_err(|e| Error::Finalizer(Box::new(e)));
+    match &outcome {
+        Ok(_) => {
+            ctx.backoff.succeeded(&key);
+            if failed_before && let Ok(Some(now)) = api.get_opt(&name).await {
+                set_reconciled(&api, &now, None).await;
+            }
+        }
+        Err(error) => ctx.report_failure(&api, &*obj, error).await,
+    }
+    outcome
+}
+
+/// Sets the `Reconciled` condition of `obj`: False with `failure`, else True.
+/// Like an Event, a courtesy: a failure to write it is logged.
+async fn set_reconciled<K>(api: &Api<K>, obj: &K, failure: Option<&str>)
+where
+    K: Resource<DynamicType = ()> + Conditioned + Clone + DeserializeOwned + Debug,
+{
+    let (status, reason, message) = match failure {
+        Some(message) => ("False", RECONCILE_FAILED, message),
+        None => ("True", RECONCILED, "the last reconcile succeeded"),
+    };
+    let mut conditions: Vec<Condition> = obj
+        .conditions()
+        .iter()
+        .filter(|c| c.type_ != RECONCILED)
+        .cloned()
+        .collect();
+    let previous = obj.conditions().iter().find(|c| c.type_ == RECONCILED);
+    conditions.push(Condition {
+        type_: RECONCILED.into(),
+        status: status.into(),
+        reason: reason.into(),
+        message: message.into(),
+        observed_generation: obj.meta().generation,
+        last_transition_time: previous
+            .filter(|c| c.status == status)
+            .map_or_else(super::objects::now, |c| c.last_transition_time.clone()),
+    });
+    let patch = serde_json::json!({"status": {"conditions": conditions}});
+    if let Err(error) = api
+        .patch_status(
+            &obj.name_any(),
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await
+    {
+        tracing::warn!(name = %obj.name_any(), %error, "cannot write the Reconciled condition");
+    }
 }
 
 /// The error policy of both controllers: retry with the object's backoff.

@@ -34,7 +34,7 @@ pub const POLL: Duration = Duration::from_secs(2);
 const RESTART: Backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(10));
 
 /// The children of QueueServices, as [`builders`] labels them.
-const CHILDREN: &str = "app.kubernetes.io/managed-by=sless-operator,app.kubernetes.io/name=sqs";
+pub(crate) const CHILDREN_SELECTOR: &str = "app.kubernetes.io/managed-by=sless-operator,app.kubernetes.io/name=sqs";
 
 /// Publishes the routing table every [`POLL`] until `stopped` is set. A
 /// failed read keeps the table as it was: gateways go on serving.
@@ -128,7 +128,7 @@ pub async fn table(client: &Client) -> Result<RoutingSnapshot, kube::Error> {
     let queues = Api::<QueueService>::all(client.clone())
         .list(&ListParams::default())
         .await?;
-    let children = ListParams::default().labels(CHILDREN);
+    let children = ListParams::default().labels(CHILDREN_SELECTOR);
     let key = |namespace: Option<String>, name: String| (namespace.unwrap_or_default(), name);
     let mut secrets: HashMap<(String, String), Secret> = Api::<Secret>::all(client.clone())
         .list(&children)

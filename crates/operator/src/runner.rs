@@ -13,7 +13,8 @@ use futures_util::StreamExt;
 use futures_util::future::BoxFuture;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
+use k8s_openapi::api::networking::v1::{Ingress, NetworkPolicy};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::watcher;
 use kube::{Api, Client};
@@ -25,7 +26,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use tokio::sync::watch;
 
-use super::config::OperatorConfig;
+use super::config::{MANAGED_BY, OperatorConfig};
 use super::context::{Context, Error, error_policy};
 use super::crd::dataflow::DataFlow;
 use super::crd::queue_service::QueueService;
@@ -196,12 +197,25 @@ where
     }
 }
 
+/// A watch of the objects the operator made (they carry its label).
+fn ours() -> watcher::Config {
+    watcher::Config::default().labels(MANAGED_BY)
+}
+
 async fn controllers(ctx: Arc<Context>, metrics: Arc<OperatorMetrics>, stopped: watch::Receiver<bool>) {
     let client = ctx.client.clone();
     let config = watcher::Config::default;
     let m = metrics.clone();
+    // Every kind a QueueService makes is watched, so a child deleted or
+    // changed by hand is put back at once, not at the next requeue. Only
+    // the operator's own objects (by label) are watched and cached.
     let queues = Controller::new(Api::<QueueService>::all(client.clone()), config())
-        .owns(Api::<Deployment>::all(client.clone()), config())
+        .owns(Api::<Deployment>::all(client.clone()), ours())
+        .owns(Api::<Service>::all(client.clone()), ours())
+        .owns(Api::<Ingress>::all(client.clone()), ours())
+        .owns(Api::<NetworkPolicy>::all(client.clone()), ours())
+        .owns(Api::<Secret>::all(client.clone()), ours())
+        .owns(Api::<ConfigMap>::all(client.clone()), ours())
         .graceful_shutdown_on(sless_runtime::shutdown::stopped(&stopped))
         .run(
             move |obj, ctx| {
@@ -213,9 +227,11 @@ async fn controllers(ctx: Arc<Context>, metrics: Arc<OperatorMetrics>, stopped: 
         )
         .for_each(|_| async {});
     let m = metrics;
+    // The checkpoint ConfigMap carries no label: its writes wake no reconcile.
     let flows = Controller::new(Api::<DataFlow>::all(client.clone()), config())
-        .owns(Api::<Deployment>::all(client.clone()), config())
-        .owns(Api::<ConfigMap>::all(client), config())
+        .owns(Api::<Deployment>::all(client.clone()), ours())
+        .owns(Api::<ConfigMap>::all(client.clone()), ours())
+        .owns(Api::<Secret>::all(client), ours())
         .graceful_shutdown_on(sless_runtime::shutdown::stopped(&stopped))
         .run(
             move |obj, ctx| {

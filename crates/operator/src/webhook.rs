@@ -1,8 +1,8 @@
-//! The validating admission webhook of DataFlow (seed 001): the API server
-//! sends each create and update as an AdmissionReview; the answer applies
-//! the same rules as the REST API (`DataFlowCrdSpec::to_spec`) and refuses
-//! secret references outside the object's namespace. Served over HTTPS, as
-//! the API server requires.
+//! The validating admission webhook: the API server sends each create and
+//! update as an AdmissionReview. A DataFlow (seed 001) gets the same rules
+//! as the REST API (`DataFlowCrdSpec::to_spec`), and secret references
+//! outside its namespace are refused; a QueueService must stand in its
+//! tenant's namespace. Served over HTTPS, as the API server requires.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -22,8 +22,10 @@ use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 
 use super::crd::dataflow::DataFlow;
+use super::crd::queue_service::QueueService;
 
 pub const DATAFLOW_PATH: &str = "/validate/dataflows";
+pub const QUEUE_SERVICE_PATH: &str = "/validate/queueservices";
 
 #[derive(Debug, thiserror::Error)]
 pub enum WebhookError {
@@ -66,6 +68,30 @@ pub fn review_dataflow(review: AdmissionReview<DataFlow>) -> AdmissionReview<Dyn
     .into_review()
 }
 
+/// The answer to one review of a QueueService: it must stand in its
+/// tenant's namespace (see [`crate::queue_service::misplaced`]).
+pub fn review_queue_service(review: AdmissionReview<QueueService>) -> AdmissionReview<DynamicObject> {
+    let request: AdmissionRequest<QueueService> = match review.try_into() {
+        Ok(request) => request,
+        Err(e) => return AdmissionResponse::invalid(e.to_string()).into_review(),
+    };
+    let response = AdmissionResponse::from(&request);
+    let Some(mut qs) = request
+        .object
+        .clone()
+        .filter(|_| request.operation != Operation::Delete)
+    else {
+        return response.into_review();
+    };
+    // The review names the namespace; the object may leave it unset.
+    qs.metadata.namespace = request.namespace.clone();
+    match crate::queue_service::misplaced(&qs) {
+        None => response,
+        Some(reason) => denied(response, &FieldError::invalid("tenantId", reason).into()),
+    }
+    .into_review()
+}
+
 /// A denial as the API server words a schema refusal: 422 `Invalid`, each
 /// problem a cause at its field, so callers read fields, not prose.
 fn denied(response: AdmissionResponse, errors: &ValidationErrors) -> AdmissionResponse {
@@ -92,10 +118,15 @@ fn denied(response: AdmissionResponse, errors: &ValidationErrors) -> AdmissionRe
 }
 
 pub fn router() -> Router {
-    Router::new().route(
-        DATAFLOW_PATH,
-        post(|Json(review): Json<AdmissionReview<DataFlow>>| async move { Json(review_dataflow(review)) }),
-    )
+    Router::new()
+        .route(
+            DATAFLOW_PATH,
+            post(|Json(review): Json<AdmissionReview<DataFlow>>| async move { Json(review_dataflow(review)) }),
+        )
+        .route(
+            QUEUE_SERVICE_PATH,
+            post(|Json(review): Json<AdmissionReview<QueueService>>| async move { Json(review_queue_service(review)) }),
+        )
 }
 
 /// TLS over a TCP listener, for axum::serve.
@@ -253,5 +284,51 @@ mod tests {
             response["status"]["details"]["causes"][0]["field"],
             "spec.sink.config.connectionStringSecretRef"
         );
+    }
+
+    fn queue_service_review(namespace: &str, tenant: &str) -> Value {
+        let review: AdmissionReview<QueueService> = serde_json::from_value(json!({
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": "9f3c0b8e-0000-4000-8000-000000000001",
+                "kind": {"group": "sless.kube5s.ru", "version": "v1alpha1", "kind": "QueueService"},
+                "resource": {"group": "sless.kube5s.ru", "version": "v1alpha1", "resource": "queueservices"},
+                "name": "main",
+                "namespace": namespace,
+                "operation": "CREATE",
+                "userInfo": {"username": "alice"},
+                "object": {
+                    "apiVersion": "sless.kube5s.ru/v1alpha1",
+                    "kind": "QueueService",
+                    "metadata": {"name": "main"},
+                    "spec": {"tenantId": tenant}
+                },
+                "dryRun": false
+            }
+        }))
+        .unwrap();
+        serde_json::to_value(review_queue_service(review)).unwrap()["response"].clone()
+    }
+
+    /// A QueueService makes its children in its tenant's namespace and
+    /// reads its keys there, so it may only stand there: one elsewhere
+    /// (another tenant's namespace, or any other) is denied at tenantId.
+    #[test]
+    fn a_queue_service_outside_its_tenants_namespace_is_denied() {
+        assert_eq!(queue_service_review("sless-fn-acme", "acme")["allowed"], true);
+        for (namespace, tenant) in [("sless-fn-acme", "beta"), ("default", "acme")] {
+            let response = queue_service_review(namespace, tenant);
+            assert_eq!(response["allowed"], false, "{namespace} {tenant}");
+            assert_eq!(response["status"]["code"], 422);
+            assert_eq!(response["status"]["details"]["causes"][0]["field"], "spec.tenantId");
+            assert!(
+                response["status"]["message"]
+                    .as_str()
+                    .unwrap()
+                    .contains(&format!("sless-fn-{tenant}")),
+                "{response}"
+            );
+        }
     }
 }

@@ -4,7 +4,25 @@ pub mod dataflow;
 pub mod queue_service;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::CustomResourceExt;
+
+/// A custom resource whose status holds conditions.
+pub trait Conditioned {
+    fn conditions(&self) -> &[Condition];
+}
+
+impl Conditioned for dataflow::DataFlow {
+    fn conditions(&self) -> &[Condition] {
+        self.status.as_ref().map_or(&[], |s| s.conditions.as_slice())
+    }
+}
+
+impl Conditioned for queue_service::QueueService {
+    fn conditions(&self) -> &[Condition] {
+        self.status.as_ref().map_or(&[], |s| s.conditions.as_slice())
+    }
+}
 
 /// Every CRD sless serves, by file name as `deploy/crds/` lists them.
 pub fn definitions() -> Vec<(&'static str, CustomResourceDefinition)> {

@@ -22,7 +22,7 @@ use kube::{Resource, ResourceExt};
 use sha2::{Digest, Sha256};
 
 use super::secrets::TlsMount;
-use crate::config::OperatorConfig;
+use crate::config::{MANAGED_BY_KEY, MANAGED_BY_VALUE, OperatorConfig};
 use crate::crd::dataflow::DataFlow;
 use sless_dataflow::checkpoint::configmap::configmap_name as checkpoint_name;
 use sless_dataflow::egress::PROCESSOR_TLS_DIR;
@@ -47,7 +47,7 @@ pub fn processor_labels(dataflow: &str) -> BTreeMap<String, String> {
     BTreeMap::from([
         ("app.kubernetes.io/name".to_owned(), "dataflow-processor".to_owned()),
         ("app.kubernetes.io/instance".to_owned(), dataflow.to_owned()),
-        ("app.kubernetes.io/managed-by".to_owned(), "sless-operator".to_owned()),
+        (MANAGED_BY_KEY.to_owned(), MANAGED_BY_VALUE.to_owned()),
     ])
 }
 

@@ -137,6 +137,13 @@ async fn resolve_queue_services(
             return Ok(Resolved::Unresolved(format!("queue service {name} is not Ready yet")));
         };
         let tenant = &qs.spec.tenant_id;
+        // Only the tenant's own: a QueueService in this namespace naming
+        // another tenant must not hand that tenant's keys out.
+        if qs_builders::namespace_name(tenant) != namespace {
+            return Ok(Resolved::Unresolved(format!(
+                "queue service {name} names tenant {tenant}, not the tenant of {namespace}"
+            )));
+        }
         let keys = Api::<Secret>::namespaced(ctx.client.clone(), &qs_builders::namespace_name(tenant))
             .get_opt(&qs_builders::secret_name(tenant))
             .await?

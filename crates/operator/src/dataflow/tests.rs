@@ -15,7 +15,8 @@ use serde_json::{Value, json};
 use super::*;
 use crate::config::OperatorConfig;
 
-const NS: &str = "team-a";
+/// A tenant's namespace, where REST puts its DataFlows and QueueService.
+const NS: &str = "sless-fn-acme";
 /// See queue_service/tests.rs: the fake refuses kube's first-finalizer patch.
 const OTHER: &str = "example.com/backup";
 
@@ -389,6 +390,9 @@ async fn a_queue_service_by_name_resolves_to_its_url_and_keys_in_its_namespace_o
     let builder = queue_service(kube_fake_client::ClientBuilder::new(), NS, "main", "acme", true);
     let builder = queue_service(builder, "team-b", "theirs", "beta", true);
     let builder = queue_service(builder, NS, "warming", "acme2", false);
+    // In the tenant's namespace, but naming another tenant (made without
+    // the webhook): its keys are that tenant's and are not handed out.
+    let builder = queue_service(builder, NS, "foreign", "gamma", true);
     let spec = json!({
         "source": {"type": "kafka", "config": {"brokers": ["k:9092"], "topic": "orders"}},
         "sink": {"type": "sqs", "config": {"queueService": "main", "queueName": "orders.fifo"}},
@@ -425,7 +429,11 @@ async fn a_queue_service_by_name_resolves_to_its_url_and_keys_in_its_namespace_o
     );
     processor_accepts(&written);
 
-    for (service, reason) in [("theirs", "not found in team-a"), ("warming", "not Ready yet")] {
+    for (service, reason) in [
+        ("theirs", "not found in sless-fn-acme"),
+        ("warming", "not Ready yet"),
+        ("foreign", "names tenant gamma"),
+    ] {
         let patch = json!({"spec": {"sink": {"type": "sqs", "config": {"queueService": service, "queueName": "q"}}}});
         api.patch("orders", &PatchParams::default(), &Patch::Merge(&patch))
             .await

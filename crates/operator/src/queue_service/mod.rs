@@ -42,10 +42,35 @@ pub async fn reconcile(qs: Arc<QueueService>, ctx: Arc<Context>) -> Result<Actio
     .await
 }
 
+/// Why a QueueService may not make its children, if it may not: they go
+/// to its tenant's namespace, so it must stand there itself. Anywhere else
+/// it could make, and read the keys of, another tenant's queue service.
+/// The admission webhook refuses such an object; the reconciler refuses
+/// it too, for a cluster that runs without the webhook.
+pub fn misplaced(qs: &QueueService) -> Option<String> {
+    let tenant = &qs.spec.tenant_id;
+    let home = builders::namespace_name(tenant);
+    let here = qs.metadata.namespace.as_deref().unwrap_or_default();
+    (here != home).then(|| {
+        format!("a QueueService of tenant {tenant} must be in the tenant's namespace {home}, where its objects go; it is in {here:?}")
+    })
+}
+
 async fn apply(qs: &QueueService, api: &Api<QueueService>, ctx: &Context) -> Result<Action, Error> {
     let tenant = &qs.spec.tenant_id;
     let ns = builders::namespace_name(tenant);
     let current = qs.status.clone().unwrap_or_default();
+    if let Some(reason) = misplaced(qs) {
+        let refused = QueueServiceStatus {
+            phase: Some(QueueServicePhase::Failed),
+            message: Some(reason),
+            ..current.clone()
+        };
+        if refused != current {
+            patch_status(api, qs, &refused).await?;
+        }
+        return Ok(Action::await_change());
+    }
     if current.phase.is_none() {
         let accepted = QueueServiceStatus {
             phase: Some(QueueServicePhase::Pending),

@@ -363,3 +363,83 @@ async fn the_sless_engine_gets_a_token_a_fence_and_the_gateway_behind_its_ingres
         assert!(gone);
     }
 }
+
+/// A QueueService in one tenant's namespace that names another tenant
+/// (made where the webhook does not run) makes nothing, in neither
+/// namespace, and says why.
+#[tokio::test]
+async fn a_queue_service_naming_another_tenant_makes_nothing() {
+    let (api, ctx) = setup().await;
+    let patch = serde_json::json!({"spec": {"tenantId": "beta"}});
+    api.patch("main", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    run(&api, &ctx).await;
+    run(&api, &ctx).await;
+    let status = api.get("main").await.unwrap().status.unwrap();
+    assert_eq!(status.phase, Some(QueueServicePhase::Failed));
+    assert!(status.message.unwrap().contains("sless-fn-beta"));
+    for ns in [NS, "sless-fn-beta"] {
+        let made = Api::<Deployment>::namespaced(ctx.client.clone(), ns)
+            .list(&Default::default())
+            .await
+            .unwrap();
+        assert!(made.items.is_empty(), "{ns}");
+        let keys = Api::<Secret>::namespaced(ctx.client.clone(), ns)
+            .list(&Default::default())
+            .await
+            .unwrap();
+        assert!(keys.items.is_empty(), "{ns}");
+    }
+}
+
+/// A reconcile that fails (here the API server refusing a volume's growth)
+/// is shown on the QueueService, as a Warning Event and its `Reconciled`
+/// condition with the reason, not only in the operator's log; the next
+/// reconcile that succeeds clears it.
+#[tokio::test]
+async fn a_failed_reconcile_shows_on_the_object_until_one_succeeds() {
+    let (api, ctx) = setup().await;
+    run(&api, &ctx).await;
+    run(&api, &ctx).await;
+    let refusal =
+        "persistentvolumeclaims \"sqs-data-acme\" is forbidden: only dynamically provisioned pvc can be resized";
+    let failed = crate::context::reconcile_finalized(
+        Arc::new(api.get("main").await.unwrap()),
+        &ctx,
+        FINALIZER,
+        |_, _| async {
+            Err(Error::Kube(kube::Error::Api(Box::new(kube::core::Status::failure(
+                refusal,
+                "Forbidden",
+            )))))
+        },
+    )
+    .await;
+    assert!(failed.is_err());
+    let reconciled = |qs: QueueService| {
+        qs.status
+            .unwrap()
+            .conditions
+            .into_iter()
+            .find(|c| c.type_ == crate::context::RECONCILED)
+            .map(|c| (c.status, c.reason, c.message))
+    };
+    let (status, reason, message) = reconciled(api.get("main").await.unwrap()).unwrap();
+    assert_eq!((status.as_str(), reason.as_str()), ("False", "ReconcileFailed"));
+    assert!(message.contains("only dynamically provisioned"), "{message}");
+    assert!(
+        events(&ctx)
+            .await
+            .contains(&("Warning".into(), "ReconcileFailed".into(), 1)),
+        "{:?}",
+        events(&ctx).await
+    );
+    // The Ready condition the reconciler wrote is kept beside it.
+    let conditions = api.get("main").await.unwrap().status.unwrap().conditions;
+    assert!(conditions.iter().any(|c| c.type_ == "Ready"), "{conditions:?}");
+
+    run(&api, &ctx).await;
+    let (status, ..) = reconciled(api.get("main").await.unwrap()).unwrap();
+    assert_eq!(status, "True");
+}

@@ -31,7 +31,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::Resource;
 
-use crate::config::OperatorConfig;
+use crate::config::{MANAGED_BY_KEY, MANAGED_BY_VALUE, OperatorConfig};
 use crate::crd::queue_service::{QueueEngine, QueueService};
 use sless_model::queue_service::Credentials;
 
@@ -79,7 +79,7 @@ fn labels(tenant: &str) -> BTreeMap<String, String> {
     BTreeMap::from([
         ("app.kubernetes.io/name".to_owned(), "sqs".to_owned()),
         ("app.kubernetes.io/instance".to_owned(), tenant.to_owned()),
-        ("app.kubernetes.io/managed-by".to_owned(), "sless-operator".to_owned()),
+        (MANAGED_BY_KEY.to_owned(), MANAGED_BY_VALUE.to_owned()),
     ])
 }
 
