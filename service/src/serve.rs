@@ -61,9 +61,15 @@ pub struct OperatorArgs {
     /// region, so clients may keep their SDK's default.
     #[arg(long, env = "SLESS_REGION", default_value = sless_sqs::DEFAULT_REGION, value_parser = sless_sqs::region_arg)]
     region: String,
-    /// TLS Secret of the SQS Ingress host, if the Ingress terminates TLS.
+    /// The SQS host's certificate: a kubernetes.io/tls Secret in
+    /// --sqs-tls-namespace, copied into each tenant namespace for its
+    /// Ingress. Endpoints say https:// only while it exists; without it,
+    /// http://.
     #[arg(long, env = "SQS_TLS_SECRET")]
     sqs_tls_secret: Option<String>,
+    /// Namespace of --sqs-tls-secret (the operator's own).
+    #[arg(long, env = "SQS_TLS_NAMESPACE", default_value = "sless-system")]
+    sqs_tls_namespace: String,
     /// The sless image, which tenants' queue engines (sless queue) and the
     /// dataflow processors (sless processor) run. Seed 001 names it
     /// PROCESSOR_IMAGE; SLESS_IMAGE is read when that is unset. Default
@@ -182,6 +188,7 @@ pub async fn run(args: ServeArgs, shutdown: impl Future<Output = ()> + Send + 's
                 image: image(op.image, std::env::var("SLESS_IMAGE").ok()),
                 elasticmq_image: op.elasticmq_image,
                 sqs_tls_secret: op.sqs_tls_secret,
+                sqs_tls_namespace: op.sqs_tls_namespace,
                 gateway_host: op.gateway_host,
                 gateway_namespace: op.gateway_namespace,
                 create_namespaces: op.create_namespaces,

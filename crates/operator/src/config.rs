@@ -21,8 +21,15 @@ pub struct OperatorConfig {
     pub image: String,
     /// Image of the queue engine of a QueueService with `engine: elasticmq`.
     pub elasticmq_image: String,
-    /// TLS Secret of the SQS Ingress host.
+    /// The certificate of the SQS host: a `kubernetes.io/tls` Secret in
+    /// [`Self::sqs_tls_namespace`] (one cert-manager Certificate makes it),
+    /// which the operator copies into each tenant namespace as
+    /// `sqs-tls-{tenant}`, since an Ingress reads its TLS Secret from its
+    /// own namespace. Endpoints are `https://` only while it exists;
+    /// without it they are plain `http://`.
     pub sqs_tls_secret: Option<String>,
+    /// Namespace of [`Self::sqs_tls_secret`] (the operator's own).
+    pub sqs_tls_namespace: String,
     /// DNS name of the SQS gateway's Service: tenant Ingresses route to it,
     /// never to an engine.
     pub gateway_host: String,
@@ -35,6 +42,13 @@ pub struct OperatorConfig {
     pub create_namespaces: bool,
 }
 
+impl OperatorConfig {
+    /// Whether tenants' endpoints are served over TLS.
+    pub fn sqs_tls(&self) -> bool {
+        self.sqs_tls_secret.is_some()
+    }
+}
+
 impl Default for OperatorConfig {
     fn default() -> Self {
         Self {
@@ -43,6 +57,7 @@ impl Default for OperatorConfig {
             image: "ghcr.io/kube5s/sless:latest".into(),
             elasticmq_image: "softwaremill/elasticmq-native:1.7.1".into(),
             sqs_tls_secret: None,
+            sqs_tls_namespace: "sless-system".into(),
             gateway_host: "sless-gateway.sless-system.svc.cluster.local".into(),
             gateway_namespace: "sless-system".into(),
             create_namespaces: true,

@@ -21,7 +21,7 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::Event as Finalizer;
 
-use super::config::FIELD_MANAGER;
+use super::config::{FIELD_MANAGER, OperatorConfig};
 use super::context::reconcile_finalized;
 pub use super::context::{Context, Error, error_policy};
 use sless_model::queue_service::QueueServicePhase;
@@ -115,13 +115,40 @@ async fn apply(qs: &QueueService, api: &Api<QueueService>, ctx: &Context) -> Res
         }
         Some(_) => {}
     }
+    // TLS is on while the SQS host's certificate exists: then its copy
+    // goes to the tenant's namespace and the endpoint says https.
+    let tls_source = match &ctx.config.sqs_tls_secret {
+        Some(name) => Api::<Secret>::namespaced(client.clone(), &ctx.config.sqs_tls_namespace)
+            .get_opt(name)
+            .await?
+            .filter(|s| {
+                s.data
+                    .as_ref()
+                    .is_some_and(|d| d.contains_key("tls.crt") && d.contains_key("tls.key"))
+            }),
+        None => None,
+    };
+    if ctx.config.sqs_tls_secret.is_some() && tls_source.is_none() {
+        tracing::warn!(
+            secret = ?ctx.config.sqs_tls_secret,
+            namespace = %ctx.config.sqs_tls_namespace,
+            "the SQS host's TLS Secret is missing: endpoints are plain http until it exists"
+        );
+    }
+    let config = OperatorConfig {
+        sqs_tls_secret: tls_source.as_ref().and(ctx.config.sqs_tls_secret.clone()),
+        ..ctx.config.clone()
+    };
+    let config = &config;
+    match &tls_source {
+        Some(source) => {
+            objects::apply(&secrets, &builders::tls_secret(qs, source)).await?;
+        }
+        None => objects::delete::<Secret>(client, &ns, &builders::tls_secret_name(tenant)).await?,
+    }
     match qs.spec.engine {
         QueueEngine::Elasticmq => {
-            objects::apply(
-                &Api::namespaced(client.clone(), &ns),
-                &builders::configmap(qs, &ctx.config),
-            )
-            .await?;
+            objects::apply(&Api::namespaced(client.clone(), &ns), &builders::configmap(qs, config)).await?;
         }
         QueueEngine::Sless => {
             objects::delete::<ConfigMap>(client, &ns, &builders::configmap_name(tenant)).await?;
@@ -137,23 +164,23 @@ async fn apply(qs: &QueueService, api: &Api<QueueService>, ctx: &Context) -> Res
     // The fence before the engine: only gateways reach it.
     objects::apply(
         &Api::<NetworkPolicy>::namespaced(client.clone(), &ns),
-        &builders::network_policy(qs, &ctx.config),
+        &builders::network_policy(qs, config),
     )
     .await?;
     let deployment = objects::apply(
         &Api::<Deployment>::namespaced(client.clone(), &ns),
-        &builders::deployment(qs, &ctx.config),
+        &builders::deployment(qs, config),
     )
     .await?;
     objects::apply(&Api::<Service>::namespaced(client.clone(), &ns), &builders::service(qs)).await?;
     objects::apply(
         &Api::<Service>::namespaced(client.clone(), &ns),
-        &builders::gateway_service(qs, &ctx.config),
+        &builders::gateway_service(qs, config),
     )
     .await?;
     objects::apply(
         &Api::<Ingress>::namespaced(client.clone(), &ns),
-        &builders::ingress(qs, &ctx.config),
+        &builders::ingress(qs, config),
     )
     .await?;
 
@@ -163,7 +190,7 @@ async fn apply(qs: &QueueService, api: &Api<QueueService>, ctx: &Context) -> Res
         .and_then(|s| s.available_replicas)
         .unwrap_or(0)
         >= 1;
-    let desired = observed_status(&current, available, &builders::endpoint(&ctx.config, tenant), tenant);
+    let desired = observed_status(&current, available, &builders::endpoint(config, tenant), tenant);
     if desired != current {
         patch_status(api, qs, &desired).await?;
         tracing::info!(name = %qs.name_any(), %tenant, phase = ?desired.phase, "QueueService reconciled");
@@ -242,6 +269,7 @@ async fn cleanup(qs: &QueueService, api: &Api<QueueService>, ctx: &Context) -> R
     objects::delete::<NetworkPolicy>(client, &ns, &builders::network_policy_name(tenant)).await?;
     objects::delete::<ConfigMap>(client, &ns, &builders::configmap_name(tenant)).await?;
     objects::delete::<Secret>(client, &ns, &builders::secret_name(tenant)).await?;
+    objects::delete::<Secret>(client, &ns, &builders::tls_secret_name(tenant)).await?;
     tracing::info!(name = %qs.name_any(), %tenant, "QueueService removed; its PVC is kept");
     Ok(Action::await_change())
 }

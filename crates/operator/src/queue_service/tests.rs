@@ -151,7 +151,8 @@ async fn create_then_available_then_ready_and_a_rerun_changes_nothing() {
     assert_eq!(action, Action::requeue(Duration::from_secs(300)));
     let ready = status(&api).await;
     assert_eq!(ready.phase, Some(QueueServicePhase::Ready));
-    assert_eq!(ready.endpoint.as_deref(), Some("https://sqs.kube5s.ru/sqs/acme"));
+    // No TLS configured: the endpoint says so.
+    assert_eq!(ready.endpoint.as_deref(), Some("http://sqs.kube5s.ru/sqs/acme"));
     assert!(ready.ready_at.is_some());
     assert_eq!(ready.conditions[0].status, "True");
 
@@ -442,4 +443,80 @@ async fn a_failed_reconcile_shows_on_the_object_until_one_succeeds() {
     run(&api, &ctx).await;
     let (status, ..) = reconciled(api.get("main").await.unwrap()).unwrap();
     assert_eq!(status, "True");
+}
+
+/// With the SQS host's certificate configured, each tenant's namespace
+/// gets a copy (no hand copying), its Ingress serves TLS with it and the
+/// endpoint says https; a renewed certificate is copied again; while the
+/// certificate is missing, the endpoint says http.
+#[tokio::test]
+async fn the_hosts_certificate_is_copied_to_the_tenant_and_the_endpoint_says_https() {
+    let (api, ctx) = setup().await;
+    let tls = OperatorConfig {
+        sqs_tls_secret: Some("sless-sqs-tls".into()),
+        create_namespaces: false,
+        ..OperatorConfig::default()
+    };
+    let ctx = Arc::new(Context::new(ctx.client.clone(), tls, None));
+    run(&api, &ctx).await;
+    run(&api, &ctx).await;
+    set_available(&ctx, 1).await;
+    run(&api, &ctx).await;
+    assert_eq!(
+        status(&api).await.endpoint.as_deref(),
+        Some("http://sqs.kube5s.ru/sqs/acme"),
+        "configured but not there yet"
+    );
+    let source = |crt: &str| Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some("sless-sqs-tls".into()),
+            namespace: Some("sless-system".into()),
+            ..Default::default()
+        },
+        data: Some(std::collections::BTreeMap::from([
+            ("tls.crt".to_owned(), k8s_openapi::ByteString(crt.as_bytes().to_vec())),
+            ("tls.key".to_owned(), k8s_openapi::ByteString(b"KEY".to_vec())),
+            ("ca.crt".to_owned(), k8s_openapi::ByteString(b"CA".to_vec())),
+        ])),
+        type_: Some("kubernetes.io/tls".into()),
+        ..Default::default()
+    };
+    let system: Api<Secret> = Api::namespaced(ctx.client.clone(), "sless-system");
+    system.create(&PostParams::default(), &source("CERT-1")).await.unwrap();
+    run(&api, &ctx).await;
+    let copied = Api::<Secret>::namespaced(ctx.client.clone(), NS)
+        .get("sqs-tls-acme")
+        .await
+        .unwrap();
+    let data = copied.data.unwrap();
+    assert_eq!(data["tls.crt"].0, b"CERT-1");
+    assert!(!data.contains_key("ca.crt"), "only the pair an Ingress reads");
+    let ingress = Api::<Ingress>::namespaced(ctx.client.clone(), NS)
+        .get("sqs-ing-acme")
+        .await
+        .unwrap();
+    assert_eq!(
+        ingress.spec.unwrap().tls.unwrap()[0].secret_name.as_deref(),
+        Some("sqs-tls-acme")
+    );
+    assert_eq!(
+        status(&api).await.endpoint.as_deref(),
+        Some("https://sqs.kube5s.ru/sqs/acme")
+    );
+
+    // cert-manager renews it: the next reconcile copies the new one.
+    system
+        .replace("sless-sqs-tls", &PostParams::default(), &{
+            let mut renewed = source("CERT-2");
+            renewed.metadata.resource_version = system.get("sless-sqs-tls").await.unwrap().metadata.resource_version;
+            renewed
+        })
+        .await
+        .unwrap();
+    run(&api, &ctx).await;
+    let copied = Api::<Secret>::namespaced(ctx.client.clone(), NS)
+        .get("sqs-tls-acme")
+        .await
+        .unwrap();
+    assert_eq!(copied.data.unwrap()["tls.crt"].0, b"CERT-2");
 }

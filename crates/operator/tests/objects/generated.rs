@@ -46,6 +46,22 @@ fn generated_children_pass_the_kubernetes_schemas() {
         ("ingress", yaml(&q::ingress(&qs, &config))),
         ("gateway-service", yaml(&q::gateway_service(&qs, &config))),
         ("network-policy", yaml(&q::network_policy(&qs, &config))),
+        (
+            "tls-secret",
+            yaml(&q::tls_secret(
+                &qs,
+                &k8s_openapi::api::core::v1::Secret {
+                    data: Some(
+                        [
+                            ("tls.crt".to_owned(), k8s_openapi::ByteString(b"CERT".to_vec())),
+                            ("tls.key".to_owned(), k8s_openapi::ByteString(b"KEY".to_vec())),
+                        ]
+                        .into(),
+                    ),
+                    ..Default::default()
+                },
+            )),
+        ),
     ];
     let mut elasticmq = qs.clone();
     elasticmq.spec.engine = QueueEngine::Elasticmq;

@@ -13,7 +13,9 @@ use k8s_openapi::api::networking::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use super::{GATEWAY_LABEL, SQS_PORT, gateway_service_name, ingress_name, labels, meta, network_policy_name};
+use super::{
+    GATEWAY_LABEL, SQS_PORT, gateway_service_name, ingress_name, labels, meta, network_policy_name, tls_secret_name,
+};
 use crate::config::OperatorConfig;
 use crate::crd::queue_service::QueueService;
 
@@ -101,10 +103,10 @@ pub fn ingress(qs: &QueueService, config: &OperatorConfig) -> Ingress {
                     }],
                 }),
             }]),
-            tls: config.sqs_tls_secret.as_ref().map(|secret| {
+            tls: config.sqs_tls().then(|| {
                 vec![IngressTLS {
                     hosts: Some(vec![config.sqs_external_host.clone()]),
-                    secret_name: Some(secret.clone()),
+                    secret_name: Some(tls_secret_name(tenant)),
                 }]
             }),
             ..Default::default()

@@ -18,9 +18,9 @@ pub fn elasticmq_conf(config: &OperatorConfig, tenant: &str, persistence: bool) 
     format!(
         r#"include classpath("application.conf")
 node-address {{
-  protocol = https
+  protocol = {protocol}
   host = "{host}"
-  port = 443
+  port = {port}
   context-path = "/sqs/{tenant}"
 }}
 rest-sqs {{
@@ -39,6 +39,8 @@ aws {{
 }}
 "#,
         host = config.sqs_external_host,
+        protocol = if config.sqs_tls() { "https" } else { "http" },
+        port = if config.sqs_tls() { 443 } else { 80 },
         region = config.region,
         account = sless_sqs::credentials::account_id(tenant),
     )

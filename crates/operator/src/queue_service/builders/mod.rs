@@ -71,8 +71,15 @@ pub fn network_policy_name(tenant: &str) -> String {
 }
 
 /// The endpoint clients use once the instance is Ready.
+/// The Secret of the SQS host's certificate in the tenant's namespace.
+pub fn tls_secret_name(tenant: &str) -> String {
+    format!("sqs-tls-{tenant}")
+}
+
+/// The tenant's endpoint: `https://` only when its Ingress has TLS.
 pub fn endpoint(config: &OperatorConfig, tenant: &str) -> String {
-    format!("https://{}/sqs/{tenant}", config.sqs_external_host)
+    let scheme = if config.sqs_tls() { "https" } else { "http" };
+    format!("{scheme}://{}/sqs/{tenant}", config.sqs_external_host)
 }
 
 fn labels(tenant: &str) -> BTreeMap<String, String> {
@@ -121,6 +128,22 @@ pub fn secret(qs: &QueueService, credentials: &Credentials, engine_token: &str) 
             (ENGINE_TOKEN_KEY.to_owned(), engine_token.to_owned()),
         ])),
         type_: Some("Opaque".into()),
+        ..Default::default()
+    }
+}
+
+/// The copy of the SQS host's certificate (`source`, the operator's) in
+/// the tenant's namespace, where its Ingress can read it.
+pub fn tls_secret(qs: &QueueService, source: &Secret) -> Secret {
+    let data = source.data.clone().unwrap_or_default();
+    Secret {
+        metadata: meta(qs, tls_secret_name(&qs.spec.tenant_id)),
+        data: Some(
+            data.into_iter()
+                .filter(|(k, _)| k == "tls.crt" || k == "tls.key")
+                .collect(),
+        ),
+        type_: Some("kubernetes.io/tls".into()),
         ..Default::default()
     }
 }

@@ -150,7 +150,7 @@ fn the_default_deployment_runs_sless_queue_with_its_journal_and_token_and_no_pri
     assert_eq!(container.image.as_deref(), Some("ghcr.io/kube5s/sless:latest"));
     assert_eq!(
         container.args.as_ref().unwrap().join(" "),
-        "queue --listen 0.0.0.0:9324 --account-id 469329139872 --base-url https://sqs.kube5s.ru/sqs/acme --region ru-msk-1 --data-dir /data"
+        "queue --listen 0.0.0.0:9324 --account-id 469329139872 --base-url http://sqs.kube5s.ru/sqs/acme --region ru-msk-1 --data-dir /data"
     );
     let token = &container.env.as_ref().unwrap()[0];
     let from = token.value_from.as_ref().unwrap().secret_key_ref.as_ref().unwrap();
@@ -252,11 +252,19 @@ fn pvc_service_and_ingress() {
             Some("sless-gateway.sless-system.svc.cluster.local")
         )
     );
-    assert_eq!(spec.tls.unwrap()[0].secret_name.as_deref(), Some("sqs-tls"));
-    assert_eq!(
-        endpoint(&OperatorConfig::default(), "acme"),
-        "https://sqs.kube5s.ru/sqs/acme"
-    );
+    // The certificate's copy in the tenant's namespace, where an Ingress
+    // can read it; the endpoint says https only with TLS.
+    assert_eq!(spec.tls.unwrap()[0].secret_name.as_deref(), Some("sqs-tls-acme"));
+    let plain = OperatorConfig::default();
+    assert!(ingress(&q, &plain).spec.unwrap().tls.is_none());
+    assert_eq!(endpoint(&plain, "acme"), "http://sqs.kube5s.ru/sqs/acme");
+    let tls = OperatorConfig {
+        sqs_tls_secret: Some("sqs-tls".into()),
+        ..OperatorConfig::default()
+    };
+    assert_eq!(endpoint(&tls, "acme"), "https://sqs.kube5s.ru/sqs/acme");
+    assert!(elasticmq_conf(&tls, "acme", true).contains("protocol = https"));
+    assert!(elasticmq_conf(&plain, "acme", true).contains("protocol = http\n"));
 }
 
 /// Every label value in `v` (metadata, selectors, pod templates).
