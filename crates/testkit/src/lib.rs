@@ -4,6 +4,7 @@
 
 pub mod clickhouse;
 pub mod cp;
+pub mod kube_api;
 pub mod redis;
 pub mod sqs;
 pub mod tls;

@@ -17,6 +17,7 @@ mod dataflow_pg;
 mod dataflow_sqs;
 mod dev_routing;
 mod kubernetes;
+mod kubernetes_wire;
 mod processor;
 mod processor_status;
 mod restart;
