@@ -276,4 +276,26 @@ async fn the_real_controllers_reconcile_over_http_survive_redis_and_fail_over() 
     )
     .await;
     assert_eq!((status, view["phase"].as_str()), (200, Some("Ready")), "{view}");
+
+    // The API server gone: the replica turns unready (it leaves the API's
+    // and the webhook's Services) and the REST API says the platform is
+    // unavailable, not a refusal.
+    drop(cluster);
+    let probe = format!("{}/readyz", replicas[alive].probes);
+    eventually(Duration::from_secs(15), "unready without the API server", || async {
+        status_of(&probe).await == 503
+    })
+    .await;
+    let (status, body) = rest(
+        &http,
+        reqwest::Method::GET,
+        &format!("{}/api/v1/queue-services", replicas[alive].api),
+        None,
+    )
+    .await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (503, Some("unavailable")),
+        "{body}"
+    );
 }
