@@ -3,7 +3,9 @@
 //!
 //! Over 500 lines: one scenario a test, each with its own tables.
 
-use crate::common::pg::{bulk_table, count, db, dsn, pg, settled_view, unique, wait_for, wait_mid_stream};
+use crate::common::pg::{
+    bulk_table, count, db, dsn, pg, refusing_tables, settled_view, unique, wait_for, wait_mid_stream,
+};
 use crate::common::{DevServer, TOKEN_A, TempDir};
 use serde_json::{Value, json};
 
@@ -389,14 +391,7 @@ async fn no_row_is_skipped_at_ties_or_when_transactions_commit_out_of_order() {
 #[tokio::test]
 async fn a_message_the_sink_refuses_shows_on_the_dataflow_while_it_is_retried() {
     let db = db().await;
-    let (src, dst) = (unique("refused"), unique("refused_dst"));
-    db.batch_execute(&format!(
-        "CREATE TABLE {src} (id serial PRIMARY KEY, amount int);
-         INSERT INTO {src} (amount) VALUES (1), (-5), (3);
-         CREATE TABLE {dst} (id int PRIMARY KEY, amount int CONSTRAINT positive CHECK (amount > 0));"
-    ))
-    .await
-    .unwrap();
+    let (src, dst) = refusing_tables(&db, "refused").await;
     let dir = TempDir::new("df-refused");
     let server = DevServer::start(&dir.0);
     let a = server.client(TOKEN_A);

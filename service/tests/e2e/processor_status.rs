@@ -25,7 +25,7 @@ use sless_operator::dataflow::processor::Processors;
 use sless_testkit::clickhouse::{ClickHouseServer, PASSWORD};
 
 use crate::common::TempDir;
-use crate::common::pg::{db, pg, unique};
+use crate::common::pg::{db, pg, refusing_tables, unique};
 use crate::processor::Processor;
 
 const NS: &str = "team-a";
@@ -125,14 +125,7 @@ async fn a_wrong_password_reaches_the_dataflow_status_without_the_password() {
 #[tokio::test]
 async fn a_refused_message_and_its_count_reach_the_dataflow_status() {
     let db = db().await;
-    let (src, dst) = (unique("k8s_refused"), unique("k8s_refused_dst"));
-    db.batch_execute(&format!(
-        "CREATE TABLE {src} (id serial PRIMARY KEY, amount int);
-         INSERT INTO {src} (amount) VALUES (1), (-5), (3);
-         CREATE TABLE {dst} (id int PRIMARY KEY, amount int CONSTRAINT positive CHECK (amount > 0));"
-    ))
-    .await
-    .unwrap();
+    let (src, dst) = refusing_tables(&db, "k8s_refused").await;
     let spec = json!({"source": pg(&src, json!({"pollInterval": 1})), "sink": pg(&dst, json!({}))});
     let dir = TempDir::new("status-refused");
     let processor = Processor::start(&dir.0, &spec);

@@ -35,6 +35,20 @@ pub async fn bulk_table(db: &tokio_postgres::Client, prefix: &str, rows: i64) ->
     table
 }
 
+/// A source of three rows, one of them (amount -5) refused by the new
+/// destination's `positive` check: (source, destination).
+pub async fn refusing_tables(db: &tokio_postgres::Client, prefix: &str) -> (String, String) {
+    let (src, dst) = (unique(prefix), unique(&format!("{prefix}_dst")));
+    db.batch_execute(&format!(
+        "CREATE TABLE {src} (id serial PRIMARY KEY, amount int);
+         INSERT INTO {src} (amount) VALUES (1), (-5), (3);
+         CREATE TABLE {dst} (id int PRIMARY KEY, amount int CONSTRAINT positive CHECK (amount > 0));"
+    ))
+    .await
+    .unwrap();
+    (src, dst)
+}
+
 pub async fn count(db: &tokio_postgres::Client, sql: &str) -> i64 {
     db.query_one(sql, &[]).await.map(|r| r.get(0)).unwrap_or(-1)
 }
