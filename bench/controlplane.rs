@@ -86,18 +86,19 @@ struct Server {
 
 impl Server {
     fn start() -> anyhow::Result<Self> {
-        let mut child = Command::new(std::env::current_exe()?)
-            .env("SLESS_BENCH_ROLE", "control-plane")
-            .env("SLESS_LOG", "error")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()?;
-        let stdin = child.stdin.take().context("stdin")?;
-        let mut stdout = std::io::BufReader::new(child.stdout.take().context("stdout")?);
+        let mut process = support::Process::spawn(
+            Command::new(std::env::current_exe()?)
+                .env("SLESS_BENCH_ROLE", "control-plane")
+                .env("SLESS_LOG", "error")
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped()),
+        )?;
+        let stdin = process.child().stdin.take().context("stdin")?;
+        let mut stdout = std::io::BufReader::new(process.child().stdout.take().context("stdout")?);
         let mut addr = String::new();
         stdout.read_line(&mut addr)?;
         Ok(Self {
-            process: support::Process(child),
+            process,
             stdin,
             stdout,
             addr: format!("http://{}", addr.trim()),
@@ -267,7 +268,7 @@ fn ms(d: Duration) -> f64 {
 
 async fn bench() -> anyhow::Result<()> {
     let mut server = Server::start()?;
-    let pid = server.process.0.id();
+    let pid = server.process.id();
     tokio::time::sleep(Duration::from_millis(500)).await;
     let rss_before = support::rss_kib(pid)?;
     let seen = Arc::new(Seen::new());

@@ -57,7 +57,7 @@ async fn dev(tenants: usize, data: &Path) -> anyhow::Result<(Process, String)> {
     for t in 0..tenants {
         command.args(["--tenant", &format!("t{t}={}", token(t))]);
     }
-    let process = Process(command.spawn()?);
+    let process = Process::spawn(&mut command)?;
     let api = format!("http://127.0.0.1:{port}");
     wait_up(&format!("{api}/healthz")).await?;
     Ok((process, format!("{api}/api/v1")))
@@ -97,7 +97,7 @@ async fn tenants() -> anyhow::Result<()> {
     let (process, api) = dev(TENANTS, &data).await?;
     let client = reqwest::Client::new();
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let idle = rss_kib(process.0.id())?;
+    let idle = rss_kib(process.id())?;
 
     let started = Instant::now();
     create_queue_service(&client, &api, 0).await?;
@@ -114,7 +114,7 @@ async fn tenants() -> anyhow::Result<()> {
     }
     let all_ready = started.elapsed();
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let loaded = rss_kib(process.0.id())?;
+    let loaded = rss_kib(process.id())?;
     let per_tenant = loaded.saturating_sub(idle) as f64 / TENANTS as f64 / 1024.0;
     println!(
         "{TENANTS} tenants with a queue service each in one sless dev: idle RSS {:.0} MB, {:.1} MB before \

@@ -93,7 +93,7 @@ async fn wrk(
     }
     std::fs::write(&script, lua)?;
     let threads = connections.min(2).to_string();
-    let cpu_before: Vec<Duration> = measured.iter().map(|p| support::cpu_time(p.0.id())).collect();
+    let cpu_before: Vec<Duration> = measured.iter().map(|p| support::cpu_time(p.id())).collect();
     let output = tokio::process::Command::new("wrk")
         .args(["--latency", "-t", &threads, "-c", &connections.to_string()])
         .args(["-d", &format!("{}s", seconds()), "-s"])
@@ -120,7 +120,7 @@ async fn wrk(
     let cpu_us = measured
         .iter()
         .zip(cpu_before)
-        .map(|(p, before)| (support::cpu_time(p.0.id()) - before).as_secs_f64() * 1e6 / requests)
+        .map(|(p, before)| (support::cpu_time(p.id()) - before).as_secs_f64() * 1e6 / requests)
         .collect();
     Ok(Wrk { rps, p50, cpu_us })
 }
@@ -135,7 +135,7 @@ async fn engine(data_dir: Option<&Path>) -> anyhow::Result<(Process, SocketAddr)
     if let Some(dir) = data_dir {
         command.arg("--data-dir").arg(dir);
     }
-    let process = Process(command.spawn()?);
+    let process = Process::spawn(&mut command)?;
     wait_up(&format!("http://{addr}/health")).await?;
     Ok((process, addr))
 }
@@ -144,15 +144,14 @@ async fn engine(data_dir: Option<&Path>) -> anyhow::Result<(Process, SocketAddr)
 async fn gateway(engine: SocketAddr) -> anyhow::Result<(Process, String)> {
     let control_plane = support::control_plane_routing(engine).await?;
     let port = free_port()?;
-    let process = Process(
+    let process = Process::spawn(
         Command::new(env!("CARGO_BIN_EXE_sless"))
             .args(["gateway", "--listen", &format!("127.0.0.1:{port}")])
             .args(["--metrics-listen", "127.0.0.1:0"])
             .args(["--control-plane", &format!("http://{control_plane}")])
-            .args(["--worker-id", "bench-gateway", "--region", REGION])
-            .env("SLESS_LOG", "warn")
-            .spawn()?,
-    );
+            .args(["--worker-id", "bench-gateway"])
+            .env("SLESS_LOG", "warn"),
+    )?;
     let url = format!("http://127.0.0.1:{port}");
     wait_up(&format!("{url}/healthz")).await?;
     Ok((process, format!("{url}/sqs/bench")))
@@ -176,16 +175,15 @@ async fn nginx(engine: SocketAddr, dir: &Path) -> anyhow::Result<(Process, Strin
     );
     let path = dir.join("nginx.conf");
     std::fs::write(&path, conf)?;
-    let process = Process(
+    let process = Process::spawn(
         Command::new("nginx")
             .arg("-p")
             .arg(dir)
             .arg("-c")
             .arg(&path)
-            .stderr(Stdio::null())
-            .spawn()
-            .context("nginx (apt install nginx)")?,
-    );
+            .stderr(Stdio::null()),
+    )
+    .context("nginx (apt install nginx)")?;
     let url = format!("http://127.0.0.1:{port}");
     wait_up(&format!("{url}/health")).await?;
     Ok((process, url))
@@ -253,7 +251,7 @@ fn fdatasync_p50(dir: &Path) -> anyhow::Result<Duration> {
 async fn dev() -> anyhow::Result<(Process, String, String, String, String)> {
     const TOKEN: &str = "bench-dev-token-abcdefgh";
     let (api, gateway) = (free_port()?, free_port()?);
-    let process = Process(
+    let process = Process::spawn(
         Command::new(env!("CARGO_BIN_EXE_sless"))
             .args(["dev", "--listen", &format!("127.0.0.1:{api}")])
             .args(["--control-plane-listen", "127.0.0.1:0"])
@@ -262,9 +260,8 @@ async fn dev() -> anyhow::Result<(Process, String, String, String, String)> {
             .arg(temp("dev"))
             .args(["--tenant", &format!("bench={TOKEN}")])
             .env("SLESS_LOG", "warn")
-            .stdout(Stdio::null())
-            .spawn()?,
-    );
+            .stdout(Stdio::null()),
+    )?;
     let api = format!("http://127.0.0.1:{api}/api/v1");
     wait_up(&format!("{api}/../../healthz")).await?;
     let client = reqwest::Client::new();

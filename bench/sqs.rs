@@ -122,20 +122,18 @@ async fn p50_latency(endpoint: &str) -> anyhow::Result<Duration> {
 
 async fn engine_vs_moto() -> anyhow::Result<()> {
     let (ours, moto) = (free_port()?, free_port()?);
-    let _engine = Process(
+    let _engine = Process::spawn(
         Command::new(env!("CARGO_BIN_EXE_sless"))
             .args(["queue", "--listen", &format!("127.0.0.1:{ours}")])
-            .env("SLESS_LOG", "warn")
-            .spawn()?,
-    );
-    let _moto = Process(
+            .env("SLESS_LOG", "warn"),
+    )?;
+    let _moto = Process::spawn(
         Command::new("python3")
             .args(["-m", "moto.server", "-H", "127.0.0.1", "-p", &moto.to_string()])
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .context("python3 -m moto.server (pip install 'moto[server]')")?,
-    );
+            .stderr(Stdio::null()),
+    )
+    .context("python3 -m moto.server (pip install 'moto[server]')")?;
     let (ours, moto) = (format!("http://127.0.0.1:{ours}"), format!("http://127.0.0.1:{moto}"));
     wait_up(&format!("{ours}/health")).await?;
     wait_up(&format!("{moto}/moto-api/")).await?;

@@ -3,7 +3,8 @@
 
 #![allow(dead_code)] // each benchmark uses part of it
 
-use std::process::Child;
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,12 +19,43 @@ pub const SECRET: &str = "YmVuY2gtc2VjcmV0LWtleS0wMTIzNDU2Nzg5";
 pub const REGION: &str = "us-east-1";
 pub const ENGINE_TOKEN: &str = "bench-engine-token";
 
-/// A child process, killed and reaped when dropped.
-pub struct Process(pub Child);
+/// A child process in a process group of its own, stopped with everything
+/// it started (nginx's workers) when dropped, on success or failure: a
+/// worker left running would hold the bench's output pipe open, and
+/// whatever reads that output would wait for ever.
+pub struct Process(Child);
+
+impl Process {
+    pub fn spawn(command: &mut Command) -> std::io::Result<Self> {
+        command.process_group(0).spawn().map(Self)
+    }
+
+    pub fn child(&mut self) -> &mut Child {
+        &mut self.0
+    }
+
+    pub fn id(&self) -> u32 {
+        self.0.id()
+    }
+}
 
 impl Drop for Process {
     fn drop(&mut self) {
-        let _ = self.0.kill();
+        // The group's id is the leader's pid: SIGTERM lets nginx stop its
+        // workers; whatever is left after 2 s is killed.
+        let group = format!("-{}", self.0.id());
+        let signal = |name: &str| {
+            let _ = Command::new("kill")
+                .args([name, "--", &group])
+                .stderr(Stdio::null())
+                .status();
+        };
+        signal("-TERM");
+        let deadline = std::time::Instant::now() + Duration::from_secs(2);
+        while std::time::Instant::now() < deadline && matches!(self.0.try_wait(), Ok(None)) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        signal("-KILL");
         let _ = self.0.wait();
     }
 }
