@@ -1,4 +1,4 @@
-//! What every reconcile shares, and the reconcilers' error.
+//! What every reconcile shares.
 
 use std::collections::HashMap;
 use std::fmt::Debug;
@@ -19,6 +19,7 @@ use sless_runtime::backoff::{Backoff, Retries};
 use super::config::{FIELD_MANAGER, OperatorConfig};
 use super::crd::Conditioned;
 use super::dataflow::processor::Processors;
+use super::error::Error;
 use sless_runtime::sync::Unpoisoned;
 
 pub struct Context {
@@ -231,16 +232,6 @@ impl ObjectRetries {
     pub fn succeeded(&self, object: &str) {
         self.0.lock_unpoisoned().remove(object);
     }
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("kubernetes API: {0}")]
-    Kube(#[from] kube::Error),
-    #[error("finalizer: {0}")]
-    Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
-    #[error("the object has no namespace")]
-    NoNamespace,
 }
 
 /// The Events published on objects of `kind` in `ns`, oldest first:

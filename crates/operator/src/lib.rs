@@ -7,6 +7,7 @@ pub mod config;
 pub mod context;
 pub mod crd;
 pub mod dataflow;
+pub mod error;
 pub mod leader;
 pub mod objects;
 pub mod queue_service;

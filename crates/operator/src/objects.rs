@@ -9,7 +9,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::config::FIELD_MANAGER;
-use super::context::Error;
+use super::error::Error;
 
 /// Applies `obj` server-side: creates it or brings our fields to it.
 pub async fn apply<K>(api: &Api<K>, obj: &K) -> Result<K, Error>

@@ -27,9 +27,10 @@ use prometheus_client::registry::Registry;
 use tokio::sync::watch;
 
 use super::config::{MANAGED_BY, OperatorConfig};
-use super::context::{Context, Error, error_policy};
+use super::context::{Context, error_policy};
 use super::crd::dataflow::DataFlow;
 use super::crd::queue_service::QueueService;
+use super::error::Error;
 use super::leader::LeaderElector;
 use super::{dataflow, queue_service};
 

@@ -22,7 +22,8 @@ use kube::runtime::finalizer::Event as Finalizer;
 use serde_json::Value;
 
 use super::context::reconcile_finalized;
-pub use super::context::{Context, Error, error_policy};
+pub use super::context::{Context, error_policy};
+pub use super::error::Error;
 use sless_model::dataflow::DataFlowPhase;
 
 use super::crd::dataflow::{DataFlow, DataFlowStatus};

@@ -1,6 +1,9 @@
 //! Reconcile tests. kube-fake-client stands in for the kube-apiserver (none
 //! runs here); the test plays the Deployment controller by setting
 //! `readyReplicas`.
+//!
+//! Over 500 lines: one reconciler's behaviours, each test a scenario
+//! that shares the setup above.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -23,7 +23,8 @@ use kube::runtime::finalizer::Event as Finalizer;
 
 use super::config::{FIELD_MANAGER, OperatorConfig};
 use super::context::reconcile_finalized;
-pub use super::context::{Context, Error, error_policy};
+pub use super::context::{Context, error_policy};
+pub use super::error::Error;
 use sless_model::queue_service::QueueServicePhase;
 
 use super::crd::queue_service::{QueueEngine, QueueService, QueueServiceStatus};

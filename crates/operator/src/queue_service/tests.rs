@@ -3,6 +3,9 @@
 //! subresources, server-side apply (as a merge) and finalizers. The
 //! Deployment controller is played by the test, which sets
 //! `availableReplicas` as the kubelet's reports would.
+//!
+//! Over 500 lines: one reconciler's behaviours, each test a scenario
+//! that shares the setup above.
 
 use std::sync::Arc;
 
