@@ -125,38 +125,6 @@ async fn wrk(
     Ok(Wrk { rps, p50, cpu_us })
 }
 
-/// A `sless queue` engine process taking only [`ENGINE_TOKEN`].
-async fn engine(data_dir: Option<&Path>) -> anyhow::Result<(Process, SocketAddr)> {
-    let addr: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
-    let mut command = Command::new(env!("CARGO_BIN_EXE_sless"));
-    command
-        .args(["queue", "--listen", &addr.to_string(), "--token", ENGINE_TOKEN])
-        .env("SLESS_LOG", "warn");
-    if let Some(dir) = data_dir {
-        command.arg("--data-dir").arg(dir);
-    }
-    let process = Process::spawn(&mut command)?;
-    wait_up(&format!("http://{addr}/health")).await?;
-    Ok((process, addr))
-}
-
-/// A `sless gateway` process fed by a control plane in this process.
-async fn gateway(engine: SocketAddr) -> anyhow::Result<(Process, String)> {
-    let control_plane = support::control_plane_routing(engine).await?;
-    let port = free_port()?;
-    let process = Process::spawn(
-        Command::new(env!("CARGO_BIN_EXE_sless"))
-            .args(["gateway", "--listen", &format!("127.0.0.1:{port}")])
-            .args(["--metrics-listen", "127.0.0.1:0"])
-            .args(["--control-plane", &format!("http://{control_plane}")])
-            .args(["--worker-id", "bench-gateway"])
-            .env("SLESS_LOG", "warn"),
-    )?;
-    let url = format!("http://127.0.0.1:{port}");
-    wait_up(&format!("{url}/healthz")).await?;
-    Ok((process, format!("{url}/sqs/bench")))
-}
-
 /// nginx as a keep-alive reverse proxy to `engine`, adding the engine's
 /// token as the gateway does; as many workers as cores.
 async fn nginx(engine: SocketAddr, dir: &Path) -> anyhow::Result<(Process, String)> {
@@ -187,20 +155,6 @@ async fn nginx(engine: SocketAddr, dir: &Path) -> anyhow::Result<(Process, Strin
     let url = format!("http://127.0.0.1:{port}");
     wait_up(&format!("{url}/health")).await?;
     Ok((process, url))
-}
-
-/// The queue `name` on `engine`, made directly; its URL.
-async fn create_queue(engine: SocketAddr, name: &str) -> anyhow::Result<String> {
-    let response = reqwest::Client::new()
-        .post(format!("http://{engine}/"))
-        .header("content-type", "application/x-amz-json-1.0")
-        .header("x-amz-target", "AmazonSQS.CreateQueue")
-        .header("x-sless-engine-token", ENGINE_TOKEN)
-        .body(json!({"QueueName": name}).to_string())
-        .send()
-        .await?;
-    let value: Value = response.json().await?;
-    Ok(value["QueueUrl"].as_str().context("no QueueUrl")?.to_owned())
 }
 
 /// A SendMessage to `queue`, as wrk replays it to `url`: signed for that
@@ -315,10 +269,10 @@ fn temp(name: &str) -> PathBuf {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let (memory, memory_engine) = engine(None).await?;
-    let queue = create_queue(memory_engine, "bench").await?;
+    let (memory, memory_engine) = support::engine(None).await?;
+    let queue = support::create_queue(memory_engine, "bench").await?;
     let (nginx, nginx_url) = nginx(memory_engine, &temp("nginx")).await?;
-    let (gateway_process, gateway_url) = gateway(memory_engine).await?;
+    let (gateway_process, gateway_url) = support::gateway(memory_engine).await?;
 
     let direct_url = format!("http://{memory_engine}/");
     let (headers, body) = send_message(&direct_url, &queue, true)?;
@@ -373,9 +327,9 @@ async fn main() -> anyhow::Result<()> {
     let _ = std::fs::remove_dir_all(temp("dev"));
 
     let data = temp("journal");
-    let (durable, durable_engine) = engine(Some(&data)).await?;
-    let durable_queue = create_queue(durable_engine, "bench").await?;
-    let (durable_gateway, durable_url) = gateway(durable_engine).await?;
+    let (durable, durable_engine) = support::engine(Some((&data, "disk"))).await?;
+    let durable_queue = support::create_queue(durable_engine, "bench").await?;
+    let (durable_gateway, durable_url) = support::gateway(durable_engine).await?;
     let sync = fdatasync_p50(&data)?;
     let (headers, body) = send_message(&gateway_url, &queue, false)?;
     let memory_one = wrk(&gateway_url, &headers, &body, 1, &[]).await?;

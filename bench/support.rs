@@ -3,12 +3,15 @@
 
 #![allow(dead_code)] // each benchmark uses part of it
 
+use std::net::SocketAddr;
 use std::os::unix::process::CommandExt;
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use serde_json::{Value, json};
 use sless_controlplane::proto::{AccessKey, RoutingSnapshot, TenantRoute};
 use sless_controlplane::publisher::Debounce;
 use sless_controlplane::server::ControlPlane;
@@ -170,4 +173,51 @@ pub async fn control_plane_routing(engine: std::net::SocketAddr) -> anyhow::Resu
     });
     tokio::spawn(control_plane.serve(std::future::pending()));
     Ok(addr)
+}
+
+/// A `sless queue` engine process taking only [`ENGINE_TOKEN`], keeping
+/// its journal in a directory with a durability (`disk`, `process`) if given.
+pub async fn engine(journal: Option<(&Path, &str)>) -> anyhow::Result<(Process, SocketAddr)> {
+    let addr: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
+    let mut command = Command::new(env!("CARGO_BIN_EXE_sless"));
+    command
+        .args(["queue", "--listen", &addr.to_string(), "--token", ENGINE_TOKEN])
+        .env("SLESS_LOG", "warn");
+    if let Some((dir, durability)) = journal {
+        command.arg("--data-dir").arg(dir).args(["--durability", durability]);
+    }
+    let process = Process::spawn(&mut command)?;
+    wait_up(&format!("http://{addr}/health")).await?;
+    Ok((process, addr))
+}
+
+/// A `sless gateway` process fed by a control plane in this process.
+pub async fn gateway(engine: SocketAddr) -> anyhow::Result<(Process, String)> {
+    let control_plane = control_plane_routing(engine).await?;
+    let port = free_port()?;
+    let process = Process::spawn(
+        Command::new(env!("CARGO_BIN_EXE_sless"))
+            .args(["gateway", "--listen", &format!("127.0.0.1:{port}")])
+            .args(["--metrics-listen", "127.0.0.1:0"])
+            .args(["--control-plane", &format!("http://{control_plane}")])
+            .args(["--worker-id", "bench-gateway"])
+            .env("SLESS_LOG", "warn"),
+    )?;
+    let url = format!("http://127.0.0.1:{port}");
+    wait_up(&format!("{url}/healthz")).await?;
+    Ok((process, format!("{url}/sqs/bench")))
+}
+
+/// The queue `name` on `engine`, made directly; its URL.
+pub async fn create_queue(engine: SocketAddr, name: &str) -> anyhow::Result<String> {
+    let response = reqwest::Client::new()
+        .post(format!("http://{engine}/"))
+        .header("content-type", "application/x-amz-json-1.0")
+        .header("x-amz-target", "AmazonSQS.CreateQueue")
+        .header("x-sless-engine-token", ENGINE_TOKEN)
+        .body(json!({"QueueName": name}).to_string())
+        .send()
+        .await?;
+    let value: Value = response.json().await?;
+    Ok(value["QueueUrl"].as_str().context("no QueueUrl")?.to_owned())
 }

@@ -3,7 +3,9 @@
 # a Rust toolchain (must exist), librdkafka's build prerequisites, Redis on
 # 127.0.0.1:6379, PostgreSQL on 127.0.0.1:5432 with wal_level=logical,
 # clickhouse-server, chromium, the Python clients of tests/requirements.txt,
-# and the npm packages of tests/js.
+# the npm packages of tests/js, and the brokers `cargo bench --bench brokers`
+# compares with: RabbitMQ on 127.0.0.1:5672 (guest/guest) and NATS with
+# JetStream on 127.0.0.1:4222; nginx and wrk for `--bench gateway`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -122,5 +124,29 @@ if ! command -v chromium >/dev/null; then
 fi
 log "installing the JavaScript test packages"
 npm ci --prefix tests/js --no-audit --no-fund --loglevel=error
+
+# The peers of bench/brokers.rs and bench/gateway.rs (the tests do not use them).
+if ! command -v rabbitmq-server >/dev/null || ! command -v nats-server >/dev/null \
+  || ! command -v nginx >/dev/null || ! command -v wrk >/dev/null; then
+  log "installing RabbitMQ, NATS, nginx and wrk"
+  apt_install rabbitmq-server nats-server nginx wrk
+fi
+if ! (exec 3<>/dev/tcp/127.0.0.1/5672) 2>/dev/null; then
+  log "starting RabbitMQ on 127.0.0.1:5672"
+  as_root env RABBITMQ_NODE_IP_ADDRESS=127.0.0.1 rabbitmq-server -detached
+  for _ in $(seq 150); do
+    (exec 3<>/dev/tcp/127.0.0.1/5672) 2>/dev/null && break
+    sleep 0.2
+  done
+fi
+if ! (exec 3<>/dev/tcp/127.0.0.1/4222) 2>/dev/null; then
+  log "starting NATS with JetStream on 127.0.0.1:4222"
+  mkdir -p /tmp/sless-nats
+  setsid nats-server -a 127.0.0.1 -p 4222 -js -sd /tmp/sless-nats -l /tmp/sless-nats.log </dev/null >/dev/null 2>&1 &
+  for _ in $(seq 50); do
+    (exec 3<>/dev/tcp/127.0.0.1/4222) 2>/dev/null && break
+    sleep 0.1
+  done
+fi
 
 log "test dependencies ready"

@@ -126,6 +126,11 @@ struct QueueArgs {
     /// Keep messages durably in this directory; without it, messages live in memory only.
     #[arg(long)]
     data_dir: Option<PathBuf>,
+    /// When a change is acknowledged: `disk` once synced to disk (survives
+    /// a crash of the machine), `process` once written to the journal
+    /// (survives a crash of this process; synced within 100 ms).
+    #[arg(long, default_value = "disk", requires = "data_dir", value_parser = durability_arg)]
+    durability: sless_model::queue_service::Durability,
     /// Account id in queue URLs and ARNs.
     #[arg(long, default_value = "000000000000")]
     account_id: String,
@@ -252,22 +257,30 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+fn durability_arg(value: &str) -> Result<sless_model::queue_service::Durability, String> {
+    value.parse().map_err(|e: sless_model::FieldError| e.message)
+}
+
 async fn queue(args: QueueArgs) -> anyhow::Result<()> {
+    use sless_sqs::engine::Persistence;
     use sless_sqs::engine::{Engine, EngineConfig, server::EngineServer};
-    let journal = args.data_dir.as_ref().map(|d| d.join("queues.journal"));
+    let persistence = args.data_dir.as_ref().map(|d| Persistence {
+        journal: d.join("queues.journal"),
+        durability: args.durability,
+    });
     let config = EngineConfig {
         account_id: args.account_id,
         region: args.region,
         base_url: args.base_url.unwrap_or_else(|| format!("http://{}", args.listen)),
     };
-    let durable = journal.is_some();
-    let engine = tokio::task::spawn_blocking(move || Engine::open(config, journal.as_deref()))
+    let durability = persistence.as_ref().map(|p| p.durability.as_str());
+    let engine = tokio::task::spawn_blocking(move || Engine::open(config, persistence.as_ref()))
         .await?
         .context("cannot open the queue journal")?;
     let server = EngineServer::start(engine, args.listen, args.token)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
-    tracing::info!(addr = %server.addr, durable, "queue engine serving");
+    tracing::info!(addr = %server.addr, durability = durability.unwrap_or("memory"), "queue engine serving");
     shutdown_signal().await;
     Ok(())
 }

@@ -21,6 +21,9 @@ pub struct QueueServiceSpec {
     #[serde(rename = "storageMB")]
     pub storage_mb: u32,
     pub persistence: bool,
+    /// Records stored before this field existed are `disk`, as they were.
+    #[serde(default)]
+    pub durability: Durability,
 }
 
 impl Default for QueueServiceSpec {
@@ -29,7 +32,48 @@ impl Default for QueueServiceSpec {
             memory_mb: DEFAULT_MEMORY_MB,
             storage_mb: DEFAULT_STORAGE_MB,
             persistence: true,
+            durability: Durability::Disk,
         }
+    }
+}
+
+/// When the queue engine acknowledges a change that persistence keeps.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Durability {
+    /// After it is written to the journal and synced to disk (`fdatasync`):
+    /// an acknowledged message survives a crash of the machine.
+    #[default]
+    Disk,
+    /// After it is written to the journal, which is synced at most
+    /// [`PROCESS_SYNC_MS`] later: an acknowledged message survives a crash
+    /// of the engine; a crash of the machine can lose the last
+    /// [`PROCESS_SYNC_MS`] of them.
+    Process,
+}
+
+/// How long `process` durability lets written changes wait for their sync.
+pub const PROCESS_SYNC_MS: u64 = 100;
+
+impl Durability {
+    pub const ALL: [Self; 2] = [Self::Disk, Self::Process];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Disk => "disk",
+            Self::Process => "process",
+        }
+    }
+}
+
+impl std::str::FromStr for Durability {
+    type Err = FieldError;
+
+    fn from_str(s: &str) -> Result<Self, FieldError> {
+        Self::ALL
+            .into_iter()
+            .find(|d| d.as_str() == s)
+            .ok_or_else(|| FieldError::not_supported("durability", s, &Self::ALL.map(Self::as_str)))
     }
 }
 
@@ -64,6 +108,12 @@ pub struct QueueServiceRequest {
     /// Keep messages on disk across restarts. Default true. Cannot change after create.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub persistence: Option<bool>,
+    /// When a change is acknowledged, with persistence on: `disk` (default)
+    /// once it is synced to disk, surviving a crash of the machine; `process`
+    /// once it is written to the journal, surviving a crash of the queue
+    /// engine, synced within 100 ms. Changes in place (the engine restarts).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub durability: Option<Durability>,
 }
 
 fn in_range(value: i64, range: &RangeInclusive<i64>, field: &str, errors: &mut ValidationErrors) -> u32 {
@@ -86,11 +136,20 @@ impl QueueServiceRequest {
         let storage_mb = self
             .storage_mb
             .map_or(base.storage_mb, |v| in_range(v, &STORAGE_MB, "storageMB", &mut errors));
+        let persistence = self.persistence.unwrap_or(base.persistence);
+        let durability = self.durability.unwrap_or(base.durability);
+        if !persistence && durability != Durability::Disk {
+            errors.push(FieldError::invalid(
+                "durability",
+                "applies only with persistence: without it messages live in memory only",
+            ));
+        }
         errors.into_result()?;
         Ok(QueueServiceSpec {
             memory_mb,
             storage_mb,
-            persistence: self.persistence.unwrap_or(base.persistence),
+            persistence,
+            durability,
         })
     }
 }
@@ -184,6 +243,7 @@ pub struct QueueServiceView {
     #[serde(rename = "storageMB")]
     pub storage_mb: u32,
     pub persistence: bool,
+    pub durability: Durability,
     pub phase: QueueServicePhase,
     /// SQS endpoint URL for `endpoint_url`; set once Ready.
     pub endpoint: Option<String>,
@@ -216,7 +276,8 @@ mod tests {
             QueueServiceSpec {
                 memory_mb: 64,
                 storage_mb: 512,
-                persistence: true
+                persistence: true,
+                durability: Durability::Disk,
             }
         );
     }
@@ -234,6 +295,29 @@ mod tests {
             .unwrap_err();
         let fields: Vec<_> = err.0.iter().map(|e| e.field.as_str()).collect();
         assert_eq!(fields, ["memoryMB", "storageMB"]);
+    }
+
+    #[test]
+    fn durability_changes_in_place_and_needs_persistence() {
+        let current = QueueServiceSpec::default();
+        let request = QueueServiceRequest {
+            durability: Some(Durability::Process),
+            ..Default::default()
+        };
+        let spec = request.spec_over(current).unwrap();
+        assert_eq!(spec.durability, Durability::Process);
+        assert!(spec.check_update_from(&current).is_ok());
+        let in_memory = QueueServiceRequest {
+            persistence: Some(false),
+            ..request
+        };
+        assert_eq!(in_memory.spec_over(current).unwrap_err().0[0].field, "durability");
+        assert_eq!("process".parse::<Durability>().unwrap(), Durability::Process);
+        assert_eq!("fsync".parse::<Durability>().unwrap_err().field, "durability");
+        // Stored before the field existed.
+        let old: QueueServiceSpec =
+            serde_json::from_str(r#"{"memoryMB":64,"storageMB":512,"persistence":true}"#).unwrap();
+        assert_eq!(old.durability, Durability::Disk);
     }
 
     #[test]

@@ -85,9 +85,13 @@ pub fn review_queue_service(review: AdmissionReview<QueueService>) -> AdmissionR
     };
     // The review names the namespace; the object may leave it unset.
     qs.metadata.namespace = request.namespace.clone();
-    match crate::queue_service::misplaced(&qs) {
-        None => response,
-        Some(reason) => denied(response, &FieldError::invalid("tenantId", reason).into()),
+    let verdict = match crate::queue_service::misplaced(&qs) {
+        Some(reason) => Err(FieldError::invalid("tenantId", reason).into()),
+        None => qs.spec.check(),
+    };
+    match verdict {
+        Ok(()) => response,
+        Err(errors) => denied(response, &errors),
     }
     .into_review()
 }
@@ -287,6 +291,10 @@ mod tests {
     }
 
     fn queue_service_review(namespace: &str, tenant: &str) -> Value {
+        queue_service_spec_review(namespace, json!({"tenantId": tenant}))
+    }
+
+    fn queue_service_spec_review(namespace: &str, spec: Value) -> Value {
         let review: AdmissionReview<QueueService> = serde_json::from_value(json!({
             "apiVersion": "admission.k8s.io/v1",
             "kind": "AdmissionReview",
@@ -302,7 +310,7 @@ mod tests {
                     "apiVersion": "sless.kube5s.ru/v1alpha1",
                     "kind": "QueueService",
                     "metadata": {"name": "main"},
-                    "spec": {"tenantId": tenant}
+                    "spec": spec
                 },
                 "dryRun": false
             }
@@ -330,5 +338,15 @@ mod tests {
                 "{response}"
             );
         }
+    }
+
+    /// The REST API's rules hold for a QueueService applied directly.
+    #[test]
+    fn process_durability_without_persistence_is_denied() {
+        let spec = |persistence| json!({"tenantId": "acme", "persistence": persistence, "durability": "process"});
+        assert_eq!(queue_service_spec_review("sless-fn-acme", spec(true))["allowed"], true);
+        let response = queue_service_spec_review("sless-fn-acme", spec(false));
+        assert_eq!(response["allowed"], false);
+        assert_eq!(response["status"]["details"]["causes"][0]["field"], "spec.durability");
     }
 }

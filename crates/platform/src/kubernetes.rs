@@ -134,6 +134,7 @@ impl KubePlatform {
             memory_mb: qs.spec.memory_mb,
             storage_mb: qs.spec.storage_mb,
             persistence: qs.spec.persistence,
+            durability: qs.spec.durability,
             // Marked for deletion: going, whatever the operator wrote last.
             phase: if qs.metadata.deletion_timestamp.is_some() {
                 QueueServicePhase::Deleting
@@ -246,6 +247,7 @@ impl Platform for KubePlatform {
                 storage_mb: spec.storage_mb,
                 persistence: spec.persistence,
                 engine: qs_crd::QueueEngine::default(),
+                durability: spec.durability,
             },
         );
         let created = api.create(&params(), &qs).await.map_err(on_create)?;
@@ -272,7 +274,8 @@ impl Platform for KubePlatform {
         spec: QueueServiceSpec,
     ) -> Result<QueueServiceView> {
         let patch = serde_json::json!({"spec": {
-            "memoryMB": spec.memory_mb, "storageMB": spec.storage_mb, "persistence": spec.persistence
+            "memoryMB": spec.memory_mb, "storageMB": spec.storage_mb, "persistence": spec.persistence,
+            "durability": spec.durability,
         }});
         let qs = self
             .queues(tenant)

@@ -8,8 +8,8 @@ use serde::{Deserialize, Serialize};
 use super::{check_name, check_whole, delete_object, phases, read_view};
 use sless_model::name;
 use sless_model::queue_service::{
-    DEFAULT_MEMORY_MB, DEFAULT_STORAGE_MB, MEMORY_MB, QueueServicePhase, QueueServiceRequest, QueueServiceView,
-    STORAGE_MB,
+    DEFAULT_MEMORY_MB, DEFAULT_STORAGE_MB, Durability, MEMORY_MB, PROCESS_SYNC_MS, QueueServicePhase,
+    QueueServiceRequest, QueueServiceView, STORAGE_MB,
 };
 
 use crate::client::Client;
@@ -36,6 +36,8 @@ pub struct QueueServiceState {
     pub memory_mb: Option<f64>,
     pub storage_mb: Option<f64>,
     pub persistence: Option<bool>,
+    /// A string, so that a wrong value is the plan's diagnostic.
+    pub durability: Option<String>,
     pub phase: Option<QueueServicePhase>,
     pub endpoint: Option<String>,
     pub access_key: Option<String>,
@@ -61,6 +63,7 @@ impl QueueServiceState {
             memory_mb,
             storage_mb,
             persistence,
+            durability,
             phase,
             endpoint,
             access_key,
@@ -76,6 +79,7 @@ impl QueueServiceState {
             memory_mb: Some(f64::from(memory_mb)),
             storage_mb: Some(f64::from(storage_mb)),
             persistence: Some(persistence),
+            durability: Some(durability.as_str().to_owned()),
             phase: Some(phase),
             endpoint,
             access_key,
@@ -85,13 +89,15 @@ impl QueueServiceState {
         }
     }
 
-    /// The sizes of a create or an update; validation has made them whole.
+    /// What a create or an update changes; validation has made the sizes
+    /// whole and the durability one of its values.
     fn request(&self) -> QueueServiceRequest {
         QueueServiceRequest {
             name: None,
             memory_mb: self.memory_mb.map(|v| v as i64),
             storage_mb: self.storage_mb.map(|v| v as i64),
             persistence: None,
+            durability: self.durability.as_deref().and_then(|d| d.parse().ok()),
         }
     }
 }
@@ -178,6 +184,18 @@ impl Resource for QueueService {
                 .default(Value::Bool(true))
                 .replace(),
                 Attr::new(
+                    "durability",
+                    Type::String,
+                    Kind::OptionalDefault,
+                    format!(
+                        "When a message counts as kept, with persistence on: `disk` (default) once it is synced to \
+                         disk, surviving a crash of the machine; `process` once it is written to the journal, \
+                         surviving a crash of the queue engine but losing up to the last {PROCESS_SYNC_MS} ms of \
+                         messages to a crash of the machine. Changes in place (the engine restarts)."
+                    ),
+                )
+                .default(Value::String(Durability::Disk.as_str().into())),
+                Attr::new(
                     "phase",
                     Type::String,
                     Kind::ComputedVolatile,
@@ -218,6 +236,24 @@ impl Resource for QueueService {
         check_name(config.name.as_deref(), &mut diags);
         check_whole(config.memory_mb, "memory_mb", MEMORY_MB, &mut diags);
         check_whole(config.storage_mb, "storage_mb", STORAGE_MB, &mut diags);
+        // The service's rules, through its request (durability needs persistence).
+        if let Some(durability) = &config.durability {
+            match durability.parse::<Durability>() {
+                Err(e) => diags.push_error("Invalid durability", e.message, Some("durability")),
+                Ok(durability) => {
+                    let request = QueueServiceRequest {
+                        persistence: config.persistence,
+                        durability: Some(durability),
+                        ..Default::default()
+                    };
+                    if let Err(errors) = request.spec_over(Default::default()) {
+                        for e in errors.0 {
+                            diags.push_error(format!("Invalid {}", e.field), e.message, Some("durability"));
+                        }
+                    }
+                }
+            }
+        }
         diags
     }
 
@@ -299,6 +335,7 @@ mod tests {
             memory_mb: 64,
             storage_mb: 512,
             persistence: true,
+            durability: Durability::Process,
             phase,
             endpoint: None,
             access_key: Some("AK".into()),
@@ -415,6 +452,7 @@ mod tests {
         assert_eq!(value.get("memory_mb"), &Value::Number(64.0));
         assert_eq!(value.get("storage_mb"), &Value::Number(512.0));
         assert_eq!(value.get("persistence"), &Value::Bool(true));
+        assert_eq!(value.get("durability"), &Value::str("process"));
         assert_eq!(value.get("phase"), &Value::str("Ready"));
         assert_eq!(value.get("secret_key"), &Value::str("SK"));
         assert_eq!(value.get("created_at"), &Value::str("2026-01-01T00:00:00Z"));
@@ -454,5 +492,19 @@ mod tests {
             assert_eq!(diags.0.len(), 1, "{memory} {storage}");
             assert_eq!(diags.0[0].summary, format!("Invalid {attr}"));
         }
+        let durability = |value: &str, persistence: bool| {
+            let config = QueueServiceState {
+                durability: Some(value.into()),
+                persistence: Some(persistence),
+                ..config("q", 64.0, 512.0)
+            };
+            QueueService.validate(&config).0
+        };
+        assert!(durability("process", true).is_empty());
+        assert!(durability("disk", false).is_empty());
+        let wrong = durability("fsync", true);
+        assert_eq!(wrong[0].summary, "Invalid durability");
+        assert!(wrong[0].detail.contains("disk, process"), "{}", wrong[0].detail);
+        assert_eq!(durability("process", false)[0].summary, "Invalid durability");
     }
 }

@@ -43,6 +43,7 @@ fn spec_of(view: &QueueServiceView) -> QueueServiceSpec {
         memory_mb: view.memory_mb,
         storage_mb: view.storage_mb,
         persistence: view.persistence,
+        durability: view.durability,
     }
 }
 
@@ -131,7 +132,8 @@ async fn update(
 }
 
 /// Replace the changeable fields; absent fields take their defaults.
-/// `memoryMB` changes in place, `storageMB` can only grow, `persistence` is fixed.
+/// `memoryMB` and `durability` change in place, `storageMB` can only grow,
+/// `persistence` is fixed.
 #[utoipa::path(put, path = "/api/v1/queue-services/{name}", tag = "queue-services",
     params(("name" = String, Path, description = "Queue service name")),
     request_body = QueueServiceRequest,

@@ -161,6 +161,7 @@ impl Cluster {
                 storage_mb: 512,
                 persistence: true,
                 engine: Default::default(),
+                durability: Default::default(),
             },
         );
         qs.metadata.finalizers = Some(vec![KEEP.into()]);

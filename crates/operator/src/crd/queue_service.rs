@@ -6,8 +6,11 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use sless_model::ValidationErrors;
 use sless_model::name::{MAX_TENANT_LEN, PATTERN};
-use sless_model::queue_service::{DEFAULT_MEMORY_MB, DEFAULT_STORAGE_MB, MEMORY_MB, QueueServicePhase, STORAGE_MB};
+use sless_model::queue_service::{
+    DEFAULT_MEMORY_MB, DEFAULT_STORAGE_MB, Durability, MEMORY_MB, QueueServicePhase, QueueServiceRequest, STORAGE_MB,
+};
 
 #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[kube(
@@ -44,6 +47,25 @@ pub struct QueueServiceSpec {
     /// The queue engine: `sless` (default) or `elasticmq` (seed 000's).
     #[serde(default)]
     pub engine: QueueEngine,
+    /// When the `sless` engine acknowledges a change, with persistence on:
+    /// `disk` (default) once synced to disk; `process` once written to its
+    /// journal, synced within 100 ms. ElasticMQ keeps its own behaviour.
+    #[serde(default)]
+    pub durability: Durability,
+}
+
+impl QueueServiceSpec {
+    /// The rules the REST API applies to the same fields.
+    pub fn check(&self) -> Result<(), ValidationErrors> {
+        let request = QueueServiceRequest {
+            memory_mb: Some(i64::from(self.memory_mb)),
+            storage_mb: Some(i64::from(self.storage_mb)),
+            persistence: Some(self.persistence),
+            durability: Some(self.durability),
+            ..Default::default()
+        };
+        request.spec_over(Default::default()).map(drop)
+    }
 }
 
 /// Which SQS-compatible engine serves a tenant. Either way the tenant's
@@ -117,6 +139,11 @@ mod tests {
         );
         assert_eq!(spec["properties"]["storageMB"]["default"], 512);
         assert_eq!(spec["properties"]["persistence"]["default"], true);
+        let durability = &spec["properties"]["durability"];
+        assert_eq!(
+            (&durability["default"], &durability["enum"]),
+            (&serde_json::json!("disk"), &serde_json::json!(["disk", "process"]))
+        );
         assert_eq!(version["subresources"]["status"], serde_json::json!({}));
         let columns: Vec<&str> = version["additionalPrinterColumns"]
             .as_array()

@@ -42,6 +42,7 @@ async fn setup_with(engine: QueueEngine) -> (Api<QueueService>, Arc<Context>) {
             storage_mb: 512,
             persistence: true,
             engine,
+            durability: Default::default(),
         },
     );
     // Another controller's finalizer is there already. (Adding the first

@@ -30,6 +30,7 @@ fn generated_children_pass_the_kubernetes_schemas() {
             storage_mb: 1024,
             persistence: true,
             engine: Default::default(),
+            durability: Default::default(),
         },
     );
     qs.metadata.namespace = Some("sless-fn-acme".into());

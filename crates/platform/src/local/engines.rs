@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use sless_model::queue_service::QueueServicePhase;
 use sless_model::queue_service::QueueServiceStatus;
 use sless_sqs::engine::server::{EngineServer, router};
-use sless_sqs::engine::{Engine, EngineConfig};
+use sless_sqs::engine::{Engine, EngineConfig, Persistence};
 use sless_sqs::gateway::proxy::InProcessEngines;
 
 use super::db::StoreError;
@@ -19,6 +19,8 @@ use sless_runtime::sync::Unpoisoned;
 pub(super) struct RunningEngine {
     server: EngineServer,
     token: String,
+    /// What it was started with; another value restarts it.
+    persistence: Option<Persistence>,
     /// Where the gateway finds it in process; it leaves with the engine.
     registry: InProcessEngines,
 }
@@ -35,7 +37,12 @@ impl LocalPlatform {
         queues: &[QueueRecord],
     ) -> HashMap<String, Result<(String, String), String>> {
         let mut engines = self.engines.lock().await;
-        engines.retain(|tenant, _| queues.iter().any(|q| &q.tenant == tenant));
+        // A changed durability restarts the engine on the same journal.
+        engines.retain(|tenant, running| {
+            queues
+                .iter()
+                .any(|q| &q.tenant == tenant && running.persistence == self.persistence(q))
+        });
         let mut backends = HashMap::new();
         for q in queues {
             if !engines.contains_key(&q.tenant) {
@@ -60,21 +67,28 @@ impl LocalPlatform {
         backends
     }
 
+    fn persistence(&self, q: &QueueRecord) -> Option<Persistence> {
+        q.spec.persistence.then(|| Persistence {
+            journal: self.data_dir.join("queues").join(format!("{}.journal", q.tenant)),
+            durability: q.spec.durability,
+        })
+    }
+
     async fn start_engine(&self, q: &QueueRecord) -> Result<RunningEngine, String> {
-        let journal = q
-            .spec
-            .persistence
-            .then(|| self.data_dir.join("queues").join(format!("{}.journal", q.tenant)));
+        let persistence = self.persistence(q);
         let config = EngineConfig {
             account_id: sless_sqs::credentials::account_id(&q.tenant),
             region: self.gateway.region.clone(),
             base_url: self.endpoint(&q.tenant),
         };
         // Replaying a journal reads the disk: off the async runtime.
-        let engine = tokio::task::spawn_blocking(move || Engine::open(config, journal.as_deref()))
-            .await
-            .map_err(|e| format!("cannot open the message store: {e}"))?
-            .map_err(|e| format!("cannot open the message store: {}", e.message))?;
+        let engine = tokio::task::spawn_blocking({
+            let persistence = persistence.clone();
+            move || Engine::open(config, persistence.as_ref())
+        })
+        .await
+        .map_err(|e| format!("cannot open the message store: {e}"))?
+        .map_err(|e| format!("cannot open the message store: {}", e.message))?;
         // Only the gateway, which learns it from the routing snapshot, can
         // reach the engine's loopback port.
         let token = sless_sqs::credentials::engine_token();
@@ -92,6 +106,7 @@ impl LocalPlatform {
         Ok(RunningEngine {
             server,
             token,
+            persistence,
             registry,
         })
     }

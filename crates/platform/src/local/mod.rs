@@ -109,6 +109,7 @@ fn queue_view(r: QueueRecord) -> QueueServiceView {
         memory_mb: r.spec.memory_mb,
         storage_mb: r.spec.storage_mb,
         persistence: r.spec.persistence,
+        durability: r.spec.durability,
         phase: r.status.status.phase,
         endpoint: r.status.status.endpoint,
         access_key: Some(r.status.credentials.access_key),

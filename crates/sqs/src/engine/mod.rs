@@ -39,6 +39,7 @@ use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
 use serde_json::Value;
+pub use sless_model::queue_service::Durability;
 
 use crate::error::SqsError;
 use journal::{Change, Journal, Pending};
@@ -52,6 +53,23 @@ pub struct EngineConfig {
     pub region: String,
     /// Public base of queue URLs, e.g. `http://127.0.0.1:9324/sqs/acme`.
     pub base_url: String,
+}
+
+/// Where an engine keeps its journal, and when a change counts as kept.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Persistence {
+    pub journal: std::path::PathBuf,
+    pub durability: Durability,
+}
+
+impl Persistence {
+    /// Acknowledging after each change is synced: the default.
+    pub fn disk(journal: impl Into<std::path::PathBuf>) -> Self {
+        Self {
+            journal: journal.into(),
+            durability: Durability::Disk,
+        }
+    }
 }
 
 struct State {
@@ -105,18 +123,19 @@ fn reply(result: impl Serialize) -> Result<Value, SqsError> {
 }
 
 impl Engine {
-    /// An engine with its journal (if `journal` is given) replayed.
-    pub fn open(config: EngineConfig, journal: Option<&std::path::Path>) -> Result<Arc<Self>, SqsError> {
+    /// An engine with its journal replayed, or in memory only without
+    /// `persistence`.
+    pub fn open(config: EngineConfig, persistence: Option<&Persistence>) -> Result<Arc<Self>, SqsError> {
         let mut state = State {
             queues: BTreeMap::new(),
             next_seq: 1,
             deleted: HashMap::new(),
             tasks: Vec::new(),
         };
-        let journal = match journal {
+        let journal = match persistence {
             None => None,
-            Some(path) => {
-                let (journal, queues, messages) = Journal::open(path)?;
+            Some(Persistence { journal, durability }) => {
+                let (journal, queues, messages) = Journal::open(journal, *durability)?;
                 for q in queues {
                     let incarnation = state.take_seq();
                     state.queues.insert(q.name.clone(), Queue::new(q, incarnation));

@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use super::*;
 
 struct Journaled {
-    path: std::path::PathBuf,
+    persistence: Persistence,
     engine: Arc<Engine>,
 }
 
@@ -21,11 +21,22 @@ fn config() -> EngineConfig {
 
 impl Journaled {
     fn new() -> Self {
-        let path = std::env::temp_dir()
-            .join(format!("sless-engine-{}-{}", std::process::id(), rand::random::<u64>()))
-            .join("queues.journal");
-        let engine = Engine::open(config(), Some(&path)).unwrap();
-        Self { path, engine }
+        Self::with(Durability::Disk)
+    }
+
+    fn with(durability: Durability) -> Self {
+        let persistence = Persistence {
+            journal: std::env::temp_dir()
+                .join(format!("sless-engine-{}-{}", std::process::id(), rand::random::<u64>()))
+                .join("queues.journal"),
+            durability,
+        };
+        let engine = Engine::open(config(), Some(&persistence)).unwrap();
+        Self { persistence, engine }
+    }
+
+    fn syncs(&self) -> u64 {
+        self.engine.journal.as_ref().unwrap().syncs()
     }
 
     /// A restart: the engine stops (releasing its journal), and a new one
@@ -35,7 +46,7 @@ impl Journaled {
             &mut self.engine,
             Engine::open(config(), None).unwrap(),
         ));
-        self.engine = Engine::open(config(), Some(&self.path)).unwrap();
+        self.engine = Engine::open(config(), Some(&self.persistence)).unwrap();
     }
 
     fn fail_commits(&self, fail: bool) {
@@ -223,8 +234,8 @@ async fn a_second_engine_cannot_open_a_journal_in_use() {
     j.ok("CreateQueue", json!({"QueueName": "jobs"})).await;
     // Two engines on one journal would number their messages alike and
     // overwrite each other's: the second waits LOCK_WAIT, then refuses.
-    let path = j.path.clone();
-    let second = tokio::task::spawn_blocking(move || Engine::open(config(), Some(&path)))
+    let persistence = j.persistence.clone();
+    let second = tokio::task::spawn_blocking(move || Engine::open(config(), Some(&persistence)))
         .await
         .unwrap();
     let Err(e) = second else {
@@ -241,10 +252,10 @@ async fn a_second_engine_cannot_open_a_journal_in_use() {
 async fn a_journal_of_the_sqlite_format_is_migrated_with_what_its_wal_held() {
     let mut j = Journaled::new();
     j.engine = Engine::open(config(), None).unwrap();
-    std::fs::remove_file(&j.path).unwrap();
+    std::fs::remove_file(&j.persistence.journal).unwrap();
     // An engine of the earlier version, killed: its last commits are still
     // in the WAL, not yet checkpointed into the database.
-    let legacy = j.path.with_extension("db");
+    let legacy = j.persistence.journal.with_extension("db");
     let conn = rusqlite::Connection::open(&legacy).unwrap();
     conn.pragma_update(None, "journal_mode", "WAL").unwrap();
     conn.execute_batch(
@@ -358,4 +369,48 @@ async fn a_queue_service_holds_at_most_a_thousand_queues() {
         .handle("CreateQueue", &json!({"QueueName": "one-more"}))
         .await
         .unwrap();
+}
+
+/// `disk` answers each send after its own sync; `process` answers once the
+/// write is in the page cache and syncs within `PROCESS_SYNC_MS`, also when
+/// no more writes come.
+#[tokio::test]
+async fn process_durability_syncs_on_a_timer_not_per_send() {
+    async fn send_many(j: &Journaled, n: usize) -> (u64, std::time::Duration) {
+        j.ok("CreateQueue", json!({"QueueName": "jobs"})).await;
+        let before = j.syncs();
+        let started = std::time::Instant::now();
+        for i in 0..n {
+            j.ok("SendMessage", json!({"QueueUrl": Q, "MessageBody": format!("m{i}")}))
+                .await;
+        }
+        (j.syncs() - before, started.elapsed())
+    }
+
+    let disk = Journaled::new();
+    let (synced, _) = send_many(&disk, 50).await;
+    assert!(synced >= 50, "disk synced {synced} times for 50 sends");
+
+    let mut process = Journaled::with(Durability::Process);
+    let (synced, took) = send_many(&process, 300).await;
+    let periods = took.as_millis() as u64 / sless_model::queue_service::PROCESS_SYNC_MS;
+    assert!(
+        synced <= periods + 2,
+        "process synced {synced} times for 300 sends in {took:?}"
+    );
+    // Idle now: the last writes are synced within the period.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let before = process.syncs();
+    while process.syncs() == before {
+        assert!(std::time::Instant::now() < deadline, "an idle journal never synced");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    process.reopen();
+    let attributes = process
+        .ok(
+            "GetQueueAttributes",
+            json!({"QueueUrl": Q, "AttributeNames": ["ApproximateNumberOfMessages"]}),
+        )
+        .await;
+    assert_eq!(attributes["Attributes"]["ApproximateNumberOfMessages"], "300");
 }

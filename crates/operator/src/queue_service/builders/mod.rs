@@ -217,7 +217,12 @@ fn sless_container(qs: &QueueService, config: &OperatorConfig) -> Container {
     .map(str::to_owned)
     .into();
     if qs.spec.persistence {
-        args.extend(["--data-dir".to_owned(), DATA_PATH.to_owned()]);
+        args.extend([
+            "--data-dir".to_owned(),
+            DATA_PATH.to_owned(),
+            "--durability".to_owned(),
+            qs.spec.durability.as_str().to_owned(),
+        ]);
     }
     Container {
         name: "sqs".into(),

@@ -16,6 +16,7 @@ fn with_engine(namespace: &str, persistence: bool, engine: QueueEngine) -> Queue
             storage_mb: 1024,
             persistence,
             engine,
+            durability: Default::default(),
         },
     );
     qs.metadata.namespace = Some(namespace.into());
@@ -150,7 +151,7 @@ fn the_default_deployment_runs_sless_queue_with_its_journal_and_token_and_no_pri
     assert_eq!(container.image.as_deref(), Some("ghcr.io/kube5s/sless:latest"));
     assert_eq!(
         container.args.as_ref().unwrap().join(" "),
-        "queue --listen 0.0.0.0:9324 --account-id 469329139872 --base-url http://sqs.kube5s.ru/sqs/acme --region ru-msk-1 --data-dir /data"
+        "queue --listen 0.0.0.0:9324 --account-id 469329139872 --base-url http://sqs.kube5s.ru/sqs/acme --region ru-msk-1 --data-dir /data --durability disk"
     );
     let token = &container.env.as_ref().unwrap()[0];
     let from = token.value_from.as_ref().unwrap().secret_key_ref.as_ref().unwrap();
@@ -185,6 +186,17 @@ fn the_default_deployment_runs_sless_queue_with_its_journal_and_token_and_no_pri
             .as_ref()
             .unwrap()
             .contains(&"--data-dir".to_owned())
+    );
+    let mut process = qs("sless-fn-acme", true);
+    process.spec.durability = sless_model::queue_service::Durability::Process;
+    let pod = deployment(&process, &c).spec.unwrap().template.spec.unwrap();
+    assert!(
+        pod.containers[0]
+            .args
+            .as_ref()
+            .unwrap()
+            .join(" ")
+            .ends_with("--data-dir /data --durability process")
     );
 }
 

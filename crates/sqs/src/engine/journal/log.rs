@@ -460,8 +460,9 @@ impl Log {
         self.compact_min = bytes;
     }
 
-    /// Writes `changes` as one record and syncs it.
-    pub fn commit<'a>(&mut self, changes: impl Iterator<Item = &'a Change>) -> Result<(), LogError> {
+    /// Writes `changes` as one record; syncs it too if `sync`, or leaves
+    /// that to [`Log::sync`].
+    pub fn commit<'a>(&mut self, changes: impl Iterator<Item = &'a Change>, sync: bool) -> Result<(), LogError> {
         if let Some(e) = &self.poisoned {
             return Err(LogError::Poisoned(e.clone()));
         }
@@ -482,11 +483,8 @@ impl Log {
             }
             return Err(e.into());
         }
-        if let Err(e) = self.file.sync_data() {
-            // After a failed sync the kernel may have dropped the pages: what
-            // the file holds is unknown, so nothing more is written to it.
-            self.poisoned = Some(e.to_string());
-            return Err(e.into());
+        if sync {
+            self.sync()?;
         }
         let base = self.end + HEADER as u64;
         for (offset, len, e) in entries(&self.buf[HEADER..]).flatten() {
@@ -498,6 +496,20 @@ impl Log {
             let _ = self.live.apply(&e, || Ok(span), || Ok(span));
         }
         self.end += self.buf.len() as u64;
+        Ok(())
+    }
+
+    /// Makes every record written so far durable.
+    pub fn sync(&mut self) -> Result<(), LogError> {
+        if let Some(e) = &self.poisoned {
+            return Err(LogError::Poisoned(e.clone()));
+        }
+        if let Err(e) = self.file.sync_data() {
+            // After a failed sync the kernel may have dropped the pages: what
+            // the file holds is unknown, so nothing more is written to it.
+            self.poisoned = Some(e.to_string());
+            return Err(e.into());
+        }
         Ok(())
     }
 

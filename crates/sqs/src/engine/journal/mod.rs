@@ -1,7 +1,10 @@
 //! Durability of a queue engine: an append-only log file (see [`log`]).
 //! Writes from concurrent requests are committed together (group commit) by
-//! one writer thread, one write and one `fdatasync` a group; a request is
-//! answered only after its changes are on disk. Journals of the earlier
+//! one writer thread, one write a group. With [`Durability::Disk`] each
+//! group is also synced (`fdatasync`) before its requests are answered; with
+//! [`Durability::Process`] they are answered once the write is in the
+//! kernel's page cache, which a crash of the engine does not lose, and the
+//! writer syncs at most [`PROCESS_SYNC_MS`] later. Journals of the earlier
 //! SQLite format are migrated on open (see [`legacy`]).
 
 mod legacy;
@@ -10,10 +13,11 @@ mod log;
 use std::fs::{File, TryLockError};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
+use sless_model::queue_service::{Durability, PROCESS_SYNC_MS};
 use tokio::sync::oneshot;
 
 use super::records::{StoredMessage, StoredQueue};
@@ -44,9 +48,17 @@ type Request = (Vec<Change>, oneshot::Sender<Result<(), String>>);
 
 pub struct Journal {
     tx: mpsc::Sender<Request>,
-    /// Makes every commit fail while set (tests inject journal failures).
     #[cfg(test)]
-    failing: Arc<AtomicBool>,
+    probe: Arc<Probe>,
+}
+
+/// What tests set and read in the writer.
+#[derive(Default)]
+struct Probe {
+    /// Makes every commit fail while set (tests inject journal failures).
+    failing: AtomicBool,
+    /// Syncs that reached the disk.
+    syncs: AtomicU64,
 }
 
 /// A submitted write: [`Pending::committed`] resolves once it is durable.
@@ -61,7 +73,7 @@ type Loaded = (Journal, Vec<StoredQueue>, Vec<(String, u64, StoredMessage)>);
 impl Journal {
     /// Opens the journal at `path` and returns what it holds. The engine
     /// holds the journal's lock (a file beside it) for as long as it runs.
-    pub fn open(path: &Path) -> Result<Loaded, SqsError> {
+    pub fn open(path: &Path, durability: Durability) -> Result<Loaded, SqsError> {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(journal_error)?;
         }
@@ -86,13 +98,13 @@ impl Journal {
             );
         }
         let (tx, rx) = mpsc::channel::<Request>();
-        let failing = Arc::new(AtomicBool::new(false));
+        let probe = Arc::new(Probe::default());
         std::thread::Builder::new()
             .name("sqs-journal".into())
             .spawn({
-                let failing = failing.clone();
+                let probe = probe.clone();
                 move || {
-                    writer(log, rx, &failing);
+                    writer(log, rx, durability, &probe);
                     drop(lock);
                 }
             })
@@ -101,7 +113,7 @@ impl Journal {
             Self {
                 tx,
                 #[cfg(test)]
-                failing,
+                probe,
             },
             queues,
             messages,
@@ -119,7 +131,12 @@ impl Journal {
 
     #[cfg(test)]
     pub fn fail_commits(&self, fail: bool) {
-        self.failing.store(fail, Ordering::SeqCst);
+        self.probe.failing.store(fail, Ordering::SeqCst);
+    }
+
+    #[cfg(test)]
+    pub fn syncs(&self) -> u64 {
+        self.probe.syncs.load(Ordering::SeqCst)
     }
 }
 
@@ -167,8 +184,24 @@ fn lock(path: &Path) -> Result<File, SqsError> {
     }
 }
 
-fn writer(mut log: Log, rx: mpsc::Receiver<Request>, failing: &AtomicBool) {
-    while let Ok(first) = rx.recv() {
+fn writer(mut log: Log, rx: mpsc::Receiver<Request>, durability: Durability, probe: &Probe) {
+    let sync_every = Duration::from_millis(PROCESS_SYNC_MS);
+    // With `process` durability: since when answered writes wait for a sync.
+    let mut unsynced: Option<Instant> = None;
+    loop {
+        let first = match unsynced {
+            None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
+            Some(since) => rx.recv_timeout((since + sync_every).saturating_duration_since(Instant::now())),
+        };
+        let first = match first {
+            Ok(first) => first,
+            Err(RecvTimeoutError::Timeout) => {
+                sync(&mut log, probe);
+                unsynced = None;
+                continue;
+            }
+            Err(RecvTimeoutError::Disconnected) => break,
+        };
         let mut group = vec![first];
         let mut count = group[0].0.len();
         while count < MAX_GROUP {
@@ -180,15 +213,44 @@ fn writer(mut log: Log, rx: mpsc::Receiver<Request>, failing: &AtomicBool) {
                 Err(_) => break,
             }
         }
-        let result = if failing.load(Ordering::SeqCst) {
+        let result = if probe.failing.load(Ordering::SeqCst) {
             Err("injected failure".to_owned())
         } else {
-            log.commit(group.iter().flat_map(|(changes, _)| changes))
-                .map_err(|e: LogError| e.to_string())
+            log.commit(
+                group.iter().flat_map(|(changes, _)| changes),
+                durability == Durability::Disk,
+            )
+            .map_err(|e: LogError| e.to_string())
         };
+        let written = result.is_ok();
+        if written && durability == Durability::Disk {
+            probe.syncs.fetch_add(1, Ordering::SeqCst);
+        }
         for (_, done) in group {
             let _ = done.send(result.clone());
         }
+        if durability == Durability::Process && written {
+            let since = *unsynced.get_or_insert_with(Instant::now);
+            if since.elapsed() >= sync_every {
+                sync(&mut log, probe);
+                unsynced = None;
+            }
+        }
         log.compact_if_due();
+    }
+    // The engine is closing: what it answered is made durable now.
+    if unsynced.is_some() {
+        sync(&mut log, probe);
+    }
+}
+
+/// The deferred sync of `process` durability. Its requests were answered
+/// already; a failure poisons the log, so later writes are refused.
+fn sync(log: &mut Log, probe: &Probe) {
+    match log.sync() {
+        Ok(()) => {
+            probe.syncs.fetch_add(1, Ordering::SeqCst);
+        }
+        Err(e) => tracing::error!(error = %e, "syncing the queue journal failed; it takes no more writes"),
     }
 }

@@ -1,0 +1,690 @@
+//! sless queues against the brokers a cloud provider already runs:
+//! RabbitMQ (quorum and classic durable queues, publisher confirms) and NATS
+//! JetStream (file storage), the same work in the same run, each through
+//! the Rust client made for it, at equal durability:
+//!
+//! - sless `disk` (fsync before the answer) against RabbitMQ's quorum and
+//!   classic durable queues (persistent messages, confirms after the write
+//!   to disk);
+//! - sless `process` (written to the journal before the answer, synced
+//!   within 100 ms) against JetStream 2.9 (acknowledged once written to its
+//!   file, before any fsync).
+//!
+//! Scenarios, 200-byte messages:
+//! (a) one message per request, each awaited, 1 and 32 producers;
+//! (b) batches as each system's clients make them: SendMessageBatch of 10,
+//!     10 confirms outstanding per RabbitMQ channel, 10 JetStream publishes
+//!     in flight per producer; 1 and 32 producers;
+//! (c) the full cycle: 32 producers and 32 consumers (send, receive,
+//!     delete/ack), checking that every message arrived, counting repeats.
+//!
+//! Each line gives messages/s, the p50 and p99 of an acknowledgement (of a
+//! batch in (b)), and the servers' CPU per message read from `/proc`; then
+//! the ratios sless / peer (goal >= 1.0, p99 no worse).
+//!
+//! sless runs as in production: a `sless queue` engine process behind a
+//! `sless gateway` process, SigV4-signed by the client. RabbitMQ must be on
+//! 127.0.0.1:5672 (guest/guest) and NATS with JetStream on 127.0.0.1:4222
+//! (`scripts/install-test-deps.sh` starts both); the bench starts neither
+//! and uses queues and streams of its own, deleted afterwards.
+//!
+//! Run: `cargo bench -p sless --bench brokers`. `SLESS_BENCH_SECONDS` sets
+//! each run's length (5).
+
+// A benchmark's output is its figures, on stdout.
+#![allow(clippy::print_stdout)]
+
+#[path = "support.rs"]
+mod support;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use async_nats::jetstream;
+use futures_util::StreamExt;
+use lapin::options::{
+    BasicAckOptions, BasicConsumeOptions, BasicPublishOptions, BasicQosOptions, ConfirmSelectOptions,
+    QueueDeclareOptions, QueueDeleteOptions,
+};
+use lapin::types::{AMQPValue, FieldTable};
+use lapin::{BasicProperties, Connection, ConnectionProperties};
+use serde_json::{Value, json};
+use sless_sqs::client::{Client, MAX_ANSWER_BYTES};
+use support::{ACCESS, Process, REGION, SECRET};
+
+const AMQP: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
+const NATS: &str = "127.0.0.1:4222";
+const BODY_BYTES: usize = 200;
+const MANY: usize = 32;
+const BATCH: usize = 10;
+
+fn seconds() -> Duration {
+    Duration::from_secs(
+        std::env::var("SLESS_BENCH_SECONDS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(5),
+    )
+}
+
+/// A message body of [`BODY_BYTES`] that starts with its unique id.
+fn body(id: &str) -> String {
+    format!("{id:.<BODY_BYTES$}")
+}
+
+fn id_of(body: &[u8]) -> String {
+    String::from_utf8_lossy(body).trim_end_matches('.').to_owned()
+}
+
+/// The systems compared, each with the processes whose CPU it is charged.
+#[derive(Clone, Copy, PartialEq)]
+enum Kind {
+    SlessDisk,
+    SlessProcess,
+    RabbitQuorum,
+    RabbitClassic,
+    JetStream,
+}
+
+impl Kind {
+    const ALL: [Kind; 5] = [
+        Kind::SlessDisk,
+        Kind::RabbitQuorum,
+        Kind::RabbitClassic,
+        Kind::SlessProcess,
+        Kind::JetStream,
+    ];
+
+    fn label(self) -> &'static str {
+        match self {
+            Kind::SlessDisk => "sless disk",
+            Kind::SlessProcess => "sless process",
+            Kind::RabbitQuorum => "RabbitMQ quorum",
+            Kind::RabbitClassic => "RabbitMQ classic",
+            Kind::JetStream => "JetStream file",
+        }
+    }
+}
+
+/// A sless engine process with its gateway.
+struct Sless {
+    _engine: Process,
+    _gateway: Process,
+    engine: std::net::SocketAddr,
+    gateway_url: String,
+    pids: Vec<u32>,
+    http: reqwest::Client,
+    _dir: TempDir,
+}
+
+struct TempDir(PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+impl Sless {
+    async fn start(durability: &str) -> anyhow::Result<Self> {
+        let dir =
+            TempDir(std::env::temp_dir().join(format!("sless-bench-brokers-{durability}-{}", std::process::id())));
+        let (engine_process, engine) = support::engine(Some((&dir.0, durability))).await?;
+        let (gateway_process, gateway_url) = support::gateway(engine).await?;
+        let pids = vec![engine_process.id(), gateway_process.id()];
+        Ok(Self {
+            _engine: engine_process,
+            _gateway: gateway_process,
+            engine,
+            gateway_url,
+            pids,
+            http: reqwest::Client::builder().pool_max_idle_per_host(2 * MANY).build()?,
+            _dir: dir,
+        })
+    }
+
+    fn client(&self) -> Client {
+        Client::new(self.http.clone(), ACCESS, SECRET, REGION)
+    }
+
+    async fn call(&self, action: &str, input: Value) -> anyhow::Result<Value> {
+        self.client()
+            .call(&self.gateway_url, action, &input, MAX_ANSWER_BYTES)
+            .await
+            .map_err(|e| anyhow::anyhow!("{action}: {e}"))
+    }
+}
+
+/// Where one run's messages go: a queue or stream of its own.
+#[derive(Clone)]
+enum Target {
+    Sless { sless: Arc<Sless>, queue: String },
+    Rabbit { queue: String },
+    Jet { stream: String, subject: String },
+}
+
+impl Target {
+    async fn create(kind: Kind, sless: &HashMap<&'static str, Arc<Sless>>, name: &str) -> anyhow::Result<Self> {
+        Ok(match kind {
+            Kind::SlessDisk | Kind::SlessProcess => {
+                let sless = sless[if kind == Kind::SlessDisk { "disk" } else { "process" }].clone();
+                let queue = support::create_queue(sless.engine, name).await?;
+                Target::Sless { sless, queue }
+            }
+            Kind::RabbitQuorum | Kind::RabbitClassic => {
+                let connection = Connection::connect(AMQP, ConnectionProperties::default()).await?;
+                let channel = connection.create_channel().await?;
+                let mut arguments = FieldTable::default();
+                let queue_type = if kind == Kind::RabbitQuorum {
+                    "quorum"
+                } else {
+                    "classic"
+                };
+                arguments.insert("x-queue-type".into(), AMQPValue::LongString(queue_type.into()));
+                let queue = format!("sless-bench-{name}");
+                channel
+                    .queue_declare(
+                        queue.as_str().into(),
+                        QueueDeclareOptions {
+                            durable: true,
+                            ..Default::default()
+                        },
+                        arguments,
+                    )
+                    .await?;
+                connection.close(200, "declared".into()).await?;
+                Target::Rabbit { queue }
+            }
+            Kind::JetStream => {
+                let js = jetstream::new(async_nats::connect(NATS).await?);
+                let stream = format!("SLESSBENCH_{}", name.replace('-', "_"));
+                let subject = format!("slessbench.{name}");
+                js.create_stream(jetstream::stream::Config {
+                    name: stream.clone(),
+                    subjects: vec![subject.clone()],
+                    storage: jetstream::stream::StorageType::File,
+                    ..Default::default()
+                })
+                .await?;
+                Target::Jet { stream, subject }
+            }
+        })
+    }
+
+    async fn delete(&self) -> anyhow::Result<()> {
+        match self {
+            Target::Sless { sless, queue } => {
+                sless.call("DeleteQueue", json!({"QueueUrl": queue})).await?;
+            }
+            Target::Rabbit { queue } => {
+                let connection = Connection::connect(AMQP, ConnectionProperties::default()).await?;
+                let channel = connection.create_channel().await?;
+                channel
+                    .queue_delete(queue.as_str().into(), QueueDeleteOptions::default())
+                    .await?;
+                connection.close(200, "deleted".into()).await?;
+            }
+            Target::Jet { stream, .. } => {
+                let js = jetstream::new(async_nats::connect(NATS).await?);
+                js.delete_stream(stream).await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn producer(&self) -> anyhow::Result<Producer> {
+        Ok(match self {
+            Target::Sless { sless, queue } => Producer::Sless {
+                client: sless.client(),
+                url: sless.gateway_url.clone(),
+                queue: queue.clone(),
+            },
+            Target::Rabbit { queue } => {
+                let connection = Connection::connect(AMQP, ConnectionProperties::default()).await?;
+                let channel = connection.create_channel().await?;
+                channel.confirm_select(ConfirmSelectOptions::default()).await?;
+                Producer::Rabbit {
+                    _connection: connection,
+                    channel,
+                    queue: queue.clone(),
+                }
+            }
+            Target::Jet { subject, .. } => Producer::Jet {
+                js: jetstream::new(async_nats::connect(NATS).await?),
+                subject: subject.clone(),
+            },
+        })
+    }
+
+    async fn consumer(&self, n: usize) -> anyhow::Result<Consumer> {
+        Ok(match self {
+            Target::Sless { sless, queue } => Consumer::Sless {
+                client: sless.client(),
+                url: sless.gateway_url.clone(),
+                queue: queue.clone(),
+            },
+            Target::Rabbit { queue } => {
+                let connection = Connection::connect(AMQP, ConnectionProperties::default()).await?;
+                let channel = connection.create_channel().await?;
+                channel.basic_qos(BATCH as u16 * 10, BasicQosOptions::default()).await?;
+                let consumer = channel
+                    .basic_consume(
+                        queue.as_str().into(),
+                        format!("bench-{n}").as_str().into(),
+                        BasicConsumeOptions::default(),
+                        FieldTable::default(),
+                    )
+                    .await?;
+                Consumer::Rabbit {
+                    _connection: connection,
+                    consumer,
+                }
+            }
+            Target::Jet { stream, .. } => {
+                let js = jetstream::new(async_nats::connect(NATS).await?);
+                let consumer = js
+                    .get_stream(stream)
+                    .await?
+                    .get_or_create_consumer(
+                        "bench",
+                        jetstream::consumer::pull::Config {
+                            durable_name: Some("bench".into()),
+                            ack_policy: jetstream::consumer::AckPolicy::Explicit,
+                            ..Default::default()
+                        },
+                    )
+                    .await?;
+                Consumer::Jet {
+                    messages: consumer.messages().await?,
+                }
+            }
+        })
+    }
+}
+
+enum Producer {
+    Sless {
+        client: Client,
+        url: String,
+        queue: String,
+    },
+    Rabbit {
+        _connection: Connection,
+        channel: lapin::Channel,
+        queue: String,
+    },
+    Jet {
+        js: jetstream::Context,
+        subject: String,
+    },
+}
+
+impl Producer {
+    /// Sends `bodies` (1, or a batch) and returns once every one is
+    /// acknowledged.
+    async fn send(&self, bodies: &[String]) -> anyhow::Result<()> {
+        match self {
+            Producer::Sless { client, url, queue } => {
+                let answer = if let [one] = bodies {
+                    client
+                        .call(
+                            url,
+                            "SendMessage",
+                            &json!({"QueueUrl": queue, "MessageBody": one}),
+                            MAX_ANSWER_BYTES,
+                        )
+                        .await
+                } else {
+                    let entries: Vec<Value> = bodies
+                        .iter()
+                        .enumerate()
+                        .map(|(i, b)| json!({"Id": i.to_string(), "MessageBody": b}))
+                        .collect();
+                    client
+                        .call(
+                            url,
+                            "SendMessageBatch",
+                            &json!({"QueueUrl": queue, "Entries": entries}),
+                            MAX_ANSWER_BYTES,
+                        )
+                        .await
+                }
+                .map_err(|e| anyhow::anyhow!("send: {e}"))?;
+                let failed = answer["Failed"].as_array().map_or(0, Vec::len);
+                if failed > 0 {
+                    bail!("{failed} entries of a batch failed: {answer}");
+                }
+            }
+            Producer::Rabbit { channel, queue, .. } => {
+                let mut confirms = Vec::with_capacity(bodies.len());
+                for b in bodies {
+                    confirms.push(
+                        channel
+                            .basic_publish(
+                                "".into(),
+                                queue.as_str().into(),
+                                BasicPublishOptions::default(),
+                                b.as_bytes(),
+                                BasicProperties::default().with_delivery_mode(2),
+                            )
+                            .await?,
+                    );
+                }
+                for confirm in confirms {
+                    if !confirm.await?.is_ack() {
+                        bail!("RabbitMQ refused a publish (nack)");
+                    }
+                }
+            }
+            Producer::Jet { js, subject } => {
+                let mut acks = Vec::with_capacity(bodies.len());
+                for b in bodies {
+                    acks.push(js.publish(subject.clone(), b.clone().into_bytes().into()).await?);
+                }
+                for ack in acks {
+                    ack.await?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+enum Consumer {
+    Sless {
+        client: Client,
+        url: String,
+        queue: String,
+    },
+    Rabbit {
+        _connection: Connection,
+        consumer: lapin::Consumer,
+    },
+    Jet {
+        messages: jetstream::consumer::pull::Stream,
+    },
+}
+
+impl Consumer {
+    /// The ids of the next messages, each deleted or acknowledged; none
+    /// after about a second without any.
+    async fn next(&mut self) -> anyhow::Result<Vec<String>> {
+        const WAIT: Duration = Duration::from_secs(1);
+        match self {
+            Consumer::Sless { client, url, queue } => {
+                let call = |action: &str, input: Value| {
+                    let (client, url, action) = (client.clone(), url.clone(), action.to_owned());
+                    async move {
+                        client
+                            .call(&url, &action, &input, MAX_ANSWER_BYTES)
+                            .await
+                            .map_err(|e| anyhow::anyhow!("{action}: {e}"))
+                    }
+                };
+                let got = call(
+                    "ReceiveMessage",
+                    json!({"QueueUrl": queue, "MaxNumberOfMessages": BATCH, "WaitTimeSeconds": 1}),
+                )
+                .await?;
+                let messages = got["Messages"].as_array().cloned().unwrap_or_default();
+                if messages.is_empty() {
+                    return Ok(Vec::new());
+                }
+                let entries: Vec<Value> = messages
+                    .iter()
+                    .enumerate()
+                    .map(|(i, m)| json!({"Id": i.to_string(), "ReceiptHandle": m["ReceiptHandle"]}))
+                    .collect();
+                call("DeleteMessageBatch", json!({"QueueUrl": queue, "Entries": entries})).await?;
+                Ok(messages
+                    .iter()
+                    .map(|m| id_of(m["Body"].as_str().unwrap_or_default().as_bytes()))
+                    .collect())
+            }
+            Consumer::Rabbit { consumer, .. } => match tokio::time::timeout(WAIT, consumer.next()).await {
+                Ok(Some(delivery)) => {
+                    let delivery = delivery?;
+                    delivery.acker.ack(BasicAckOptions::default()).await?;
+                    Ok(vec![id_of(&delivery.data)])
+                }
+                Ok(None) => bail!("the RabbitMQ consumer was cancelled"),
+                Err(_) => Ok(Vec::new()),
+            },
+            Consumer::Jet { messages } => match tokio::time::timeout(WAIT, messages.next()).await {
+                Ok(Some(message)) => {
+                    let message = message.map_err(|e| anyhow::anyhow!("JetStream: {e}"))?;
+                    message.ack().await.map_err(|e| anyhow::anyhow!("JetStream ack: {e}"))?;
+                    Ok(vec![id_of(&message.payload)])
+                }
+                Ok(None) => bail!("the JetStream consumer ended"),
+                Err(_) => Ok(Vec::new()),
+            },
+        }
+    }
+}
+
+/// What one run measured.
+struct Run {
+    messages: u64,
+    elapsed: Duration,
+    latencies: Vec<Duration>,
+    cpu: Duration,
+    /// The full cycle only: messages never received, and receipts beyond
+    /// the first of one message.
+    lost: u64,
+    repeated: u64,
+}
+
+impl Run {
+    fn rate(&self) -> f64 {
+        self.messages as f64 / self.elapsed.as_secs_f64()
+    }
+
+    fn quantile(&self, q: f64) -> Duration {
+        if self.latencies.is_empty() {
+            return Duration::ZERO;
+        }
+        self.latencies[((self.latencies.len() - 1) as f64 * q) as usize]
+    }
+
+    fn line(&self) -> String {
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        let mut line = format!(
+            "{:>9.0} msg/s  p50 {:>6.2} ms  p99 {:>6.2} ms  server CPU {:>5.1} µs/msg",
+            self.rate(),
+            ms(self.quantile(0.5)),
+            ms(self.quantile(0.99)),
+            self.cpu.as_secs_f64() * 1e6 / self.messages.max(1) as f64
+        );
+        if self.lost > 0 || self.repeated > 0 {
+            line.push_str(&format!("  LOST {} repeated {}", self.lost, self.repeated));
+        }
+        line
+    }
+}
+
+/// The pids of the processes named `comm` (a server this bench does not own).
+fn pids_named(comm: &str) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == comm))
+        .collect()
+}
+
+fn cpu_of(pids: &[u32]) -> Duration {
+    pids.iter().map(|pid| support::cpu_time(*pid)).sum()
+}
+
+/// `producers` senders of `batch` messages per request for the run's
+/// length; with `consumers`, as many receivers draining the same target
+/// until every sent message is back (or 30 s pass without progress).
+async fn run(target: &Target, pids: &[u32], producers: usize, batch: usize, consumers: usize) -> anyhow::Result<Run> {
+    let mut senders = Vec::new();
+    for _ in 0..producers {
+        senders.push(target.producer().await?);
+    }
+    let mut receivers = Vec::new();
+    for n in 0..consumers {
+        receivers.push(target.consumer(n).await?);
+    }
+    let sent = Arc::new(AtomicU64::new(0));
+    let done_sending = Arc::new(AtomicBool::new(false));
+    let cpu_before = cpu_of(pids);
+    let started = Instant::now();
+    let deadline = started + seconds();
+    let mut sending = Vec::new();
+    for (p, sender) in senders.into_iter().enumerate() {
+        let sent = sent.clone();
+        sending.push(tokio::spawn(async move {
+            let mut latencies = Vec::new();
+            let mut seq = 0u64;
+            while Instant::now() < deadline {
+                let bodies: Vec<String> = (0..batch)
+                    .map(|_| {
+                        seq += 1;
+                        body(&format!("{p}-{seq}"))
+                    })
+                    .collect();
+                let at = Instant::now();
+                sender.send(&bodies).await?;
+                latencies.push(at.elapsed());
+                sent.fetch_add(batch as u64, Ordering::Relaxed);
+            }
+            anyhow::Ok(latencies)
+        }));
+    }
+    let received: Arc<std::sync::Mutex<HashMap<String, u32>>> = Arc::default();
+    let mut receiving = Vec::new();
+    for mut receiver in receivers {
+        let (received, sent, done_sending) = (received.clone(), sent.clone(), done_sending.clone());
+        receiving.push(tokio::spawn(async move {
+            let mut idle_since = Instant::now();
+            loop {
+                let ids = receiver.next().await?;
+                let total = {
+                    let mut seen = received.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;
+                    for id in ids.iter() {
+                        *seen.entry(id.clone()).or_default() += 1;
+                    }
+                    seen.len() as u64
+                };
+                if !ids.is_empty() {
+                    idle_since = Instant::now();
+                }
+                let finished = done_sending.load(Ordering::SeqCst);
+                if finished && total >= sent.load(Ordering::SeqCst) {
+                    return anyhow::Ok(());
+                }
+                if finished && idle_since.elapsed() > Duration::from_secs(30) {
+                    return anyhow::Ok(());
+                }
+            }
+        }));
+    }
+    let mut latencies = Vec::new();
+    for task in sending {
+        latencies.extend(task.await??);
+    }
+    done_sending.store(true, Ordering::SeqCst);
+    for task in receiving {
+        task.await??;
+    }
+    let elapsed = started.elapsed();
+    let cpu = cpu_of(pids) - cpu_before;
+    latencies.sort();
+    let messages = sent.load(Ordering::SeqCst);
+    let (lost, repeated) = if consumers == 0 {
+        (0, 0)
+    } else {
+        let seen = received.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;
+        let repeated = seen.values().map(|n| u64::from(n - 1)).sum();
+        (messages.saturating_sub(seen.len() as u64), repeated)
+    };
+    Ok(Run {
+        messages,
+        elapsed,
+        latencies,
+        cpu,
+        lost,
+        repeated,
+    })
+}
+
+fn reachable(addr: &str, what: &str) -> anyhow::Result<()> {
+    std::net::TcpStream::connect_timeout(&addr.parse()?, Duration::from_secs(2))
+        .map(drop)
+        .with_context(|| format!("{what} is not reachable at {addr} (scripts/install-test-deps.sh starts it)"))
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    reachable("127.0.0.1:5672", "RabbitMQ")?;
+    reachable(NATS, "NATS")?;
+    let rabbit_pids = pids_named("beam.smp");
+    let nats_pids = pids_named("nats-server");
+    if rabbit_pids.is_empty() || nats_pids.is_empty() {
+        bail!("cannot find the beam.smp and nats-server processes to read their CPU");
+    }
+    let mut sless = HashMap::new();
+    for durability in ["disk", "process"] {
+        sless.insert(durability, Arc::new(Sless::start(durability).await?));
+    }
+    let pids = |kind: Kind| -> Vec<u32> {
+        match kind {
+            Kind::SlessDisk => sless["disk"].pids.clone(),
+            Kind::SlessProcess => sless["process"].pids.clone(),
+            Kind::RabbitQuorum | Kind::RabbitClassic => rabbit_pids.clone(),
+            Kind::JetStream => nats_pids.clone(),
+        }
+    };
+    println!(
+        "{BODY_BYTES}-byte messages, {} s a run; sless disk vs RabbitMQ (fsync before the answer), \
+         sless process vs JetStream (written, not synced, before the answer)",
+        seconds().as_secs()
+    );
+    let scenarios: [(&str, usize, usize, usize); 5] = [
+        ("(a) 1 producer, one message a request", 1, 1, 0),
+        ("(a) 32 producers, one message a request", MANY, 1, 0),
+        ("(b) 1 producer, batches of 10", 1, BATCH, 0),
+        ("(b) 32 producers, batches of 10", MANY, BATCH, 0),
+        ("(c) 32 producers + 32 consumers, full cycle", MANY, 1, MANY),
+    ];
+    for (n, (title, producers, batch, consumers)) in scenarios.into_iter().enumerate() {
+        println!("{title}");
+        let mut runs = HashMap::new();
+        for kind in Kind::ALL {
+            let target = Target::create(kind, &sless, &format!("run-{n}-{}", kind as u8)).await?;
+            let result = run(&target, &pids(kind), producers, batch, consumers).await;
+            target.delete().await?;
+            let result = result.with_context(|| kind.label())?;
+            println!("  {:<17} {}", kind.label(), result.line());
+            if result.lost > 0 {
+                bail!("{} lost {} messages", kind.label(), result.lost);
+            }
+            runs.insert(kind as u8, result);
+        }
+        for (ours, peer) in [
+            (Kind::SlessDisk, Kind::RabbitQuorum),
+            (Kind::SlessDisk, Kind::RabbitClassic),
+            (Kind::SlessProcess, Kind::JetStream),
+        ] {
+            let (a, b) = (&runs[&(ours as u8)], &runs[&(peer as u8)]);
+            println!(
+                "  {} / {}: throughput {:.2}x (goal >= 1.0), p99 {:.2}x (goal <= 1.0)",
+                ours.label(),
+                peer.label(),
+                a.rate() / b.rate(),
+                a.quantile(0.99).as_secs_f64() / b.quantile(0.99).as_secs_f64().max(1e-9)
+            );
+        }
+    }
+    Ok(())
+}
