@@ -29,7 +29,9 @@
 //! and uses queues and streams of its own, deleted afterwards.
 //!
 //! Run: `cargo bench -p sless --bench brokers`. `SLESS_BENCH_SECONDS` sets
-//! each run's length (5).
+//! each run's length (5); `SLESS_BENCH_ONLY=(c)` runs only the scenarios
+//! whose title contains it, `SLESS_BENCH_SYSTEMS=sless` only the systems
+//! whose label does (and prints no ratios).
 
 // A benchmark's output is its figures, on stdout.
 #![allow(clippy::print_stdout)]
@@ -473,6 +475,8 @@ struct Run {
     elapsed: Duration,
     latencies: Vec<Duration>,
     cpu: Duration,
+    /// This process's CPU: the clients'.
+    client_cpu: Duration,
     /// The full cycle only: messages never received, and receipts beyond
     /// the first of one message.
     lost: u64,
@@ -494,11 +498,12 @@ impl Run {
     fn line(&self) -> String {
         let ms = |d: Duration| d.as_secs_f64() * 1e3;
         let mut line = format!(
-            "{:>9.0} msg/s  p50 {:>6.2} ms  p99 {:>6.2} ms  server CPU {:>5.1} µs/msg",
+            "{:>9.0} msg/s  p50 {:>6.2} ms  p99 {:>6.2} ms  CPU µs/msg: server {:>5.1}, client {:>5.1}",
             self.rate(),
             ms(self.quantile(0.5)),
             ms(self.quantile(0.99)),
-            self.cpu.as_secs_f64() * 1e6 / self.messages.max(1) as f64
+            self.cpu.as_secs_f64() * 1e6 / self.messages.max(1) as f64,
+            self.client_cpu.as_secs_f64() * 1e6 / self.messages.max(1) as f64
         );
         if self.lost > 0 || self.repeated > 0 {
             line.push_str(&format!("  LOST {} repeated {}", self.lost, self.repeated));
@@ -538,6 +543,7 @@ async fn run(target: &Target, pids: &[u32], producers: usize, batch: usize, cons
     let sent = Arc::new(AtomicU64::new(0));
     let done_sending = Arc::new(AtomicBool::new(false));
     let cpu_before = cpu_of(pids);
+    let client_before = support::own_cpu_time(std::process::id());
     let started = Instant::now();
     let deadline = started + seconds();
     let mut sending = Vec::new();
@@ -599,6 +605,7 @@ async fn run(target: &Target, pids: &[u32], producers: usize, batch: usize, cons
     }
     let elapsed = started.elapsed();
     let cpu = cpu_of(pids) - cpu_before;
+    let client_cpu = support::own_cpu_time(std::process::id()) - client_before;
     latencies.sort();
     let messages = sent.load(Ordering::SeqCst);
     let (lost, repeated) = if consumers == 0 {
@@ -613,6 +620,7 @@ async fn run(target: &Target, pids: &[u32], producers: usize, batch: usize, cons
         elapsed,
         latencies,
         cpu,
+        client_cpu,
         lost,
         repeated,
     })
@@ -657,10 +665,15 @@ async fn main() -> anyhow::Result<()> {
         ("(b) 32 producers, batches of 10", MANY, BATCH, 0),
         ("(c) 32 producers + 32 consumers, full cycle", MANY, 1, MANY),
     ];
+    let only = std::env::var("SLESS_BENCH_ONLY").unwrap_or_default();
+    let systems = std::env::var("SLESS_BENCH_SYSTEMS").unwrap_or_default();
     for (n, (title, producers, batch, consumers)) in scenarios.into_iter().enumerate() {
+        if !title.contains(&only) {
+            continue;
+        }
         println!("{title}");
         let mut runs = HashMap::new();
-        for kind in Kind::ALL {
+        for kind in Kind::ALL.into_iter().filter(|k| k.label().contains(&systems)) {
             let target = Target::create(kind, &sless, &format!("run-{n}-{}", kind as u8)).await?;
             let result = run(&target, &pids(kind), producers, batch, consumers).await;
             target.delete().await?;
@@ -676,7 +689,9 @@ async fn main() -> anyhow::Result<()> {
             (Kind::SlessDisk, Kind::RabbitClassic),
             (Kind::SlessProcess, Kind::JetStream),
         ] {
-            let (a, b) = (&runs[&(ours as u8)], &runs[&(peer as u8)]);
+            let (Some(a), Some(b)) = (runs.get(&(ours as u8)), runs.get(&(peer as u8))) else {
+                continue;
+            };
             println!(
                 "  {} / {}: throughput {:.2}x (goal >= 1.0), p99 {:.2}x (goal <= 1.0)",
                 ours.label(),

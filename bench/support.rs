@@ -118,15 +118,16 @@ fn stat_fields(pid: u32) -> Option<Vec<u64>> {
 
 /// CPU time (user + system) `pid` and its descendants have used so far.
 pub fn cpu_time(pid: u32) -> Duration {
+    process_tree(pid).into_iter().map(own_cpu_time).sum()
+}
+
+/// The CPU time `pid` itself has used, without its children.
+pub fn own_cpu_time(pid: u32) -> Duration {
     // Linux's USER_HZ: 100 on every architecture it runs on here.
     const TICKS: f64 = 100.0;
-    let ticks: u64 = process_tree(pid)
-        .into_iter()
-        .filter_map(stat_fields)
-        // utime and stime, the 14th and 15th fields of the whole line.
-        .filter_map(|fields| Some(fields.get(10)? + fields.get(11)?))
-        .sum();
-    Duration::from_secs_f64(ticks as f64 / TICKS)
+    // utime and stime, the 14th and 15th fields of the whole line.
+    let ticks = stat_fields(pid).and_then(|fields| Some(fields.get(10)? + fields.get(11)?));
+    Duration::from_secs_f64(ticks.unwrap_or(0) as f64 / TICKS)
 }
 
 /// The parent of `pid`, the 4th field of its stat line.
