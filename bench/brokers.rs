@@ -178,8 +178,7 @@ impl Target {
                 Target::Sless { sless, queue }
             }
             Kind::RabbitQuorum | Kind::RabbitClassic => {
-                let connection = Connection::connect(AMQP, ConnectionProperties::default()).await?;
-                let channel = connection.create_channel().await?;
+                let (connection, channel) = rabbit().await?;
                 let mut arguments = FieldTable::default();
                 let queue_type = if kind == Kind::RabbitQuorum {
                     "quorum"
@@ -223,8 +222,7 @@ impl Target {
                 sless.call("DeleteQueue", json!({"QueueUrl": queue})).await?;
             }
             Target::Rabbit { queue } => {
-                let connection = Connection::connect(AMQP, ConnectionProperties::default()).await?;
-                let channel = connection.create_channel().await?;
+                let (connection, channel) = rabbit().await?;
                 channel
                     .queue_delete(queue.as_str().into(), QueueDeleteOptions::default())
                     .await?;
@@ -240,14 +238,9 @@ impl Target {
 
     async fn producer(&self) -> anyhow::Result<Producer> {
         Ok(match self {
-            Target::Sless { sless, queue } => Producer::Sless {
-                client: sless.client(),
-                url: sless.gateway_url.clone(),
-                queue: queue.clone(),
-            },
+            Target::Sless { sless, queue } => Producer::Sless(SlessQueue::new(sless, queue)),
             Target::Rabbit { queue } => {
-                let connection = Connection::connect(AMQP, ConnectionProperties::default()).await?;
-                let channel = connection.create_channel().await?;
+                let (connection, channel) = rabbit().await?;
                 channel.confirm_select(ConfirmSelectOptions::default()).await?;
                 Producer::Rabbit {
                     _connection: connection,
@@ -264,14 +257,9 @@ impl Target {
 
     async fn consumer(&self, n: usize) -> anyhow::Result<Consumer> {
         Ok(match self {
-            Target::Sless { sless, queue } => Consumer::Sless {
-                client: sless.client(),
-                url: sless.gateway_url.clone(),
-                queue: queue.clone(),
-            },
+            Target::Sless { sless, queue } => Consumer::Sless(SlessQueue::new(sless, queue)),
             Target::Rabbit { queue } => {
-                let connection = Connection::connect(AMQP, ConnectionProperties::default()).await?;
-                let channel = connection.create_channel().await?;
+                let (connection, channel) = rabbit().await?;
                 channel.basic_qos(BATCH as u16 * 10, BasicQosOptions::default()).await?;
                 let consumer = channel
                     .basic_consume(
@@ -308,12 +296,32 @@ impl Target {
     }
 }
 
+/// A sless queue as a client reaches it: through the gateway.
+struct SlessQueue {
+    client: Client,
+    url: String,
+    queue: String,
+}
+
+impl SlessQueue {
+    fn new(sless: &Sless, queue: &str) -> Self {
+        Self {
+            client: sless.client(),
+            url: sless.gateway_url.clone(),
+            queue: queue.to_owned(),
+        }
+    }
+}
+
+/// A connection to RabbitMQ and a channel on it.
+async fn rabbit() -> anyhow::Result<(Connection, lapin::Channel)> {
+    let connection = Connection::connect(AMQP, ConnectionProperties::default()).await?;
+    let channel = connection.create_channel().await?;
+    Ok((connection, channel))
+}
+
 enum Producer {
-    Sless {
-        client: Client,
-        url: String,
-        queue: String,
-    },
+    Sless(SlessQueue),
     Rabbit {
         _connection: Connection,
         channel: lapin::Channel,
@@ -330,7 +338,7 @@ impl Producer {
     /// acknowledged.
     async fn send(&self, bodies: &[String]) -> anyhow::Result<()> {
         match self {
-            Producer::Sless { client, url, queue } => {
+            Producer::Sless(SlessQueue { client, url, queue }) => {
                 let answer = if let [one] = bodies {
                     client
                         .call(
@@ -397,11 +405,7 @@ impl Producer {
 }
 
 enum Consumer {
-    Sless {
-        client: Client,
-        url: String,
-        queue: String,
-    },
+    Sless(SlessQueue),
     Rabbit {
         _connection: Connection,
         consumer: lapin::Consumer,
@@ -417,7 +421,7 @@ impl Consumer {
     async fn next(&mut self) -> anyhow::Result<Vec<String>> {
         const WAIT: Duration = Duration::from_secs(1);
         match self {
-            Consumer::Sless { client, url, queue } => {
+            Consumer::Sless(SlessQueue { client, url, queue }) => {
                 let call = |action: &str, input: Value| {
                     let (client, url, action) = (client.clone(), url.clone(), action.to_owned());
                     async move {
