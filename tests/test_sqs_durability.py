@@ -22,10 +22,14 @@ def receive_all(client, url):
 def set_durability(sless, tenant, durability):
     """Creates or changes the tenant's queue service to `durability`; its
     view once the (restarted) engine answers again."""
-    sless.queue_service(tenant)
+    before = sless.queue_service(tenant)
     changed = sless.rest(tenant, "PATCH", "/queue-services/main", {"durability": durability})
     assert changed.status_code == 200, changed.text
     assert changed.json()["durability"] == durability
+    if before["durability"] != durability:
+        # Not Ready until the engine has restarted: a caller waiting for
+        # Ready (Terraform) must not take the old engine's Ready for it.
+        assert changed.json()["phase"] == "Provisioning", changed.text
     deadline = time.time() + 20
     while True:
         view = sless.wait_ready(tenant, "main")

@@ -121,6 +121,12 @@ impl KubePlatform {
     /// A queue service as the API shows it, keys from its Secret.
     async fn queue_view(&self, tenant: &DnsLabel, qs: QueueService) -> Result<QueueServiceView> {
         let status = qs.status.clone().unwrap_or_default();
+        let reconciled = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == sless_operator::context::RECONCILED)
+            .and_then(|c| c.observed_generation);
+        let behind = reconciled.is_some_and(|seen| Some(seen) < qs.metadata.generation);
         let secrets: Api<Secret> = Api::namespaced(self.client.clone(), &namespace_name(tenant.as_str()));
         let keys = secrets
             .get_opt(&secret_name(tenant.as_str()))
@@ -136,8 +142,12 @@ impl KubePlatform {
             persistence: qs.spec.persistence,
             durability: qs.spec.durability,
             // Marked for deletion: going, whatever the operator wrote last.
+            // A spec the operator has not reconciled yet is not Ready yet:
+            // the status it wrote is of the previous spec.
             phase: if qs.metadata.deletion_timestamp.is_some() {
                 QueueServicePhase::Deleting
+            } else if behind && status.phase == Some(QueueServicePhase::Ready) {
+                QueueServicePhase::Provisioning
             } else {
                 status.phase.unwrap_or(QueueServicePhase::Pending)
             },

@@ -84,7 +84,7 @@ async fn a_queue_service_is_a_resource_in_the_tenant_namespace_with_its_keys() {
         .await
         .unwrap();
     let status = serde_json::json!({"status": {"phase": "Ready", "endpoint": "https://sqs.kube5s.ru/sqs/acme"}});
-    Api::<QueueService>::namespaced(client, "sless-fn-acme")
+    Api::<QueueService>::namespaced(client.clone(), "sless-fn-acme")
         .patch_status("main", &PatchParams::default(), &Patch::Merge(&status))
         .await
         .unwrap();
@@ -92,6 +92,29 @@ async fn a_queue_service_is_a_resource_in_the_tenant_namespace_with_its_keys() {
     assert_eq!(ready.phase, QueueServicePhase::Ready);
     assert_eq!(ready.endpoint.as_deref(), Some("https://sqs.kube5s.ru/sqs/acme"));
     assert_eq!(ready.access_key.as_deref(), Some("SQSAKacme_abcdefgh"));
+
+    // The operator reconciled generation 1; a spec of generation 2 it has
+    // not seen is not Ready yet, whatever the status says. (The fake does
+    // not count generations: the test sets them as the API server would.)
+    let api = Api::<QueueService>::namespaced(client.clone(), "sless-fn-acme");
+    let reconciled = serde_json::json!({"status": {"conditions": [{
+        "type": "Reconciled", "status": "True", "reason": "Reconciled", "message": "",
+        "observedGeneration": 1, "lastTransitionTime": "2026-01-01T00:00:00Z"
+    }]}});
+    api.patch_status("main", &PatchParams::default(), &Patch::Merge(&reconciled))
+        .await
+        .unwrap();
+    let mut qs = api.get("main").await.unwrap();
+    qs.metadata.generation = Some(1);
+    assert_eq!(
+        p.queue_view(&acme, qs.clone()).await.unwrap().phase,
+        QueueServicePhase::Ready
+    );
+    qs.metadata.generation = Some(2);
+    assert_eq!(
+        p.queue_view(&acme, qs).await.unwrap().phase,
+        QueueServicePhase::Provisioning
+    );
 
     // Another tenant sees nothing of it.
     let beta = label("beta");

@@ -291,12 +291,36 @@ impl Platform for LocalPlatform {
         name: &DnsLabel,
         spec: QueueServiceSpec,
     ) -> Result<QueueServiceView> {
+        let current = self.queue(tenant, name).await?;
         if !self
             .store
             .update_spec(QUEUE_SERVICE, tenant.as_str(), name.as_str(), &spec)
             .await?
         {
             return Err(PlatformError::NotFound);
+        }
+        // The engine restarts for a new durability: not Ready until it has,
+        // so that a caller waiting for Ready does not take the old engine's.
+        if current.spec.durability != spec.durability {
+            let state = QueueState {
+                status: QueueServiceStatus {
+                    phase: QueueServicePhase::Provisioning,
+                    message: Some("restarting the queue engine with the new durability".into()),
+                    endpoint: None,
+                    ready_at: current.status.status.ready_at.clone(),
+                },
+                credentials: current.status.credentials.clone(),
+            };
+            // Fenced by generation: a later update makes this one moot.
+            self.store
+                .update_status(
+                    QUEUE_SERVICE,
+                    tenant.as_str(),
+                    name.as_str(),
+                    current.generation + 1,
+                    &state,
+                )
+                .await?;
         }
         self.wake.notify_one();
         self.get_queue_service(tenant, name).await
