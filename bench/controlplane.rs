@@ -20,6 +20,10 @@
 #[path = "support.rs"]
 mod support;
 
+// The replica runs in this binary's child: the allocator `sless` has.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::io::{BufRead, Write};
 use std::process::{Command, Stdio};
 use std::sync::Arc;

@@ -9,6 +9,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // A message that does not decode is InvalidArgument (see codec.rs).
     tonic_prost_build::configure()
         .codec_path("crate::codec::Codec")
+        // Every watcher of a version is sent the same encoded snapshot:
+        // shared, not copied per delivery.
+        .bytes(".sless.controlplane.v1.SnapshotDelivery.payload")
         .compile_fds(descriptors)?;
     Ok(())
 }

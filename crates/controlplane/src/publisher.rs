@@ -21,7 +21,8 @@ const STORE_RETRY: Backoff = Backoff::new(Duration::from_millis(500), Duration::
 #[derive(Debug, PartialEq)]
 pub struct PublishedSnapshot {
     pub id: SnapshotId,
-    pub payload: Vec<u8>,
+    /// Shared by every delivery of this version (a reference, not a copy).
+    pub payload: bytes::Bytes,
     /// What `payload` encodes, for readers in this process.
     pub snapshot: RoutingSnapshot,
 }
@@ -92,7 +93,7 @@ pub fn spawn(
             let Some(snapshot) = desired_rx.borrow_and_update().clone() else {
                 continue;
             };
-            let payload = snapshot.encode_to_vec();
+            let payload = bytes::Bytes::from(snapshot.encode_to_vec());
             let sum = checksum(&payload);
             if last_checksum == Some(sum) {
                 continue;
