@@ -39,7 +39,7 @@ use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
 use serde_json::Value;
-pub use sless_model::queue_service::Durability;
+use sless_model::queue_service::Durability;
 
 use crate::error::SqsError;
 use journal::{Change, Journal, Pending};
@@ -60,16 +60,6 @@ pub struct EngineConfig {
 pub struct Persistence {
     pub journal: std::path::PathBuf,
     pub durability: Durability,
-}
-
-impl Persistence {
-    /// Acknowledging after each change is synced: the default.
-    pub fn disk(journal: impl Into<std::path::PathBuf>) -> Self {
-        Self {
-            journal: journal.into(),
-            durability: Durability::Disk,
-        }
-    }
 }
 
 struct State {

@@ -460,9 +460,8 @@ impl Log {
         self.compact_min = bytes;
     }
 
-    /// Writes `changes` as one record; syncs it too if `sync`, or leaves
-    /// that to [`Log::sync`].
-    pub fn commit<'a>(&mut self, changes: impl Iterator<Item = &'a Change>, sync: bool) -> Result<(), LogError> {
+    /// Writes `changes` as one record; [`Log::sync`] makes it durable.
+    pub fn commit<'a>(&mut self, changes: impl Iterator<Item = &'a Change>) -> Result<(), LogError> {
         if let Some(e) = &self.poisoned {
             return Err(LogError::Poisoned(e.clone()));
         }
@@ -482,9 +481,6 @@ impl Log {
                 Err(cut) => self.poisoned = Some(cut.to_string()),
             }
             return Err(e.into());
-        }
-        if sync {
-            self.sync()?;
         }
         let base = self.end + HEADER as u64;
         for (offset, len, e) in entries(&self.buf[HEADER..]).flatten() {

@@ -196,7 +196,7 @@ fn writer(mut log: Log, rx: mpsc::Receiver<Request>, durability: Durability, pro
         let first = match first {
             Ok(first) => first,
             Err(RecvTimeoutError::Timeout) => {
-                sync(&mut log, probe);
+                deferred_sync(&mut log, probe);
                 unsynced = None;
                 continue;
             }
@@ -216,23 +216,21 @@ fn writer(mut log: Log, rx: mpsc::Receiver<Request>, durability: Durability, pro
         let result = if probe.failing.load(Ordering::SeqCst) {
             Err("injected failure".to_owned())
         } else {
-            log.commit(
-                group.iter().flat_map(|(changes, _)| changes),
-                durability == Durability::Disk,
-            )
-            .map_err(|e: LogError| e.to_string())
+            log.commit(group.iter().flat_map(|(changes, _)| changes))
+                .and_then(|()| match durability {
+                    Durability::Disk => sync(&mut log, probe),
+                    Durability::Process => Ok(()),
+                })
+                .map_err(|e: LogError| e.to_string())
         };
         let written = result.is_ok();
-        if written && durability == Durability::Disk {
-            probe.syncs.fetch_add(1, Ordering::SeqCst);
-        }
         for (_, done) in group {
             let _ = done.send(result.clone());
         }
         if durability == Durability::Process && written {
             let since = *unsynced.get_or_insert_with(Instant::now);
             if since.elapsed() >= sync_every {
-                sync(&mut log, probe);
+                deferred_sync(&mut log, probe);
                 unsynced = None;
             }
         }
@@ -240,17 +238,20 @@ fn writer(mut log: Log, rx: mpsc::Receiver<Request>, durability: Durability, pro
     }
     // The engine is closing: what it answered is made durable now.
     if unsynced.is_some() {
-        sync(&mut log, probe);
+        deferred_sync(&mut log, probe);
     }
+}
+
+fn sync(log: &mut Log, probe: &Probe) -> Result<(), LogError> {
+    log.sync()?;
+    probe.syncs.fetch_add(1, Ordering::SeqCst);
+    Ok(())
 }
 
 /// The deferred sync of `process` durability. Its requests were answered
 /// already; a failure poisons the log, so later writes are refused.
-fn sync(log: &mut Log, probe: &Probe) {
-    match log.sync() {
-        Ok(()) => {
-            probe.syncs.fetch_add(1, Ordering::SeqCst);
-        }
-        Err(e) => tracing::error!(error = %e, "syncing the queue journal failed; it takes no more writes"),
+fn deferred_sync(log: &mut Log, probe: &Probe) {
+    if let Err(e) = sync(log, probe) {
+        tracing::error!(error = %e, "syncing the queue journal failed; it takes no more writes");
     }
 }

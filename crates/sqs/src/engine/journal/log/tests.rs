@@ -53,7 +53,7 @@ fn open_new(path: &Path) -> Log {
 /// A new journal holding queue `a` with message 1 of `body`.
 fn open_with_one(path: &Path, body: &str) -> Log {
     let mut log = open_new(path);
-    log.commit([Change::PutQueue(queue("a")), put("a", 1, body)].iter(), true)
+    log.commit([Change::PutQueue(queue("a")), put("a", 1, body)].iter())
         .unwrap();
     log
 }
@@ -96,7 +96,7 @@ fn changes_replay_as_the_engine_made_them() {
         vec![put("b", 5, "five"), Change::DeleteQueue("c".into())],
     ];
     for group in &groups {
-        log.commit(group.iter(), true).unwrap();
+        log.commit(group.iter()).unwrap();
     }
     drop(log);
     let (queues, messages) = held(&path);
@@ -110,7 +110,7 @@ fn a_torn_last_record_is_cut_off_and_the_log_goes_on() {
     let path = dir.journal();
     let mut log = open_with_one(&path, "kept");
     let good = log.end;
-    log.commit([put("a", 2, "torn")].iter(), true).unwrap();
+    log.commit([put("a", 2, "torn")].iter()).unwrap();
     drop(log);
     // A crash during the second write left part of it.
     let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
@@ -125,7 +125,7 @@ fn a_torn_last_record_is_cut_off_and_the_log_goes_on() {
         good,
         "the torn record is cut off"
     );
-    log.commit([put("a", 3, "after")].iter(), true).unwrap();
+    log.commit([put("a", 3, "after")].iter()).unwrap();
     drop(log);
     assert_eq!(held(&path).1, [row("a", 1, "kept"), row("a", 3, "after")]);
 }
@@ -152,7 +152,7 @@ fn a_torn_record_whose_first_page_was_lost_is_cut_off_too() {
     let mut log = open_with_one(&path, "kept");
     let good = log.end;
     let big = "y".repeat(10_000);
-    log.commit([put("a", 2, &big)].iter(), true).unwrap();
+    log.commit([put("a", 2, &big)].iter()).unwrap();
     drop(log);
     // The record's later pages reached the disk, its first did not: its
     // header reads as zeros, with its payload's bytes after them.
@@ -170,7 +170,7 @@ fn commits_go_into_preallocated_zeros_that_opening_gives_back() {
     let mut log = open_with_one(&path, "one");
     let end = log.end;
     assert_eq!(std::fs::metadata(&path).unwrap().len(), PREALLOCATE);
-    log.commit([put("a", 2, "two")].iter(), true).unwrap();
+    log.commit([put("a", 2, "two")].iter()).unwrap();
     assert_eq!(std::fs::metadata(&path).unwrap().len(), PREALLOCATE, "written in place");
     drop(log);
     // A clean close leaves only zeros after the last record: no torn write.
@@ -191,7 +191,7 @@ fn damage_before_the_last_record_is_refused_not_skipped() {
     let dir = Dir::new();
     let path = dir.journal();
     let mut log = open_with_one(&path, "first");
-    log.commit([put("a", 2, "second")].iter(), true).unwrap();
+    log.commit([put("a", 2, "second")].iter()).unwrap();
     drop(log);
     let mut bytes = std::fs::read(&path).unwrap();
     let at = bytes.windows(5).position(|w| w == b"first").unwrap();
@@ -220,24 +220,20 @@ fn compaction_keeps_exactly_the_live_entries_and_bounds_the_file() {
     let path = dir.journal();
     let mut log = open_new(&path);
     log.compact_above(64 << 10);
-    log.commit(
-        [Change::PutQueue(queue("a")), Change::PutQueue(queue("b"))].iter(),
-        true,
-    )
-    .unwrap();
+    log.commit([Change::PutQueue(queue("a")), Change::PutQueue(queue("b"))].iter())
+        .unwrap();
     let body = "x".repeat(500);
     let mut largest = 0;
     // Every message but each hundredth is deleted again.
     for seq in 1..=2000u64 {
-        log.commit([put("a", seq, &format!("{seq}{body}"))].iter(), true)
-            .unwrap();
+        log.commit([put("a", seq, &format!("{seq}{body}"))].iter()).unwrap();
         if seq % 100 != 0 {
-            log.commit([delete("a", seq)].iter(), true).unwrap();
+            log.commit([delete("a", seq)].iter()).unwrap();
         }
         log.compact_if_due();
         largest = largest.max(log.end);
     }
-    log.commit([Change::DeleteQueue("b".into())].iter(), true).unwrap();
+    log.commit([Change::DeleteQueue("b".into())].iter()).unwrap();
     drop(log);
     assert!(largest < 200 << 10, "the journal grew to {largest} bytes");
     let (queues, messages) = held(&path);
