@@ -152,13 +152,6 @@ impl Sless {
     fn client(&self) -> Client {
         Client::new(self.http.clone(), ACCESS, SECRET, REGION)
     }
-
-    async fn call(&self, action: &str, input: Value) -> anyhow::Result<Value> {
-        self.client()
-            .call(&self.gateway_url, action, &input, MAX_ANSWER_BYTES)
-            .await
-            .map_err(|e| anyhow::anyhow!("{action}: {e}"))
-    }
 }
 
 /// Where one run's messages go: a queue or stream of its own.
@@ -219,7 +212,8 @@ impl Target {
     async fn delete(&self) -> anyhow::Result<()> {
         match self {
             Target::Sless { sless, queue } => {
-                sless.call("DeleteQueue", json!({"QueueUrl": queue})).await?;
+                let queue = SlessQueue::new(sless, queue);
+                queue.call("DeleteQueue", json!({"QueueUrl": queue.queue})).await?;
             }
             Target::Rabbit { queue } => {
                 let (connection, channel) = rabbit().await?;
@@ -311,6 +305,13 @@ impl SlessQueue {
             queue: queue.to_owned(),
         }
     }
+
+    async fn call(&self, action: &str, input: Value) -> anyhow::Result<Value> {
+        self.client
+            .call(&self.url, action, &input, MAX_ANSWER_BYTES)
+            .await
+            .map_err(|e| anyhow::anyhow!("{action}: {e}"))
+    }
 }
 
 /// A connection to RabbitMQ and a channel on it.
@@ -338,32 +339,21 @@ impl Producer {
     /// acknowledged.
     async fn send(&self, bodies: &[String]) -> anyhow::Result<()> {
         match self {
-            Producer::Sless(SlessQueue { client, url, queue }) => {
+            Producer::Sless(sless) => {
                 let answer = if let [one] = bodies {
-                    client
-                        .call(
-                            url,
-                            "SendMessage",
-                            &json!({"QueueUrl": queue, "MessageBody": one}),
-                            MAX_ANSWER_BYTES,
-                        )
-                        .await
+                    sless
+                        .call("SendMessage", json!({"QueueUrl": sless.queue, "MessageBody": one}))
+                        .await?
                 } else {
                     let entries: Vec<Value> = bodies
                         .iter()
                         .enumerate()
                         .map(|(i, b)| json!({"Id": i.to_string(), "MessageBody": b}))
                         .collect();
-                    client
-                        .call(
-                            url,
-                            "SendMessageBatch",
-                            &json!({"QueueUrl": queue, "Entries": entries}),
-                            MAX_ANSWER_BYTES,
-                        )
-                        .await
-                }
-                .map_err(|e| anyhow::anyhow!("send: {e}"))?;
+                    sless
+                        .call("SendMessageBatch", json!({"QueueUrl": sless.queue, "Entries": entries}))
+                        .await?
+                };
                 let failed = answer["Failed"].as_array().map_or(0, Vec::len);
                 if failed > 0 {
                     bail!("{failed} entries of a batch failed: {answer}");
@@ -421,21 +411,13 @@ impl Consumer {
     async fn next(&mut self) -> anyhow::Result<Vec<String>> {
         const WAIT: Duration = Duration::from_secs(1);
         match self {
-            Consumer::Sless(SlessQueue { client, url, queue }) => {
-                let call = |action: &str, input: Value| {
-                    let (client, url, action) = (client.clone(), url.clone(), action.to_owned());
-                    async move {
-                        client
-                            .call(&url, &action, &input, MAX_ANSWER_BYTES)
-                            .await
-                            .map_err(|e| anyhow::anyhow!("{action}: {e}"))
-                    }
-                };
-                let got = call(
-                    "ReceiveMessage",
-                    json!({"QueueUrl": queue, "MaxNumberOfMessages": BATCH, "WaitTimeSeconds": 1}),
-                )
-                .await?;
+            Consumer::Sless(sless) => {
+                let got = sless
+                    .call(
+                        "ReceiveMessage",
+                        json!({"QueueUrl": sless.queue, "MaxNumberOfMessages": BATCH, "WaitTimeSeconds": 1}),
+                    )
+                    .await?;
                 let messages = got["Messages"].as_array().cloned().unwrap_or_default();
                 if messages.is_empty() {
                     return Ok(Vec::new());
@@ -445,7 +427,12 @@ impl Consumer {
                     .enumerate()
                     .map(|(i, m)| json!({"Id": i.to_string(), "ReceiptHandle": m["ReceiptHandle"]}))
                     .collect();
-                call("DeleteMessageBatch", json!({"QueueUrl": queue, "Entries": entries})).await?;
+                sless
+                    .call(
+                        "DeleteMessageBatch",
+                        json!({"QueueUrl": sless.queue, "Entries": entries}),
+                    )
+                    .await?;
                 Ok(messages
                     .iter()
                     .map(|m| id_of(m["Body"].as_str().unwrap_or_default().as_bytes()))
