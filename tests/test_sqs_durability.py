@@ -124,9 +124,21 @@ def test_durability_changes_in_place_keeping_the_messages(sless):
     url = client.create_queue(QueueName="switch")["QueueUrl"]
     sent = {client.send_message(QueueUrl=url, MessageBody=f"fast {i}")["MessageId"] for i in range(50)}
 
-    refused = sless.rest("a", "PATCH", "/queue-services/main", {"durability": "fsync"})
-    assert refused.status_code in (400, 422), refused.text
-    assert "durability" in refused.text
+    # Hostile values: a wrong word, a huge one, another type, a deep nest.
+    deep = "x"
+    for _ in range(200):
+        deep = [deep]
+    for hostile in ["fsync", "p" * 1_000_000, 1, None, {"disk": True}, deep]:
+        refused = sless.rest("a", "PATCH", "/queue-services/main", {"durability": hostile})
+        if hostile is None:
+            # JSON null is an absent field: PATCH keeps the value.
+            assert refused.status_code == 200 and refused.json()["durability"] == "process", refused.text
+            continue
+        assert refused.status_code in (400, 413, 422), (type(hostile), refused.status_code, refused.text[:200])
+        assert len(refused.text) < 4096, "the refusal does not echo the input back"
+        if hostile == "fsync":
+            assert "durability" in refused.text, refused.text
+    assert sless.rest("a", "GET", "/queue-services/main").json()["durability"] == "process"
     refused = sless.rest("b", "POST", "/queue-services", {"name": "x", "persistence": False, "durability": "process"})
     assert refused.status_code in (400, 422), refused.text
     assert "durability" in refused.text
