@@ -9,6 +9,7 @@ pub mod credentials;
 pub mod engine;
 pub mod error;
 pub mod gateway;
+pub mod link;
 pub mod protocol;
 pub mod sigv4;
 

@@ -87,7 +87,7 @@ async fn gateway_applies_snapshots_verifies_proxies_and_reports() {
         None,
     )
     .unwrap();
-    let engine_server = EngineServer::start(engine, engine_addr, Some(ENGINE_TOKEN.into()))
+    let engine_server = EngineServer::start(engine.clone(), engine_addr, Some(ENGINE_TOKEN.into()))
         .await
         .unwrap();
     let base = gateway.public_url().to_owned();
@@ -214,6 +214,27 @@ async fn gateway_applies_snapshots_verifies_proxies_and_reports() {
     )
     .await;
 
+    // Requests at once share each serving thread's link to the engine;
+    // each gets its own answer (the digest of its own body).
+    let sends = (0..64).map(|i| {
+        let (acme, queue_url) = (acme.clone(), queue_url.clone());
+        async move {
+            let text = format!("concurrent {i}");
+            let (status, sent) = call(
+                &acme,
+                SECRET,
+                "SendMessage",
+                json!({"QueueUrl": queue_url, "MessageBody": text}),
+            )
+            .await;
+            assert_eq!(status, 200, "{sent}");
+            use md5::Digest;
+            let digest = sless_runtime::hex::encode(&md5::Md5::digest(text.as_bytes()));
+            assert_eq!(sent["MD5OfMessageBody"], digest.as_str(), "{sent}");
+        }
+    });
+    join_all(sends).await;
+
     // With the engine gone, the edge answers 503, not a hang or a 500.
     drop(engine_server);
     let (status, err) = call(&acme, SECRET, "ListQueues", json!({})).await;
@@ -221,11 +242,26 @@ async fn gateway_applies_snapshots_verifies_proxies_and_reports() {
         (status, err["__type"].as_str()),
         (503, Some("com.amazonaws.sqs#ServiceUnavailable"))
     );
+    // Back at the same address, it is linked to again.
+    let _engine_server = EngineServer::start(engine, engine_addr, Some(ENGINE_TOKEN.into()))
+        .await
+        .unwrap();
+    eventually("the gateway to link to the restarted engine", || async {
+        call(&acme, SECRET, "ListQueues", json!({})).await.0 == 200
+    })
+    .await;
+}
+
+async fn join_all<F: std::future::Future<Output = ()> + Send + 'static>(all: impl Iterator<Item = F>) {
+    let tasks: Vec<_> = all.map(tokio::spawn).collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
 }
 
 /// `sless dev`'s path: an engine registered in process is called without
 /// a socket (nothing listens at its address), with its own token check;
-/// once removed, its address is tried over HTTP and is unreachable.
+/// once removed, its address is tried and is unreachable.
 #[tokio::test]
 async fn an_engine_in_process_is_called_directly_with_its_token_check() {
     use sless_sqs::engine::server::router;
@@ -281,5 +317,5 @@ async fn an_engine_in_process_is_called_directly_with_its_token_check() {
 
     engines.remove(backend);
     let (status, _) = call(&acme, SECRET, "ListQueues", json!({})).await;
-    assert_eq!(status, 503, "over HTTP, nothing answers at port 1");
+    assert_eq!(status, 503, "nothing answers at port 1");
 }

@@ -1,25 +1,34 @@
-//! The HTTP front of one queue engine: both protocols on any path, and
-//! `GET /health` for readiness probes. Started with a token, it serves only
-//! requests that carry it in [`ENGINE_TOKEN`] (its gateway's): the engine
-//! trusts whoever reaches it, so nothing but the gateway may.
+//! The network front of one queue engine: HTTP/1.1 with both protocols on
+//! any path and `GET /health` for readiness probes, and on the same port
+//! the engine link its gateway speaks ([`crate::link`]). Started with a
+//! token, it serves only requests that carry it (in [`ENGINE_TOKEN`], or
+//! in the link's hello): the engine trusts whoever reaches it, so nothing
+//! but the gateway may.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request, State};
-use axum::http::Method;
+use axum::http::{HeaderMap, Method};
 use axum::response::{IntoResponse, Response};
-use tokio::net::TcpListener;
+use bytes::{Bytes, BytesMut};
+use sless_runtime::http::{self, Admission, Admitted, ConnectionLimits};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
 
 use super::Engine;
 use crate::error::SqsError;
-use crate::protocol;
-use crate::{ENGINE_TOKEN, request_id};
+use crate::{ENGINE_TOKEN, link, protocol, request_id};
 
 /// Largest request: a full 1 MiB batch, URL-encoded (up to three bytes a
 /// byte) with the protocol's overhead.
 const BODY_LIMIT: usize = 8 * 1024 * 1024;
+/// Most requests one engine-link connection has in flight; more wait
+/// unread.
+const LINK_IN_FLIGHT: usize = 1024;
+/// Time for a link's hello once its first byte came.
+const LINK_HELLO_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 #[derive(Clone)]
 struct Served {
@@ -28,13 +37,17 @@ struct Served {
 }
 
 pub fn router(engine: Arc<Engine>, token: Option<String>) -> Router {
+    app(Served {
+        engine,
+        token: token.map(Arc::from),
+    })
+}
+
+fn app(served: Served) -> Router {
     Router::new()
         .fallback(handle)
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
-        .with_state(Served {
-            engine,
-            token: token.map(Arc::from),
-        })
+        .with_state(served)
 }
 
 /// Compares in time independent of where the texts differ.
@@ -42,21 +55,28 @@ fn same_secret(given: &[u8], expected: &[u8]) -> bool {
     given.len() == expected.len() && given.iter().zip(expected).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
 }
 
+impl Served {
+    /// Whether `given` is the token this engine serves (any, without one).
+    fn admits(&self, given: &[u8]) -> bool {
+        self.token
+            .as_ref()
+            .is_none_or(|expected| same_secret(given, expected.as_bytes()))
+    }
+}
+
+fn refused(protocol: protocol::Protocol) -> Response {
+    let e = SqsError::access_denied("Requests reach this queue engine through its gateway.");
+    protocol::respond(protocol, "", Err(e.forbidden()), &request_id())
+}
+
 async fn handle(State(served): State<Served>, request: Request) -> Response {
     if request.method() == Method::GET && request.uri().path() == "/health" && request.uri().query().is_none() {
         return "ok".into_response();
     }
     let (parts, body) = request.into_parts();
-    let id = request_id();
-    let protocol = protocol::detect(&parts.headers);
-    if let Some(expected) = &served.token {
-        let given = parts.headers.get(ENGINE_TOKEN).map_or(&[][..], |v| v.as_bytes());
-        if !same_secret(given, expected.as_bytes()) {
-            let e = SqsError::access_denied("Requests reach this queue engine through its gateway.");
-            return protocol::respond(protocol, "", Err(e.forbidden()), &id);
-        }
+    if !served.admits(parts.headers.get(ENGINE_TOKEN).map_or(&[][..], |v| v.as_bytes())) {
+        return refused(protocol::detect(&parts.headers));
     }
-    let engine = served.engine;
     let body = match axum::body::to_bytes(body, BODY_LIMIT).await {
         Ok(b) => b,
         Err(_) => {
@@ -64,18 +84,115 @@ async fn handle(State(served): State<Served>, request: Request) -> Response {
             let e = SqsError::invalid_parameter_value(format!(
                 "The request body is unreadable or longer than {BODY_LIMIT} bytes."
             ));
-            return protocol::respond(protocol, "", Err(e), &id);
+            return protocol::respond(protocol::detect(&parts.headers), "", Err(e), &request_id());
         }
     };
-    let mut decoded = match protocol::decode(&parts.headers, parts.uri.query(), &body) {
+    answer(
+        &served.engine,
+        &parts.headers,
+        parts.uri.path(),
+        parts.uri.query(),
+        &body,
+    )
+    .await
+}
+
+/// The engine's answer to an admitted request, whichever way it came.
+async fn answer(engine: &Engine, headers: &HeaderMap, path: &str, query: Option<&str>, body: &Bytes) -> Response {
+    let id = request_id();
+    let mut decoded = match protocol::decode(headers, query, body) {
         Ok(d) => d,
-        Err(e) => return protocol::respond(protocol, "", Err(e), &id),
+        Err(e) => return protocol::respond(protocol::detect(headers), "", Err(e), &id),
     };
-    if let Err(e) = queue_from_path(parts.uri.path(), &engine.config().account_id, &mut decoded.input) {
+    if let Err(e) = queue_from_path(path, &engine.config().account_id, &mut decoded.input) {
         return protocol::respond(decoded.protocol, &decoded.action, Err(e), &id);
     }
     let result = engine.handle(&decoded.action, &decoded.input).await;
     protocol::respond(decoded.protocol, &decoded.action, result, &id)
+}
+
+/// Serves the engine link (see [`crate::link`]) on a connection whose
+/// first byte was NUL: each request in a task of its own, at most
+/// [`LINK_IN_FLIGHT`] at once, every answer through one writer. At `stop`
+/// it reads no more and closes once the requests in flight are answered.
+async fn serve_link(stream: TcpStream, served: Served, mut stop: watch::Receiver<bool>) {
+    let (mut read, write) = stream.into_split();
+    let hello = tokio::time::timeout(LINK_HELLO_TIMEOUT, read_link_hello(&mut read)).await;
+    let Ok(Ok(Some(token))) = hello else {
+        tracing::debug!("an engine-link hello was malformed or late");
+        return;
+    };
+    let authorized = served.admits(&token);
+    let (answers, mut to_write) = tokio::sync::mpsc::channel::<BytesMut>(LINK_IN_FLIGHT);
+    let writer = tokio::spawn(async move { link::write_frames(write, &mut to_write, Some).await });
+    if answers.send(BytesMut::from(link::HELLO)).await.is_err() {
+        return;
+    }
+    let room = Arc::new(tokio::sync::Semaphore::new(LINK_IN_FLIGHT));
+    let mut frames = link::FrameReader::new(read);
+    loop {
+        let frame = tokio::select! {
+            frame = frames.next() => frame,
+            _ = stop.wait_for(|s| *s) => break,
+        };
+        let request = match frame.and_then(|f| f.map(link::read_request).transpose()) {
+            Ok(Some(request)) => request,
+            Ok(None) => break,
+            Err(e) => {
+                tracing::debug!(error = %e, "engine link closed");
+                break;
+            }
+        };
+        let Ok(permit) = room.clone().acquire_owned().await else {
+            break;
+        };
+        let (engine, answers) = (served.engine.clone(), answers.clone());
+        tokio::spawn(async move {
+            let response = if authorized {
+                answer(
+                    &engine,
+                    &request.headers,
+                    request.path(),
+                    request.query(),
+                    &request.body,
+                )
+                .await
+            } else {
+                refused(protocol::detect(&request.headers))
+            };
+            let (parts, body) = response.into_parts();
+            // The engine's answers are whole in memory already.
+            let body = axum::body::to_bytes(body, usize::MAX).await.unwrap_or_default();
+            let _ = answers
+                .send(link::answer_frame(
+                    request.id,
+                    parts.status,
+                    parts.headers.iter(),
+                    &body,
+                ))
+                .await;
+            drop(permit);
+        });
+    }
+    drop(answers);
+    if let Ok(Err(e)) = writer.await {
+        tracing::debug!(error = %e, "engine link's answers not all written");
+    }
+}
+
+/// The token after a link's hello, or `None` for anything else.
+async fn read_link_hello(read: &mut (impl tokio::io::AsyncRead + Unpin)) -> std::io::Result<Option<Vec<u8>>> {
+    use tokio::io::AsyncReadExt;
+    if !link::read_hello(read).await? {
+        return Ok(None);
+    }
+    let len = usize::from(read.read_u16().await?);
+    if len > link::MAX_TOKEN {
+        return Ok(None);
+    }
+    let mut token = vec![0; len];
+    read.read_exact(&mut token).await?;
+    Ok(Some(token))
 }
 
 /// A request posted to a queue's URL (`/ACCOUNT/QUEUE`) names its queue by
@@ -124,15 +241,65 @@ impl EngineServer {
         let listener = TcpListener::bind(listen).await?;
         let addr = listener.local_addr()?;
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        tokio::spawn(async move {
-            let served = axum::serve(listener, router(engine, token)).with_graceful_shutdown(async {
-                let _ = stopped.await;
-            });
-            if let Err(e) = served.await {
-                tracing::error!(error = %e, "queue engine server failed");
-            }
-        });
+        let served = Served {
+            engine,
+            token: token.map(Arc::from),
+        };
+        tokio::spawn(serve(listener, served, stopped));
         Ok(Self { addr, stop: Some(stop) })
+    }
+}
+
+/// The engine's connections: anyone may connect (the token decides what
+/// they get), so they are capped in number and idle time as the gateway's
+/// are; one gateway holds many, so not per client address.
+fn limits() -> ConnectionLimits {
+    ConnectionLimits {
+        per_client: 0,
+        ..ConnectionLimits::default()
+    }
+}
+
+/// Accepts until `stopped`, then waits for the requests in flight.
+async fn serve(listener: TcpListener, served: Served, stopped: tokio::sync::oneshot::Receiver<()>) {
+    let admission = Admission::new(limits());
+    let app = app(served.clone());
+    let (stop, stopping) = watch::channel(false);
+    let mut connections = tokio::task::JoinSet::new();
+    let mut stopped = std::pin::pin!(stopped);
+    loop {
+        tokio::select! {
+            _ = &mut stopped => break,
+            (stream, _, admitted) = http::accept(&listener, &admission) => {
+                connections.spawn(serve_connection(stream, served.clone(), app.clone(), admitted, stopping.clone()));
+            }
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+        }
+    }
+    drop(listener);
+    let _ = stop.send(true);
+    while connections.join_next().await.is_some() {}
+}
+
+/// Serves a connection in what its first byte shows it speaks: the
+/// engine link, or HTTP/1.1.
+async fn serve_connection(
+    stream: TcpStream,
+    served: Served,
+    app: Router,
+    admitted: Admitted,
+    mut stop: watch::Receiver<bool>,
+) {
+    let _ = stream.set_nodelay(true);
+    let mut first = [0u8; 1];
+    let peeked = tokio::select! {
+        peeked = tokio::time::timeout(limits().header_timeout, stream.peek(&mut first)) => peeked,
+        _ = stop.wait_for(|s| *s) => return,
+    };
+    match peeked {
+        Ok(Ok(1)) if first[0] == 0 => serve_link(stream, served, stop).await,
+        Ok(Ok(1)) => http::serve_connection(stream, app, admitted, limits(), stop).await,
+        _ => {}
     }
 }
 

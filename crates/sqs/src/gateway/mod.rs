@@ -1,6 +1,7 @@
 //! The SQS gateway: tenants' edge and control-plane worker.
 
 pub mod counters;
+pub mod link;
 pub mod proxy;
 pub mod routes;
 pub mod table;
@@ -101,6 +102,7 @@ impl Gateway {
             state: GatewayState {
                 table: SharedTable::default(),
                 counters: Arc::new(Counters::default()),
+                links: link::Links::default(),
                 http: proxy::backend_client(),
                 engines: InProcessEngines::default(),
                 public_url: public_url.unwrap_or_else(|| format!("http://{addr}")),
@@ -178,6 +180,7 @@ impl Gateway {
             let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
             handoff.push(tx);
             let app = app.clone().with_state(GatewayState {
+                links: link::Links::default(),
                 http: proxy::backend_client(),
                 ..self.state.clone()
             });

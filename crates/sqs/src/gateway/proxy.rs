@@ -14,6 +14,7 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 
 use super::counters::{self, Counters};
+use super::link::{LinkError, Links, Way};
 use super::table::SharedTable;
 use crate::error::SqsError;
 use crate::protocol::{self, Protocol};
@@ -78,6 +79,8 @@ impl InProcessEngines {
 pub struct GatewayState {
     pub table: SharedTable,
     pub counters: Arc<Counters>,
+    /// Engine links of this serving thread; `http` for engines without.
+    pub links: Links,
     pub http: BackendClient,
     pub engines: InProcessEngines,
     /// Public base URL of the gateway, e.g. `http://127.0.0.1:9324`.
@@ -249,25 +252,32 @@ pub async fn handle(State(state): State<GatewayState>, request: Request) -> Resp
     counters
         .bytes_in
         .fetch_add(i64::try_from(body.len()).unwrap_or(i64::MAX), Ordering::Relaxed);
-    let router = state.engines.get(&backend);
-    // An engine of this process is called by path; any other at its address.
-    let origin = router.is_none().then_some(backend.as_str());
-    let request = backend_request(
-        origin,
-        token.as_ref(),
-        rest,
-        parts.uri.query(),
-        &parts.method,
-        &parts.headers,
-    );
+    let target = engine_target(rest, parts.uri.query());
+    // An engine of this process is called by path; any other over its
+    // link, or at its address over HTTP if it speaks no link.
     let exchange = async {
-        match router {
-            Some(router) => in_process(router, request, body).await,
-            None => forward(&state.http, request, body).await,
+        if let Some(router) = state.engines.get(&backend) {
+            let request = backend_request(None, token.as_ref(), &target, &parts.method, &parts.headers);
+            return in_process(router, request, body).await;
+        }
+        match state.links.way(&backend, token.as_ref()).await? {
+            Way::Link(link) => {
+                let forwarded = FORWARDED
+                    .iter()
+                    .filter_map(|name| parts.headers.get(*name).map(|value| (*name, value)));
+                let answer = link
+                    .call(crate::link::request_frame(&parts.method, &target, forwarded, &body))
+                    .await?;
+                Ok((answer.status, answer.headers, answer.body))
+            }
+            Way::Http => {
+                let request = backend_request(Some(&backend), token.as_ref(), &target, &parts.method, &parts.headers);
+                forward(&state.http, request, body).await
+            }
         }
     };
     let result = match tokio::time::timeout(BACKEND_TIMEOUT, exchange).await {
-        Ok(Ok((parts, bytes))) => Ok(relay(parts.status, &parts.headers, bytes)),
+        Ok(Ok((status, headers, bytes))) => Ok(relay(status, &headers, bytes)),
         Ok(Err(e)) => Err(e),
         Err(_) => Err(ForwardError::Timeout(BACKEND_TIMEOUT)),
     };
@@ -312,34 +322,39 @@ pub enum ForwardError {
     Timeout(std::time::Duration),
     #[error("in-process engine's response broken: {0}")]
     InProcess(axum::Error),
+    #[error(transparent)]
+    Link(#[from] LinkError),
 }
 
 /// Longer than the longest long poll (20 s).
 const BACKEND_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
-/// The request for the engine: the path after the tenant's prefix (at
-/// `http://{origin}` when given), the headers the engine reads, and the
-/// engine's token.
+/// What the engine is asked for: the path after the tenant's prefix,
+/// with the query.
+fn engine_target(rest: &str, query: Option<&str>) -> String {
+    let mut target = String::with_capacity(rest.len() + 2 + query.map_or(0, str::len));
+    target.push('/');
+    target.push_str(rest);
+    if let Some(q) = query {
+        target.push('?');
+        target.push_str(q);
+    }
+    target
+}
+
+/// The HTTP request for the engine: `target` (at `http://{origin}` when
+/// given), the headers the engine reads, and the engine's token.
 fn backend_request(
     origin: Option<&str>,
     token: Option<&axum::http::HeaderValue>,
-    rest: &str,
-    query: Option<&str>,
+    target: &str,
     method: &axum::http::Method,
     headers: &HeaderMap,
 ) -> axum::http::request::Builder {
-    let mut uri =
-        String::with_capacity(origin.map_or(0, |o| o.len() + 7) + rest.len() + 1 + query.map_or(0, |q| q.len() + 1));
-    if let Some(origin) = origin {
-        uri.push_str("http://");
-        uri.push_str(origin);
-    }
-    uri.push('/');
-    uri.push_str(rest);
-    if let Some(q) = query {
-        uri.push('?');
-        uri.push_str(q);
-    }
+    let uri = match origin {
+        Some(origin) => format!("http://{origin}{target}"),
+        None => target.to_owned(),
+    };
     let mut request = axum::http::Request::builder().method(method.clone()).uri(uri);
     for name in FORWARDED {
         if let Some(v) = headers.get(*name) {
@@ -372,11 +387,11 @@ async fn forward(
     http: &BackendClient,
     request: axum::http::request::Builder,
     body: Bytes,
-) -> Result<(axum::http::response::Parts, Bytes), ForwardError> {
+) -> Result<Exchanged, ForwardError> {
     use http_body_util::BodyExt;
     let upstream = http.request(request.body(http_body_util::Full::new(body))?).await?;
     let (parts, upstream_body) = upstream.into_parts();
-    Ok((parts, upstream_body.collect().await?.to_bytes()))
+    Ok((parts.status, parts.headers, upstream_body.collect().await?.to_bytes()))
 }
 
 /// To an engine of this process: its router is called directly.
@@ -384,12 +399,15 @@ async fn in_process(
     router: axum::Router,
     request: axum::http::request::Builder,
     body: Bytes,
-) -> Result<(axum::http::response::Parts, Bytes), ForwardError> {
+) -> Result<Exchanged, ForwardError> {
     use tower::ServiceExt;
     let Ok(response) = router.oneshot(request.body(Body::from(body))?).await;
     let (parts, body) = response.into_parts();
     let bytes = axum::body::to_bytes(body, usize::MAX)
         .await
         .map_err(ForwardError::InProcess)?;
-    Ok((parts, bytes))
+    Ok((parts.status, parts.headers, bytes))
 }
+
+/// An engine's answer: status, headers and body.
+type Exchanged = (StatusCode, HeaderMap, Bytes);

@@ -1,0 +1,237 @@
+//! The gateway's side of the engine link ([`crate::link`]): per serving
+//! thread, one connection to each engine, opened on first use and again
+//! once it breaks. A backend that does not answer the hello (ElasticMQ, or
+//! any HTTP server) is spoken to over HTTP and asked again a minute later.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::http::HeaderValue;
+use bytes::BytesMut;
+use sless_runtime::sync::Unpoisoned;
+use tokio::io::AsyncWriteExt;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::link::{self, Answer};
+
+/// How long a backend that answered the hello as HTTP is spoken to so.
+const HTTP_FOR: Duration = Duration::from_secs(60);
+/// Time to connect and for the engine's hello.
+const OPEN_TIMEOUT: Duration = Duration::from_secs(5);
+/// Requests queued for one link's writer; more wait for room.
+const QUEUED: usize = 1024;
+
+#[derive(Debug, thiserror::Error)]
+pub enum LinkError {
+    #[error("cannot reach the engine: {0}")]
+    Connect(std::io::Error),
+    #[error("the engine did not answer the link's hello within {OPEN_TIMEOUT:?}")]
+    Timeout,
+    #[error("the engine link closed before the answer came")]
+    Closed,
+}
+
+/// How to reach one backend.
+pub enum Way {
+    Link(Link),
+    Http,
+}
+
+enum State {
+    Unknown,
+    Open(Link),
+    Http { until: Instant },
+}
+
+struct Slot {
+    state: State,
+    /// Held while the link is being opened: one opening per backend.
+    opening: Arc<tokio::sync::Mutex<()>>,
+}
+
+/// The links of one serving thread, by backend address.
+#[derive(Clone, Default)]
+pub struct Links(Arc<Mutex<HashMap<String, Slot>>>);
+
+impl Links {
+    /// How to reach `backend` now; opens a link to it if none is open.
+    pub async fn way(&self, backend: &str, token: Option<&HeaderValue>) -> Result<Way, LinkError> {
+        let opening = match self.known(backend, token) {
+            Ok(way) => return Ok(way),
+            Err(opening) => opening,
+        };
+        let _opening = opening.lock().await;
+        // Another request may have opened it meanwhile.
+        if let Ok(way) = self.known(backend, token) {
+            return Ok(way);
+        }
+        let state = match Link::open(backend, token).await? {
+            Some(link) => State::Open(link),
+            None => {
+                tracing::info!(backend, "the backend speaks HTTP, not the engine link");
+                State::Http {
+                    until: Instant::now() + HTTP_FOR,
+                }
+            }
+        };
+        let mut slots = self.0.lock_unpoisoned();
+        let slot = slots.entry(backend.to_owned()).or_insert_with(|| Slot {
+            state: State::Unknown,
+            opening: opening.clone(),
+        });
+        slot.state = state;
+        Ok(match &slot.state {
+            State::Open(link) => Way::Link(link.clone()),
+            _ => Way::Http,
+        })
+    }
+
+    /// The way to `backend` if one is known and current, else the lock to
+    /// open one under.
+    fn known(&self, backend: &str, token: Option<&HeaderValue>) -> Result<Way, Arc<tokio::sync::Mutex<()>>> {
+        let mut slots = self.0.lock_unpoisoned();
+        let Some(slot) = slots.get(backend) else {
+            let opening = Arc::new(tokio::sync::Mutex::new(()));
+            slots.insert(
+                backend.to_owned(),
+                Slot {
+                    state: State::Unknown,
+                    opening: opening.clone(),
+                },
+            );
+            return Err(opening);
+        };
+        match &slot.state {
+            State::Open(link) if link.is_open() && link.token.as_ref() == token => Ok(Way::Link(link.clone())),
+            State::Http { until } if Instant::now() < *until => Ok(Way::Http),
+            _ => Err(slot.opening.clone()),
+        }
+    }
+}
+
+/// One connection to an engine: requests go to its writer, answers come
+/// back by id from its reader.
+#[derive(Clone)]
+pub struct Link {
+    requests: mpsc::Sender<Outgoing>,
+    waiting: Arc<Mutex<Waiting>>,
+    /// The token the hello presented.
+    token: Option<HeaderValue>,
+}
+
+struct Outgoing {
+    frame: BytesMut,
+    reply: oneshot::Sender<Result<Answer, LinkError>>,
+}
+
+/// The requests written and not yet answered; closed once the reader
+/// stops, after which nothing waits.
+#[derive(Default)]
+struct Waiting {
+    closed: bool,
+    replies: HashMap<u32, oneshot::Sender<Result<Answer, LinkError>>>,
+}
+
+impl Waiting {
+    fn close(&mut self) {
+        self.closed = true;
+        for (_, reply) in self.replies.drain() {
+            let _ = reply.send(Err(LinkError::Closed));
+        }
+    }
+}
+
+impl Link {
+    /// Connects and says hello: `None` where the backend answers otherwise.
+    async fn open(backend: &str, token: Option<&HeaderValue>) -> Result<Option<Self>, LinkError> {
+        let opened = tokio::time::timeout(OPEN_TIMEOUT, async {
+            let mut stream = tokio::net::TcpStream::connect(backend)
+                .await
+                .map_err(LinkError::Connect)?;
+            let _ = stream.set_nodelay(true);
+            let token_bytes = token.map_or(&[][..], |t| t.as_bytes());
+            let mut hello = Vec::with_capacity(link::HELLO.len() + 2 + token_bytes.len());
+            hello.extend_from_slice(link::HELLO);
+            hello.extend_from_slice(&u16::try_from(token_bytes.len()).unwrap_or(0).to_be_bytes());
+            hello.extend_from_slice(token_bytes);
+            stream.write_all(&hello).await.map_err(LinkError::Connect)?;
+            let spoken = link::read_hello(&mut stream).await.map_err(LinkError::Connect)?;
+            Ok::<_, LinkError>(spoken.then_some(stream))
+        })
+        .await;
+        let stream = match opened {
+            Ok(Ok(Some(stream))) => stream,
+            Ok(Ok(None)) => return Ok(None),
+            Ok(Err(e)) => return Err(e),
+            Err(_) => return Err(LinkError::Timeout),
+        };
+        let (read, write) = stream.into_split();
+        let (requests, mut outgoing) = mpsc::channel::<Outgoing>(QUEUED);
+        let waiting = Arc::new(Mutex::new(Waiting::default()));
+        let writing = waiting.clone();
+        tokio::spawn(async move {
+            // Each request is numbered and its reply filed before its frame
+            // goes out, so its answer always finds it.
+            let mut next = 0u32;
+            let file = |Outgoing { mut frame, reply }: Outgoing| {
+                next = next.wrapping_add(1);
+                link::set_id(&mut frame, next);
+                let mut waiting = writing.lock_unpoisoned();
+                if waiting.closed {
+                    let _ = reply.send(Err(LinkError::Closed));
+                    return None;
+                }
+                waiting.replies.insert(next, reply);
+                Some(frame)
+            };
+            if let Err(e) = link::write_frames(write, &mut outgoing, file).await {
+                tracing::debug!(error = %e, "engine link write failed");
+            }
+            writing.lock_unpoisoned().close();
+        });
+        let answering = waiting.clone();
+        tokio::spawn(async move {
+            let mut frames = link::FrameReader::new(read);
+            loop {
+                let answer = match frames.next().await {
+                    Ok(Some(frame)) => link::read_answer(frame),
+                    Ok(None) => break,
+                    Err(e) => Err(e),
+                };
+                match answer {
+                    Ok(answer) => {
+                        if let Some(reply) = answering.lock_unpoisoned().replies.remove(&answer.id) {
+                            let _ = reply.send(Ok(answer));
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "engine link broken");
+                        break;
+                    }
+                }
+            }
+            answering.lock_unpoisoned().close();
+        });
+        Ok(Some(Self {
+            requests,
+            waiting,
+            token: token.cloned(),
+        }))
+    }
+
+    fn is_open(&self) -> bool {
+        !self.requests.is_closed() && !self.waiting.lock_unpoisoned().closed
+    }
+
+    /// Sends a request's frame (from [`link::request_frame`]) and waits
+    /// for its answer.
+    pub async fn call(&self, frame: BytesMut) -> Result<Answer, LinkError> {
+        let (reply, answer) = oneshot::channel();
+        self.requests
+            .send(Outgoing { frame, reply })
+            .await
+            .map_err(|_| LinkError::Closed)?;
+        answer.await.map_err(|_| LinkError::Closed)?
+    }
+}

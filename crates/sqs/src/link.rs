@@ -1,0 +1,365 @@
+//! The engine link: how the gateway talks to a sless engine, on the
+//! engine's own port beside HTTP/1.1. One connection per gateway serving
+//! thread carries many requests at once, each frame naming its request, so
+//! a request costs neither a pool checkout nor an HTTP parse on either side,
+//! and the requests in flight share their socket writes.
+//!
+//! A connection opens with [`HELLO`] from the gateway, then the engine's
+//! token (a u16 length and its bytes); the engine answers [`HELLO`]. An HTTP
+//! server answers the hello with an error instead (NUL starts no method,
+//! and the blank line ends the request), which tells the gateway to speak
+//! HTTP there, as to ElasticMQ. Then frames both ways, big-endian: a u32
+//! length of what follows, the u32 id of the request, and
+//! - a request: its method (u8 length), path and query (u16 length),
+//!   headers and body;
+//! - an answer: its status (u16), headers and body;
+//!
+//! where headers are a u8 count of names (u8 length) and values (u16
+//! length), and the body is the frame's rest.
+
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use tokio::io::{AsyncRead, AsyncReadExt};
+
+/// The first bytes of a link connection, both ways.
+pub const HELLO: &[u8] = b"\0sless-engine-link/1\r\n\r\n";
+/// Longest engine token a hello carries.
+pub const MAX_TOKEN: usize = 256;
+/// Longest frame: the largest request body either side accepts (8 MiB)
+/// with room for the rest.
+pub const MAX_FRAME: usize = 8 * 1024 * 1024 + 64 * 1024;
+/// Most headers a frame carries.
+const MAX_HEADERS: usize = 16;
+/// Where a frame's request id sits: after its length.
+const ID_AT: std::ops::Range<usize> = 4..8;
+
+#[derive(Debug, thiserror::Error)]
+pub enum FrameError {
+    #[error("the connection ended inside a frame")]
+    Truncated,
+    #[error("a frame of {0} bytes is longer than {MAX_FRAME}")]
+    TooLong(usize),
+    #[error("malformed frame: {0}")]
+    Malformed(&'static str),
+    #[error("link i/o: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// A request as the engine reads it.
+#[derive(Debug)]
+pub struct Request {
+    pub id: u32,
+    pub method: Method,
+    /// The path with its query, as on an HTTP request line.
+    pub target: String,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+impl Request {
+    pub fn path(&self) -> &str {
+        self.target.split_once('?').map_or(&self.target, |(path, _)| path)
+    }
+
+    pub fn query(&self) -> Option<&str> {
+        self.target.split_once('?').map(|(_, query)| query)
+    }
+}
+
+/// An answer as the gateway reads it.
+#[derive(Debug)]
+pub struct Answer {
+    pub id: u32,
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+/// A request's frame, with id 0 until [`set_id`] gives it one.
+pub fn request_frame<'a>(
+    method: &Method,
+    target: &str,
+    headers: impl Iterator<Item = (&'a str, &'a HeaderValue)> + Clone,
+    body: &[u8],
+) -> BytesMut {
+    let headers = headers.take(MAX_HEADERS);
+    let mut frame = BytesMut::with_capacity(
+        12 + method.as_str().len()
+            + target.len()
+            + headers.clone().map(|(n, v)| 3 + n.len() + v.len()).sum::<usize>()
+            + body.len(),
+    );
+    frame.put_u32(0);
+    frame.put_u32(0);
+    put_short(&mut frame, method.as_str().as_bytes());
+    put_long(&mut frame, target.as_bytes());
+    put_headers(&mut frame, headers);
+    frame.put_slice(body);
+    seal(frame)
+}
+
+/// An answer's frame.
+pub fn answer_frame<'a>(
+    id: u32,
+    status: StatusCode,
+    headers: impl Iterator<Item = (&'a HeaderName, &'a HeaderValue)>,
+    body: &[u8],
+) -> BytesMut {
+    let mut frame = BytesMut::with_capacity(256 + body.len());
+    frame.put_u32(0);
+    frame.put_u32(id);
+    frame.put_u16(status.as_u16());
+    put_headers(&mut frame, headers.take(MAX_HEADERS).map(|(n, v)| (n.as_str(), v)));
+    frame.put_slice(body);
+    seal(frame)
+}
+
+/// Numbers a request's frame.
+pub fn set_id(frame: &mut [u8], id: u32) {
+    frame[ID_AT].copy_from_slice(&id.to_be_bytes());
+}
+
+/// Writes the frame's length in front of it.
+fn seal(mut frame: BytesMut) -> BytesMut {
+    let len = u32::try_from(frame.len() - 4).unwrap_or(u32::MAX);
+    frame[..4].copy_from_slice(&len.to_be_bytes());
+    frame
+}
+
+fn put_short(frame: &mut BytesMut, bytes: &[u8]) {
+    let bytes = &bytes[..bytes.len().min(usize::from(u8::MAX))];
+    frame.put_u8(bytes.len() as u8);
+    frame.put_slice(bytes);
+}
+
+fn put_long(frame: &mut BytesMut, bytes: &[u8]) {
+    let bytes = &bytes[..bytes.len().min(usize::from(u16::MAX))];
+    frame.put_u16(bytes.len() as u16);
+    frame.put_slice(bytes);
+}
+
+fn put_headers<'a>(frame: &mut BytesMut, headers: impl Iterator<Item = (&'a str, &'a HeaderValue)>) {
+    let count_at = frame.len();
+    frame.put_u8(0);
+    let mut count = 0u8;
+    for (name, value) in headers {
+        put_short(frame, name.as_bytes());
+        put_long(frame, value.as_bytes());
+        count += 1;
+    }
+    frame[count_at] = count;
+}
+
+/// Reads a request's frame (without its length).
+pub fn read_request(mut frame: Bytes) -> Result<Request, FrameError> {
+    let id = take_u32(&mut frame)?;
+    let method = Method::from_bytes(&take_short(&mut frame)?).map_err(|_| FrameError::Malformed("method"))?;
+    let target = String::from_utf8(take_long(&mut frame)?.to_vec()).map_err(|_| FrameError::Malformed("target"))?;
+    let headers = take_headers(&mut frame)?;
+    Ok(Request {
+        id,
+        method,
+        target,
+        headers,
+        body: frame,
+    })
+}
+
+/// Reads an answer's frame (without its length).
+pub fn read_answer(mut frame: Bytes) -> Result<Answer, FrameError> {
+    let id = take_u32(&mut frame)?;
+    if frame.len() < 2 {
+        return Err(FrameError::Malformed("status"));
+    }
+    let status = StatusCode::from_u16(frame.get_u16()).map_err(|_| FrameError::Malformed("status"))?;
+    let headers = take_headers(&mut frame)?;
+    Ok(Answer {
+        id,
+        status,
+        headers,
+        body: frame,
+    })
+}
+
+fn take_u32(frame: &mut Bytes) -> Result<u32, FrameError> {
+    if frame.len() < 4 {
+        return Err(FrameError::Malformed("id"));
+    }
+    Ok(frame.get_u32())
+}
+
+fn take_short(frame: &mut Bytes) -> Result<Bytes, FrameError> {
+    let len = usize::from(*frame.first().ok_or(FrameError::Malformed("length"))?);
+    frame.advance(1);
+    take(frame, len)
+}
+
+fn take_long(frame: &mut Bytes) -> Result<Bytes, FrameError> {
+    if frame.len() < 2 {
+        return Err(FrameError::Malformed("length"));
+    }
+    let len = usize::from(frame.get_u16());
+    take(frame, len)
+}
+
+fn take(frame: &mut Bytes, len: usize) -> Result<Bytes, FrameError> {
+    if frame.len() < len {
+        return Err(FrameError::Malformed("length"));
+    }
+    Ok(frame.split_to(len))
+}
+
+fn take_headers(frame: &mut Bytes) -> Result<HeaderMap, FrameError> {
+    let count = usize::from(*frame.first().ok_or(FrameError::Malformed("headers"))?);
+    frame.advance(1);
+    if count > MAX_HEADERS {
+        return Err(FrameError::Malformed("too many headers"));
+    }
+    let mut headers = HeaderMap::with_capacity(count);
+    for _ in 0..count {
+        let name = HeaderName::from_bytes(&take_short(frame)?).map_err(|_| FrameError::Malformed("header name"))?;
+        let value =
+            HeaderValue::from_maybe_shared(take_long(frame)?).map_err(|_| FrameError::Malformed("header value"))?;
+        headers.append(name, value);
+    }
+    Ok(headers)
+}
+
+/// Frames as they arrive on one connection.
+pub struct FrameReader<R> {
+    io: R,
+    buffer: BytesMut,
+}
+
+impl<R: AsyncRead + Unpin> FrameReader<R> {
+    pub fn new(io: R) -> Self {
+        Self {
+            io,
+            buffer: BytesMut::with_capacity(64 * 1024),
+        }
+    }
+
+    /// The next frame (without its length), or `None` where the peer
+    /// closed the connection between two frames. Memory grows with the
+    /// bytes that arrived, never with a length the peer only announced.
+    pub async fn next(&mut self) -> Result<Option<Bytes>, FrameError> {
+        loop {
+            if self.buffer.len() >= 4 {
+                let len = u32::from_be_bytes([self.buffer[0], self.buffer[1], self.buffer[2], self.buffer[3]]) as usize;
+                if len > MAX_FRAME {
+                    return Err(FrameError::TooLong(len));
+                }
+                if self.buffer.len() >= 4 + len {
+                    self.buffer.advance(4);
+                    return Ok(Some(self.buffer.split_to(len).freeze()));
+                }
+                let missing = 4 + len - self.buffer.len();
+                self.buffer.reserve(missing.min(64 * 1024));
+            } else {
+                self.buffer.reserve(64 * 1024);
+            }
+            if self.io.read_buf(&mut self.buffer).await? == 0 {
+                return if self.buffer.is_empty() {
+                    Ok(None)
+                } else {
+                    Err(FrameError::Truncated)
+                };
+            }
+        }
+    }
+}
+
+/// Writes what arrives on `items` as frames, gathered: whatever waits
+/// there when a write starts goes out in that one write. `frame` turns an
+/// item into its frame, or drops it.
+pub async fn write_frames<W: tokio::io::AsyncWrite + Unpin, T>(
+    mut io: W,
+    items: &mut tokio::sync::mpsc::Receiver<T>,
+    mut frame: impl FnMut(T) -> Option<BytesMut>,
+) -> std::io::Result<()> {
+    use tokio::io::AsyncWriteExt;
+    const GATHER: usize = 256 * 1024;
+    let mut batch = BytesMut::with_capacity(64 * 1024);
+    while let Some(first) = items.recv().await {
+        let mut next = Some(first);
+        while let Some(item) = next.take() {
+            if let Some(frame) = frame(item) {
+                batch.extend_from_slice(&frame);
+            }
+            if batch.len() < GATHER {
+                next = items.try_recv().ok();
+            }
+        }
+        if !batch.is_empty() {
+            io.write_all(&batch).await?;
+            batch.clear();
+        }
+    }
+    io.shutdown().await
+}
+
+/// Reads the peer's [`HELLO`].
+pub async fn read_hello<R: AsyncRead + Unpin>(io: &mut R) -> Result<bool, std::io::Error> {
+    let mut hello = [0u8; HELLO.len()];
+    match io.read_exact(&mut hello).await {
+        Ok(_) => Ok(hello == HELLO),
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_read_back_as_written() {
+        let json = HeaderValue::from_static("application/x-amz-json-1.0");
+        let target = HeaderValue::from_static("AmazonSQS.SendMessage");
+        let headers = [("content-type", &json), ("x-amz-target", &target)];
+        let mut frame = request_frame(&Method::POST, "/000000000042/jobs?a=b", headers.into_iter(), b"{}");
+        set_id(&mut frame, 7);
+        let request = read_request(frame.freeze().slice(4..)).unwrap();
+        assert_eq!(request.id, 7);
+        assert_eq!(request.method, Method::POST);
+        assert_eq!(request.path(), "/000000000042/jobs");
+        assert_eq!(request.query(), Some("a=b"));
+        assert_eq!(request.headers["x-amz-target"], "AmazonSQS.SendMessage");
+        assert_eq!(&request.body[..], b"{}");
+
+        let mut answer_headers = HeaderMap::new();
+        answer_headers.insert("x-amzn-requestid", HeaderValue::from_static("abc"));
+        let frame = answer_frame(9, StatusCode::BAD_REQUEST, answer_headers.iter(), b"no");
+        let answer = read_answer(frame.freeze().slice(4..)).unwrap();
+        assert_eq!((answer.id, answer.status), (9, StatusCode::BAD_REQUEST));
+        assert_eq!(answer.headers["x-amzn-requestid"], "abc");
+        assert_eq!(&answer.body[..], b"no");
+    }
+
+    #[test]
+    fn malformed_frames_are_errors_not_panics() {
+        let mut whole = request_frame(&Method::POST, "/q", std::iter::empty(), b"body").freeze();
+        whole.advance(4);
+        // Every cut short of the body's start is malformed.
+        for cut in 0..whole.len() - 4 {
+            assert!(read_request(whole.slice(..cut)).is_err(), "{cut}");
+        }
+        assert!(read_request(Bytes::from_static(b"\0\0\0\x01\x03BAD\0\0\x11")).is_err());
+        assert!(read_request(Bytes::from_static(b"\0\0\0\x01\x04P\nST\0\0\0")).is_err());
+        assert!(read_answer(Bytes::from_static(b"\0\0\0\x01\0\x05\0")).is_err());
+        assert!(read_answer(Bytes::from_static(b"\0\0\0\x01\x00\xc8\x01\x01\n\0\x01a")).is_err());
+    }
+
+    #[tokio::test]
+    async fn a_reader_refuses_a_long_frame_before_reading_it() {
+        let announced = u32::try_from(MAX_FRAME + 1).unwrap().to_be_bytes();
+        let mut reader = FrameReader::new(&announced[..]);
+        assert!(matches!(reader.next().await, Err(FrameError::TooLong(_))));
+        // Cut inside a frame; and a clean end between frames.
+        let mut reader = FrameReader::new(&b"\0\0\0\x09abc"[..]);
+        assert!(matches!(reader.next().await, Err(FrameError::Truncated)));
+        let mut reader = FrameReader::new(&b"\0\0\0\x02ab"[..]);
+        assert_eq!(&reader.next().await.unwrap().unwrap()[..], b"ab");
+        assert!(reader.next().await.unwrap().is_none());
+    }
+}

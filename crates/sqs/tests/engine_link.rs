@@ -1,0 +1,240 @@
+//! The engine link over real loopback sockets: the gateway's side opens a
+//! link to a sless engine and falls back to HTTP at once for a server that
+//! speaks only HTTP (as ElasticMQ does); the engine answers many requests
+//! in flight on one connection by their ids, refuses a wrong token as it
+//! does over HTTP, and cuts off a peer that sends what the link does not
+//! allow while serving everyone else on.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::http::{HeaderValue, Method};
+use bytes::{BufMut, BytesMut};
+use serde_json::{Value, json};
+use sless_sqs::engine::server::{EngineServer, router};
+use sless_sqs::engine::{Engine, EngineConfig};
+use sless_sqs::gateway::link::{LinkError, Links, Way};
+use sless_sqs::link::{self, FrameReader, HELLO, MAX_FRAME};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+const TOKEN: &str = "the-engines-token";
+
+fn engine() -> Arc<Engine> {
+    Engine::open(
+        EngineConfig {
+            account_id: "000000000042".into(),
+            region: "ru-msk-1".into(),
+            base_url: "http://gateway/sqs/acme".into(),
+        },
+        None,
+    )
+    .unwrap()
+}
+
+async fn started() -> EngineServer {
+    EngineServer::start(engine(), "127.0.0.1:0".parse().unwrap(), Some(TOKEN.into()))
+        .await
+        .unwrap()
+}
+
+/// A JSON-protocol request's frame.
+fn json_frame(action: &str, input: &Value) -> BytesMut {
+    let json = HeaderValue::from_static("application/x-amz-json-1.0");
+    let target = HeaderValue::from_str(&format!("AmazonSQS.{action}")).unwrap();
+    let headers = [("content-type", &json), ("x-amz-target", &target)];
+    link::request_frame(&Method::POST, "/", headers.into_iter(), input.to_string().as_bytes())
+}
+
+fn body(answer: &link::Answer) -> Value {
+    serde_json::from_slice(&answer.body).unwrap()
+}
+
+/// A link connection made by hand, hello answered.
+async fn raw_link(addr: std::net::SocketAddr, token: &str) -> TcpStream {
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    let mut hello = BytesMut::from(HELLO);
+    hello.put_u16(u16::try_from(token.len()).unwrap());
+    hello.put_slice(token.as_bytes());
+    stream.write_all(&hello).await.unwrap();
+    assert!(
+        link::read_hello(&mut stream).await.unwrap(),
+        "the engine answers the hello"
+    );
+    stream
+}
+
+/// Whether the peer closes the connection within two seconds (a link
+/// peer that broke the rules is cut off, not left waiting).
+async fn closed(stream: &mut TcpStream) -> bool {
+    let mut rest = Vec::new();
+    matches!(
+        tokio::time::timeout(Duration::from_secs(2), stream.read_to_end(&mut rest)).await,
+        Ok(Ok(_) | Err(_))
+    )
+}
+
+#[tokio::test]
+async fn the_gateway_links_to_an_engine_and_speaks_http_to_anything_else() {
+    let server = started().await;
+    let token = HeaderValue::from_static(TOKEN);
+    let links = Links::default();
+    let Way::Link(engine_link) = links.way(&server.addr.to_string(), Some(&token)).await.unwrap() else {
+        panic!("a sless engine speaks the link");
+    };
+    let created = engine_link
+        .call(json_frame("CreateQueue", &json!({"QueueName": "jobs"})))
+        .await
+        .unwrap();
+    assert_eq!(created.status, 200, "{:?}", created.body);
+    assert_eq!(body(&created)["QueueUrl"], "http://gateway/sqs/acme/000000000042/jobs");
+    // Known now: the same link, without a second hello.
+    assert!(matches!(
+        links.way(&server.addr.to_string(), Some(&token)).await.unwrap(),
+        Way::Link(_)
+    ));
+
+    // The engine's router served over plain HTTP stands in for ElasticMQ:
+    // it answers the hello as a bad HTTP request, and the gateway speaks
+    // HTTP to it from the first request on, without waiting out a timeout.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let http_only = listener.local_addr().unwrap().to_string();
+    let app = router(engine(), Some(TOKEN.into()));
+    let serving = tokio::spawn(async move { axum::serve(listener, app).await });
+    let asked = Instant::now();
+    assert!(matches!(links.way(&http_only, Some(&token)).await.unwrap(), Way::Http));
+    assert!(asked.elapsed() < Duration::from_secs(2), "took {:?}", asked.elapsed());
+    serving.abort();
+
+    // A link opened with another token gets the engine's refusal, as the
+    // HTTP path does, for every request.
+    let Way::Link(wrong) = Links::default()
+        .way(&server.addr.to_string(), Some(&HeaderValue::from_static("guess")))
+        .await
+        .unwrap()
+    else {
+        panic!("the hello is answered whatever the token");
+    };
+    let refused = wrong.call(json_frame("ListQueues", &json!({}))).await.unwrap();
+    assert_eq!(refused.status, 403);
+    assert_eq!(body(&refused)["__type"], "com.amazonaws.sqs#AccessDenied");
+
+    // With the engine stopped, its link closes and no request waits: the
+    // link reports it, and opening a new one finds nothing listening.
+    let addr = server.addr.to_string();
+    drop(server);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match engine_link.call(json_frame("ListQueues", &json!({}))).await {
+            Err(LinkError::Closed) => break,
+            Ok(answer) => assert_eq!(answer.status, 200),
+            Err(e) => panic!("{e}"),
+        }
+        assert!(Instant::now() < deadline, "the link outlived its engine");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(matches!(
+        links.way(&addr, Some(&token)).await,
+        Err(LinkError::Connect(_))
+    ));
+}
+
+#[tokio::test]
+async fn one_link_carries_thousands_of_requests_in_flight_each_answered_by_its_id() {
+    let server = started().await;
+    let mut stream = raw_link(server.addr, TOKEN).await;
+    let created = json_frame("CreateQueue", &json!({"QueueName": "jobs"}));
+    let url = "http://gateway/sqs/acme/000000000042/jobs";
+    let mut all = BytesMut::new();
+    let mut frame = created;
+    link::set_id(&mut frame, 1);
+    all.extend_from_slice(&frame);
+    // Written at once, more than the engine takes in flight (1024): the
+    // rest wait unread, and every one is answered.
+    const SENDS: u32 = 3000;
+    for id in 2..=SENDS + 1 {
+        let mut frame = json_frame(
+            "SendMessage",
+            &json!({"QueueUrl": url, "MessageBody": format!("message {id}")}),
+        );
+        link::set_id(&mut frame, id);
+        all.extend_from_slice(&frame);
+    }
+    let (read, mut write) = stream.split();
+    let writing = async {
+        write.write_all(&all).await.unwrap();
+    };
+    let reading = async {
+        let mut frames = FrameReader::new(read);
+        let mut seen = std::collections::HashSet::new();
+        while seen.len() < SENDS as usize + 1 {
+            let answer = link::read_answer(frames.next().await.unwrap().unwrap()).unwrap();
+            assert_eq!(answer.status, 200, "{:?}", answer.body);
+            if answer.id > 1 {
+                // Each answer is its own request's: the digest of its body.
+                let expected = format!("message {}", answer.id);
+                let digest = sless_runtime::hex::encode(&md5_of(expected.as_bytes()));
+                assert_eq!(body(&answer)["MD5OfMessageBody"], digest.as_str(), "id {}", answer.id);
+            }
+            assert!(seen.insert(answer.id), "id {} answered twice", answer.id);
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(60), async { tokio::join!(writing, reading) })
+        .await
+        .expect("every request answered");
+}
+
+fn md5_of(bytes: &[u8]) -> [u8; 16] {
+    use md5::Digest;
+    md5::Md5::digest(bytes).into()
+}
+
+#[tokio::test]
+async fn a_peer_breaking_the_link_is_cut_off_and_the_engine_serves_on() {
+    let server = started().await;
+    // A length over the largest frame: cut off before anything is read.
+    let mut stream = raw_link(server.addr, TOKEN).await;
+    stream.write_all(&u32::MAX.to_be_bytes()).await.unwrap();
+    assert!(closed(&mut stream).await, "an over-long frame");
+    let mut stream = raw_link(server.addr, TOKEN).await;
+    stream
+        .write_all(&u32::try_from(MAX_FRAME + 1).unwrap().to_be_bytes())
+        .await
+        .unwrap();
+    assert!(closed(&mut stream).await, "one byte over the largest frame");
+    // A frame whose inside is malformed: a header count over the cap.
+    let mut stream = raw_link(server.addr, TOKEN).await;
+    let mut frame = BytesMut::new();
+    frame.put_u32(11);
+    frame.put_u32(1);
+    frame.put_slice(b"\x04POST\0\x01/\xff");
+    stream.write_all(&frame).await.unwrap();
+    assert!(closed(&mut stream).await, "a malformed frame");
+    // Not the hello after the NUL, and a token longer than any.
+    for opening in [
+        &b"\0GET / HTTP/1.1\r\nHost: engine\r\n\r\n"[..],
+        &[HELLO, &[0x10, 0x00]].concat(),
+    ] {
+        let mut stream = TcpStream::connect(server.addr).await.unwrap();
+        stream.write_all(opening).await.unwrap();
+        assert!(closed(&mut stream).await, "{opening:?}");
+    }
+    // A peer that stops inside a frame and then goes: the engine lets go.
+    let mut stream = raw_link(server.addr, TOKEN).await;
+    stream
+        .write_all(&json_frame("ListQueues", &json!({}))[..10])
+        .await
+        .unwrap();
+    drop(stream);
+
+    // Everyone else is served on, over the link and over HTTP.
+    let mut stream = raw_link(server.addr, TOKEN).await;
+    let mut frame = json_frame("ListQueues", &json!({}));
+    link::set_id(&mut frame, 77);
+    stream.write_all(&frame).await.unwrap();
+    let mut frames = FrameReader::new(&mut stream);
+    let answer = link::read_answer(frames.next().await.unwrap().unwrap()).unwrap();
+    assert_eq!((answer.id, answer.status.as_u16()), (77, 200));
+    let health = reqwest::get(format!("http://{}/health", server.addr)).await.unwrap();
+    assert_eq!(health.status(), 200);
+}
