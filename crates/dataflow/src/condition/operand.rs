@@ -73,7 +73,8 @@ pub(super) fn split_query(text: &str) -> Result<Option<(&str, &str, &str)>, &'st
 }
 
 impl Operand {
-    pub(super) fn field_or_count(text: &str) -> Result<Self, ConditionError> {
+    /// A field, or with `.#` at its end the count of an array.
+    pub fn field_or_count(text: &str) -> Result<Self, ConditionError> {
         Ok(match text.strip_suffix(".#") {
             Some(array) => Self::Count(Path::parse(array)?),
             None => Self::Field(Path::parse(text)?),

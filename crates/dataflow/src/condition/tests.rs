@@ -50,6 +50,26 @@ fn comparisons_and_logic() {
     }
 }
 
+/// Where upstream compares the texts of a number and a quoted literal
+/// ("1.5" against "1.50": no match), sless compares their numbers: 1.5 is
+/// the same number however a producer wrote it (docs/transformations.md).
+#[test]
+fn a_quoted_literal_and_a_number_compare_as_numbers() {
+    let d = json!({"v": 1.5, "price": "1.50", "n": 100, "big": 1e2});
+    for (c, expected) in [
+        ("$.v == '1.50'", true),
+        ("v == \"1.5\"", true),
+        ("v != '1.50'", false),
+        ("price == 1.5", true),
+        ("n == '1e2'", true),
+        ("big == 100", true),
+        ("v == '1.5x'", false),
+        ("v == '1.51'", false),
+    ] {
+        assert_eq!(eval(c, &d), expected, "{c}");
+    }
+}
+
 #[test]
 fn long_chains_and_runs_of_not_are_flat() {
     let d = json!({"a": 1});

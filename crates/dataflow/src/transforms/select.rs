@@ -1,6 +1,7 @@
 //! `select`: keeps only the listed fields, each named by its last key
-//! (`user.email` becomes `email`). When none of them exists the message is
-//! left as it is, as upstream does.
+//! (`user.email` becomes `email`); `items.#`, an array's count as gjson
+//! reads it, is named `#` as upstream names it. When none of them exists
+//! the message is left as it is, as upstream does.
 
 use serde_json::{Map, Value};
 
@@ -8,16 +9,23 @@ use sless_model::ValidationErrors;
 
 use super::{Build, BuildError, FieldsConfig, Message, Outputs, Transform};
 use crate::component::Component;
-use crate::path::Path;
+use crate::condition::{ConditionError, Operand};
 
 pub struct Select {
-    fields: Vec<Path>,
+    fields: Vec<(String, Operand)>,
 }
 
 impl Select {
     pub fn new(config: &FieldsConfig) -> Result<Self, BuildError> {
+        let fields = config.fields.iter().enumerate().map(|(i, text)| {
+            let at = |e: ConditionError| BuildError::at(format!("fields[{i}]"), e);
+            Ok(match Operand::field_or_count(text).map_err(at)? {
+                Operand::Field(path) => (path.leaf_name(), Operand::Field(path)),
+                count => ("#".to_owned(), count),
+            })
+        });
         Ok(Self {
-            fields: super::paths(&config.fields)?,
+            fields: fields.collect::<Result<_, BuildError>>()?,
         })
     }
 }
@@ -42,7 +50,7 @@ impl Transform for Select {
         let selected: Map<String, Value> = self
             .fields
             .iter()
-            .filter_map(|f| f.get(&message.data).map(|v| (f.leaf_name(), v.clone())))
+            .filter_map(|(name, f)| f.resolve(&message.data).map(|v| (name.clone(), v.into_owned())))
             .collect();
         if selected.is_empty() {
             return vec![message];
@@ -68,5 +76,24 @@ mod tests {
         ));
         assert_eq!(out[0].data, json!({"id": 1, "email": "a@b"}));
         assert_eq!(s.apply(Message::new(json!({"x": 0})))[0].data, json!({"x": 0}));
+    }
+
+    #[test]
+    fn an_arrays_count_is_selected_as_hash_as_upstream_does() {
+        let s = Select::new(&FieldsConfig {
+            fields: vec!["id".into(), "$.order.items.#".into()],
+        })
+        .unwrap();
+        let out = s.apply(Message::new(json!({"id": 1, "order": {"items": [1, 2, 3]}})));
+        assert_eq!(out[0].data, json!({"id": 1, "#": 3}));
+        // Not an array: no count, as a missing field.
+        let out = s.apply(Message::new(json!({"id": 1, "order": {"items": "x"}})));
+        assert_eq!(out[0].data, json!({"id": 1}));
+        assert!(
+            Select::new(&FieldsConfig {
+                fields: vec![".#".into()]
+            })
+            .is_err()
+        );
     }
 }
