@@ -18,17 +18,19 @@ pub async fn to_pg(db: &tokio_postgres::Client, dsn: &str) -> anyhow::Result<(f6
          CREATE TABLE bench_cdc_dst (id bigserial PRIMARY KEY, data jsonb NOT NULL, created_at timestamptz NOT NULL DEFAULT now());",
     )
     .await?;
+    // Names a spec gives are scoped to the tenant (`bench`, of `bench/cdc`).
+    let slot = format!("{}cdc", sless_dataflow::sources::postgres_cdc::name_prefix("bench"));
     // A slot left by an aborted run would hand its changes out again.
-    db.batch_execute(
-        "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = 'sless_bench_cdc';
-         DROP PUBLICATION IF EXISTS sless_bench_cdc;",
-    )
+    db.batch_execute(&format!(
+        "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = '{slot}';
+         DROP PUBLICATION IF EXISTS {slot};"
+    ))
     .await?;
     // Connecting creates the slot: only later changes are captured.
     let flow = Flow::connect(
         json!({
             "source": {"type": "postgresql-cdc", "config": {"connectionString": dsn, "table": "bench_cdc_src", "batchSize": BATCH,
-                       "pollInterval": 1, "slotName": "sless_bench_cdc"}},
+                       "pollInterval": 1, "slotName": slot}},
             "sink": {"type": "postgresql", "config": {"connectionString": dsn, "table": "bench_cdc_dst"}},
             "channelBufferSize": BATCH
         }),

@@ -283,11 +283,14 @@ async fn main() -> anyhow::Result<()> {
         flow / plain
     );
     let sqs = sqs::to_pg(&db, &dsn).await?;
+    let alone = sqs::source_alone().await?;
     println!(
         "SQS→PG {} messages, up to 100 a read: dataflow {sqs:.0} rows/s, plain bulk INSERT {plain:.0} rows/s \
-         = ratio {:.2}",
+         = ratio {:.2}; the SQS source alone (receive and delete, no sink) {alone:.0} rows/s: the flow runs at \
+         {:.2} of it",
         sqs::ROWS,
-        sqs / plain
+        sqs / plain,
+        sqs / alone
     );
     clickhouse::lines(&db, &dsn, plain).await?;
     let (cdc, inserts) = cdc::to_pg(&db, &dsn).await?;

@@ -217,6 +217,24 @@ pub async fn serve(
     limits: ConnectionLimits,
     shutdown: impl Future<Output = ()>,
 ) {
+    serve_each(listener, limits, shutdown, move |stream, admitted, stop| {
+        serve_connection(stream, app.clone(), admitted, limits, stop)
+    })
+    .await;
+}
+
+/// Accepts on `listener` within `limits` until `shutdown` resolves, each
+/// connection served by `connection` in a task of its own, which is told
+/// to stop through its receiver; then waits for them all to end.
+pub async fn serve_each<F, C>(
+    listener: TcpListener,
+    limits: ConnectionLimits,
+    shutdown: impl Future<Output = ()>,
+    connection: C,
+) where
+    C: Fn(TcpStream, Admitted, watch::Receiver<bool>) -> F,
+    F: Future<Output = ()> + Send + 'static,
+{
     let admission = Admission::new(limits);
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut connections = tokio::task::JoinSet::new();
@@ -225,13 +243,7 @@ pub async fn serve(
         tokio::select! {
             _ = &mut shutdown => break,
             (stream, _, admitted) = accept(&listener, &admission) => {
-                connections.spawn(serve_connection(
-                    stream,
-                    app.clone(),
-                    admitted,
-                    limits,
-                    stop_rx.clone(),
-                ));
+                connections.spawn(connection(stream, admitted, stop_rx.clone()));
             }
             // Reap finished connections as they end.
             Some(_) = connections.join_next(), if !connections.is_empty() => {}

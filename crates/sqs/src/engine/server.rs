@@ -13,7 +13,7 @@ use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{HeaderMap, Method};
 use axum::response::{IntoResponse, Response};
 use bytes::{Bytes, BytesMut};
-use sless_runtime::http::{self, Admission, Admitted, ConnectionLimits};
+use sless_runtime::http::{self, Admitted, ConnectionLimits};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
@@ -262,23 +262,14 @@ fn limits() -> ConnectionLimits {
 
 /// Accepts until `stopped`, then waits for the requests in flight.
 async fn serve(listener: TcpListener, served: Served, stopped: tokio::sync::oneshot::Receiver<()>) {
-    let admission = Admission::new(limits());
     let app = app(served.clone());
-    let (stop, stopping) = watch::channel(false);
-    let mut connections = tokio::task::JoinSet::new();
-    let mut stopped = std::pin::pin!(stopped);
-    loop {
-        tokio::select! {
-            _ = &mut stopped => break,
-            (stream, _, admitted) = http::accept(&listener, &admission) => {
-                connections.spawn(serve_connection(stream, served.clone(), app.clone(), admitted, stopping.clone()));
-            }
-            Some(_) = connections.join_next(), if !connections.is_empty() => {}
-        }
-    }
-    drop(listener);
-    let _ = stop.send(true);
-    while connections.join_next().await.is_some() {}
+    let stopped = async {
+        let _ = stopped.await;
+    };
+    http::serve_each(listener, limits(), stopped, move |stream, admitted, stop| {
+        serve_connection(stream, served.clone(), app.clone(), admitted, stop)
+    })
+    .await;
 }
 
 /// Serves a connection in what its first byte shows it speaks: the
