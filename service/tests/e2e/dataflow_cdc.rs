@@ -154,6 +154,73 @@ async fn changes_arrive_in_commit_order_as_debezium_events_and_the_slot_goes_wit
         .unwrap();
 }
 
+/// What users of change capture run into, as the events show it: a
+/// TOASTed value an update left unchanged is left out of `after` (the
+/// server does not send it), columns added and retyped between events are
+/// in the events after, and a transaction of more changes than a batch
+/// arrives whole.
+#[tokio::test]
+async fn unchanged_toast_schema_changes_and_a_transaction_larger_than_a_batch() {
+    let db = db().await;
+    let (docs, events) = (unique("cdc_docs"), unique("cdc_docs_events"));
+    db.batch_execute(&format!("CREATE TABLE {docs} (id int PRIMARY KEY, qty int, big text);"))
+        .await
+        .unwrap();
+    let dir = TempDir::new("df-cdc-behaviour");
+    let server = DevServer::start(&dir.0);
+    let a = server.client(TOKEN_A);
+    let name = flow_name("cdc-behaviour");
+    a.create_dataflow(json!({
+        "name": name,
+        "source": cdc(&[&docs], json!({"batchSize": 10})),
+        "sink": pg(&events, json!({"autoCreateTable": true})),
+    }))
+    .await;
+    a.wait_for_phase(&name, "Running", Duration::from_secs(30)).await;
+
+    // 6,400 characters of hex: stored out of line (TOAST), barely compressible.
+    db.batch_execute(&format!(
+        "INSERT INTO {docs} SELECT 1, 1, string_agg(md5(g::text), '') FROM generate_series(1, 200) g;
+         UPDATE {docs} SET qty = 2 WHERE id = 1;
+         ALTER TABLE {docs} ADD COLUMN note text;
+         INSERT INTO {docs} (id, qty, note) VALUES (2, 1, 'added');
+         ALTER TABLE {docs} ALTER COLUMN qty TYPE bigint;
+         INSERT INTO {docs} (id, qty) VALUES (3, 9007199254740993);
+         INSERT INTO {docs} (id, qty) SELECT g, g FROM generate_series(100, 134) g;"
+    ))
+    .await
+    .unwrap();
+    wait_for(&db, &format!("SELECT count(*) FROM {events}"), 39).await;
+    let rows: Vec<Value> = db
+        .query(&format!("SELECT data::text FROM {events} ORDER BY id"), &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| serde_json::from_str(r.get::<_, &str>(0)).unwrap())
+        .collect();
+    assert_eq!(rows[0]["after"]["big"].as_str().map(str::len), Some(6400));
+    assert_eq!(rows[1]["op"], "u");
+    assert_eq!(rows[1]["after"]["qty"], 2);
+    assert!(
+        rows[1]["after"].get("big").is_none(),
+        "an unchanged TOASTed value is left out: {}",
+        rows[1]["after"]
+    );
+    assert_eq!(
+        rows[2]["after"],
+        json!({"id": 2, "qty": 1, "big": null, "note": "added"})
+    );
+    // bigint after the retype, beyond what a double holds exactly.
+    assert_eq!(rows[3]["after"]["qty"], json!(9007199254740993_i64));
+    // 35 changes of one transaction, batches of 10: all of them, in order.
+    let big: Vec<i64> = rows[4..].iter().map(|e| e["after"]["id"].as_i64().unwrap()).collect();
+    assert_eq!(big, (100..=134).collect::<Vec<_>>());
+    let tx = &rows[4]["source"]["txId"];
+    assert!(rows[4..].iter().all(|e| &e["source"]["txId"] == tx), "one transaction");
+    assert_eq!(a.delete(&format!("/api/v1/dataflows/{name}")).await.0, 204);
+    db.batch_execute(&format!("DROP TABLE {docs}, {events}")).await.unwrap();
+}
+
 fn hex_digest(text: &str, bytes: usize) -> String {
     use sha2::Digest;
     sha2::Sha256::digest(text.as_bytes())[..bytes]
