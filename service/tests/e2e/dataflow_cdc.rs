@@ -360,10 +360,10 @@ async fn capture_survives_kill_9_mid_stream_from_the_confirmed_lsn() {
     db.batch_execute(&format!("DROP TABLE {src}, {dst}")).await.unwrap();
 }
 
-/// A private PostgreSQL cluster with `wal_level=replica` (PostgreSQL's
-/// default), stopped on drop: initdb and pg_ctl of the installed server,
-/// run as `postgres` when the test runs as root.
-struct ReplicaCluster {
+/// A private PostgreSQL cluster with settings of its own, stopped on drop:
+/// initdb and pg_ctl of the installed server, run as `postgres` when the
+/// test runs as root.
+struct PrivateCluster {
     dir: TempDir,
     port: u16,
 }
@@ -390,8 +390,9 @@ fn running_as_root() -> bool {
         .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
 }
 
-impl ReplicaCluster {
-    fn start() -> Self {
+impl PrivateCluster {
+    /// Started with `settings` (`-c name=value …`).
+    fn start(settings: &str) -> Self {
         let dir = TempDir::new("pg-replica");
         if running_as_root() {
             assert!(
@@ -412,7 +413,7 @@ impl ReplicaCluster {
         assert!(out.status.success(), "initdb: {}", String::from_utf8_lossy(&out.stderr));
         let port = sless_testkit::free_port();
         let options = format!(
-            "-p {port} -k {} -c listen_addresses=127.0.0.1 -c wal_level=replica",
+            "-p {port} -k {} -c listen_addresses=127.0.0.1 {settings}",
             dir.0.display()
         );
         let out = as_postgres("pg_ctl")
@@ -432,7 +433,7 @@ impl ReplicaCluster {
     }
 }
 
-impl Drop for ReplicaCluster {
+impl Drop for PrivateCluster {
     fn drop(&mut self) {
         let _ = as_postgres("pg_ctl")
             .args(["-D"])
@@ -444,7 +445,8 @@ impl Drop for ReplicaCluster {
 
 #[tokio::test]
 async fn a_server_without_logical_wal_is_a_clear_error() {
-    let cluster = ReplicaCluster::start();
+    // PostgreSQL's default.
+    let cluster = PrivateCluster::start("-c wal_level=replica");
     let dsn = format!("postgres://postgres@127.0.0.1:{}/postgres", cluster.port);
     let (client, conn) = tokio_postgres::connect(&dsn, tokio_postgres::NoTls).await.unwrap();
     tokio::spawn(conn);
@@ -473,4 +475,63 @@ async fn a_server_without_logical_wal_is_a_clear_error() {
         .unwrap()
         .get(0);
     assert_eq!(slots, 0, "nothing was created");
+}
+
+/// A slot the server invalidated (its WAL removed past
+/// `max_slot_wal_keep_size` while the dataflow was down) stops the
+/// dataflow with that reason, instead of capturing on from a new slot and
+/// skipping what was lost.
+#[tokio::test]
+async fn a_slot_the_server_invalidated_stops_the_dataflow_with_the_reason() {
+    let cluster = PrivateCluster::start("-c wal_level=logical -c max_slot_wal_keep_size=1MB");
+    let dsn = format!("postgres://postgres@127.0.0.1:{}/postgres", cluster.port);
+    let (client, conn) = tokio_postgres::connect(&dsn, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(conn);
+    client
+        .batch_execute("CREATE TABLE t (id int PRIMARY KEY); CREATE TABLE other (id int)")
+        .await
+        .unwrap();
+    let dir = TempDir::new("df-cdc-lost");
+    let server = DevServer::start(&dir.0);
+    let a = server.client(TOKEN_A);
+    a.create_dataflow(json!({
+        "name": "lost",
+        "source": {"type": "postgresql-cdc", "config": {"connectionString": dsn, "table": "t", "pollInterval": 1}},
+        "sink": {"type": "postgresql", "config": {"connectionString": dsn, "table": "events", "autoCreateTable": true}},
+    }))
+    .await;
+    a.wait_for_phase("lost", "Running", Duration::from_secs(30)).await;
+    client.batch_execute("INSERT INTO t VALUES (1)").await.unwrap();
+    wait_for(&client, "SELECT count(*) FROM events", 1).await;
+
+    // Down, while the server writes more WAL than the slot may hold back.
+    server.kill9();
+    client.batch_execute("INSERT INTO t VALUES (2)").await.unwrap();
+    for i in 0..4 {
+        client
+            .batch_execute(&format!("INSERT INTO other VALUES ({i}); SELECT pg_switch_wal()"))
+            .await
+            .unwrap();
+    }
+    client.batch_execute("CHECKPOINT").await.unwrap();
+    let status: Option<String> = client
+        .query_one("SELECT wal_status FROM pg_replication_slots", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(status.as_deref(), Some("lost"), "the server invalidated the slot");
+
+    let server = DevServer::start(&dir.0);
+    let a = server.client(TOKEN_A);
+    let view = a.wait_for_phase("lost", "Error", Duration::from_secs(30)).await;
+    let message = view["message"].as_str().unwrap();
+    assert!(
+        message.contains("invalidated") && message.contains("max_slot_wal_keep_size"),
+        "{message}"
+    );
+    assert_eq!(
+        count(&client, "SELECT count(*) FROM events").await,
+        1,
+        "nothing captured after the loss"
+    );
 }

@@ -99,6 +99,17 @@ fn hex_digest(text: &str, bytes: usize) -> String {
         .collect()
 }
 
+/// The error of a slot the server invalidated (`wal_status` `lost`): the
+/// changes it held back are gone, and capturing on from a new slot would
+/// skip them silently, so the dataflow stops and says so.
+fn slot_lost(slot: &str) -> ConnectorError {
+    ConnectorError::Config(format!(
+        "replication slot {slot} was invalidated by the PostgreSQL server: the WAL it held was removed \
+         (max_slot_wal_keep_size), so the changes since the dataflow last confirmed a position are lost. \
+         Delete and create the dataflow again to capture from now on, and copy the tables to catch up"
+    ))
+}
+
 /// What a slot or publication name a spec gives must begin with: `sless_`,
 /// 12 hex digits of the SHA-256 of `tenant`, and `_`. (The default names,
 /// `sless_` and 20 hex digits, cannot begin so.)
@@ -320,7 +331,8 @@ impl super::Open for PostgresCdcSource {
             .map_err(ConnectorError::query)?;
         let confirmed = match client
             .query_opt(
-                "SELECT confirmed_flush_lsn::text, plugin::text FROM pg_replication_slots WHERE slot_name = $1",
+                "SELECT confirmed_flush_lsn::text, plugin::text, wal_status = 'lost' \
+                 FROM pg_replication_slots WHERE slot_name = $1",
                 &[&slot],
             )
             .await
@@ -332,6 +344,9 @@ impl super::Open for PostgresCdcSource {
                     return Err(ConnectorError::Config(format!(
                         "replication slot {slot} exists and is not a pgoutput slot"
                     )));
+                }
+                if row.get::<_, Option<bool>>(2) == Some(true) {
+                    return Err(slot_lost(&slot));
                 }
                 row.get::<_, Option<String>>(0)
             }
@@ -414,8 +429,26 @@ impl PostgresCdcSource {
                  'proto_version', '1', 'publication_names', $3)",
                 &[&self.slot, &limit, &self.publication],
             )
-            .await
-            .map_err(ConnectorError::query)?;
+            .await;
+        let rows = match rows {
+            Ok(rows) => rows,
+            // An invalidated slot refuses so ("can no longer get changes"),
+            // as do other states the error's code does not tell apart.
+            Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE) => {
+                let lost = self
+                    .client
+                    .query_opt(
+                        "SELECT 1 FROM pg_replication_slots WHERE slot_name = $1 AND wal_status = 'lost'",
+                        &[&self.slot],
+                    )
+                    .await;
+                return Err(match lost {
+                    Ok(Some(_)) => slot_lost(&self.slot),
+                    _ => ConnectorError::query(e),
+                });
+            }
+            Err(e) => return Err(ConnectorError::query(e)),
+        };
         let mut state = self.lock();
         state.decoder.reset_transaction();
         let mut records = Vec::new();
