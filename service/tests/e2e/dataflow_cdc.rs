@@ -126,12 +126,12 @@ async fn changes_arrive_in_commit_order_as_debezium_events_and_the_slot_goes_wit
     assert_ne!(rows[0]["source"]["txId"], rows[3]["source"]["txId"]);
     assert!(rows[0]["source"]["lsn"].as_str().unwrap().contains('/'));
 
-    // The slot is confirmed as far as the written changes.
+    // The dataflow's own slot and publication (other tests' run beside it).
     let (slots, publications) = slots_and_publications(&db).await;
-    let slot = slots.iter().find(|s| s.starts_with("sless_")).cloned();
+    let slot = Some(format!("sless_{}", hex_digest(&format!("a/{name}"), 10)));
     assert!(
-        slot.is_some() && publications.contains(slot.as_ref().unwrap()),
-        "{slots:?} {publications:?}"
+        slots.contains(slot.as_ref().unwrap()) && publications.contains(slot.as_ref().unwrap()),
+        "{slot:?} not in {slots:?} {publications:?}"
     );
 
     // Deleted: the slot and the publication are dropped.
@@ -219,6 +219,65 @@ async fn unchanged_toast_schema_changes_and_a_transaction_larger_than_a_batch() 
     assert!(rows[4..].iter().all(|e| &e["source"]["txId"] == tx), "one transaction");
     assert_eq!(a.delete(&format!("/api/v1/dataflows/{name}")).await.0, 204);
     db.batch_execute(&format!("DROP TABLE {docs}, {events}")).await.unwrap();
+}
+
+/// A source whose tables stay quiet while the server is busy elsewhere
+/// moves its slot on all the same: otherwise the slot would hold the
+/// server's WAL until the disk fills or the server invalidates it.
+#[tokio::test]
+async fn an_idle_source_moves_its_slot_past_other_tables_changes() {
+    let db = db().await;
+    let (quiet, busy, events) = (unique("cdc_quiet"), unique("cdc_busy"), unique("cdc_quiet_events"));
+    db.batch_execute(&format!(
+        "CREATE TABLE {quiet} (id int PRIMARY KEY); CREATE TABLE {busy} (id int);"
+    ))
+    .await
+    .unwrap();
+    let dir = TempDir::new("df-cdc-idle");
+    let server = DevServer::start(&dir.0);
+    let a = server.client(TOKEN_A);
+    let name = flow_name("cdc-idle");
+    a.create_dataflow(json!({
+        "name": name,
+        "source": cdc(&[&quiet], json!({})),
+        "sink": pg(&events, json!({"autoCreateTable": true})),
+    }))
+    .await;
+    a.wait_for_phase(&name, "Running", Duration::from_secs(30)).await;
+    let slot = format!("sless_{}", hex_digest(&format!("a/{name}"), 10));
+    db.batch_execute(&format!("INSERT INTO {busy} SELECT g FROM generate_series(1, 10000) g"))
+        .await
+        .unwrap();
+    let busy_upto: String = db
+        .query_one("SELECT pg_current_wal_lsn()::text", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let moved: Option<bool> = db
+            .query_one(
+                "SELECT confirmed_flush_lsn >= $2::text::pg_lsn FROM pg_replication_slots WHERE slot_name = $1",
+                &[&slot, &busy_upto],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if moved == Some(true) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "slot {slot} still short of {busy_upto}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // And it still captures what comes after.
+    db.batch_execute(&format!("INSERT INTO {quiet} VALUES (1)"))
+        .await
+        .unwrap();
+    wait_for(&db, &format!("SELECT count(*) FROM {events}"), 1).await;
+    assert_eq!(a.delete(&format!("/api/v1/dataflows/{name}")).await.0, 204);
+    db.batch_execute(&format!("DROP TABLE {quiet}, {busy}, {events}"))
+        .await
+        .unwrap();
 }
 
 fn hex_digest(text: &str, bytes: usize) -> String {

@@ -420,7 +420,24 @@ impl PostgresCdcSource {
     /// One peek at the slot: the records of the transactions not handed out
     /// yet, up to about [`READ_AHEAD`] batches.
     async fn peek(&self) -> Result<Vec<Record>, ConnectorError> {
-        let pending = self.lock().pending();
+        let (pending, idle) = {
+            let state = self.lock();
+            (state.pending(), state.in_flight.is_empty())
+        };
+        // With nothing in flight, where the server's flushed WAL ends before
+        // the peek: a peek that reads to its end and finds nothing of ours
+        // shows the slot may move there (see `read`). The flushed end, not
+        // the written one: a peek reads only flushed WAL.
+        let quiet_upto = if idle {
+            let row = self
+                .client
+                .query_one("SELECT pg_current_wal_flush_lsn()::text", &[])
+                .await
+                .map_err(ConnectorError::query)?;
+            row.get::<_, Option<String>>(0).as_deref().and_then(parse_lsn)
+        } else {
+            None
+        };
         let limit = i32::try_from(pending + READ_AHEAD * self.batch).unwrap_or(i32::MAX);
         let rows = self
             .client
@@ -487,6 +504,16 @@ impl PostgresCdcSource {
                 state.in_flight.push_back((tx.end_lsn, tx.messages));
             }
         }
+        // Read to the end (not cut by the limit) with nothing of ours: the
+        // WAL up to where it ended before the peek holds no change of ours.
+        let whole = usize::try_from(limit).is_ok_and(|limit| rows.len() < limit);
+        if let Some(upto) = quiet_upto
+            && whole
+            && records.is_empty()
+            && state.in_flight.is_empty()
+        {
+            state.read_upto = state.read_upto.max(upto);
+        }
         Ok(records)
     }
 
@@ -533,8 +560,9 @@ impl Source for PostgresCdcSource {
             // A quiet moment: confirm what is written.
             let done = self.lock().done;
             self.confirm(done).await?;
-            // Transactions without a change of ours still hold WAL: with
-            // nothing in flight, confirm past them.
+            // Transactions without a change of ours, and the WAL of other
+            // tables, still hold WAL: with nothing in flight, confirm past
+            // them.
             let idle_upto = {
                 let state = self.lock();
                 state.in_flight.is_empty().then_some(state.read_upto)
