@@ -245,6 +245,12 @@ async fn an_idle_source_moves_its_slot_past_other_tables_changes() {
     .await;
     a.wait_for_phase(&name, "Running", Duration::from_secs(30)).await;
     let slot = format!("sless_{}", hex_digest(&format!("a/{name}"), 10));
+    // A change of ours begun before the other table's WAL and committed
+    // only after the slot moved past it: moving must not skip it.
+    let open = crate::common::pg::db().await;
+    open.batch_execute(&format!("BEGIN; INSERT INTO {quiet} VALUES (2)"))
+        .await
+        .unwrap();
     db.batch_execute(&format!("INSERT INTO {busy} SELECT g FROM generate_series(1, 10000) g"))
         .await
         .unwrap();
@@ -269,11 +275,23 @@ async fn an_idle_source_moves_its_slot_past_other_tables_changes() {
         assert!(Instant::now() < deadline, "slot {slot} still short of {busy_upto}");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    open.batch_execute("COMMIT").await.unwrap();
     // And it still captures what comes after.
     db.batch_execute(&format!("INSERT INTO {quiet} VALUES (1)"))
         .await
         .unwrap();
-    wait_for(&db, &format!("SELECT count(*) FROM {events}"), 1).await;
+    wait_for(&db, &format!("SELECT count(*) FROM {events}"), 2).await;
+    let ids: Vec<i64> = db
+        .query(
+            &format!("SELECT (data->'after'->>'id')::bigint FROM {events} ORDER BY id"),
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(ids, [2, 1], "in commit order, the long transaction included");
     assert_eq!(a.delete(&format!("/api/v1/dataflows/{name}")).await.0, 204);
     db.batch_execute(&format!("DROP TABLE {quiet}, {busy}, {events}"))
         .await
