@@ -50,6 +50,18 @@ struct Slot {
     opening: Arc<tokio::sync::Mutex<()>>,
 }
 
+impl Slot {
+    /// Whether it still serves or is being opened: an open link, a recent
+    /// answer that the backend speaks HTTP, or an opening under way.
+    fn live(&self) -> bool {
+        match &self.state {
+            State::Open(link) => link.is_open(),
+            State::Http { until } => Instant::now() < *until,
+            State::Unknown => Arc::strong_count(&self.opening) > 1,
+        }
+    }
+}
+
 /// The links of one serving thread, by backend address.
 #[derive(Clone, Default)]
 pub struct Links(Arc<Mutex<HashMap<String, Slot>>>);
@@ -92,6 +104,9 @@ impl Links {
     fn known(&self, backend: &str, token: Option<&HeaderValue>) -> Result<Way, Arc<tokio::sync::Mutex<()>>> {
         let mut slots = self.0.lock_unpoisoned();
         let Some(slot) = slots.get(backend) else {
+            // A backend new to this thread: the slots of backends gone
+            // (a tenant's engine deleted) go, so they do not pile up.
+            slots.retain(|_, slot| slot.live());
             let opening = Arc::new(tokio::sync::Mutex::new(()));
             slots.insert(
                 backend.to_owned(),
@@ -233,5 +248,50 @@ impl Link {
             .await
             .map_err(|_| LinkError::Closed)?;
         answer.await.map_err(|_| LinkError::Closed)?
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::AsyncReadExt;
+    use tokio::net::TcpListener;
+
+    use super::*;
+
+    /// A stand-in engine that answers the hello; with `hang_up`, it then
+    /// closes the connection at once.
+    async fn stand_in(hang_up: bool) -> String {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let mut hello = [0u8; link::HELLO.len() + 2];
+                if stream.read_exact(&mut hello).await.is_ok()
+                    && stream.write_all(link::HELLO).await.is_ok()
+                    && !hang_up
+                {
+                    held.push(stream);
+                }
+            }
+        });
+        addr
+    }
+
+    #[tokio::test]
+    async fn links_to_backends_gone_are_dropped_once_another_is_opened() {
+        let links = Links::default();
+        let gone = stand_in(true).await;
+        assert!(matches!(links.way(&gone, None).await.unwrap(), Way::Link(_)));
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while links.0.lock_unpoisoned()[&gone].live() {
+            assert!(Instant::now() < deadline, "the link never saw its engine go");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let staying = stand_in(false).await;
+        assert!(matches!(links.way(&staying, None).await.unwrap(), Way::Link(_)));
+        let slots = links.0.lock_unpoisoned();
+        assert!(!slots.contains_key(&gone), "the dead link's slot is gone");
+        assert!(slots[&staying].live());
     }
 }
