@@ -8,7 +8,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::common::pg::{count, db, dsn, pg, unique, wait_for, wait_mid_stream};
-use crate::common::{DevServer, TOKEN_A, TempDir};
+use crate::common::{Client, DevServer, TOKEN_A, TempDir};
 use serde_json::{Value, json};
 
 /// A dataflow name no other test (or earlier run) uses: it names the slot.
@@ -23,6 +23,33 @@ fn cdc(tables: &[&str], extra: Value) -> Value {
         .unwrap()
         .extend(extra.as_object().unwrap().clone());
     json!({"type": "postgresql-cdc", "config": config})
+}
+
+/// `sless dev` in `dir` with tenant a's dataflow `name` (a `flow_name`)
+/// from `source` into `sink`, Running: its slot exists from then on.
+async fn running(dir: &TempDir, name: &str, source: Value, sink: Value, extra: Value) -> (DevServer, Client) {
+    let server = DevServer::start(&dir.0);
+    let a = server.client(TOKEN_A);
+    let mut request = json!({"name": name, "source": source, "sink": sink});
+    request
+        .as_object_mut()
+        .unwrap()
+        .extend(extra.as_object().unwrap().clone());
+    a.create_dataflow(request).await;
+    a.wait_for_phase(name, "Running", Duration::from_secs(30)).await;
+    (server, a)
+}
+
+/// The events in `table` (a raw-mode sink's), in the order written, once
+/// there are `count` of them.
+async fn events_once(db: &tokio_postgres::Client, table: &str, count: i64) -> Vec<Value> {
+    wait_for(db, &format!("SELECT count(*) FROM {table}"), count).await;
+    db.query(&format!("SELECT data::text FROM {table} ORDER BY id"), &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| serde_json::from_str(r.get::<_, &str>(0)).unwrap())
+        .collect()
 }
 
 /// The names of the slots and publications on the server.
@@ -56,17 +83,10 @@ async fn changes_arrive_in_commit_order_as_debezium_events_and_the_slot_goes_wit
     .await
     .unwrap();
     let dir = TempDir::new("df-cdc");
-    let server = DevServer::start(&dir.0);
-    let a = server.client(TOKEN_A);
     let name = flow_name("cdc");
-    a.create_dataflow(json!({
-        "name": name,
-        "source": cdc(&[&items, &notes], json!({})),
-        "sink": pg(&events, json!({"autoCreateTable": true})),
-    }))
-    .await;
-    // Running: its slot exists from then on.
-    a.wait_for_phase(&name, "Running", Duration::from_secs(30)).await;
+    let source = cdc(&[&items, &notes], json!({}));
+    let sink = pg(&events, json!({"autoCreateTable": true}));
+    let (_server, a) = running(&dir, &name, source, sink, json!({})).await;
 
     // Interleaved transactions on two tables, one rolled back.
     db.batch_execute(&format!(
@@ -80,14 +100,7 @@ async fn changes_arrive_in_commit_order_as_debezium_events_and_the_slot_goes_wit
     ))
     .await
     .unwrap();
-    wait_for(&db, &format!("SELECT count(*) FROM {events}"), 6).await;
-    let rows: Vec<Value> = db
-        .query(&format!("SELECT data::text FROM {events} ORDER BY id"), &[])
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| serde_json::from_str(r.get::<_, &str>(0)).unwrap())
-        .collect();
+    let rows = events_once(&db, &events, 6).await;
     let summary: Vec<(String, String)> = rows
         .iter()
         .map(|e| {
@@ -167,16 +180,10 @@ async fn unchanged_toast_schema_changes_and_a_transaction_larger_than_a_batch() 
         .await
         .unwrap();
     let dir = TempDir::new("df-cdc-behaviour");
-    let server = DevServer::start(&dir.0);
-    let a = server.client(TOKEN_A);
     let name = flow_name("cdc-behaviour");
-    a.create_dataflow(json!({
-        "name": name,
-        "source": cdc(&[&docs], json!({"batchSize": 10})),
-        "sink": pg(&events, json!({"autoCreateTable": true})),
-    }))
-    .await;
-    a.wait_for_phase(&name, "Running", Duration::from_secs(30)).await;
+    let source = cdc(&[&docs], json!({"batchSize": 10}));
+    let sink = pg(&events, json!({"autoCreateTable": true}));
+    let (_server, a) = running(&dir, &name, source, sink, json!({})).await;
 
     // 6,400 characters of hex: stored out of line (TOAST), barely compressible.
     db.batch_execute(&format!(
@@ -190,14 +197,7 @@ async fn unchanged_toast_schema_changes_and_a_transaction_larger_than_a_batch() 
     ))
     .await
     .unwrap();
-    wait_for(&db, &format!("SELECT count(*) FROM {events}"), 39).await;
-    let rows: Vec<Value> = db
-        .query(&format!("SELECT data::text FROM {events} ORDER BY id"), &[])
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| serde_json::from_str(r.get::<_, &str>(0)).unwrap())
-        .collect();
+    let rows = events_once(&db, &events, 39).await;
     assert_eq!(rows[0]["after"]["big"].as_str().map(str::len), Some(6400));
     assert_eq!(rows[1]["op"], "u");
     assert_eq!(rows[1]["after"]["qty"], 2);
@@ -234,16 +234,10 @@ async fn an_idle_source_moves_its_slot_past_other_tables_changes() {
     .await
     .unwrap();
     let dir = TempDir::new("df-cdc-idle");
-    let server = DevServer::start(&dir.0);
-    let a = server.client(TOKEN_A);
     let name = flow_name("cdc-idle");
-    a.create_dataflow(json!({
-        "name": name,
-        "source": cdc(&[&quiet], json!({})),
-        "sink": pg(&events, json!({"autoCreateTable": true})),
-    }))
-    .await;
-    a.wait_for_phase(&name, "Running", Duration::from_secs(30)).await;
+    let source = cdc(&[&quiet], json!({}));
+    let sink = pg(&events, json!({"autoCreateTable": true}));
+    let (_server, a) = running(&dir, &name, source, sink, json!({})).await;
     let slot = format!("sless_{}", hex_digest(&format!("a/{name}"), 10));
     // A change of ours begun before the other table's WAL and committed
     // only after the slot moved past it: moving must not skip it.
@@ -398,18 +392,10 @@ async fn capture_survives_kill_9_mid_stream_from_the_confirmed_lsn() {
         .await
         .unwrap();
     let dir = TempDir::new("df-cdc-kill");
-    let server = DevServer::start(&dir.0);
-    let a = server.client(TOKEN_A);
     let name = flow_name("cdc-kill");
-    a.create_dataflow(json!({
-        "name": name,
-        "source": cdc(&[&src], json!({"batchSize": 50})),
-        "sink": pg(&dst, json!({"autoCreateTable": true})),
-        "channelBufferSize": 50,
-    }))
-    .await;
-    // Running: its slot exists from then on.
-    a.wait_for_phase(&name, "Running", Duration::from_secs(30)).await;
+    let source = cdc(&[&src], json!({"batchSize": 50}));
+    let sink = pg(&dst, json!({"autoCreateTable": true}));
+    let (server, _) = running(&dir, &name, source, sink, json!({"channelBufferSize": 50})).await;
     // 40,000 rows in 800 transactions of 50.
     db.batch_execute(&format!(
         "DO $$ BEGIN FOR t IN 0..{last} LOOP
@@ -510,6 +496,16 @@ impl PrivateCluster {
     }
 }
 
+impl PrivateCluster {
+    /// Its connection string, and a client connected to it.
+    async fn connect(&self) -> (String, tokio_postgres::Client) {
+        let dsn = format!("postgres://postgres@127.0.0.1:{}/postgres", self.port);
+        let (client, conn) = tokio_postgres::connect(&dsn, tokio_postgres::NoTls).await.unwrap();
+        tokio::spawn(conn);
+        (dsn, client)
+    }
+}
+
 impl Drop for PrivateCluster {
     fn drop(&mut self) {
         let _ = as_postgres("pg_ctl")
@@ -524,9 +520,7 @@ impl Drop for PrivateCluster {
 async fn a_server_without_logical_wal_is_a_clear_error() {
     // PostgreSQL's default.
     let cluster = PrivateCluster::start("-c wal_level=replica");
-    let dsn = format!("postgres://postgres@127.0.0.1:{}/postgres", cluster.port);
-    let (client, conn) = tokio_postgres::connect(&dsn, tokio_postgres::NoTls).await.unwrap();
-    tokio::spawn(conn);
+    let (dsn, client) = cluster.connect().await;
     client
         .batch_execute("CREATE TABLE t (id int PRIMARY KEY)")
         .await
@@ -561,23 +555,17 @@ async fn a_server_without_logical_wal_is_a_clear_error() {
 #[tokio::test]
 async fn a_slot_the_server_invalidated_stops_the_dataflow_with_the_reason() {
     let cluster = PrivateCluster::start("-c wal_level=logical -c max_slot_wal_keep_size=1MB");
-    let dsn = format!("postgres://postgres@127.0.0.1:{}/postgres", cluster.port);
-    let (client, conn) = tokio_postgres::connect(&dsn, tokio_postgres::NoTls).await.unwrap();
-    tokio::spawn(conn);
+    let (dsn, client) = cluster.connect().await;
     client
         .batch_execute("CREATE TABLE t (id int PRIMARY KEY); CREATE TABLE other (id int)")
         .await
         .unwrap();
     let dir = TempDir::new("df-cdc-lost");
-    let server = DevServer::start(&dir.0);
-    let a = server.client(TOKEN_A);
-    a.create_dataflow(json!({
-        "name": "lost",
-        "source": {"type": "postgresql-cdc", "config": {"connectionString": dsn, "table": "t", "pollInterval": 1}},
-        "sink": {"type": "postgresql", "config": {"connectionString": dsn, "table": "events", "autoCreateTable": true}},
-    }))
-    .await;
-    a.wait_for_phase("lost", "Running", Duration::from_secs(30)).await;
+    let source =
+        json!({"type": "postgresql-cdc", "config": {"connectionString": dsn, "table": "t", "pollInterval": 1}});
+    let sink =
+        json!({"type": "postgresql", "config": {"connectionString": dsn, "table": "events", "autoCreateTable": true}});
+    let (server, _) = running(&dir, "lost", source, sink, json!({})).await;
     client.batch_execute("INSERT INTO t VALUES (1)").await.unwrap();
     wait_for(&client, "SELECT count(*) FROM events", 1).await;
 
