@@ -17,7 +17,7 @@ use crate::link::{self, Answer};
 
 /// How long a backend that answered the hello as HTTP is spoken to so.
 const HTTP_FOR: Duration = Duration::from_secs(60);
-/// Time to connect and for the engine's hello.
+/// Time to connect, and then for the engine's hello.
 const OPEN_TIMEOUT: Duration = Duration::from_secs(5);
 /// Requests queued for one link's writer; more wait for room.
 const QUEUED: usize = 1024;
@@ -26,7 +26,7 @@ const QUEUED: usize = 1024;
 pub enum LinkError {
     #[error("cannot reach the engine: {0}")]
     Connect(std::io::Error),
-    #[error("the engine did not answer the link's hello within {OPEN_TIMEOUT:?}")]
+    #[error("cannot reach the engine within {OPEN_TIMEOUT:?}")]
     Timeout,
     #[error("the engine link closed before the answer came")]
     Closed,
@@ -158,29 +158,34 @@ impl Waiting {
 }
 
 impl Link {
-    /// Connects and says hello: `None` where the backend answers otherwise.
+    /// Connects and says hello: `None` where the backend answers otherwise,
+    /// or not within [`OPEN_TIMEOUT`] (a server that waits for more than a
+    /// request's head is spoken to as what it is: HTTP).
     async fn open(backend: &str, token: Option<&HeaderValue>) -> Result<Option<Self>, LinkError> {
-        let opened = tokio::time::timeout(OPEN_TIMEOUT, async {
-            let mut stream = tokio::net::TcpStream::connect(backend)
-                .await
-                .map_err(LinkError::Connect)?;
-            let _ = stream.set_nodelay(true);
-            let token_bytes = token.map_or(&[][..], |t| t.as_bytes());
-            let mut hello = Vec::with_capacity(link::HELLO.len() + 2 + token_bytes.len());
-            hello.extend_from_slice(link::HELLO);
-            hello.extend_from_slice(&u16::try_from(token_bytes.len()).unwrap_or(0).to_be_bytes());
-            hello.extend_from_slice(token_bytes);
-            stream.write_all(&hello).await.map_err(LinkError::Connect)?;
-            let spoken = link::read_hello(&mut stream).await.map_err(LinkError::Connect)?;
-            Ok::<_, LinkError>(spoken.then_some(stream))
+        let mut stream = tokio::time::timeout(OPEN_TIMEOUT, tokio::net::TcpStream::connect(backend))
+            .await
+            .map_err(|_| LinkError::Timeout)?
+            .map_err(LinkError::Connect)?;
+        let _ = stream.set_nodelay(true);
+        let token_bytes = token.map_or(&[][..], |t| t.as_bytes());
+        let mut hello = Vec::with_capacity(link::HELLO.len() + 2 + token_bytes.len());
+        hello.extend_from_slice(link::HELLO);
+        hello.extend_from_slice(&u16::try_from(token_bytes.len()).unwrap_or(0).to_be_bytes());
+        hello.extend_from_slice(token_bytes);
+        let greeted = tokio::time::timeout(OPEN_TIMEOUT, async {
+            stream.write_all(&hello).await?;
+            link::read_hello(&mut stream).await
         })
         .await;
-        let stream = match opened {
-            Ok(Ok(Some(stream))) => stream,
-            Ok(Ok(None)) => return Ok(None),
-            Ok(Err(e)) => return Err(e),
-            Err(_) => return Err(LinkError::Timeout),
-        };
+        match greeted {
+            Ok(Ok(true)) => {}
+            Ok(Ok(false)) => return Ok(None),
+            Ok(Err(e)) => return Err(LinkError::Connect(e)),
+            Err(_) => {
+                tracing::warn!(backend, "no answer to the engine link's hello; speaking HTTP to it");
+                return Ok(None);
+            }
+        }
         let (read, write) = stream.into_split();
         let (requests, mut outgoing) = mpsc::channel::<Outgoing>(QUEUED);
         let waiting = Arc::new(Mutex::new(Waiting::default()));
@@ -276,6 +281,23 @@ mod tests {
             }
         });
         addr
+    }
+
+    #[tokio::test]
+    async fn a_backend_silent_after_the_hello_is_spoken_to_over_http() {
+        // Accepts and reads, never answers: as a server that waits for
+        // more of a request than the hello sends would.
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((stream, _)) = listener.accept().await {
+                held.push(stream);
+            }
+        });
+        let started = Instant::now();
+        assert!(matches!(Links::default().way(&addr, None).await.unwrap(), Way::Http));
+        assert!(started.elapsed() >= OPEN_TIMEOUT);
     }
 
     #[tokio::test]
