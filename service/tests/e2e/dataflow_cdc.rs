@@ -292,6 +292,84 @@ async fn an_idle_source_moves_its_slot_past_other_tables_changes() {
         .unwrap();
 }
 
+/// A table added to a running dataflow's tables (a PATCH, which restarts
+/// it) is captured from the moment its publication has it: every change
+/// after that arrives, none from before, and the tables it had keep
+/// flowing.
+#[tokio::test]
+async fn a_table_added_to_the_dataflow_is_captured_from_then_on() {
+    let db = db().await;
+    let (first, added, events) = (unique("cdc_first"), unique("cdc_added"), unique("cdc_added_events"));
+    db.batch_execute(&format!(
+        "CREATE TABLE {first} (id int PRIMARY KEY); CREATE TABLE {added} (id int PRIMARY KEY);"
+    ))
+    .await
+    .unwrap();
+    let dir = TempDir::new("df-cdc-added");
+    let name = flow_name("cdc-added");
+    let sink = pg(&events, json!({"autoCreateTable": true}));
+    let (_server, a) = running(&dir, &name, cdc(&[&first], json!({})), sink, json!({})).await;
+    db.batch_execute(&format!("INSERT INTO {first} VALUES (1)"))
+        .await
+        .unwrap();
+    events_once(&db, &events, 1).await;
+
+    let (status, body) = a
+        .patch(
+            &format!("/api/v1/dataflows/{name}"),
+            json!({"source": cdc(&[&first, &added], json!({}))}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    // Changes to the added table, one a transaction, until the restarted
+    // dataflow captures one.
+    let of_added = format!("SELECT count(*) FROM {events} WHERE data->'source'->>'table' = '{added}'");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut inserted = 0;
+    while count(&db, &of_added).await == 0 {
+        assert!(Instant::now() < deadline, "the added table was never captured");
+        inserted += 1;
+        db.batch_execute(&format!("INSERT INTO {added} VALUES ({inserted})"))
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    db.batch_execute(&format!(
+        "INSERT INTO {added} VALUES (1000); INSERT INTO {first} VALUES (2)"
+    ))
+    .await
+    .unwrap();
+    // The last two changes in, the ones before them are in too.
+    let last_two = format!(
+        "SELECT count(*) FROM {events} WHERE (data->'source'->>'table', data->'after'->>'id') \
+         IN (('{added}', '1000'), ('{first}', '2'))"
+    );
+    wait_for(&db, &last_two, 2).await;
+    let total = count(&db, &format!("SELECT count(*) FROM {events}")).await;
+    let all = events_once(&db, &events, total).await;
+    let ids: Vec<i64> = all
+        .iter()
+        .filter(|e| e["source"]["table"] == added.as_str())
+        .map(|e| e["after"]["id"].as_i64().unwrap())
+        .collect();
+    // A run of the last ones inserted, then 1000: none skipped after the first.
+    let from = ids[0];
+    let expected: Vec<i64> = (from..=inserted).chain([1000]).collect();
+    assert_eq!(
+        ids, expected,
+        "every change of the added table from the first captured on"
+    );
+    assert_eq!(
+        all.iter().filter(|e| e["source"]["table"] == first.as_str()).count(),
+        2,
+        "the first table keeps flowing"
+    );
+    assert_eq!(a.delete(&format!("/api/v1/dataflows/{name}")).await.0, 204);
+    db.batch_execute(&format!("DROP TABLE {first}, {added}, {events}"))
+        .await
+        .unwrap();
+}
+
 fn hex_digest(text: &str, bytes: usize) -> String {
     use sha2::Digest;
     sha2::Sha256::digest(text.as_bytes())[..bytes]
