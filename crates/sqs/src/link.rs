@@ -25,9 +25,13 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 pub const HELLO: &[u8] = b"\0sless-engine-link/1\r\n\r\n";
 /// Longest engine token a hello carries.
 pub const MAX_TOKEN: usize = 256;
-/// Longest frame: the largest request body either side accepts (8 MiB)
-/// with room for the rest.
-pub const MAX_FRAME: usize = 8 * 1024 * 1024 + 64 * 1024;
+/// Longest request frame: the largest body either side accepts (8 MiB),
+/// with room for the longest path and headers a frame carries.
+pub const MAX_REQUEST: usize = 10 << 20;
+/// Longest answer frame: ten messages of 1 MiB as the query protocol's
+/// XML writes them (`&quot;` for `"`: up to six bytes a byte), with room
+/// to spare. The engine's answers were never capped over HTTP.
+pub const MAX_ANSWER: usize = 128 << 20;
 /// Most headers a frame carries.
 const MAX_HEADERS: usize = 16;
 /// Where a frame's request id sits: after its length.
@@ -37,8 +41,10 @@ const ID_AT: std::ops::Range<usize> = 4..8;
 pub enum FrameError {
     #[error("the connection ended inside a frame")]
     Truncated,
-    #[error("a frame of {0} bytes is longer than {MAX_FRAME}")]
+    #[error("a frame of {0} bytes is longer than this side takes")]
     TooLong(usize),
+    #[error("the request's {0} is longer than the engine link carries")]
+    FieldTooLong(&'static str),
     #[error("malformed frame: {0}")]
     Malformed(&'static str),
     #[error("link i/o: {0}")]
@@ -75,14 +81,14 @@ pub struct Answer {
     pub body: Bytes,
 }
 
-/// A request's frame, with id 0 until [`set_id`] gives it one.
+/// A request's frame, with id 0 until [`set_id`] gives it one; refused
+/// where a part is longer than its length field holds, never cut short.
 pub fn request_frame<'a>(
     method: &Method,
     target: &str,
     headers: impl Iterator<Item = (&'a str, &'a HeaderValue)> + Clone,
     body: &[u8],
-) -> BytesMut {
-    let headers = headers.take(MAX_HEADERS);
+) -> Result<BytesMut, FrameError> {
     let mut frame = BytesMut::with_capacity(
         12 + method.as_str().len()
             + target.len()
@@ -91,11 +97,14 @@ pub fn request_frame<'a>(
     );
     frame.put_u32(0);
     frame.put_u32(0);
-    put_short(&mut frame, method.as_str().as_bytes());
-    put_long(&mut frame, target.as_bytes());
-    put_headers(&mut frame, headers);
+    put_short(&mut frame, method.as_str().as_bytes(), "method")?;
+    put_long(&mut frame, target.as_bytes(), "path and query")?;
+    put_headers(&mut frame, headers)?;
     frame.put_slice(body);
-    seal(frame)
+    if frame.len() - 4 > MAX_REQUEST {
+        return Err(FrameError::TooLong(frame.len() - 4));
+    }
+    Ok(seal(frame))
 }
 
 /// An answer's frame.
@@ -104,14 +113,17 @@ pub fn answer_frame<'a>(
     status: StatusCode,
     headers: impl Iterator<Item = (&'a HeaderName, &'a HeaderValue)>,
     body: &[u8],
-) -> BytesMut {
+) -> Result<BytesMut, FrameError> {
     let mut frame = BytesMut::with_capacity(256 + body.len());
     frame.put_u32(0);
     frame.put_u32(id);
     frame.put_u16(status.as_u16());
-    put_headers(&mut frame, headers.take(MAX_HEADERS).map(|(n, v)| (n.as_str(), v)));
+    put_headers(&mut frame, headers.map(|(n, v)| (n.as_str(), v)))?;
     frame.put_slice(body);
-    seal(frame)
+    if frame.len() - 4 > MAX_ANSWER {
+        return Err(FrameError::TooLong(frame.len() - 4));
+    }
+    Ok(seal(frame))
 }
 
 /// Numbers a request's frame.
@@ -119,35 +131,45 @@ pub fn set_id(frame: &mut [u8], id: u32) {
     frame[ID_AT].copy_from_slice(&id.to_be_bytes());
 }
 
-/// Writes the frame's length in front of it.
+/// Writes the frame's length in front of it (checked against the limits
+/// before: it fits a u32).
 fn seal(mut frame: BytesMut) -> BytesMut {
     let len = u32::try_from(frame.len() - 4).unwrap_or(u32::MAX);
     frame[..4].copy_from_slice(&len.to_be_bytes());
     frame
 }
 
-fn put_short(frame: &mut BytesMut, bytes: &[u8]) {
-    let bytes = &bytes[..bytes.len().min(usize::from(u8::MAX))];
-    frame.put_u8(bytes.len() as u8);
+fn put_short(frame: &mut BytesMut, bytes: &[u8], what: &'static str) -> Result<(), FrameError> {
+    let len = u8::try_from(bytes.len()).map_err(|_| FrameError::FieldTooLong(what))?;
+    frame.put_u8(len);
     frame.put_slice(bytes);
+    Ok(())
 }
 
-fn put_long(frame: &mut BytesMut, bytes: &[u8]) {
-    let bytes = &bytes[..bytes.len().min(usize::from(u16::MAX))];
-    frame.put_u16(bytes.len() as u16);
+fn put_long(frame: &mut BytesMut, bytes: &[u8], what: &'static str) -> Result<(), FrameError> {
+    let len = u16::try_from(bytes.len()).map_err(|_| FrameError::FieldTooLong(what))?;
+    frame.put_u16(len);
     frame.put_slice(bytes);
+    Ok(())
 }
 
-fn put_headers<'a>(frame: &mut BytesMut, headers: impl Iterator<Item = (&'a str, &'a HeaderValue)>) {
+fn put_headers<'a>(
+    frame: &mut BytesMut,
+    headers: impl Iterator<Item = (&'a str, &'a HeaderValue)>,
+) -> Result<(), FrameError> {
     let count_at = frame.len();
     frame.put_u8(0);
-    let mut count = 0u8;
+    let mut count = 0;
     for (name, value) in headers {
-        put_short(frame, name.as_bytes());
-        put_long(frame, value.as_bytes());
         count += 1;
+        if count > MAX_HEADERS {
+            return Err(FrameError::FieldTooLong("header list"));
+        }
+        put_short(frame, name.as_bytes(), "header name")?;
+        put_long(frame, value.as_bytes(), "header value")?;
     }
-    frame[count_at] = count;
+    frame[count_at] = count as u8;
+    Ok(())
 }
 
 /// Reads a request's frame (without its length).
@@ -229,13 +251,16 @@ fn take_headers(frame: &mut Bytes) -> Result<HeaderMap, FrameError> {
 pub struct FrameReader<R> {
     io: R,
     buffer: BytesMut,
+    /// The longest frame taken: [`MAX_REQUEST`] or [`MAX_ANSWER`].
+    limit: usize,
 }
 
 impl<R: AsyncRead + Unpin> FrameReader<R> {
-    pub fn new(io: R) -> Self {
+    pub fn new(io: R, limit: usize) -> Self {
         Self {
             io,
             buffer: BytesMut::with_capacity(64 * 1024),
+            limit,
         }
     }
 
@@ -246,7 +271,7 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         loop {
             if self.buffer.len() >= 4 {
                 let len = u32::from_be_bytes([self.buffer[0], self.buffer[1], self.buffer[2], self.buffer[3]]) as usize;
-                if len > MAX_FRAME {
+                if len > self.limit {
                     return Err(FrameError::TooLong(len));
                 }
                 if self.buffer.len() >= 4 + len {
@@ -317,7 +342,7 @@ mod tests {
         let json = HeaderValue::from_static("application/x-amz-json-1.0");
         let target = HeaderValue::from_static("AmazonSQS.SendMessage");
         let headers = [("content-type", &json), ("x-amz-target", &target)];
-        let mut frame = request_frame(&Method::POST, "/000000000042/jobs?a=b", headers.into_iter(), b"{}");
+        let mut frame = request_frame(&Method::POST, "/000000000042/jobs?a=b", headers.into_iter(), b"{}").unwrap();
         set_id(&mut frame, 7);
         let request = read_request(frame.freeze().slice(4..)).unwrap();
         assert_eq!(request.id, 7);
@@ -329,7 +354,7 @@ mod tests {
 
         let mut answer_headers = HeaderMap::new();
         answer_headers.insert("x-amzn-requestid", HeaderValue::from_static("abc"));
-        let frame = answer_frame(9, StatusCode::BAD_REQUEST, answer_headers.iter(), b"no");
+        let frame = answer_frame(9, StatusCode::BAD_REQUEST, answer_headers.iter(), b"no").unwrap();
         let answer = read_answer(frame.freeze().slice(4..)).unwrap();
         assert_eq!((answer.id, answer.status), (9, StatusCode::BAD_REQUEST));
         assert_eq!(answer.headers["x-amzn-requestid"], "abc");
@@ -338,7 +363,9 @@ mod tests {
 
     #[test]
     fn malformed_frames_are_errors_not_panics() {
-        let mut whole = request_frame(&Method::POST, "/q", std::iter::empty(), b"body").freeze();
+        let mut whole = request_frame(&Method::POST, "/q", std::iter::empty(), b"body")
+            .unwrap()
+            .freeze();
         whole.advance(4);
         // Every cut short of the body's start is malformed.
         for cut in 0..whole.len() - 4 {
@@ -350,15 +377,32 @@ mod tests {
         assert!(read_answer(Bytes::from_static(b"\0\0\0\x01\x00\xc8\x01\x01\n\0\x01a")).is_err());
     }
 
+    #[test]
+    fn a_part_too_long_for_its_length_is_refused_not_cut_short() {
+        let long = "q".repeat(usize::from(u16::MAX) + 1);
+        let target = format!("/?{long}");
+        let e = request_frame(&Method::GET, &target, std::iter::empty(), b"").unwrap_err();
+        assert!(matches!(e, FrameError::FieldTooLong("path and query")), "{e}");
+        let value = HeaderValue::from_str(&long).unwrap();
+        let e = request_frame(&Method::POST, "/", [("user-agent", &value)].into_iter(), b"").unwrap_err();
+        assert!(matches!(e, FrameError::FieldTooLong("header value")), "{e}");
+        let e = request_frame(&Method::POST, "/", std::iter::empty(), &vec![0; MAX_REQUEST]).unwrap_err();
+        assert!(matches!(e, FrameError::TooLong(_)), "{e}");
+        // At the longest a field holds, it goes whole.
+        let target = format!("/?{}", "q".repeat(usize::from(u16::MAX) - 2));
+        let frame = request_frame(&Method::GET, &target, std::iter::empty(), b"").unwrap();
+        assert_eq!(read_request(frame.freeze().slice(4..)).unwrap().target, target);
+    }
+
     #[tokio::test]
     async fn a_reader_refuses_a_long_frame_before_reading_it() {
-        let announced = u32::try_from(MAX_FRAME + 1).unwrap().to_be_bytes();
-        let mut reader = FrameReader::new(&announced[..]);
+        let announced = u32::try_from(MAX_REQUEST + 1).unwrap().to_be_bytes();
+        let mut reader = FrameReader::new(&announced[..], MAX_REQUEST);
         assert!(matches!(reader.next().await, Err(FrameError::TooLong(_))));
         // Cut inside a frame; and a clean end between frames.
-        let mut reader = FrameReader::new(&b"\0\0\0\x09abc"[..]);
+        let mut reader = FrameReader::new(&b"\0\0\0\x09abc"[..], MAX_REQUEST);
         assert!(matches!(reader.next().await, Err(FrameError::Truncated)));
-        let mut reader = FrameReader::new(&b"\0\0\0\x02ab"[..]);
+        let mut reader = FrameReader::new(&b"\0\0\0\x02ab"[..], MAX_REQUEST);
         assert_eq!(&reader.next().await.unwrap().unwrap()[..], b"ab");
         assert!(reader.next().await.unwrap().is_none());
     }

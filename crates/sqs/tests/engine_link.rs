@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use sless_sqs::engine::server::{EngineServer, router};
 use sless_sqs::engine::{Engine, EngineConfig};
 use sless_sqs::gateway::link::{LinkError, Links, Way};
-use sless_sqs::link::{self, FrameReader, HELLO, MAX_FRAME};
+use sless_sqs::link::{self, FrameReader, HELLO, MAX_ANSWER, MAX_REQUEST};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -43,7 +43,7 @@ fn json_frame(action: &str, input: &Value) -> BytesMut {
     let json = HeaderValue::from_static("application/x-amz-json-1.0");
     let target = HeaderValue::from_str(&format!("AmazonSQS.{action}")).unwrap();
     let headers = [("content-type", &json), ("x-amz-target", &target)];
-    link::request_frame(&Method::POST, "/", headers.into_iter(), input.to_string().as_bytes())
+    link::request_frame(&Method::POST, "/", headers.into_iter(), input.to_string().as_bytes()).unwrap()
 }
 
 fn body(answer: &link::Answer) -> Value {
@@ -165,7 +165,7 @@ async fn one_link_carries_thousands_of_requests_in_flight_each_answered_by_its_i
         write.write_all(&all).await.unwrap();
     };
     let reading = async {
-        let mut frames = FrameReader::new(read);
+        let mut frames = FrameReader::new(read, MAX_ANSWER);
         let mut seen = std::collections::HashSet::new();
         while seen.len() < SENDS as usize + 1 {
             let answer = link::read_answer(frames.next().await.unwrap().unwrap()).unwrap();
@@ -198,7 +198,7 @@ async fn a_peer_breaking_the_link_is_cut_off_and_the_engine_serves_on() {
     assert!(closed(&mut stream).await, "an over-long frame");
     let mut stream = raw_link(server.addr, TOKEN).await;
     stream
-        .write_all(&u32::try_from(MAX_FRAME + 1).unwrap().to_be_bytes())
+        .write_all(&u32::try_from(MAX_REQUEST + 1).unwrap().to_be_bytes())
         .await
         .unwrap();
     assert!(closed(&mut stream).await, "one byte over the largest frame");
@@ -232,9 +232,59 @@ async fn a_peer_breaking_the_link_is_cut_off_and_the_engine_serves_on() {
     let mut frame = json_frame("ListQueues", &json!({}));
     link::set_id(&mut frame, 77);
     stream.write_all(&frame).await.unwrap();
-    let mut frames = FrameReader::new(&mut stream);
+    let mut frames = FrameReader::new(&mut stream, MAX_ANSWER);
     let answer = link::read_answer(frames.next().await.unwrap().unwrap()).unwrap();
     assert_eq!((answer.id, answer.status.as_u16()), (77, 200));
     let health = reqwest::get(format!("http://{}/health", server.addr)).await.unwrap();
     assert_eq!(health.status(), 200);
+}
+
+/// Ten messages of 1 MiB, each all quotes (two bytes a character once
+/// JSON escapes them), come back in one answer of about 20 MiB: far more
+/// than any request, and carried whole.
+#[tokio::test]
+async fn the_largest_answers_pass_whole() {
+    let server = started().await;
+    let Way::Link(engine) = Links::default()
+        .way(&server.addr.to_string(), Some(&HeaderValue::from_static(TOKEN)))
+        .await
+        .unwrap()
+    else {
+        panic!("a sless engine speaks the link");
+    };
+    let created = engine
+        .call(json_frame("CreateQueue", &json!({"QueueName": "big"})))
+        .await
+        .unwrap();
+    let url = body(&created)["QueueUrl"].as_str().unwrap().to_owned();
+    let quotes = "\"".repeat(1 << 20);
+    for _ in 0..10 {
+        let sent = engine
+            .call(json_frame(
+                "SendMessage",
+                &json!({"QueueUrl": url, "MessageBody": quotes}),
+            ))
+            .await
+            .unwrap();
+        assert_eq!(
+            sent.status,
+            200,
+            "{:?}",
+            String::from_utf8_lossy(&sent.body[..200.min(sent.body.len())])
+        );
+    }
+    let mut received = 0;
+    while received < 10 {
+        let answer = engine
+            .call(json_frame(
+                "ReceiveMessage",
+                &json!({"QueueUrl": url, "MaxNumberOfMessages": 10, "VisibilityTimeout": 60}),
+            ))
+            .await
+            .unwrap();
+        assert_eq!(answer.status, 200);
+        let messages = body(&answer)["Messages"].as_array().cloned().unwrap_or_default();
+        assert!(messages.iter().all(|m| m["Body"] == quotes.as_str()));
+        received += messages.len();
+    }
 }

@@ -235,6 +235,19 @@ async fn gateway_applies_snapshots_verifies_proxies_and_reports() {
     });
     join_all(sends).await;
 
+    // A header the gateway passes on, longer than the link's field for it,
+    // is the client's error, refused whole (never cut short), and the link
+    // serves on. (A path and query cannot be: HTTP's URIs end at 64 KiB.)
+    let mut headers = sigv4::signed_json_headers(&acme, "ListQueues", b"{}", ACCESS, SECRET, "ru-msk-1").unwrap();
+    headers.insert("user-agent", "u".repeat(70_000).parse().unwrap());
+    let (status, text) = sless_testkit::post(&acme, headers, "{}".into()).await;
+    assert_eq!(status, 400, "{text}");
+    assert!(
+        text.contains("InvalidParameterValue") && text.contains("header value"),
+        "{text}"
+    );
+    assert_eq!(call(&acme, SECRET, "ListQueues", json!({})).await.0, 200);
+
     // With the engine gone, the edge answers 503, not a hang or a 500.
     drop(engine_server);
     let (status, err) = call(&acme, SECRET, "ListQueues", json!({})).await;

@@ -129,7 +129,7 @@ async fn serve_link(stream: TcpStream, served: Served, mut stop: watch::Receiver
         return;
     }
     let room = Arc::new(tokio::sync::Semaphore::new(LINK_IN_FLIGHT));
-    let mut frames = link::FrameReader::new(read);
+    let mut frames = link::FrameReader::new(read, link::MAX_REQUEST);
     loop {
         let frame = tokio::select! {
             frame = frames.next() => frame,
@@ -160,17 +160,20 @@ async fn serve_link(stream: TcpStream, served: Served, mut stop: watch::Receiver
             } else {
                 refused(protocol::detect(&request.headers))
             };
-            let (parts, body) = response.into_parts();
-            // The engine's answers are whole in memory already.
-            let body = axum::body::to_bytes(body, usize::MAX).await.unwrap_or_default();
-            let _ = answers
-                .send(link::answer_frame(
-                    request.id,
-                    parts.status,
-                    parts.headers.iter(),
-                    &body,
-                ))
-                .await;
+            let frame = match framed(request.id, response).await {
+                Ok(frame) => Some(frame),
+                Err(e) => {
+                    tracing::error!(error = %e, "an answer too large for the engine link");
+                    let e = SqsError::internal("The answer is too large to pass on.");
+                    let protocol = protocol::detect(&request.headers);
+                    framed(request.id, protocol::respond(protocol, "", Err(e), &request_id()))
+                        .await
+                        .ok()
+                }
+            };
+            if let Some(frame) = frame {
+                let _ = answers.send(frame).await;
+            }
             drop(permit);
         });
     }
@@ -178,6 +181,14 @@ async fn serve_link(stream: TcpStream, served: Served, mut stop: watch::Receiver
     if let Ok(Err(e)) = writer.await {
         tracing::debug!(error = %e, "engine link's answers not all written");
     }
+}
+
+/// A response as its link frame.
+async fn framed(id: u32, response: Response) -> Result<BytesMut, link::FrameError> {
+    let (parts, body) = response.into_parts();
+    // The engine's answers are whole in memory already.
+    let body = axum::body::to_bytes(body, usize::MAX).await.unwrap_or_default();
+    link::answer_frame(id, parts.status, parts.headers.iter(), &body)
 }
 
 /// The token after a link's hello, or `None` for anything else.

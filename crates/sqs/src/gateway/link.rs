@@ -212,7 +212,7 @@ impl Link {
         });
         let answering = waiting.clone();
         tokio::spawn(async move {
-            let mut frames = link::FrameReader::new(read);
+            let mut frames = link::FrameReader::new(read, link::MAX_ANSWER);
             loop {
                 let answer = match frames.next().await {
                     Ok(Some(frame)) => link::read_answer(frame),

@@ -17,6 +17,7 @@ use super::counters::{self, Counters};
 use super::link::{LinkError, Links, Way};
 use super::table::SharedTable;
 use crate::error::SqsError;
+use crate::link::FrameError;
 use crate::protocol::{self, Protocol};
 use crate::sigv4::{self, AuthError};
 use crate::{ENGINE_TOKEN, request_id};
@@ -265,9 +266,8 @@ pub async fn handle(State(state): State<GatewayState>, request: Request) -> Resp
                 let forwarded = FORWARDED
                     .iter()
                     .filter_map(|name| parts.headers.get(*name).map(|value| (*name, value)));
-                let answer = link
-                    .call(crate::link::request_frame(&parts.method, &target, forwarded, &body))
-                    .await?;
+                let frame = crate::link::request_frame(&parts.method, &target, forwarded, &body)?;
+                let answer = link.call(frame).await?;
                 Ok((answer.status, answer.headers, answer.body))
             }
             Way::Http => {
@@ -298,6 +298,18 @@ pub async fn handle(State(state): State<GatewayState>, request: Request) -> Resp
             counters.record(action, kind, started.elapsed());
             response
         }
+        // A request too long for the link: the client's, not the engine's.
+        Err(ForwardError::Frame(e)) => {
+            counters.errors.fetch_add(1, Ordering::Relaxed);
+            counters.record(action, OutcomeKind::ClientError, started.elapsed());
+            let refused = match e {
+                FrameError::FieldTooLong(what) => {
+                    SqsError::invalid_parameter_value(format!("The request's {what} is too long."))
+                }
+                _ => too_long(),
+            };
+            error(protocol, refused)
+        }
         Err(e) => {
             counters.errors.fetch_add(1, Ordering::Relaxed);
             counters.record(action, OutcomeKind::BackendError, started.elapsed());
@@ -324,6 +336,8 @@ pub enum ForwardError {
     InProcess(axum::Error),
     #[error(transparent)]
     Link(#[from] LinkError),
+    #[error("the request does not fit the engine link: {0}")]
+    Frame(#[from] FrameError),
 }
 
 /// Longer than the longest long poll (20 s).
