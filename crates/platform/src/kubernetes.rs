@@ -183,6 +183,16 @@ fn crd_spec(spec: DataFlowSpec, keep: Option<&DataFlowCrdSpec>) -> DataFlowCrdSp
 
 fn flow_view(tenant: &DnsLabel, df: DataFlow) -> DataFlowView {
     let status = df.status.clone().unwrap_or_default();
+    // A spec the operator has not taken up yet: its processor is being
+    // replaced, and the status it wrote is of the previous spec.
+    let behind = status
+        .observed_generation
+        .is_some_and(|seen| Some(seen) < df.metadata.generation);
+    let (phase, message) = if behind {
+        (DataFlowPhase::Pending, Some("restarting with the new spec".to_owned()))
+    } else {
+        (status.phase.unwrap_or(DataFlowPhase::Pending), status.message)
+    };
     let spec = df.spec;
     DataFlowView {
         name: df.metadata.name.clone().unwrap_or_default(),
@@ -196,8 +206,8 @@ fn flow_view(tenant: &DnsLabel, df: DataFlow) -> DataFlowView {
         channel_buffer_size: spec
             .channel_buffer_size
             .unwrap_or(sless_model::dataflow::DEFAULT_CHANNEL_BUFFER_SIZE),
-        phase: status.phase.unwrap_or(DataFlowPhase::Pending),
-        message: status.message,
+        phase,
+        message,
         created_at: df
             .metadata
             .creation_timestamp

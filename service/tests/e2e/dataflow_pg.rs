@@ -98,6 +98,45 @@ async fn pg_to_pg_with_transformations_incremental_reads_and_checkpoints() {
         .unwrap();
 }
 
+/// An update restarts the dataflow: it is Pending from the update's answer
+/// on, until the new spec runs, and then shows how the new spec runs (an
+/// Error for a table that is not there), never the old spec's Running, which
+/// a caller waiting for it to leave Pending (Terraform) would take.
+#[tokio::test]
+async fn an_updated_dataflow_is_pending_until_its_new_spec_runs() {
+    let db = db().await;
+    let (src, dst) = (unique("upd_src"), unique("upd_dst"));
+    db.batch_execute(&format!(
+        "CREATE TABLE {src} (id int PRIMARY KEY); CREATE TABLE {dst} (id int PRIMARY KEY);"
+    ))
+    .await
+    .unwrap();
+    let dir = TempDir::new("df-update");
+    let server = DevServer::start(&dir.0);
+    let a = server.client(TOKEN_A);
+    let spec = |table: &str| json!({"source": pg(table, json!({"pollInterval": 1})), "sink": pg(&dst, json!({}))});
+    let mut create = spec(&src);
+    create["name"] = "updated".into();
+    a.create_dataflow(create).await;
+    a.wait_for_phase("updated", "Running", std::time::Duration::from_secs(30))
+        .await;
+
+    let missing = unique("upd_missing");
+    let (status, view) = a.patch("/api/v1/dataflows/updated", spec(&missing)).await;
+    assert_eq!((status, view["phase"].as_str()), (200, Some("Pending")), "{view}");
+    let view = a
+        .wait_for_phase("updated", "Error", std::time::Duration::from_secs(30))
+        .await;
+    assert!(view["message"].as_str().unwrap().contains(&missing), "{view}");
+
+    let (status, view) = a.patch("/api/v1/dataflows/updated", spec(&src)).await;
+    assert_eq!((status, view["phase"].as_str()), (200, Some("Pending")), "{view}");
+    a.wait_for_phase("updated", "Running", std::time::Duration::from_secs(30))
+        .await;
+    assert_eq!(a.delete("/api/v1/dataflows/updated").await.0, 204);
+    db.batch_execute(&format!("DROP TABLE {src}, {dst}")).await.unwrap();
+}
+
 /// The server drops the dataflow's connections (as a restart of PostgreSQL
 /// or a failover does): the flow connects again by itself and goes on
 /// from its checkpoint, every row once.

@@ -162,6 +162,20 @@ async fn dataflows_round_trip_and_keep_kubectl_only_fields_on_update() {
         api.get("copy").await.unwrap().spec.processor_image.as_deref(),
         Some("my/proc:2")
     );
+    // The operator ran generation 1; a spec of generation 2 it has not
+    // taken up is Pending, whatever the status says. (The fake does not
+    // count generations: the test sets them as the API server would.)
+    let observed = serde_json::json!({"status": {"observedGeneration": 1}});
+    api.patch_status("copy", &PatchParams::default(), &Patch::Merge(&observed))
+        .await
+        .unwrap();
+    let mut df = api.get("copy").await.unwrap();
+    df.metadata.generation = Some(1);
+    assert_eq!(flow_view(&acme, df.clone()).phase, DataFlowPhase::Running);
+    df.metadata.generation = Some(2);
+    let behind = flow_view(&acme, df);
+    assert_eq!(behind.phase, DataFlowPhase::Pending);
+    assert_eq!(behind.message.as_deref(), Some("restarting with the new spec"));
     assert_eq!(p.list_dataflows(&acme).await.unwrap().len(), 1);
     assert!(matches!(
         p.get_dataflow(&label("beta"), &name).await,

@@ -169,21 +169,26 @@ impl Store {
         .await
     }
 
-    /// Replaces the spec and bumps the generation. Returns false when the
-    /// object does not exist.
-    pub async fn update_spec<S: Serialize>(
+    /// Replaces the spec and bumps the generation; with `status`, also sets
+    /// the status in the same write (what the new generation is until its
+    /// reconciler says otherwise: no reader sees the new spec with the old
+    /// one's status). Returns false when the object does not exist.
+    pub async fn update_spec<S: Serialize, T: Serialize>(
         &self,
         kind: &'static str,
         tenant: &str,
         name: &str,
         spec: &S,
+        status: Option<&T>,
     ) -> Result<bool, StoreError> {
         let spec = serde_json::to_string(spec)?;
+        let status = status.map(serde_json::to_string).transpose()?;
         let (tenant, name) = (tenant.to_owned(), name.to_owned());
         self.run(move |c| {
             Ok(c.execute(
-                "UPDATE objects SET spec = ?4, generation = generation + 1 WHERE kind = ?1 AND tenant = ?2 AND name = ?3",
-                params![kind, tenant, name, spec],
+                "UPDATE objects SET spec = ?4, generation = generation + 1, status = coalesce(?5, status) \
+                 WHERE kind = ?1 AND tenant = ?2 AND name = ?3",
+                params![kind, tenant, name, spec, status],
             )? == 1)
         })
         .await
@@ -330,12 +335,21 @@ mod tests {
         assert_eq!(listed, vec![record("t1", "a", 1)]);
         assert_eq!(store.list::<u32, String>("k", None).await.unwrap().len(), 2);
 
-        assert!(store.update_spec("k", "t1", "a", &5u32).await.unwrap());
+        assert!(store.update_spec("k", "t1", "a", &5u32, None::<&()>).await.unwrap());
         // A status computed for generation 1 is stale now.
         assert!(!store.update_status("k", "t1", "a", 1, &"old").await.unwrap());
         assert!(store.update_status("k", "t1", "a", 2, &"fresh").await.unwrap());
         let got: Record<u32, String> = store.get("k", "t1", "a").await.unwrap().unwrap();
         assert_eq!((got.spec, got.status.as_str(), got.generation), (5, "fresh", 2));
+        // A spec with the status it starts from, in one write.
+        assert!(
+            store
+                .update_spec("k", "t1", "a", &6u32, Some(&"restarting"))
+                .await
+                .unwrap()
+        );
+        let got: Record<u32, String> = store.get("k", "t1", "a").await.unwrap().unwrap();
+        assert_eq!((got.spec, got.status.as_str(), got.generation), (6, "restarting", 3));
 
         assert!(store.delete("k", "t1", "a").await.unwrap());
         assert!(!store.delete("k", "t1", "a").await.unwrap());

@@ -292,35 +292,29 @@ impl Platform for LocalPlatform {
         spec: QueueServiceSpec,
     ) -> Result<QueueServiceView> {
         let current = self.queue(tenant, name).await?;
+        // The engine restarts for a new durability: not Ready until it has,
+        // so that a caller waiting for Ready does not take the old engine's.
+        let restarting = (current.spec.durability != spec.durability).then(|| QueueState {
+            status: QueueServiceStatus {
+                phase: QueueServicePhase::Provisioning,
+                message: Some("restarting the queue engine with the new durability".into()),
+                endpoint: None,
+                ready_at: current.status.status.ready_at.clone(),
+            },
+            credentials: current.status.credentials.clone(),
+        });
         if !self
             .store
-            .update_spec(QUEUE_SERVICE, tenant.as_str(), name.as_str(), &spec)
+            .update_spec(
+                QUEUE_SERVICE,
+                tenant.as_str(),
+                name.as_str(),
+                &spec,
+                restarting.as_ref(),
+            )
             .await?
         {
             return Err(PlatformError::NotFound);
-        }
-        // The engine restarts for a new durability: not Ready until it has,
-        // so that a caller waiting for Ready does not take the old engine's.
-        if current.spec.durability != spec.durability {
-            let state = QueueState {
-                status: QueueServiceStatus {
-                    phase: QueueServicePhase::Provisioning,
-                    message: Some("restarting the queue engine with the new durability".into()),
-                    endpoint: None,
-                    ready_at: current.status.status.ready_at.clone(),
-                },
-                credentials: current.status.credentials.clone(),
-            };
-            // Fenced by generation: a later update makes this one moot.
-            self.store
-                .update_status(
-                    QUEUE_SERVICE,
-                    tenant.as_str(),
-                    name.as_str(),
-                    current.generation + 1,
-                    &state,
-                )
-                .await?;
         }
         self.wake.notify_one();
         self.get_queue_service(tenant, name).await
@@ -361,9 +355,16 @@ impl Platform for LocalPlatform {
     }
 
     async fn update_dataflow(&self, tenant: &DnsLabel, name: &DnsLabel, spec: DataFlowSpec) -> Result<DataFlowView> {
+        // A new spec restarts the processor: Pending until it has, so that a
+        // caller waiting for the dataflow to leave Pending (Terraform) sees
+        // how the new spec runs, not how the old one ran.
+        let restarting = DataFlowStatus {
+            phase: DataFlowPhase::Pending,
+            message: Some("restarting with the new spec".into()),
+        };
         if !self
             .store
-            .update_spec(DATAFLOW, tenant.as_str(), name.as_str(), &spec)
+            .update_spec(DATAFLOW, tenant.as_str(), name.as_str(), &spec, Some(&restarting))
             .await?
         {
             return Err(PlatformError::NotFound);
