@@ -189,7 +189,7 @@ fn flow_view(tenant: &DnsLabel, df: DataFlow) -> DataFlowView {
         .observed_generation
         .is_some_and(|seen| Some(seen) < df.metadata.generation);
     let (phase, message) = if behind {
-        (DataFlowPhase::Pending, Some("restarting with the new spec".to_owned()))
+        (DataFlowPhase::Pending, Some(crate::RESTARTING_FOR_NEW_SPEC.to_owned()))
     } else {
         (status.phase.unwrap_or(DataFlowPhase::Pending), status.message)
     };

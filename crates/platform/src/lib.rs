@@ -12,6 +12,10 @@ use sless_model::dataflow::{DataFlowEvent, DataFlowSpec, DataFlowView};
 use sless_model::name::DnsLabel;
 use sless_model::queue_service::{QueueServiceSpec, QueueServiceView};
 
+/// What a dataflow says while its processor is replaced for a new spec,
+/// on either backend.
+const RESTARTING_FOR_NEW_SPEC: &str = "restarting with the new spec";
+
 #[derive(Debug, thiserror::Error)]
 pub enum PlatformError {
     #[error("not found")]

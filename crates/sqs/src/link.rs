@@ -308,8 +308,11 @@ pub async fn write_frames<W: tokio::io::AsyncWrite + Unpin, T>(
     while let Some(first) = items.recv().await {
         let mut next = Some(first);
         while let Some(item) = next.take() {
-            if let Some(frame) = frame(item) {
-                batch.extend_from_slice(&frame);
+            match frame(item) {
+                // A large frame alone goes out as it is, not copied.
+                Some(frame) if batch.is_empty() && frame.len() >= GATHER => io.write_all(&frame).await?,
+                Some(frame) => batch.extend_from_slice(&frame),
+                None => {}
             }
             if batch.len() < GATHER {
                 next = items.try_recv().ok();
@@ -321,6 +324,32 @@ pub async fn write_frames<W: tokio::io::AsyncWrite + Unpin, T>(
         }
     }
     io.shutdown().await
+}
+
+/// The gateway's hello: [`HELLO`], then the engine's token (a u16 length
+/// and its bytes; tokens are at most [`MAX_TOKEN`] long).
+pub fn hello_with(token: &[u8]) -> Vec<u8> {
+    let token = &token[..token.len().min(MAX_TOKEN)];
+    let mut hello = Vec::with_capacity(HELLO.len() + 2 + token.len());
+    hello.extend_from_slice(HELLO);
+    hello.extend_from_slice(&(token.len() as u16).to_be_bytes());
+    hello.extend_from_slice(token);
+    hello
+}
+
+/// The token after the gateway's hello ([`hello_with`]), or `None` for
+/// anything else.
+pub async fn read_hello_with<R: AsyncRead + Unpin>(io: &mut R) -> std::io::Result<Option<Vec<u8>>> {
+    if !read_hello(io).await? {
+        return Ok(None);
+    }
+    let len = usize::from(io.read_u16().await?);
+    if len > MAX_TOKEN {
+        return Ok(None);
+    }
+    let mut token = vec![0; len];
+    io.read_exact(&mut token).await?;
+    Ok(Some(token))
 }
 
 /// Reads the peer's [`HELLO`].

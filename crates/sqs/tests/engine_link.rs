@@ -53,10 +53,7 @@ fn body(answer: &link::Answer) -> Value {
 /// A link connection made by hand, hello answered.
 async fn raw_link(addr: std::net::SocketAddr, token: &str) -> TcpStream {
     let mut stream = TcpStream::connect(addr).await.unwrap();
-    let mut hello = BytesMut::from(HELLO);
-    hello.put_u16(u16::try_from(token.len()).unwrap());
-    hello.put_slice(token.as_bytes());
-    stream.write_all(&hello).await.unwrap();
+    stream.write_all(&link::hello_with(token.as_bytes())).await.unwrap();
     assert!(
         link::read_hello(&mut stream).await.unwrap(),
         "the engine answers the hello"

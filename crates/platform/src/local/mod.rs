@@ -360,7 +360,7 @@ impl Platform for LocalPlatform {
         // how the new spec runs, not how the old one ran.
         let restarting = DataFlowStatus {
             phase: DataFlowPhase::Pending,
-            message: Some("restarting with the new spec".into()),
+            message: Some(crate::RESTARTING_FOR_NEW_SPEC.into()),
         };
         if !self
             .store

@@ -117,7 +117,7 @@ async fn answer(engine: &Engine, headers: &HeaderMap, path: &str, query: Option<
 /// it reads no more and closes once the requests in flight are answered.
 async fn serve_link(stream: TcpStream, served: Served, mut stop: watch::Receiver<bool>) {
     let (mut read, write) = stream.into_split();
-    let hello = tokio::time::timeout(LINK_HELLO_TIMEOUT, read_link_hello(&mut read)).await;
+    let hello = tokio::time::timeout(LINK_HELLO_TIMEOUT, link::read_hello_with(&mut read)).await;
     let Ok(Ok(Some(token))) = hello else {
         tracing::debug!("an engine-link hello was malformed or late");
         return;
@@ -189,21 +189,6 @@ async fn framed(id: u32, response: Response) -> Result<BytesMut, link::FrameErro
     // The engine's answers are whole in memory already.
     let body = axum::body::to_bytes(body, usize::MAX).await.unwrap_or_default();
     link::answer_frame(id, parts.status, parts.headers.iter(), &body)
-}
-
-/// The token after a link's hello, or `None` for anything else.
-async fn read_link_hello(read: &mut (impl tokio::io::AsyncRead + Unpin)) -> std::io::Result<Option<Vec<u8>>> {
-    use tokio::io::AsyncReadExt;
-    if !link::read_hello(read).await? {
-        return Ok(None);
-    }
-    let len = usize::from(read.read_u16().await?);
-    if len > link::MAX_TOKEN {
-        return Ok(None);
-    }
-    let mut token = vec![0; len];
-    read.read_exact(&mut token).await?;
-    Ok(Some(token))
 }
 
 /// A request posted to a queue's URL (`/ACCOUNT/QUEUE`) names its queue by

@@ -167,11 +167,7 @@ impl Link {
             .map_err(|_| LinkError::Timeout)?
             .map_err(LinkError::Connect)?;
         let _ = stream.set_nodelay(true);
-        let token_bytes = token.map_or(&[][..], |t| t.as_bytes());
-        let mut hello = Vec::with_capacity(link::HELLO.len() + 2 + token_bytes.len());
-        hello.extend_from_slice(link::HELLO);
-        hello.extend_from_slice(&u16::try_from(token_bytes.len()).unwrap_or(0).to_be_bytes());
-        hello.extend_from_slice(token_bytes);
+        let hello = link::hello_with(token.map_or(&[][..], |t| t.as_bytes()));
         let greeted = tokio::time::timeout(OPEN_TIMEOUT, async {
             stream.write_all(&hello).await?;
             link::read_hello(&mut stream).await

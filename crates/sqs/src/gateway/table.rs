@@ -8,6 +8,9 @@ use sless_controlplane::model::SnapshotId;
 use sless_controlplane::proto::RoutingSnapshot;
 use sless_runtime::sync::Unpoisoned;
 
+// The longest engine token accepted is what a link's hello carries.
+use crate::link::MAX_TOKEN;
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Route {
     /// `host:port` of the tenant's queue engine, if it runs.
@@ -15,9 +18,6 @@ pub struct Route {
     /// What the engine expects in `x-sless-engine-token`, if anything.
     pub token: Option<axum::http::HeaderValue>,
 }
-
-/// Longest engine token accepted.
-const MAX_TOKEN: usize = 256;
 
 #[derive(Debug, Default)]
 pub struct RoutingTable {
