@@ -61,15 +61,21 @@ async fn slowest_send(endpoint: &str, view: &serde_json::Value, queue_url: &str,
     slowest
 }
 
+/// The header timeout of the attack test: long enough that opening its
+/// 4,500 connections (slow on a machine running the other tests beside it)
+/// ends before the first of them times out.
+const ATTACK_HEADER_TIMEOUT: Duration = Duration::from_secs(12);
+
 #[tokio::test]
 async fn idle_half_sent_and_oversized_connections_leave_tenants_served() {
     let dir = TempDir::new("connections");
+    let header_timeout = format!("{}s", ATTACK_HEADER_TIMEOUT.as_secs());
     let server = DevServer::start_with(
         &dir.0,
         "127.0.0.1:0",
         &[
             "--header-timeout",
-            "4s",
+            &header_timeout,
             "--body-timeout",
             "4s",
             "--max-connections-per-client",
@@ -174,7 +180,7 @@ async fn idle_half_sent_and_oversized_connections_leave_tenants_served() {
     assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
 
     // After the header timeout nothing idle or half-sent is left open.
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    tokio::time::sleep(ATTACK_HEADER_TIMEOUT + Duration::from_secs(1)).await;
     assert_eq!(held(&idle), 0, "idle connections outlived the header timeout");
     assert_eq!(held(&half), 0, "half-sent requests outlived the header timeout");
     slowest_send(&endpoint, &view, &queue_url, 1).await;
