@@ -34,6 +34,9 @@ pub enum Position {
     /// A change captured from PostgreSQL: the slot position that writing
     /// it (and everything before it) lets the source confirm.
     Lsn(u64),
+    /// The last row of a PostgreSQL CDC snapshot: writing it (and every
+    /// row before it) completes the snapshot.
+    SnapshotDone,
 }
 
 /// One record read from a source.

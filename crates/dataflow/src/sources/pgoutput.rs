@@ -1,7 +1,8 @@
 //! A decoder of PostgreSQL's `pgoutput` logical replication messages
-//! (protocol version 1), as `pg_logical_slot_peek_binary_changes` returns
-//! them, into transactions of Debezium-shaped change events. Pure: the CDC
-//! source feeds it bytes and keeps what it returns.
+//! (protocol version 1), as the replication stream carries them, into
+//! Debezium-shaped change events, each handed out as it is decoded (a
+//! transaction is never held whole). Pure: the CDC source feeds it bytes
+//! and keeps what it returns.
 
 use std::collections::HashMap;
 
@@ -19,16 +20,6 @@ struct Relation {
     schema: String,
     table: String,
     columns: Vec<Column>,
-}
-
-/// One committed transaction: its changes in order, and the LSN its commit
-/// record ends at (a slot confirmed up to it never sends it again).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Transaction {
-    pub end_lsn: u64,
-    pub changes: Vec<Value>,
-    /// Messages the transaction took in the decoder's input.
-    pub messages: usize,
 }
 
 /// A message the decoder cannot read.
@@ -107,7 +98,7 @@ fn pg_time_ms(micros: u64) -> i64 {
 
 /// A column's text value as JSON by its type: numbers, booleans and JSON
 /// as themselves, everything else as its text.
-fn value_of(type_oid: u32, text: &str) -> Value {
+pub fn value_of(type_oid: u32, text: &str) -> Value {
     match type_oid {
         16 => Value::Bool(text == "t"),
         20 | 21 | 23 | 26 => text
@@ -152,36 +143,33 @@ fn tuple(r: &mut Reader, relation: &Relation) -> Result<Option<Value>, DecodeErr
     Ok(Some(Value::Object(row)))
 }
 
-/// Decodes a stream of messages; a transaction is returned once its
-/// Commit is seen. Relations are remembered across transactions.
+/// Decodes a stream of messages. Relations are remembered across
+/// transactions.
 #[derive(Debug, Default)]
 pub struct Decoder {
     relations: HashMap<u32, Relation>,
     open: Option<Open>,
 }
 
+/// The transaction being decoded.
 #[derive(Debug)]
 struct Open {
     xid: u32,
     commit_ms: i64,
-    changes: Vec<Value>,
-    messages: usize,
 }
 
 impl Decoder {
-    /// Forgets a transaction cut off by the end of the last input: the
-    /// next input starts again at a Begin. Relations are kept.
-    pub fn reset_transaction(&mut self) {
-        self.open = None;
+    /// Whether a Begin has come without its Commit.
+    pub fn in_transaction(&self) -> bool {
+        self.open.is_some()
     }
 
-    /// Feeds one message; the transaction it completes, if any.
-    pub fn feed(&mut self, lsn: u64, message: &[u8]) -> Result<Option<Transaction>, DecodeError> {
+    /// Feeds one message, adding the change events it holds to `changes`;
+    /// at a Commit, the LSN its record ends at (a slot confirmed up to it
+    /// never sends the transaction again).
+    pub fn feed(&mut self, lsn: u64, message: &[u8], changes: &mut Vec<Value>) -> Result<Option<u64>, DecodeError> {
         let mut r = Reader { bytes: message };
         let tag = r.u8()?;
-        if let Some(open) = &mut self.open {
-            open.messages += 1;
-        }
         match tag {
             b'B' => {
                 let _final_lsn = r.u64()?;
@@ -190,20 +178,14 @@ impl Decoder {
                 self.open = Some(Open {
                     xid,
                     commit_ms: pg_time_ms(commit),
-                    changes: Vec::new(),
-                    messages: 1,
                 });
             }
             b'C' => {
                 let _flags = r.u8()?;
                 let _commit_lsn = r.u64()?;
                 let end_lsn = r.u64()?;
-                let open = self.open.take().ok_or_else(|| bad("Commit without Begin"))?;
-                return Ok(Some(Transaction {
-                    end_lsn,
-                    changes: open.changes,
-                    messages: open.messages,
-                }));
+                self.open.take().ok_or_else(|| bad("Commit without Begin"))?;
+                return Ok(Some(end_lsn));
             }
             b'R' => {
                 let id = r.u32()?;
@@ -243,8 +225,7 @@ impl Decoder {
                     b'U' => "u",
                     _ => "d",
                 };
-                let event = self.event(op, before, after, &relation.schema, &relation.table, lsn)?;
-                self.push(event)?;
+                changes.push(self.event(op, before, after, &relation.schema, &relation.table, lsn)?);
             }
             b'T' => {
                 let count = r.u32()?;
@@ -255,9 +236,7 @@ impl Decoder {
                         .relations
                         .get(&id)
                         .ok_or_else(|| bad("Truncate before its Relation"))?;
-                    let (schema, table) = (relation.schema.clone(), relation.table.clone());
-                    let event = self.event("t", Value::Null, Value::Null, &schema, &table, lsn)?;
-                    self.push(event)?;
+                    changes.push(self.event("t", Value::Null, Value::Null, &relation.schema, &relation.table, lsn)?);
                 }
             }
             // Type, Origin and logical Message carry no row changes.
@@ -291,15 +270,24 @@ impl Decoder {
             },
         }))
     }
+}
 
-    fn push(&mut self, event: Value) -> Result<(), DecodeError> {
-        self.open
-            .as_mut()
-            .ok_or_else(|| bad("change outside a transaction"))?
-            .changes
-            .push(event);
-        Ok(())
-    }
+/// The event of a row read by the initial snapshot (`op: r`, as
+/// Debezium's), at the slot's consistent point `lsn`.
+pub fn snapshot_event(schema: &str, table: &str, row: Value, lsn: u64, now_ms: i64) -> Value {
+    json!({
+        "before": null,
+        "after": row,
+        "op": "r",
+        "source": {
+            "connector": "postgresql",
+            "schema": schema,
+            "table": table,
+            "lsn": lsn_text(lsn),
+            "snapshot": true,
+            "ts_ms": now_ms,
+        },
+    })
 }
 
 #[cfg(test)]
@@ -354,54 +342,58 @@ mod tests {
     }
 
     #[test]
-    fn inserts_updates_and_deletes_come_as_debezium_events_at_commit() {
+    fn inserts_updates_and_deletes_come_as_debezium_events_as_decoded() {
         let mut d = Decoder::default();
-        assert_eq!(d.feed(1, &begin(7)).unwrap(), None);
-        d.feed(2, &relation(99)).unwrap();
+        let mut changes = Vec::new();
+        assert_eq!(d.feed(1, &begin(7), &mut changes).unwrap(), None);
+        assert!(d.in_transaction());
+        d.feed(2, &relation(99), &mut changes).unwrap();
         let mut insert = vec![b'I'];
         insert.extend(99u32.to_be_bytes());
         insert.push(b'N');
         insert.extend(values(&[Some("1"), Some(r#"{"a":[1,2]}"#)]));
-        d.feed(3, &insert).unwrap();
+        d.feed(3, &insert, &mut changes).unwrap();
+        assert_eq!(changes.len(), 1, "handed out before the commit");
         let mut update = vec![b'U'];
         update.extend(99u32.to_be_bytes());
         update.push(b'O');
         update.extend(values(&[Some("1"), None]));
         update.push(b'N');
         update.extend(values(&[Some("1"), Some("null")]));
-        d.feed(4, &update).unwrap();
+        d.feed(4, &update, &mut changes).unwrap();
         let mut delete = vec![b'D'];
         delete.extend(99u32.to_be_bytes());
         delete.push(b'K');
         delete.extend(values(&[Some("1"), None]));
-        d.feed(5, &delete).unwrap();
-        let tx = d.feed(6, &commit(0x2_0000_0010)).unwrap().unwrap();
-        assert_eq!(tx.end_lsn, 0x2_0000_0010);
-        assert_eq!(tx.messages, 6);
-        let ops: Vec<&str> = tx.changes.iter().map(|c| c["op"].as_str().unwrap()).collect();
+        d.feed(5, &delete, &mut changes).unwrap();
+        assert_eq!(d.feed(6, &commit(0x2_0000_0010), &mut changes).unwrap(), Some(0x2_0000_0010));
+        assert!(!d.in_transaction());
+        let ops: Vec<&str> = changes.iter().map(|c| c["op"].as_str().unwrap()).collect();
         assert_eq!(ops, ["c", "u", "d"]);
-        assert_eq!(tx.changes[0]["after"], json!({"id": 1, "doc": {"a": [1, 2]}}));
-        assert_eq!(tx.changes[0]["before"], Value::Null);
-        assert_eq!(tx.changes[1]["before"], json!({"id": 1, "doc": null}));
-        assert_eq!(tx.changes[2]["after"], Value::Null);
-        assert_eq!(tx.changes[0]["source"]["table"], "items");
-        assert_eq!(tx.changes[0]["source"]["txId"], 7);
-        assert_eq!(tx.changes[0]["source"]["lsn"], "0/3");
+        assert_eq!(changes[0]["after"], json!({"id": 1, "doc": {"a": [1, 2]}}));
+        assert_eq!(changes[0]["before"], Value::Null);
+        assert_eq!(changes[1]["before"], json!({"id": 1, "doc": null}));
+        assert_eq!(changes[2]["after"], Value::Null);
+        assert_eq!(changes[0]["source"]["table"], "items");
+        assert_eq!(changes[0]["source"]["txId"], 7);
+        assert_eq!(changes[0]["source"]["lsn"], "0/3");
     }
 
     #[test]
     fn truncated_or_unknown_messages_are_errors_not_panics() {
         let mut d = Decoder::default();
+        let mut changes = Vec::new();
         for bad in [&b""[..], b"B\x00", b"Zxx", b"C\x00\x01", b"I\x00\x00\x00\x63N"] {
-            assert!(d.feed(1, bad).is_err(), "{bad:?}");
+            assert!(d.feed(1, bad, &mut changes).is_err(), "{bad:?}");
         }
-        d.feed(1, &begin(1)).unwrap();
-        d.feed(2, &relation(5)).unwrap();
+        d.feed(1, &begin(1), &mut changes).unwrap();
+        d.feed(2, &relation(5), &mut changes).unwrap();
         let mut insert = vec![b'I'];
         insert.extend(5u32.to_be_bytes());
         insert.push(b'N');
         insert.extend(3u16.to_be_bytes());
-        assert!(d.feed(3, &insert).is_err(), "more values than columns, and cut short");
+        assert!(d.feed(3, &insert, &mut changes).is_err(), "more values than columns, and cut short");
+        assert!(changes.is_empty());
     }
 
     #[test]

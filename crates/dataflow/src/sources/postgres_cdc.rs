@@ -1,18 +1,34 @@
-//! PostgreSQL change data capture (`postgresql-cdc`): inserts, updates,
-//! deletes and truncates of the published tables, in commit order, as
-//! Debezium-shaped events (`before`, `after`, `op`, `source`).
+//! PostgreSQL change data capture (`postgresql-cdc`): the published
+//! tables' existing rows first (the initial snapshot), then their inserts,
+//! updates, deletes and truncates in commit order, as Debezium-shaped
+//! events (`before`, `after`, `op`, `source`).
 //!
-//! It reads a logical replication slot with the `pgoutput` plugin through
-//! `pg_logical_slot_peek_binary_changes` over an ordinary connection, so no
-//! replication connection (and no `replication` line in pg_hba.conf) is
-//! needed. Peeking does not consume: the slot moves only when `commit`
-//! confirms a transaction whose every change is written
-//! (`pg_replication_slot_advance`, at most once a second while changes keep
-//! coming, since it decodes WAL again), so the slot's confirmed LSN is the
-//! checkpoint, and a crash delivers again from the last confirmed
-//! transaction; nothing is skipped. The slot and the publication are made
-//! when the dataflow starts and dropped when it is deleted
-//! ([`super::Open::release`]); a slot left behind keeps WAL on the server.
+//! It streams a logical replication slot with the `pgoutput` plugin
+//! (protocol version 1) over a replication connection
+//! ([`crate::sql::replication`]): changes arrive as they commit, each
+//! handed out as it is decoded, so a transaction larger than memory passes
+//! through. Every change written downstream is confirmed to the server by a
+//! standby status update at most a second later, and only then: the slot's
+//! confirmed LSN is the checkpoint, and a crash delivers again from the last
+//! confirmed transaction (a transaction cut by the crash, from its start);
+//! nothing is skipped. Protocol version 2's streaming of transactions still
+//! in progress is not asked for: their changes may yet abort, so they could
+//! only be held here until their commit, which the server's own spilling to
+//! disk (`logical_decoding_work_mem`) already does without a tenant's
+//! memory.
+//!
+//! The snapshot (`snapshot: initial`, the default): when the slot is made,
+//! it is made with `USE_SNAPSHOT` inside a repeatable-read transaction on
+//! the replication connection, which then reads the tables (`op: r`
+//! events) in exactly the state the slot streams from. The publication's
+//! comment says "snapshot pending" until every snapshot row is written
+//! downstream; a dataflow that starts and finds it pending (a crash in the
+//! snapshot) drops the slot and takes the snapshot again from the start:
+//! rows written before the crash come again (at least once), none are
+//! lost. A slot found missing while the publication is there (dropped by
+//! hand) is made again with a new snapshot for the same reason. `never`
+//! streams from the slot's creation only; `initial_only` reads the rows,
+//! keeps no slot, and then reads nothing more.
 //!
 //! A database server may be shared by tenants: a slot or publication name a
 //! spec gives must begin with its tenant's prefix ([`name_prefix`]), and a
@@ -20,42 +36,55 @@
 //! comment naming the dataflow) and the slot that goes with it. A database
 //! role per tenant is still the real boundary.
 //!
-//! Only changes made after the slot exists are captured (no initial
-//! snapshot: copy existing rows with a `postgresql` source). A transaction
-//! is read whole, however large.
-//!
 //! Over 500 lines as one component's file (its config, rules, the slot and
-//! publication it owns, reading and confirming), as every component is one
-//! file; the pgoutput decoder is a file of its own.
+//! publication it owns, the snapshot, reading and confirming), as every
+//! component is one file; the pgoutput decoder and the replication client
+//! are files of their own.
 
-use std::collections::VecDeque;
+use std::sync::Arc;
 use std::sync::Mutex;
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use serde::Deserialize;
+use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
+use tokio::sync::{Notify, mpsc};
 
-use super::pgoutput::{Decoder, lsn_text, parse_lsn};
+use super::pgoutput::{Decoder, lsn_text, parse_lsn, snapshot_event, value_of};
 use super::{DEFAULT_BATCH, Position, Record, Source};
 use crate::ConnectorError;
 use crate::component::Component;
 use crate::component::{either, non_empty};
 use crate::context::PipelineContext;
 use crate::message::Message;
-use crate::sql::{connect, quote};
+use crate::sql::replication::{self, ChangeStream, KEEPALIVE_ASK, ReplicationError, StatusWriter, Streamed};
+use crate::sql::{Target, connect_to, quote};
 use sless_model::dataflow::SecretRef;
 use sless_model::{FieldError, ValidationErrors};
 use sless_runtime::sync::Unpoisoned;
 
 /// Most tables one publication lists.
 pub const MAX_TABLES: usize = 100;
-const DEFAULT_POLL: Duration = Duration::from_secs(1);
-/// Longest the slot waits behind written changes while changes keep coming.
-const CONFIRM_EVERY: Duration = Duration::from_secs(1);
-/// Batches one peek reads ahead: each peek starts a decoding session (about
-/// 80 ms here whatever it reads), so few large peeks beat many small ones.
-const READ_AHEAD: usize = 16;
+/// Batches decoded ahead of the pipeline.
+const READ_AHEAD: usize = 4;
+/// The comment's words, after the owner's mark, while a snapshot is not
+/// yet wholly written.
+const SNAPSHOT_PENDING: &str = "snapshot pending";
+
+/// What a new slot starts with (`snapshot`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SnapshotMode {
+    /// The tables' rows first, then their changes.
+    #[default]
+    Initial,
+    /// Changes from the slot's creation on.
+    Never,
+    /// The tables' rows, and nothing after.
+    InitialOnly,
+}
 
 /// `config` of a `postgresql-cdc` source.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -72,10 +101,14 @@ pub struct PostgresCdcConfig {
     pub slot_name: Option<String>,
     /// The publication; default the slot's name.
     pub publication_name: Option<String>,
-    /// Seconds between polls when nothing changed. Default 1.
+    /// Accepted for specs written when the source polled; changes now
+    /// stream as they commit.
     pub poll_interval: Option<u32>,
     /// Changes written and confirmed together. Default 1000.
     pub batch_size: Option<u32>,
+    /// What a new slot starts with. Default `initial`.
+    #[serde(default)]
+    pub snapshot: SnapshotMode,
 }
 
 impl PostgresCdcConfig {
@@ -134,13 +167,28 @@ fn owner_mark(id: &str) -> String {
     format!("made by sless dataflow {}", hex_digest(id, 8))
 }
 
-/// Whether this dataflow made its publication, whose comment is `comment`:
-/// its mark is on it, or (made before marks) it is unmarked and has the
-/// dataflow's default name, which only this dataflow derives.
-fn owns(config: &PostgresCdcConfig, id: &str, comment: Option<&str>) -> bool {
+/// What the comment on a dataflow's publication says: `None` when this
+/// dataflow did not make it; else whether a snapshot is pending. Unmarked
+/// (made before marks), it is this dataflow's when it has the dataflow's
+/// default name, which only this dataflow derives.
+fn owned(config: &PostgresCdcConfig, id: &str, comment: Option<&str>) -> Option<bool> {
+    let mark = owner_mark(id);
     match comment {
-        Some(mark) => mark == owner_mark(id),
-        None => config.publication_name.is_none() && config.slot_name.is_none(),
+        Some(c) if c == mark => Some(false),
+        Some(c) if c.strip_prefix(mark.as_str()).and_then(|rest| rest.strip_prefix("; ")) == Some(SNAPSHOT_PENDING) => {
+            Some(true)
+        }
+        Some(_) => None,
+        None => (config.publication_name.is_none() && config.slot_name.is_none()).then_some(false),
+    }
+}
+
+/// The comment a dataflow puts on its publication: its mark, and whether a
+/// snapshot is pending (letters, digits, spaces and `;`: a literal as it is).
+fn comment(id: &str, pending: bool) -> String {
+    match pending {
+        true => format!("{}; {SNAPSHOT_PENDING}", owner_mark(id)),
+        false => owner_mark(id),
     }
 }
 
@@ -159,39 +207,77 @@ async fn publication_comment(
         .map(|row| row.get::<_, Option<String>>(0)))
 }
 
-/// What has been read and not yet confirmed.
-#[derive(Debug, Default)]
-struct State {
-    decoder: Decoder,
-    /// The end of the last transaction handed out.
-    read_upto: u64,
-    /// The slot's confirmed position.
-    confirmed: u64,
-    /// Where every change before is written: the slot may move here.
-    done: u64,
-    /// When the slot last moved.
-    advanced: Option<std::time::Instant>,
-    /// Transactions handed out and not confirmed: end LSN, messages.
-    in_flight: VecDeque<(u64, usize)>,
+/// What a start does with the slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Plan {
+    /// Stream the slot (made now without a snapshot if missing).
+    Stream,
+    /// Make the slot with a snapshot, read it, then stream.
+    SnapshotThenStream,
+    /// Read a snapshot and nothing more (no slot).
+    SnapshotOnly,
+    /// The snapshot of `initial_only` is written: nothing to read.
+    Finished,
 }
 
-impl State {
-    /// Messages a peek decodes again before it reaches new ones.
-    fn pending(&self) -> usize {
-        self.in_flight.iter().map(|(_, m)| m).sum()
+fn plan(mode: SnapshotMode, slot_exists: bool, pending: Option<bool>) -> Plan {
+    match mode {
+        SnapshotMode::Never => Plan::Stream,
+        // A pending snapshot, a new dataflow, or a slot lost by hand: the
+        // rows since the last confirmed change are read again whole.
+        SnapshotMode::Initial if pending == Some(true) || !slot_exists => Plan::SnapshotThenStream,
+        SnapshotMode::Initial => Plan::Stream,
+        SnapshotMode::InitialOnly if pending == Some(false) => Plan::Finished,
+        SnapshotMode::InitialOnly => Plan::SnapshotOnly,
     }
 }
 
+/// What the reading task and the pipeline's calls share.
+struct Shared {
+    /// Every change before this LSN is written downstream.
+    done: AtomicU64,
+    /// Where the slot may move with nothing in flight: the WAL a keepalive
+    /// said was sent when every change handed out was written.
+    idle: AtomicU64,
+    /// Why the reading task ended.
+    error: Mutex<Option<ConnectorError>>,
+    /// The server asked for a status update.
+    reply: Notify,
+    /// `done` moved.
+    wrote: Notify,
+    /// The source is dropped: confirm what is written, and end.
+    closing: Notify,
+}
+
 pub struct PostgresCdcSource {
-    client: tokio_postgres::Client,
-    slot: String,
-    publication: String,
+    mark: Arc<SnapshotMark>,
     batch: usize,
-    poll: Duration,
-    state: Mutex<State>,
-    /// Woken when the slot moves, so a reader waiting behind transactions
-    /// in flight peeks again at once.
-    confirmed: tokio::sync::Notify,
+    shared: Arc<Shared>,
+    records: tokio::sync::Mutex<mpsc::Receiver<Record>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// How long a dropped source may take to confirm what is written before
+/// its connection is cut.
+const CLOSING: Duration = Duration::from_secs(5);
+
+impl Drop for PostgresCdcSource {
+    fn drop(&mut self) {
+        // The task confirms what is written (a restart would read it
+        // again) and closes the replication connection, which frees the
+        // slot; cut after CLOSING if the server does not take it.
+        self.shared.closing.notify_one();
+        let task = self.task.abort_handle();
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(async move {
+                    tokio::time::sleep(CLOSING).await;
+                    task.abort();
+                });
+            }
+            Err(_) => task.abort(),
+        }
+    }
 }
 
 impl Component for PostgresCdcSource {
@@ -252,21 +338,80 @@ impl Component for PostgresCdcSource {
     }
 }
 
-async fn connect_checked(
-    config: &PostgresCdcConfig,
-    ctx: &PipelineContext,
-) -> Result<tokio_postgres::Client, ConnectorError> {
+async fn target(config: &PostgresCdcConfig, ctx: &PipelineContext) -> Result<Target, ConnectorError> {
     let dsn = config
         .connection_string
         .as_deref()
         .ok_or_else(|| ConnectorError::Config("connectionString is required".into()))?;
-    connect(dsn, &ctx.egress).await
+    Target::of(dsn, &ctx.egress).await
+}
+
+/// A slot's confirmed position, if it exists.
+async fn slot_position(client: &tokio_postgres::Client, slot: &str) -> Result<Option<u64>, ConnectorError> {
+    let Some(row) = client
+        .query_opt(
+            "SELECT confirmed_flush_lsn::text, plugin::text, wal_status = 'lost' \
+             FROM pg_replication_slots WHERE slot_name = $1",
+            &[&slot],
+        )
+        .await
+        .map_err(ConnectorError::query)?
+    else {
+        return Ok(None);
+    };
+    let plugin: Option<String> = row.get(1);
+    if plugin.as_deref() != Some("pgoutput") {
+        return Err(ConnectorError::Config(format!(
+            "replication slot {slot} exists and is not a pgoutput slot"
+        )));
+    }
+    if row.get::<_, Option<bool>>(2) == Some(true) {
+        return Err(slot_lost(slot));
+    }
+    Ok(Some(
+        row.get::<_, Option<String>>(0)
+            .as_deref()
+            .and_then(parse_lsn)
+            .unwrap_or(0),
+    ))
+}
+
+async fn drop_slot(client: &tokio_postgres::Client, slot: &str) -> Result<(), ConnectorError> {
+    // A run still stopping may hold the slot a moment longer.
+    let mut attempts = 0;
+    loop {
+        match client
+            .execute(
+                "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1",
+                &[&slot],
+            )
+            .await
+        {
+            Ok(_) => return Ok(()),
+            Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::OBJECT_IN_USE) && attempts < 20 => {
+                attempts += 1;
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(e) => return Err(ConnectorError::query(e)),
+        }
+    }
+}
+
+/// The LSN of a `CREATE_REPLICATION_SLOT` answer (its consistent point).
+fn consistent_point(rows: &replication::Rows) -> Result<u64, ConnectorError> {
+    rows.rows
+        .first()
+        .and_then(|row| row.get(1).cloned().flatten())
+        .as_deref()
+        .and_then(parse_lsn)
+        .ok_or_else(|| ConnectorError::Closed("CREATE_REPLICATION_SLOT answered no consistent point".into()))
 }
 
 #[async_trait]
 impl super::Open for PostgresCdcSource {
     async fn open(config: &PostgresCdcConfig, ctx: &PipelineContext) -> Result<Self, ConnectorError> {
-        let client = connect_checked(config, ctx).await?;
+        let target = target(config, ctx).await?;
+        let client = connect_to(&target).await?;
         let level: String = client
             .query_one("SHOW wal_level", &[])
             .await
@@ -290,123 +435,118 @@ impl super::Open for PostgresCdcSource {
                 )));
             }
         }
-        let tables = config
-            .tables()
-            .into_iter()
-            .map(quote)
+        let tables = config.tables();
+        let table_list = tables
+            .iter()
+            .map(|t| quote(t))
             .collect::<Result<Vec<_>, _>>()?
             .join(", ");
         let publication_quoted = quote(&publication)?;
-        let slot_exists = client
-            .query_opt("SELECT 1 FROM pg_replication_slots WHERE slot_name = $1", &[&slot])
-            .await
-            .map_err(ConnectorError::query)?
-            .is_some();
-        let mark = owner_mark(&ctx.id);
-        let statement = match publication_comment(&client, &publication).await? {
-            Some(comment) if owns(config, &ctx.id, comment.as_deref()) => format!(
-                "ALTER PUBLICATION {publication_quoted} SET TABLE {tables}; \
-                 COMMENT ON PUBLICATION {publication_quoted} IS '{mark}'"
-            ),
-            Some(_) => {
-                return Err(ConnectorError::Config(format!(
+        let existing = publication_comment(&client, &publication).await?;
+        let pending = match &existing {
+            Some(c) => Some(owned(config, &ctx.id, c.as_deref()).ok_or_else(|| {
+                ConnectorError::Config(format!(
                     "publication {publication} exists and was not made by this dataflow"
-                )));
-            }
-            // A slot with no publication of this dataflow's is someone else's.
-            None if slot_exists => {
-                return Err(ConnectorError::Config(format!(
-                    "replication slot {slot} exists and was not made by this dataflow"
-                )));
-            }
-            None => format!(
-                "CREATE PUBLICATION {publication_quoted} FOR TABLE {tables}; \
-                 COMMENT ON PUBLICATION {publication_quoted} IS '{mark}'"
-            ),
+                ))
+            })?),
+            None => None,
         };
-        // One transaction: a publication is never left without its mark.
+        let mut position = slot_position(&client, &slot).await?;
+        // A slot with no publication of this dataflow's is someone else's.
+        if existing.is_none() && position.is_some() {
+            return Err(ConnectorError::Config(format!(
+                "replication slot {slot} exists and was not made by this dataflow"
+            )));
+        }
+        let plan = plan(config.snapshot, position.is_some(), pending);
+        if matches!(plan, Plan::SnapshotThenStream | Plan::SnapshotOnly | Plan::Finished) && position.is_some() {
+            // Its changes are covered by the new snapshot (or not wanted).
+            drop_slot(&client, &slot).await?;
+            position = None;
+        }
+        let snapshot = matches!(plan, Plan::SnapshotThenStream | Plan::SnapshotOnly);
+        let statement = match existing {
+            Some(_) => format!("ALTER PUBLICATION {publication_quoted} SET TABLE {table_list}"),
+            None => format!("CREATE PUBLICATION {publication_quoted} FOR TABLE {table_list}"),
+        };
+        // One transaction: a publication is never left without its mark,
+        // and "snapshot pending" is there before the slot it is about.
         client
-            .batch_execute(&format!("BEGIN; {statement}; COMMIT"))
+            .batch_execute(&format!(
+                "BEGIN; {statement}; COMMENT ON PUBLICATION {publication_quoted} IS '{}'; COMMIT",
+                comment(&ctx.id, snapshot)
+            ))
             .await
             .map_err(ConnectorError::query)?;
-        let confirmed = match client
-            .query_opt(
-                "SELECT confirmed_flush_lsn::text, plugin::text, wal_status = 'lost' \
-                 FROM pg_replication_slots WHERE slot_name = $1",
-                &[&slot],
-            )
-            .await
-            .map_err(ConnectorError::query)?
-        {
-            Some(row) => {
-                let plugin: Option<String> = row.get(1);
-                if plugin.as_deref() != Some("pgoutput") {
-                    return Err(ConnectorError::Config(format!(
-                        "replication slot {slot} exists and is not a pgoutput slot"
-                    )));
+        let batch = config.batch_size.unwrap_or(DEFAULT_BATCH as u32).max(1) as usize;
+        let shared = Arc::new(Shared {
+            done: AtomicU64::new(0),
+            idle: AtomicU64::new(0),
+            error: Mutex::new(None),
+            reply: Notify::new(),
+            wrote: Notify::new(),
+            closing: Notify::new(),
+        });
+        let (sender, records) = mpsc::channel(READ_AHEAD * batch);
+        let mark = Arc::new(SnapshotMark {
+            client: Arc::new(client),
+            publication: publication_quoted,
+            written: comment(&ctx.id, false),
+        });
+        let job = match plan {
+            Plan::Finished => None,
+            _ => {
+                let mut repl = replication::connect(&target).await?;
+                if snapshot {
+                    repl.query("BEGIN READ ONLY ISOLATION LEVEL REPEATABLE READ").await?;
                 }
-                if row.get::<_, Option<bool>>(2) == Some(true) {
-                    return Err(slot_lost(&slot));
-                }
-                row.get::<_, Option<String>>(0)
+                let start = match position {
+                    Some(confirmed) => confirmed,
+                    None if plan == Plan::SnapshotOnly => 0,
+                    None => {
+                        let how = if snapshot { "USE_SNAPSHOT" } else { "NOEXPORT_SNAPSHOT" };
+                        let made = repl
+                            .query(&format!("CREATE_REPLICATION_SLOT \"{slot}\" LOGICAL pgoutput {how}"))
+                            .await?;
+                        consistent_point(&made)?
+                    }
+                };
+                shared.done.store(start, Ordering::Relaxed);
+                tracing::info!(dataflow = %ctx.id, %slot, start = %lsn_text(start), ?plan, "change data capture started");
+                Some(Job {
+                    repl,
+                    plan,
+                    tables: tables.iter().map(|t| (*t).to_owned()).collect(),
+                    slot: slot.clone(),
+                    publication: publication.clone(),
+                    start,
+                    batch,
+                    mark: mark.clone(),
+                })
             }
-            None => client
-                .query_one(
-                    "SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput')",
-                    &[&slot],
-                )
-                .await
-                .map_err(ConnectorError::query)?
-                .get::<_, Option<String>>(0),
         };
-        let confirmed = confirmed.as_deref().and_then(parse_lsn).unwrap_or(0);
-        tracing::info!(dataflow = %ctx.id, %slot, confirmed = %lsn_text(confirmed), "change data capture started");
+        let task = tokio::spawn(run(job, sender, shared.clone()));
         Ok(Self {
-            client,
-            slot,
-            publication,
-            batch: config.batch_size.unwrap_or(DEFAULT_BATCH as u32).max(1) as usize,
-            poll: config
-                .poll_interval
-                .map_or(DEFAULT_POLL, |s| Duration::from_secs(u64::from(s.max(1)))),
-            state: Mutex::new(State {
-                read_upto: confirmed,
-                confirmed,
-                ..State::default()
-            }),
-            confirmed: tokio::sync::Notify::new(),
+            mark,
+            batch,
+            shared,
+            records: tokio::sync::Mutex::new(records),
+            task,
         })
     }
 
     async fn release(config: &PostgresCdcConfig, ctx: &PipelineContext) -> Result<(), ConnectorError> {
-        let client = connect_checked(config, ctx).await?;
+        let client = connect_to(&target(config, ctx).await?).await?;
         let (slot, publication) = names(config, &ctx.id);
         // Only what this dataflow made: another's slot and publication stay.
         match publication_comment(&client, &publication).await? {
-            Some(comment) if owns(config, &ctx.id, comment.as_deref()) => {}
+            Some(comment) if owned(config, &ctx.id, comment.as_deref()).is_some() => {}
             _ => {
                 tracing::info!(dataflow = %ctx.id, %slot, "no slot or publication of this dataflow's to drop");
                 return Ok(());
             }
         }
-        // A processor still stopping may hold the slot a moment longer.
-        let mut attempts = 0;
-        loop {
-            match client
-                .execute(
-                    "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1",
-                    &[&slot],
-                )
-                .await
-            {
-                Ok(_) => break,
-                Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::OBJECT_IN_USE) && attempts < 20 => {
-                    attempts += 1;
-                    tokio::time::sleep(Duration::from_millis(500)).await;
-                }
-                Err(e) => return Err(ConnectorError::query(e)),
-            }
-        }
+        drop_slot(&client, &slot).await?;
         client
             .batch_execute(&format!("DROP PUBLICATION IF EXISTS {}", quote(&publication)?))
             .await
@@ -416,132 +556,246 @@ impl super::Open for PostgresCdcSource {
     }
 }
 
-impl PostgresCdcSource {
-    /// One peek at the slot: the records of the transactions not handed out
-    /// yet, up to about [`READ_AHEAD`] batches.
-    async fn peek(&self) -> Result<Vec<Record>, ConnectorError> {
-        let (pending, idle) = {
-            let state = self.lock();
-            (state.pending(), state.in_flight.is_empty())
-        };
-        // With nothing in flight, where the server's flushed WAL ends before
-        // the peek: a peek that reads to its end and finds nothing of ours
-        // shows the slot may move there (see `read`). The flushed end, not
-        // the written one: a peek reads only flushed WAL.
-        let quiet_upto = if idle {
-            let row = self
-                .client
-                .query_one("SELECT pg_current_wal_flush_lsn()::text", &[])
-                .await
-                .map_err(ConnectorError::query)?;
-            row.get::<_, Option<String>>(0).as_deref().and_then(parse_lsn)
-        } else {
-            None
-        };
-        let limit = i32::try_from(pending + READ_AHEAD * self.batch).unwrap_or(i32::MAX);
-        let rows = self
-            .client
-            .query(
-                "SELECT lsn::text, data FROM pg_logical_slot_peek_binary_changes($1, NULL, $2, \
-                 'proto_version', '1', 'publication_names', $3)",
-                &[&self.slot, &limit, &self.publication],
-            )
-            .await;
-        let rows = match rows {
-            Ok(rows) => rows,
-            // An invalidated slot refuses so ("can no longer get changes"),
-            // as do other states the error's code does not tell apart.
-            Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE) => {
-                let lost = self
-                    .client
-                    .query_opt(
-                        "SELECT 1 FROM pg_replication_slots WHERE slot_name = $1 AND wal_status = 'lost'",
-                        &[&self.slot],
-                    )
-                    .await;
-                return Err(match lost {
-                    Ok(Some(_)) => slot_lost(&self.slot),
-                    _ => ConnectorError::query(e),
-                });
-            }
-            Err(e) => return Err(ConnectorError::query(e)),
-        };
-        let mut state = self.lock();
-        state.decoder.reset_transaction();
-        let mut records = Vec::new();
-        for row in &rows {
-            let lsn = row
-                .get::<_, Option<String>>(0)
-                .as_deref()
-                .and_then(parse_lsn)
-                .unwrap_or(0);
-            let data: &[u8] = row.get(1);
-            let Some(tx) = state
-                .decoder
-                .feed(lsn, data)
-                .map_err(|e| ConnectorError::Transient(e.to_string()))?
-            else {
-                continue;
-            };
-            if tx.end_lsn <= state.read_upto {
-                continue; // handed out already, not yet confirmed
-            }
-            if records.len() >= READ_AHEAD * self.batch {
-                break; // the next peek starts with it
-            }
-            let before = state.read_upto;
-            let count = tx.changes.len();
-            for (i, change) in tx.changes.into_iter().enumerate() {
-                // Confirming a change confirms its transaction only with its last one.
-                let confirms = if i + 1 == count { tx.end_lsn } else { before };
-                records.push(Record {
-                    message: Message::new(change),
-                    position: Position::Lsn(confirms),
-                });
-            }
-            state.read_upto = tx.end_lsn;
-            if count > 0 {
-                state.in_flight.push_back((tx.end_lsn, tx.messages));
-            }
-        }
-        // Read to the end (not cut by the limit) with nothing of ours: the
-        // WAL up to where it ended before the peek holds no change of ours.
-        let whole = usize::try_from(limit).is_ok_and(|limit| rows.len() < limit);
-        if let Some(upto) = quiet_upto
-            && whole
-            && records.is_empty()
-            && state.in_flight.is_empty()
-        {
-            state.read_upto = state.read_upto.max(upto);
-        }
-        Ok(records)
-    }
+/// The snapshot's rows are all written: a restart streams on instead of
+/// reading them again.
+struct SnapshotMark {
+    client: Arc<tokio_postgres::Client>,
+    /// The publication, quoted.
+    publication: String,
+    /// Its comment once the snapshot is written.
+    written: String,
+}
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock_unpoisoned()
-    }
-
-    /// Moves the slot to `lsn`, if that is forward.
-    async fn confirm(&self, lsn: u64) -> Result<(), ConnectorError> {
-        if lsn <= self.lock().confirmed {
-            return Ok(());
-        }
-        self.lock().advanced = Some(std::time::Instant::now());
+impl SnapshotMark {
+    async fn written(&self) -> Result<(), ConnectorError> {
         self.client
-            .execute(
-                "SELECT pg_replication_slot_advance($1, $2::text::pg_lsn)",
-                &[&self.slot, &lsn_text(lsn)],
-            )
+            .batch_execute(&format!(
+                "COMMENT ON PUBLICATION {} IS '{}'",
+                self.publication, self.written
+            ))
             .await
             .map_err(ConnectorError::query)?;
-        let mut state = self.lock();
-        state.confirmed = state.confirmed.max(lsn);
-        while state.in_flight.front().is_some_and(|(end, _)| *end <= lsn) {
-            state.in_flight.pop_front();
-        }
-        drop(state);
-        self.confirmed.notify_waiters();
+        tracing::info!(publication = %self.publication, "snapshot written");
         Ok(())
+    }
+}
+
+/// What the reading task does.
+struct Job {
+    repl: replication::Connection,
+    plan: Plan,
+    tables: Vec<String>,
+    slot: String,
+    publication: String,
+    /// The slot's confirmed position, or its consistent point when made now.
+    start: u64,
+    batch: usize,
+    mark: Arc<SnapshotMark>,
+}
+
+/// Reads the snapshot and the stream into `out` until it fails; the error
+/// is kept for [`Source::read`], which sees the channel close after the
+/// records sent before it.
+async fn run(job: Option<Job>, out: mpsc::Sender<Record>, shared: Arc<Shared>) {
+    let ended = match job {
+        Some(job) => read_all(job, &out, &shared).await,
+        None => Ok(()),
+    };
+    match ended {
+        Err(e) => {
+            *shared.error.lock_unpoisoned() = Some(e);
+        }
+        // Read everything there is to read: hand out nothing more.
+        Ok(()) => {
+            let _out = out;
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+async fn send(out: &mpsc::Sender<Record>, message: Value, position: Position) -> Result<(), ConnectorError> {
+    out.send(Record {
+        message: Message::new(message),
+        position,
+    })
+    .await
+    .map_err(|_| ConnectorError::Stopped)
+}
+
+async fn read_all(mut job: Job, out: &mpsc::Sender<Record>, shared: &Shared) -> Result<(), ConnectorError> {
+    if matches!(job.plan, Plan::SnapshotThenStream | Plan::SnapshotOnly) {
+        let any = snapshot(&mut job, out).await?;
+        job.repl.query("COMMIT").await?;
+        if !any {
+            // No row whose writing completes it: it is complete.
+            job.mark.written().await?;
+        }
+        if job.plan == Plan::SnapshotOnly {
+            return Ok(());
+        }
+    }
+    let options = format!("proto_version '1', publication_names '{}'", job.publication);
+    let (stream, status) = match job.repl.start_replication(&job.slot, job.start, &options).await {
+        Ok(started) => started,
+        Err(ReplicationError::Server { code, message }) if code == "55000" => {
+            return Err(ConnectorError::Closed(message));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let confirming = confirm(status, job.start, shared);
+    tokio::pin!(confirming);
+    tokio::select! {
+        read = stream_changes(stream, job.start, out, shared) => match read {
+            // The source is dropped: confirm what it wrote first.
+            Err(ConnectorError::Stopped) => confirming.await,
+            other => other,
+        },
+        confirmed = &mut confirming => confirmed,
+    }
+}
+
+/// Reads the tables in the snapshot of the open transaction, handing each
+/// row out as an `op: r` event; the last one's position completes the
+/// snapshot. Whether there was a row.
+async fn snapshot(job: &mut Job, out: &mpsc::Sender<Record>) -> Result<bool, ConnectorError> {
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    let mut held: Option<Value> = None;
+    let mut rows_read = 0u64;
+    for (i, table) in job.tables.iter().enumerate() {
+        let quoted = quote(table)?;
+        // Names as the catalog has them (the table as written may rely
+        // on the search path). Quoted names are [A-Za-z0-9_."] only.
+        let named = job
+            .repl
+            .query(&format!(
+                "SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+                 WHERE c.oid = '{quoted}'::regclass"
+            ))
+            .await?;
+        let (schema, name) = match named.rows.first().map(|r| r.as_slice()) {
+            Some([Some(schema), Some(name)]) => (schema.clone(), name.clone()),
+            _ => return Err(ConnectorError::Config(format!("table {table} not found"))),
+        };
+        let cursor = format!("sless_snapshot_{i}");
+        job.repl
+            .query(&format!("DECLARE {cursor} NO SCROLL CURSOR FOR SELECT * FROM {quoted}"))
+            .await?;
+        loop {
+            let fetched = job
+                .repl
+                .query(&format!("FETCH FORWARD {} FROM {cursor}", job.batch))
+                .await?;
+            if fetched.rows.is_empty() {
+                break;
+            }
+            for row in fetched.rows {
+                let mut object = Map::with_capacity(row.len());
+                for ((column, oid), value) in fetched.columns.iter().zip(row) {
+                    let value = value.map_or(Value::Null, |text| value_of(*oid, &text));
+                    object.insert(column.clone(), value);
+                }
+                let event = snapshot_event(&schema, &name, Value::Object(object), job.start, now_ms);
+                if let Some(previous) = held.replace(event) {
+                    send(out, previous, Position::Lsn(0)).await?;
+                }
+                rows_read += 1;
+            }
+        }
+        job.repl.query(&format!("CLOSE {cursor}")).await?;
+    }
+    tracing::info!(slot = %job.slot, rows = rows_read, "snapshot read");
+    match held {
+        Some(last) => {
+            send(out, last, Position::SnapshotDone).await?;
+            Ok(true)
+        }
+        None => Ok(false),
+    }
+}
+
+/// Hands the stream's changes out as they are decoded. A change confirms
+/// its transaction only when it is the last one: the others carry the end
+/// of the transaction before, so a crash in the middle of a transaction
+/// delivers it again from its start.
+async fn stream_changes(
+    mut stream: ChangeStream,
+    start: u64,
+    out: &mpsc::Sender<Record>,
+    shared: &Shared,
+) -> Result<(), ConnectorError> {
+    let mut decoder = Decoder::default();
+    let mut changes = Vec::new();
+    // The newest change, held until the next one or its commit shows
+    // whether it is its transaction's last.
+    let mut held: Option<Value> = None;
+    // The end of the last transaction read, and of the last one handed out.
+    let (mut read_upto, mut handed_upto) = (start, start);
+    loop {
+        match stream.next().await? {
+            Streamed::Data { start: lsn, data } => {
+                let end = decoder
+                    .feed(lsn, &data, &mut changes)
+                    .map_err(|e| ConnectorError::Closed(e.to_string()))?;
+                for change in changes.drain(..) {
+                    if let Some(previous) = held.replace(change) {
+                        send(out, previous, Position::Lsn(read_upto)).await?;
+                    }
+                }
+                if let Some(end) = end {
+                    if let Some(last) = held.take() {
+                        send(out, last, Position::Lsn(end)).await?;
+                        handed_upto = end;
+                    }
+                    read_upto = end;
+                }
+            }
+            Streamed::Keepalive { wal_end, reply } => {
+                // Nothing open and everything handed out written: the
+                // WAL sent so far holds nothing more of ours.
+                if !decoder.in_transaction() && shared.done.load(Ordering::Acquire) >= handed_upto {
+                    shared.idle.fetch_max(wal_end, Ordering::AcqRel);
+                }
+                if reply {
+                    shared.reply.notify_one();
+                }
+            }
+        }
+    }
+}
+
+/// Confirms written changes to the server as they are written, at once
+/// when it asks, and asks for a keepalive every [`KEEPALIVE_ASK`] (which
+/// keeps an idle slot moving and shows the server is there). Ends once the
+/// source is dropped, with what is written confirmed.
+async fn confirm(mut status: StatusWriter, start: u64, shared: &Shared) -> Result<(), ConnectorError> {
+    let mut sent = start;
+    let mut asked: Option<Instant> = None;
+    let mut tick = tokio::time::interval(KEEPALIVE_ASK / 4);
+    loop {
+        let (asked_for, closing) = tokio::select! {
+            _ = tick.tick() => (false, false),
+            () = shared.wrote.notified() => (false, false),
+            () = shared.reply.notified() => (true, false),
+            () = shared.closing.notified() => (false, true),
+        };
+        let upto = shared
+            .done
+            .load(Ordering::Acquire)
+            .max(shared.idle.load(Ordering::Acquire))
+            .max(start);
+        let ask = asked.is_none_or(|at| at.elapsed() >= KEEPALIVE_ASK);
+        if upto != sent || ask || asked_for {
+            status.status(upto, ask).await?;
+            sent = upto;
+            if ask {
+                asked = Some(Instant::now());
+            }
+        }
+        if closing {
+            return Ok(());
+        }
     }
 }
 
@@ -552,57 +806,36 @@ impl Source for PostgresCdcSource {
     }
 
     async fn read(&self) -> Result<Vec<Record>, ConnectorError> {
-        loop {
-            let records = self.peek().await?;
-            if !records.is_empty() {
-                return Ok(records);
-            }
-            // A quiet moment: confirm what is written.
-            let done = self.lock().done;
-            self.confirm(done).await?;
-            // Transactions without a change of ours, and the WAL of other
-            // tables, still hold WAL: with nothing in flight, confirm past
-            // them.
-            let idle_upto = {
-                let state = self.lock();
-                state.in_flight.is_empty().then_some(state.read_upto)
-            };
-            match idle_upto {
-                Some(upto) => {
-                    self.confirm(upto).await?;
-                    tokio::time::sleep(self.poll).await;
-                }
-                // What the slot holds is in flight: peek again once some
-                // of it is confirmed.
-                None => {
-                    let _ = tokio::time::timeout(self.poll, self.confirmed.notified()).await;
-                }
-            }
+        let mut records = self.records.lock().await;
+        let mut batch = Vec::with_capacity(self.batch);
+        if records.recv_many(&mut batch, self.batch).await == 0 {
+            return Err(self
+                .shared
+                .error
+                .lock_unpoisoned()
+                .take()
+                .unwrap_or_else(|| ConnectorError::Closed("the replication stream ended".into())));
         }
+        Ok(batch)
     }
 
     async fn commit(&self, done: &[Position]) -> Result<(), ConnectorError> {
-        match done.last() {
-            Some(Position::Lsn(lsn)) => {
-                // Advancing a slot decodes its WAL again (as long as a peek
-                // does), so it moves every CONFIRM_EVERY, or sooner when
-                // peeks would decode much again; a crash delivers again
-                // what was written since.
-                let due = {
-                    let mut state = self.lock();
-                    state.done = state.done.max(*lsn);
-                    // Also when every peek would decode a lot again.
-                    (state.advanced.is_none_or(|at| at.elapsed() >= CONFIRM_EVERY)
-                        || state.pending() >= READ_AHEAD * self.batch)
-                        .then_some(state.done)
-                };
-                match due {
-                    Some(done) => self.confirm(done).await,
-                    None => Ok(()),
+        let mut snapshot_written = false;
+        for position in done {
+            match position {
+                Position::Lsn(lsn) => {
+                    if self.shared.done.fetch_max(*lsn, Ordering::AcqRel) < *lsn {
+                        self.shared.wrote.notify_one();
+                    }
                 }
+                Position::SnapshotDone => snapshot_written = true,
+                _ => {}
             }
-            _ => Ok(()),
         }
+        if snapshot_written {
+            self.mark.written().await?;
+        }
+        Ok(())
     }
 }
 

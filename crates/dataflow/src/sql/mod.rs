@@ -2,6 +2,7 @@
 //! by `sslmode`, only to addresses the egress policy permits) and quoting
 //! identifiers that come from a spec.
 
+pub mod replication;
 mod tls;
 
 use std::sync::LazyLock;
@@ -112,89 +113,123 @@ fn roots(egress: &EgressPolicy, root_cert: Option<&str>) -> Result<rustls::RootC
     Ok(store)
 }
 
+/// Where and how to connect, from a connection string: its settings with
+/// the host's address checked against the egress policy (no second lookup
+/// later), and the TLS to use.
+pub(crate) struct Target {
+    pub config: tokio_postgres::Config,
+    /// `None`: plain TCP (`sslmode=disable`).
+    pub tls: Option<std::sync::Arc<rustls::ClientConfig>>,
+    /// `sslmode=prefer`: TLS if the server offers it, else plain.
+    pub tls_optional: bool,
+}
+
+impl Target {
+    pub async fn of(connection_string: &str, egress: &EgressPolicy) -> Result<Self, ConnectorError> {
+        let Split { rest, ssl, root_cert } = split(connection_string)?;
+        let mut config: tokio_postgres::Config = rest
+            .parse()
+            .map_err(|_| ConnectorError::Config("connectionString is not a PostgreSQL connection string".into()))?;
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(CONNECT_TIMEOUT);
+        }
+        if config.get_keepalives_idle() == DEFAULT_KEEPALIVE_IDLE {
+            config.keepalives_idle(KEEPALIVE_IDLE);
+        }
+        if config.get_keepalives_interval().is_none() {
+            config.keepalives_interval(KEEPALIVE_INTERVAL);
+        }
+        if config.get_keepalives_retries().is_none() {
+            config.keepalives_retries(KEEPALIVE_RETRIES);
+        }
+        let hosts = config.get_hosts().to_vec();
+        if hosts.len() != 1 {
+            return Err(ConnectorError::Config(
+                "connectionString must name exactly one host".into(),
+            ));
+        }
+        if config.get_hostaddrs().is_empty() {
+            match &hosts[0] {
+                Host::Tcp(name) => {
+                    let port = config.get_ports().first().copied().unwrap_or(5432);
+                    let addr = egress.resolve(name, port).await?[0];
+                    config.hostaddr(addr.ip());
+                }
+                #[cfg(unix)]
+                Host::Unix(_) if !egress.permits_local_sockets() => {
+                    return Err(ConnectorError::Config(
+                        "a Unix-socket host is not reachable here".into(),
+                    ));
+                }
+                #[cfg(unix)]
+                Host::Unix(_) => {}
+            }
+        } else {
+            for ip in config.get_hostaddrs() {
+                egress.check(*ip)?;
+            }
+        }
+        let verify = match ssl {
+            Ssl::Disable => None,
+            Ssl::Prefer | Ssl::Require => Some(Verify::Nothing),
+            Ssl::VerifyCa => Some(Verify::Chain),
+            Ssl::VerifyFull => Some(Verify::Full),
+        };
+        config.ssl_mode(match ssl {
+            Ssl::Disable => SslMode::Disable,
+            Ssl::Prefer => SslMode::Prefer,
+            _ => SslMode::Require,
+        });
+        let tls = match verify {
+            None => None,
+            Some(verify) => {
+                let roots = match verify {
+                    Verify::Nothing => rustls::RootCertStore::empty(),
+                    _ => roots(egress, root_cert.as_deref())?,
+                };
+                let tls = tls::client_config(verify, roots).map_err(|e| ConnectorError::Config(format!("TLS: {e}")))?;
+                Some(std::sync::Arc::new(tls))
+            }
+        };
+        Ok(Self {
+            config,
+            tls,
+            tls_optional: ssl == Ssl::Prefer,
+        })
+    }
+
+    /// The time the connection's start may take: connect_timeout bounds
+    /// the TCP connect only, so a port that accepts and never answers the
+    /// startup (another protocol's server) is bounded with the same time.
+    pub fn handshake_timeout(&self) -> Duration {
+        self.config.get_connect_timeout().copied().unwrap_or(CONNECT_TIMEOUT)
+    }
+}
+
+fn silent() -> ConnectorError {
+    tracing::info!("PostgreSQL server silent through the connection's start");
+    ConnectorError::unreachable_database()
+}
+
 /// Connects and drives the connection in the background.
 pub async fn connect(connection_string: &str, egress: &EgressPolicy) -> Result<tokio_postgres::Client, ConnectorError> {
-    let Split { rest, ssl, root_cert } = split(connection_string)?;
-    let mut config: tokio_postgres::Config = rest
-        .parse()
-        .map_err(|_| ConnectorError::Config("connectionString is not a PostgreSQL connection string".into()))?;
-    if config.get_connect_timeout().is_none() {
-        config.connect_timeout(CONNECT_TIMEOUT);
-    }
-    if config.get_keepalives_idle() == DEFAULT_KEEPALIVE_IDLE {
-        config.keepalives_idle(KEEPALIVE_IDLE);
-    }
-    if config.get_keepalives_interval().is_none() {
-        config.keepalives_interval(KEEPALIVE_INTERVAL);
-    }
-    if config.get_keepalives_retries().is_none() {
-        config.keepalives_retries(KEEPALIVE_RETRIES);
-    }
-    // Connect only to addresses checked here (no second lookup).
-    let hosts = config.get_hosts().to_vec();
-    if hosts.len() != 1 {
-        return Err(ConnectorError::Config(
-            "connectionString must name exactly one host".into(),
-        ));
-    }
-    if config.get_hostaddrs().is_empty() {
-        match &hosts[0] {
-            Host::Tcp(name) => {
-                let port = config.get_ports().first().copied().unwrap_or(5432);
-                let addr = egress.resolve(name, port).await?[0];
-                config.hostaddr(addr.ip());
-            }
-            #[cfg(unix)]
-            Host::Unix(_) if !egress.permits_local_sockets() => {
-                return Err(ConnectorError::Config(
-                    "a Unix-socket host is not reachable here".into(),
-                ));
-            }
-            #[cfg(unix)]
-            Host::Unix(_) => {}
-        }
-    } else {
-        for ip in config.get_hostaddrs() {
-            egress.check(*ip)?;
-        }
-    }
-    let verify = match ssl {
-        Ssl::Disable => None,
-        Ssl::Prefer | Ssl::Require => Some(Verify::Nothing),
-        Ssl::VerifyCa => Some(Verify::Chain),
-        Ssl::VerifyFull => Some(Verify::Full),
-    };
-    config.ssl_mode(match ssl {
-        Ssl::Disable => SslMode::Disable,
-        Ssl::Prefer => SslMode::Prefer,
-        _ => SslMode::Require,
-    });
-    // connect_timeout bounds the TCP connect only: a port that accepts
-    // and never answers the startup (another protocol's server) is bounded
-    // here, with the same time.
-    let handshake = config.get_connect_timeout().copied().unwrap_or(CONNECT_TIMEOUT);
-    let silent = || {
-        tracing::info!("PostgreSQL server silent through the connection's start");
-        ConnectorError::unreachable_database()
-    };
-    let client = match verify {
+    connect_to(&Target::of(connection_string, egress).await?).await
+}
+
+/// Connects to a checked target and drives the connection in the background.
+pub(crate) async fn connect_to(target: &Target) -> Result<tokio_postgres::Client, ConnectorError> {
+    let handshake = target.handshake_timeout();
+    let client = match &target.tls {
         None => spawn(
-            tokio::time::timeout(handshake, config.connect(NoTls))
+            tokio::time::timeout(handshake, target.config.connect(NoTls))
                 .await
                 .map_err(|_| silent())?,
         ),
-        Some(verify) => {
-            let roots = match verify {
-                Verify::Nothing => rustls::RootCertStore::empty(),
-                _ => roots(egress, root_cert.as_deref())?,
-            };
-            let tls = tls::client_config(verify, roots).map_err(|e| ConnectorError::Config(format!("TLS: {e}")))?;
-            spawn(
-                tokio::time::timeout(handshake, config.connect(MakeRustls(std::sync::Arc::new(tls))))
-                    .await
-                    .map_err(|_| silent())?,
-            )
-        }
+        Some(tls) => spawn(
+            tokio::time::timeout(handshake, target.config.connect(MakeRustls(tls.clone())))
+                .await
+                .map_err(|_| silent())?,
+        ),
     };
     client.map_err(ConnectorError::connect)
 }
