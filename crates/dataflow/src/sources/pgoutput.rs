@@ -366,7 +366,10 @@ mod tests {
         delete.push(b'K');
         delete.extend(values(&[Some("1"), None]));
         d.feed(5, &delete, &mut changes).unwrap();
-        assert_eq!(d.feed(6, &commit(0x2_0000_0010), &mut changes).unwrap(), Some(0x2_0000_0010));
+        assert_eq!(
+            d.feed(6, &commit(0x2_0000_0010), &mut changes).unwrap(),
+            Some(0x2_0000_0010)
+        );
         assert!(!d.in_transaction());
         let ops: Vec<&str> = changes.iter().map(|c| c["op"].as_str().unwrap()).collect();
         assert_eq!(ops, ["c", "u", "d"]);
@@ -392,7 +395,10 @@ mod tests {
         insert.extend(5u32.to_be_bytes());
         insert.push(b'N');
         insert.extend(3u16.to_be_bytes());
-        assert!(d.feed(3, &insert, &mut changes).is_err(), "more values than columns, and cut short");
+        assert!(
+            d.feed(3, &insert, &mut changes).is_err(),
+            "more values than columns, and cut short"
+        );
         assert!(changes.is_empty());
     }
 

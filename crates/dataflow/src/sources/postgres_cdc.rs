@@ -22,13 +22,17 @@
 //! the replication connection, which then reads the tables (`op: r`
 //! events) in exactly the state the slot streams from. The publication's
 //! comment says "snapshot pending" until every snapshot row is written
-//! downstream; a dataflow that starts and finds it pending (a crash in the
-//! snapshot) drops the slot and takes the snapshot again from the start:
-//! rows written before the crash come again (at least once), none are
-//! lost. A slot found missing while the publication is there (dropped by
-//! hand) is made again with a new snapshot for the same reason. `never`
-//! streams from the slot's creation only; `initial_only` reads the rows,
-//! keeps no slot, and then reads nothing more.
+//! downstream. A dataflow that starts and finds it pending (a crash in the
+//! snapshot) keeps the slot, which has confirmed nothing yet, reads the
+//! tables again whole in a new snapshot, and then streams from the slot's
+//! start: rows written before the crash come again, and changes made since
+//! the slot's start come after the new snapshot even where it already holds
+//! them, so a consumer applying events in order ends with the tables'
+//! state (at least once; no row and no delete is lost). A slot found
+//! missing while the publication is there (dropped by hand) is made again
+//! with a new snapshot; deletes made while there was no slot are not seen.
+//! `never` streams from the slot's creation only; `initial_only` reads the
+//! rows, keeps no slot, and then reads nothing more.
 //!
 //! A database server may be shared by tenants: a slot or publication name a
 //! spec gives must begin with its tenant's prefix ([`name_prefix`]), and a
@@ -459,8 +463,8 @@ impl super::Open for PostgresCdcSource {
             )));
         }
         let plan = plan(config.snapshot, position.is_some(), pending);
-        if matches!(plan, Plan::SnapshotThenStream | Plan::SnapshotOnly | Plan::Finished) && position.is_some() {
-            // Its changes are covered by the new snapshot (or not wanted).
+        if matches!(plan, Plan::SnapshotOnly | Plan::Finished) && position.is_some() {
+            // initial_only (a spec changed to it) holds no WAL.
             drop_slot(&client, &slot).await?;
             position = None;
         }
@@ -820,18 +824,19 @@ impl Source for PostgresCdcSource {
     }
 
     async fn commit(&self, done: &[Position]) -> Result<(), ConnectorError> {
-        let mut snapshot_written = false;
-        for position in done {
-            match position {
-                Position::Lsn(lsn) => {
-                    if self.shared.done.fetch_max(*lsn, Ordering::AcqRel) < *lsn {
-                        self.shared.wrote.notify_one();
-                    }
-                }
-                Position::SnapshotDone => snapshot_written = true,
-                _ => {}
-            }
+        let newest = done
+            .iter()
+            .filter_map(|p| match p {
+                Position::Lsn(lsn) => Some(*lsn),
+                _ => None,
+            })
+            .max();
+        if let Some(newest) = newest
+            && self.shared.done.fetch_max(newest, Ordering::AcqRel) < newest
+        {
+            self.shared.wrote.notify_one();
         }
+        let snapshot_written = done.contains(&Position::SnapshotDone);
         if snapshot_written {
             self.mark.written().await?;
         }
@@ -842,6 +847,51 @@ impl Source for PostgresCdcSource {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pending_snapshot_is_read_again_and_initial_only_finishes_once_written() {
+        use SnapshotMode::{Initial, InitialOnly, Never};
+        // (mode, slot exists, publication's snapshot pending: None = no publication)
+        let cases = [
+            (Initial, false, None, Plan::SnapshotThenStream),
+            (Initial, true, Some(false), Plan::Stream),
+            (Initial, true, Some(true), Plan::SnapshotThenStream),
+            (Initial, false, Some(false), Plan::SnapshotThenStream),
+            (Never, false, None, Plan::Stream),
+            (Never, true, Some(true), Plan::Stream),
+            (InitialOnly, false, None, Plan::SnapshotOnly),
+            (InitialOnly, false, Some(true), Plan::SnapshotOnly),
+            (InitialOnly, false, Some(false), Plan::Finished),
+            (InitialOnly, true, Some(false), Plan::Finished),
+        ];
+        for (mode, slot, pending, want) in cases {
+            assert_eq!(plan(mode, slot, pending), want, "{mode:?} {slot} {pending:?}");
+        }
+    }
+
+    #[test]
+    fn only_this_dataflows_marks_are_its_own() {
+        let config: PostgresCdcConfig = serde_json::from_value(serde_json::json!({"table": "t"})).unwrap();
+        let named: PostgresCdcConfig =
+            serde_json::from_value(serde_json::json!({"table": "t", "publicationName": "p"})).unwrap();
+        assert_eq!(owned(&config, "a/f", Some(&comment("a/f", false))), Some(false));
+        assert_eq!(owned(&config, "a/f", Some(&comment("a/f", true))), Some(true));
+        assert_eq!(owned(&config, "a/g", Some(&comment("a/f", true))), None);
+        assert_eq!(owned(&config, "a/f", Some("made by someone")), None);
+        assert_eq!(
+            owned(&config, "a/f", None),
+            Some(false),
+            "unmarked with the default name"
+        );
+        assert_eq!(owned(&named, "a/f", None), None, "unmarked with a name a spec gave");
+        let snapshot: PostgresCdcConfig =
+            serde_json::from_value(serde_json::json!({"table": "t", "snapshot": "initial_only"})).unwrap();
+        assert_eq!(snapshot.snapshot, SnapshotMode::InitialOnly);
+        assert!(
+            serde_json::from_value::<PostgresCdcConfig>(serde_json::json!({"table": "t", "snapshot": "always"}))
+                .is_err()
+        );
+    }
 
     #[test]
     fn default_names_are_valid_and_differ_by_dataflow() {

@@ -251,7 +251,8 @@ impl Connection {
         frontend::startup_message(params.iter().copied(), &mut self.out).map_err(ReplicationError::Io)?;
         self.send().await?;
         let password = config.get_password();
-        let need_password = || ConnectorError::Config("the server asks for a password the connectionString lacks".into());
+        let need_password =
+            || ConnectorError::Config("the server asks for a password the connectionString lacks".into());
         let mut scram: Option<ScramSha256> = None;
         loop {
             let mut m = read_message(&mut self.reader).await?;
@@ -282,13 +283,16 @@ impl Connection {
                             self.send().await?;
                         }
                         10 => {
-                            let offered = m.body[..].split(|b| *b == 0).any(|name| name == SCRAM_SHA_256.as_bytes());
+                            let offered = m.body[..]
+                                .split(|b| *b == 0)
+                                .any(|name| name == SCRAM_SHA_256.as_bytes());
                             if !offered {
                                 return Err(ConnectorError::Config(
                                     "the server offers no SASL mechanism this client speaks".into(),
                                 ));
                             }
-                            let s = ScramSha256::new(password.ok_or_else(need_password)?, ChannelBinding::unsupported());
+                            let s =
+                                ScramSha256::new(password.ok_or_else(need_password)?, ChannelBinding::unsupported());
                             frontend::sasl_initial_response(SCRAM_SHA_256, s.message(), &mut self.out)
                                 .map_err(ReplicationError::Io)?;
                             self.send().await?;
@@ -296,7 +300,8 @@ impl Connection {
                         }
                         11 => {
                             let s = scram.as_mut().ok_or_else(|| protocol("SASL data before SASL"))?;
-                            s.update(&m.body).map_err(|_| protocol("a SCRAM message this client refuses"))?;
+                            s.update(&m.body)
+                                .map_err(|_| protocol("a SCRAM message this client refuses"))?;
                             frontend::sasl_response(s.message(), &mut self.out).map_err(ReplicationError::Io)?;
                             self.send().await?;
                         }
@@ -501,7 +506,10 @@ mod tests {
         let mut cut = vec![b'd'];
         cut.extend(100i32.to_be_bytes());
         cut.extend([0; 10]);
-        assert!(matches!(read_message(&mut &cut[..]).await, Err(ReplicationError::Io(_))));
+        assert!(matches!(
+            read_message(&mut &cut[..]).await,
+            Err(ReplicationError::Io(_))
+        ));
     }
 
     #[test]
