@@ -8,6 +8,7 @@
 use std::time::Instant;
 
 use super::{BATCH, Flow, ROWS, count};
+
 use serde_json::json;
 
 /// Rows/s of the dataflow and of the inserts.
@@ -49,14 +50,78 @@ pub async fn to_pg(db: &tokio_postgres::Client, dsn: &str) -> anyhow::Result<(f6
     }
     let inserts = ROWS as f64 / started.elapsed().as_secs_f64();
     let started = Instant::now();
-    let (source, ctx) = (flow.spec.source.clone(), flow.ctx.clone());
+    let (source, sink, ctx) = (flow.spec.source.clone(), flow.spec.sink.clone(), flow.ctx.clone());
     let running = flow.run();
     running.written(ROWS).await;
     let flow = ROWS as f64 / started.elapsed().as_secs_f64();
     running.stop().await;
     let written = count(db, "bench_cdc_dst").await?;
     anyhow::ensure!(written == ROWS, "every change written once, not {written}");
-    sless_dataflow::registry::release_source(&source, &ctx).await?;
+    sless_dataflow::registry::release(&source, &sink, &ctx).await?;
     db.batch_execute("DROP TABLE bench_cdc_src, bench_cdc_dst").await?;
     Ok((flow, inserts))
+}
+
+/// The time from a change's commit to its row in the sink, at a steady
+/// `rate` rows/s (transactions of ten rows) for `seconds`: p50 and p99 in
+/// milliseconds. Each captured row carries `clock_timestamp()` of its insert
+/// (its transaction commits right after); the sink's row carries it of its
+/// write (its batch commits right after).
+pub async fn latency(db: &tokio_postgres::Client, dsn: &str, rate: u64, seconds: u64) -> anyhow::Result<(f64, f64)> {
+    db.batch_execute(
+        "DROP TABLE IF EXISTS bench_cdc_lat_src, bench_cdc_lat_dst;
+         CREATE TABLE bench_cdc_lat_src (id int PRIMARY KEY, at timestamptz NOT NULL DEFAULT clock_timestamp());
+         CREATE TABLE bench_cdc_lat_dst (id bigserial PRIMARY KEY, data jsonb NOT NULL,
+                                         written timestamptz NOT NULL DEFAULT clock_timestamp());",
+    )
+    .await?;
+    let slot = format!("{}cdc_lat", sless_dataflow::sources::postgres_cdc::name_prefix("bench"));
+    db.batch_execute(&format!(
+        "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = '{slot}';
+         DROP PUBLICATION IF EXISTS {slot};"
+    ))
+    .await?;
+    let flow = Flow::connect(
+        json!({
+            "source": {"type": "postgresql-cdc", "config": {"connectionString": dsn, "table": "bench_cdc_lat_src",
+                       "batchSize": BATCH, "slotName": slot}},
+            "sink": {"type": "postgresql", "config": {"connectionString": dsn, "table": "bench_cdc_lat_dst"}},
+            "channelBufferSize": BATCH
+        }),
+        "bench/cdc-latency",
+    )
+    .await?;
+    let (source, sink, ctx) = (flow.spec.source.clone(), flow.spec.sink.clone(), flow.ctx.clone());
+    let running = flow.run();
+    let (writer, conn) = tokio_postgres::connect(dsn, tokio_postgres::NoTls).await?;
+    tokio::spawn(conn);
+    let every = std::time::Duration::from_micros(10_000_000 / rate);
+    let mut tick = tokio::time::interval(every);
+    let total = (rate * seconds) as i64;
+    for t in 0..total / 10 {
+        tick.tick().await;
+        writer
+            .batch_execute(&format!(
+                "INSERT INTO bench_cdc_lat_src (id) SELECT g FROM generate_series({}, {}) g",
+                t * 10 + 1,
+                t * 10 + 10
+            ))
+            .await?;
+    }
+    running.written(total).await;
+    running.stop().await;
+    let row = db
+        .query_one(
+            "SELECT percentile_cont(ARRAY[0.5, 0.99]) WITHIN GROUP (ORDER BY
+                    extract(epoch FROM written - (data->'after'->>'at')::timestamptz) * 1000)
+             FROM bench_cdc_lat_dst",
+            &[],
+        )
+        .await?;
+    let percentiles: Vec<f64> = row.get(0);
+    anyhow::ensure!(percentiles.len() == 2, "two percentiles");
+    sless_dataflow::registry::release(&source, &sink, &ctx).await?;
+    db.batch_execute("DROP TABLE bench_cdc_lat_src, bench_cdc_lat_dst")
+        .await?;
+    Ok((percentiles[0], percentiles[1]))
 }

@@ -10,9 +10,12 @@
 //!   ClickHouse's own bulk load of the same rows and the bulk INSERT.
 //! - PostgreSQL CDC→PG (`cdc.rs`), against the rate of the captured inserts.
 //!
+//!   Also the time from a commit to its row in the sink at 1,000 rows/s.
+//!
 //! Run: `cargo bench -p sless --bench dataflow` (PostgreSQL at
 //! `SLESS_TEST_PG`, default postgres://postgres@127.0.0.1/test;
-//! clickhouse-server from Debian's package).
+//! clickhouse-server from Debian's package); `SLESS_BENCH_ONLY=cdc` runs
+//! the CDC lines alone.
 
 // A benchmark's output is its figures, on stdout.
 #![allow(clippy::print_stdout)]
@@ -65,6 +68,7 @@ impl Flow {
             checkpoint: Some(Arc::new(FileCheckpoint::new(position))),
             egress: Default::default(),
             queue_services: None,
+            resume: None,
         };
         let stats = Arc::<Stats>::default();
         let pipeline = Pipeline::connect(&spec, &ctx, stats.clone()).await?;
@@ -204,6 +208,22 @@ fn unencrypted(dsn: String) -> String {
     }
 }
 
+async fn cdc_lines(db: &tokio_postgres::Client, dsn: &str) -> anyhow::Result<()> {
+    let (cdc, inserts) = cdc::to_pg(db, dsn).await?;
+    println!(
+        "PG CDC→PG {ROWS} rows in transactions of {BATCH}: dataflow draining them {cdc:.0} rows/s, \
+         the inserts themselves {inserts:.0} rows/s = ratio {:.2}",
+        cdc / inserts
+    );
+    let (rate, seconds) = (1000, 20);
+    let (p50, p99) = cdc::latency(db, dsn, rate, seconds).await?;
+    println!(
+        "PG CDC→PG at a steady {rate} rows/s for {seconds} s (transactions of 10): from a row's insert to its \
+         write in the sink p50 {p50:.1} ms, p99 {p99:.1} ms"
+    );
+    Ok(())
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let dsn =
@@ -212,6 +232,9 @@ async fn main() -> anyhow::Result<()> {
         .await
         .context("PostgreSQL")?;
     tokio::spawn(conn);
+    if std::env::var("SLESS_BENCH_ONLY").as_deref() == Ok("cdc") {
+        return cdc_lines(&db, &dsn).await;
+    }
     db.batch_execute(&format!(
         "DROP TABLE IF EXISTS bench_src, bench_plain, bench_flow;
          CREATE TABLE bench_src (id serial PRIMARY KEY, \"customerName\" text, card text, amount int, note text);
@@ -293,12 +316,7 @@ async fn main() -> anyhow::Result<()> {
         sqs / alone
     );
     clickhouse::lines(&db, &dsn, plain).await?;
-    let (cdc, inserts) = cdc::to_pg(&db, &dsn).await?;
-    println!(
-        "PG CDC→PG {ROWS} rows in transactions of {BATCH}: dataflow draining them {cdc:.0} rows/s, \
-         the inserts themselves {inserts:.0} rows/s = ratio {:.2}",
-        cdc / inserts
-    );
+    cdc_lines(&db, &dsn).await?;
     db.batch_execute("DROP TABLE bench_src, bench_plain, bench_flow, bench_sqs")
         .await?;
     std::fs::remove_dir_all(checkpoints())?;

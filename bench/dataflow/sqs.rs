@@ -66,6 +66,7 @@ pub async fn source_alone() -> anyhow::Result<f64> {
         checkpoint: None,
         egress: Default::default(),
         queue_services: None,
+        resume: None,
     };
     let source = sless_dataflow::sources::sqs::SqsSource::open(&config, &ctx).await?;
     let started = Instant::now();

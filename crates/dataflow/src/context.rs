@@ -22,6 +22,10 @@ pub struct PipelineContext {
     /// one (`queueService`). `None` where the platform resolved them into
     /// the spec before the processor started (kubernetes).
     pub queue_services: Option<Arc<dyn QueueServices>>,
+    /// Where the source resumes, as its exactly-once sink stored it
+    /// ([`crate::sources::Source::resume_text`]); set by the pipeline when
+    /// it connects the source, `None` elsewhere.
+    pub resume: Option<String>,
 }
 
 impl PipelineContext {

@@ -9,12 +9,19 @@
 //! batch is written everywhere. A crash re-reads at most the batch being
 //! written and the one whose commit was under way: at-least-once, with
 //! duplicates bounded by two batches.
+//!
+//! Exactly once where the main sink stores the source's position with each
+//! batch ([`Sink::write_at`]) and the source resumes from it: the routes
+//! and the error sink are written first and the main sink last, with the
+//! position after the batch, and a new run's source starts after what the
+//! main sink holds. The stored text begins with a digest of the source's
+//! spec: a run of another source (an updated spec) does not resume from it.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
-use serde_json::json;
+use serde_json::{Value, json};
 use tokio::sync::{mpsc, watch};
 
 use sless_model::dataflow::{DataFlowCounters, DataFlowSpec};
@@ -113,6 +120,9 @@ impl Stats {
 
 pub struct Pipeline {
     source: Arc<dyn Source>,
+    /// The digest a stored position of this source begins with; `Some`
+    /// when the main sink stores positions (exactly once).
+    exactly_once: Option<String>,
     transforms: Arc<[Box<dyn Transform>]>,
     main: Box<dyn Sink>,
     /// The sinks of the transformations' extra outputs, by index.
@@ -147,8 +157,28 @@ impl Pipeline {
         };
         // The source last: a Kafka source joins its group only once the
         // sinks can take what it is given.
-        let source = registry::connect_source(&spec.source, ctx).await?;
+        let resumable = registry::source_resumable(&spec.source.kind);
+        let exactly_once = match (main.exactly_once(), resumable) {
+            (Some(false), _) | (None, false) => None,
+            (Some(true), false) => {
+                return Err(ConnectorError::Config(format!(
+                    "exactlyOnce needs a source that resumes from a stored position \
+                     (postgresql, postgresql-cdc, kafka, clickhouse), not {}",
+                    spec.source.kind
+                )));
+            }
+            (_, true) => Some(source_digest(spec)),
+        };
+        let mut source_ctx = ctx.clone();
+        if let Some(digest) = &exactly_once {
+            source_ctx.resume = main
+                .stored_position()
+                .await?
+                .and_then(|stored| stored.strip_prefix(digest.as_str()).map(str::to_owned));
+        }
+        let source = registry::connect_source(&spec.source, &source_ctx).await?;
         Ok(Self {
+            exactly_once,
             batch: source.batch_size().max(1),
             source,
             transforms,
@@ -254,31 +284,42 @@ impl Pipeline {
                 }
             }
         }
-        self.write_reliably(self.main.as_ref(), &main, shutdown).await?;
+        // The main sink last: an exactly-once one stores the position after
+        // the batch, from where a new run resumes (past the other outputs).
         for (sink, messages) in self.routes.iter().zip(&routed) {
-            self.write_reliably(sink.as_ref(), messages, shutdown).await?;
+            self.write_reliably(sink.as_ref(), messages, None, shutdown).await?;
         }
         for message in &refused {
             self.refuse(message, shutdown).await?;
         }
+        let position = self.exactly_once.as_ref().and_then(|digest| {
+            self.source
+                .resume_text(&positions)
+                .map(|text| format!("{digest}{text}"))
+        });
+        self.write_reliably(self.main.as_ref(), &main, position.as_deref(), shutdown)
+            .await?;
         Ok(positions)
     }
 
     /// Writes until it succeeds: the batch whole, else message by message
     /// with refused ones to the error sink. Without an error sink a refused
     /// message is retried with backoff: nothing is dropped silently.
+    /// Writes `messages` (and `position`, for an exactly-once sink: with
+    /// them, or after the last of them where some went one at a time).
     async fn write_reliably(
         &self,
         sink: &dyn Sink,
         messages: &[Message],
+        position: Option<&str>,
         shutdown: &mut watch::Receiver<bool>,
     ) -> Result<(), ConnectorError> {
-        if messages.is_empty() {
+        if messages.is_empty() && position.is_none() {
             return Ok(());
         }
         let mut retries = RETRY.start();
         loop {
-            match sink.write(messages).await {
+            match sink.write_at(messages, position).await {
                 Ok(()) => {
                     Stats::add(&self.stats.written, messages.len());
                     return Ok(());
@@ -311,6 +352,19 @@ impl Pipeline {
                 }
             }
         }
+        // One at a time, the rows stored no position: store it alone. A
+        // crash before writes the rows again (at least once, for a batch
+        // holding a refused row).
+        if let Some(position) = position {
+            let mut retries = RETRY.start();
+            loop {
+                match sink.write_at(&[], Some(position)).await {
+                    Ok(()) => break,
+                    Err(e) if e.ends_run() => return Err(e),
+                    Err(e) => wait(&mut retries, &e, shutdown).await?,
+                }
+            }
+        }
         Ok(())
     }
 }
@@ -337,7 +391,7 @@ impl Pipeline {
             },
             "original_message": message.data,
         });
-        Box::pin(self.write_reliably(errors.as_ref(), &[Message::new(envelope)], shutdown)).await?;
+        Box::pin(self.write_reliably(errors.as_ref(), &[Message::new(envelope)], None, shutdown)).await?;
         // The envelope is not a written message of the flow.
         self.stats.written.fetch_sub(1, Ordering::Relaxed);
         Stats::add(&self.stats.failed, 1);
@@ -365,6 +419,16 @@ impl Pipeline {
 }
 
 /// A record read and transformed, on its way to be written.
+/// What a stored position of `spec`'s source begins with: 16 hex digits of
+/// the SHA-256 of its type and configuration, and a space.
+fn source_digest(spec: &DataFlowSpec) -> String {
+    use sha2::Digest;
+    let config = spec.source.config.as_ref().map(Value::to_string).unwrap_or_default();
+    let digest = sha2::Sha256::digest(format!("{}\n{config}", spec.source.kind).as_bytes());
+    let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+    format!("{hex} ")
+}
+
 struct Transformed {
     position: Position,
     outcome: Outcome,

@@ -171,6 +171,7 @@ pub async fn run(opts: ProcessorOptions, shutdown: impl Future<Output = ()>) -> 
         checkpoint,
         egress: Arc::new(opts.egress),
         queue_services: None,
+        resume: None,
     };
     tracing::info!(dataflow = %ctx.id, metrics = %opts.metrics_listen, "processor starting");
     let phase = probe.phase.clone();

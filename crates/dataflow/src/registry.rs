@@ -131,19 +131,34 @@ pub async fn connect_source(spec: &ConnectorSpec, ctx: &PipelineContext) -> Resu
     (descriptor.start.open)(spec.config.as_ref().unwrap_or(&Value::Null), ctx).await
 }
 
-/// Removes what the source of a deleted dataflow made on its server.
-pub async fn release_source(spec: &ConnectorSpec, ctx: &PipelineContext) -> Result<(), ConnectorError> {
-    match component::find(SOURCES, &spec.kind) {
-        Some(descriptor) => (descriptor.start.release)(spec.config.as_ref().unwrap_or(&Value::Null), ctx).await,
+/// Whether the source type resumes from a position an exactly-once sink stored.
+pub fn source_resumable(kind: &str) -> bool {
+    component::find(SOURCES, kind).is_some_and(|d| d.start.resumable)
+}
+
+/// Removes what the source and the main sink of a deleted dataflow keep on
+/// their servers (a replication slot, a stored position); both are tried.
+pub async fn release(
+    source: &ConnectorSpec,
+    sink: &ConnectorSpec,
+    ctx: &PipelineContext,
+) -> Result<(), ConnectorError> {
+    let released = match component::find(SOURCES, &source.kind) {
+        Some(descriptor) => (descriptor.start.release)(source.config.as_ref().unwrap_or(&Value::Null), ctx).await,
         None => Ok(()),
-    }
+    };
+    let sink_released = match component::find(SINKS, &sink.kind) {
+        Some(descriptor) => (descriptor.start.release)(sink.config.as_ref().unwrap_or(&Value::Null), ctx).await,
+        None => Ok(()),
+    };
+    released.and(sink_released)
 }
 
 /// Connects the sink of a spec.
 pub async fn connect_sink(spec: &ConnectorSpec, ctx: &PipelineContext) -> Result<Box<dyn Sink>, ConnectorError> {
     let descriptor = component::find(SINKS, &spec.kind)
         .ok_or_else(|| ConnectorError::Config(format!("the {} connector is not supported as a sink", spec.kind)))?;
-    (descriptor.start)(spec.config.as_ref().unwrap_or(&Value::Null), ctx).await
+    (descriptor.start.open)(spec.config.as_ref().unwrap_or(&Value::Null), ctx).await
 }
 
 /// Builds a transformation from its spec, adding its extra outputs to `outputs`.

@@ -16,6 +16,7 @@ mod dataflow_kafka;
 mod dataflow_pg;
 mod dataflow_sqs;
 mod dev_routing;
+mod exactly_once;
 mod kubernetes;
 mod kubernetes_wire;
 mod processor;

@@ -78,6 +78,13 @@ impl Source for Batches {
         note(&self.log, format!("commit {last} ends"));
         Ok(())
     }
+
+    fn resume_text(&self, done: &[Position]) -> Option<String> {
+        match done.last() {
+            Some(Position::Column(n)) => Some(format!("after {n}")),
+            _ => None,
+        }
+    }
 }
 
 /// Notes each write by its last message, or does what `writes` says.
@@ -110,6 +117,14 @@ impl Sink for Written {
         note(&self.log, format!("write {last}"));
         Ok(())
     }
+
+    async fn write_at(&self, batch: &[Message], position: Option<&str>) -> Result<(), ConnectorError> {
+        self.write(batch).await?;
+        if let Some(position) = position {
+            note(&self.log, format!("stored {position}"));
+        }
+        Ok(())
+    }
 }
 
 /// A pipeline from `source` to a [`Written`] sink noting into `log`.
@@ -122,6 +137,7 @@ fn pipeline(
 ) -> Pipeline {
     Pipeline {
         source,
+        exactly_once: None,
         transforms: Arc::from(Vec::new()),
         main: Box::new(Written {
             log: log.clone(),
@@ -326,4 +342,30 @@ async fn large_messages_stop_the_reader_at_the_memory_budget_not_at_the_channels
         "{before} bytes read while the sink took nothing"
     );
     assert!(before >= MEMORY_BUDGET, "the reader stopped early: {before}");
+}
+
+/// Exactly once: each batch's write carries the source's position after
+/// it, with the source's digest before it, and the write comes before the
+/// batch's commit to the source.
+#[tokio::test]
+async fn an_exactly_once_sink_stores_each_batchs_position_with_it() {
+    let log: Arc<Mutex<Vec<String>>> = Arc::default();
+    let source = Batches::new(&[&[1, 2], &[3]], &log);
+    source.gate.add_permits(8);
+    let mut flow = pipeline(source, &log, Writes::Done, 8, 2);
+    flow.exactly_once = Some("digest ".into());
+    let (stop, shutdown) = watch::channel(false);
+    let run = tokio::spawn(flow.run(shutdown));
+    logged(&log, "commit 3 ends").await;
+    stop.send_replace(true);
+    let _ = run.await;
+    let log = log.lock().unwrap().clone();
+    let at = |line: &str| {
+        log.iter()
+            .position(|l| l == line)
+            .unwrap_or_else(|| panic!("{line}: {log:?}"))
+    };
+    assert!(at("write 2") < at("stored digest after 2"));
+    assert!(at("stored digest after 2") < at("commit 2 starts"));
+    assert!(at("stored digest after 3") < at("commit 3 starts"));
 }

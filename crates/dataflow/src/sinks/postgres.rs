@@ -16,6 +16,14 @@
 //! identity column `GENERATED ALWAYS` (refused there); and a JSON object,
 //! array or exponent number for any other non-json column, whose text the
 //! statement takes from jsonb (`{"a": 1}`, `0.0000001`).
+//!
+//! Exactly once (`exactlyOnce`, on unless set false where the source can
+//! resume from a stored position): each batch is written in one transaction
+//! with the source's position after it, in a table of the sink's own
+//! ([`POSITIONS`], one row per dataflow and target table, in the target's
+//! schema), and the dataflow resumes from that position when it starts, so
+//! a crash at any moment neither loses a row nor writes one twice. The row
+//! is deleted with the dataflow.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -28,7 +36,6 @@ use super::Sink;
 use crate::ConnectorError;
 use crate::component::Component;
 use crate::context::PipelineContext;
-use crate::egress::EgressPolicy;
 use crate::message::Message;
 use crate::sql::{connect, quote, quote_ident};
 use serde::Deserialize;
@@ -52,6 +59,35 @@ pub struct PostgresSinkConfig {
     pub conflict_key: Option<String>,
     pub connection_string_secret_ref: Option<SecretRef>,
     pub table_secret_ref: Option<SecretRef>,
+    /// Store the source's position with each batch; default on where the
+    /// source can resume from it.
+    pub exactly_once: Option<bool>,
+}
+
+/// The table an exactly-once sink keeps its dataflows' positions in.
+pub const POSITIONS: &str = "sless_dataflow_positions";
+
+/// Where an exactly-once sink keeps its position: the positions table (in
+/// the target's schema) and the row's key (the dataflow and the target).
+struct PositionRow {
+    table: String,
+    key: String,
+    /// The upsert of the position, prepared when the position is first read.
+    upsert: std::sync::OnceLock<tokio_postgres::Statement>,
+}
+
+impl PositionRow {
+    fn of(config_table: &str, ctx: &PipelineContext) -> Result<Self, ConnectorError> {
+        let table = match config_table.split_once('.') {
+            Some((schema, _)) => quote(&format!("{schema}.{POSITIONS}"))?,
+            None => quote(POSITIONS)?,
+        };
+        Ok(Self {
+            table,
+            key: format!("{} {config_table}", ctx.id),
+            upsert: std::sync::OnceLock::new(),
+        })
+    }
 }
 
 pub struct PostgresSink {
@@ -66,6 +102,8 @@ pub struct PostgresSink {
     copyable: bool,
     /// Batches still to write by statement after a conflict.
     by_statement: AtomicU32,
+    exactly_once: Option<bool>,
+    positions: PositionRow,
 }
 
 /// A column of the target table and how a message value becomes its input.
@@ -88,7 +126,8 @@ enum ColumnKind {
 }
 
 impl PostgresSink {
-    pub async fn connect(config: &PostgresSinkConfig, egress: &EgressPolicy) -> Result<Self, ConnectorError> {
+    pub async fn connect(config: &PostgresSinkConfig, ctx: &PipelineContext) -> Result<Self, ConnectorError> {
+        let egress = &ctx.egress;
         let dsn = config
             .connection_string
             .as_deref()
@@ -98,6 +137,7 @@ impl PostgresSink {
             .clone()
             .ok_or_else(|| ConnectorError::Config("table is required".into()))?;
         let table_quoted = quote(&table)?;
+        let table_for_positions = table.clone();
         let client = connect(dsn, egress).await?;
         if config.auto_create_table == Some(true) {
             client
@@ -172,6 +212,8 @@ impl PostgresSink {
             upsert_key,
             copyable,
             by_statement: AtomicU32::new(0),
+            exactly_once: config.exactly_once,
+            positions: PositionRow::of(&table_for_positions, ctx)?,
         })
     }
 
@@ -353,7 +395,27 @@ impl Component for PostgresSink {
 #[async_trait]
 impl super::Open for PostgresSink {
     async fn open(config: &PostgresSinkConfig, ctx: &PipelineContext) -> Result<Self, ConnectorError> {
-        Self::connect(config, &ctx.egress).await
+        Self::connect(config, ctx).await
+    }
+
+    async fn release(config: &PostgresSinkConfig, ctx: &PipelineContext) -> Result<(), ConnectorError> {
+        let (Some(dsn), Some(table)) = (&config.connection_string, &config.table) else {
+            return Ok(());
+        };
+        let positions = PositionRow::of(table, ctx)?;
+        let client = connect(dsn, &ctx.egress).await?;
+        match client
+            .execute(
+                &format!("DELETE FROM {} WHERE dataflow = $1", positions.table),
+                &[&positions.key],
+            )
+            .await
+        {
+            Ok(_) => Ok(()),
+            // Never exactly once: there is no table.
+            Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::UNDEFINED_TABLE) => Ok(()),
+            Err(e) => Err(ConnectorError::query(e)),
+        }
     }
 }
 
@@ -364,6 +426,78 @@ impl Sink for PostgresSink {
     }
 
     async fn write(&self, messages: &[Message]) -> Result<(), ConnectorError> {
+        self.write_rows(messages, false).await
+    }
+
+    fn exactly_once(&self) -> Option<bool> {
+        self.exactly_once
+    }
+
+    async fn stored_position(&self) -> Result<Option<String>, ConnectorError> {
+        let table = &self.positions.table;
+        self.client
+            .batch_execute(&format!(
+                "CREATE TABLE IF NOT EXISTS {table} (dataflow text PRIMARY KEY, position text NOT NULL, \
+                 written_at timestamptz NOT NULL DEFAULT now())"
+            ))
+            .await
+            .map_err(|e| match ConnectorError::query(e) {
+                ConnectorError::Config(reason) => ConnectorError::Config(format!(
+                    "exactlyOnce keeps the source's position in {table}, which cannot be made: {reason} \
+                     (grant CREATE, make the table, or set exactlyOnce to false)"
+                )),
+                other => other,
+            })?;
+        let upsert = self
+            .client
+            .prepare(&format!(
+                "INSERT INTO {table} (dataflow, position) VALUES ($1, $2) \
+                 ON CONFLICT (dataflow) DO UPDATE SET position = EXCLUDED.position, written_at = now()"
+            ))
+            .await
+            .map_err(ConnectorError::query)?;
+        let _ = self.positions.upsert.set(upsert);
+        Ok(self
+            .client
+            .query_opt(
+                &format!("SELECT position FROM {table} WHERE dataflow = $1"),
+                &[&self.positions.key],
+            )
+            .await
+            .map_err(ConnectorError::query)?
+            .map(|row| row.get(0)))
+    }
+
+    async fn write_at(&self, messages: &[Message], position: Option<&str>) -> Result<(), ConnectorError> {
+        let (Some(position), Some(upsert)) = (position, self.positions.upsert.get()) else {
+            return self.write_rows(messages, false).await;
+        };
+        self.client
+            .batch_execute("BEGIN")
+            .await
+            .map_err(ConnectorError::query)?;
+        let written = async {
+            self.write_rows(messages, true).await?;
+            self.client
+                .execute(upsert, &[&self.positions.key, &position])
+                .await
+                .map_err(ConnectorError::query)?;
+            self.client.batch_execute("COMMIT").await.map_err(ConnectorError::query)
+        }
+        .await;
+        if written.is_err() {
+            // Nothing of the batch stays; a connection that broke ended it anyway.
+            let _ = self.client.batch_execute("ROLLBACK").await;
+        }
+        written
+    }
+}
+
+impl PostgresSink {
+    /// The rows of a batch, by COPY where it can; `in_transaction`: inside
+    /// an open transaction, which a refused COPY aborts and this begins
+    /// again for the statement.
+    async fn write_rows(&self, messages: &[Message], in_transaction: bool) -> Result<(), ConnectorError> {
         if messages.is_empty() {
             return Ok(());
         }
@@ -382,7 +516,15 @@ impl Sink for PostgresSink {
             } else {
                 match self.copy(&batch, &present, &list).await? {
                     Copied::Written => return Ok(()),
-                    Copied::Conflict => self.by_statement.store(AFTER_CONFLICT, Ordering::Relaxed),
+                    Copied::Conflict => {
+                        self.by_statement.store(AFTER_CONFLICT, Ordering::Relaxed);
+                        if in_transaction {
+                            self.client
+                                .batch_execute("ROLLBACK; BEGIN")
+                                .await
+                                .map_err(ConnectorError::query)?;
+                        }
+                    }
                     Copied::Unsuitable => {}
                 }
             }

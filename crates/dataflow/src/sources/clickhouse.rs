@@ -140,6 +140,8 @@ impl Component for ClickHouseSource {
 
 #[async_trait]
 impl super::Open for ClickHouseSource {
+    const RESUMABLE: bool = true;
+
     async fn open(config: &ClickHouseSourceConfig, ctx: &PipelineContext) -> Result<Self, ConnectorError> {
         let dsn = config
             .connection_string
@@ -179,7 +181,7 @@ impl super::Open for ClickHouseSource {
             column_name,
             id_name,
             batch: config.batch_size.unwrap_or(DEFAULT_BATCH as u32).max(1) as usize,
-            polling: Polling::start(config.poll_interval, ctx.checkpoint.clone()).await?,
+            polling: Polling::start(config.poll_interval, ctx).await?,
         })
     }
 }
@@ -196,5 +198,9 @@ impl Source for ClickHouseSource {
 
     async fn commit(&self, done: &[Position]) -> Result<(), ConnectorError> {
         self.polling.commit(done).await
+    }
+
+    fn resume_text(&self, done: &[Position]) -> Option<String> {
+        super::polling::resume_text(done)
     }
 }

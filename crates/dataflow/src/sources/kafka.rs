@@ -24,12 +24,29 @@ use crate::message::Message;
 use sless_model::ValidationErrors;
 use sless_model::dataflow::Role;
 use sless_runtime::backoff::Backoff;
+use sless_runtime::sync::Unpoisoned;
 
 pub struct KafkaSource {
     consumer: Arc<StreamConsumer>,
     topic: String,
     /// With `format: avro`: where the writers' schemas are.
     registry: Option<SchemaRegistry>,
+    /// The highest offset of each partition an exactly-once sink holds
+    /// already: not handed out again.
+    skip: BTreeMap<i32, i64>,
+    /// The highest offset of each partition handed to an exactly-once sink
+    /// with its batch, from `skip` on.
+    written: std::sync::Mutex<BTreeMap<i32, i64>>,
+}
+
+/// An exactly-once sink's text of the highest offset written per partition.
+fn offsets_text(offsets: &BTreeMap<i32, i64>) -> String {
+    // A map of numbers serialises infallibly.
+    format!("kafka:{}", serde_json::to_string(offsets).unwrap_or_default())
+}
+
+fn parse_offsets(text: &str) -> Option<BTreeMap<i32, i64>> {
+    serde_json::from_str(text.strip_prefix("kafka:")?).ok()
 }
 
 /// Waits between attempts to reach the schema registry for a record in hand.
@@ -85,10 +102,18 @@ impl KafkaSource {
             (Format::Avro, None) => return Err(ConnectorError::Config("format avro needs a schemaRegistry".into())),
             (Format::Json, _) => None,
         };
+        let skip = match &ctx.resume {
+            Some(text) => parse_offsets(text).ok_or_else(|| {
+                ConnectorError::Config(format!("the sink's stored position {text:?} is not a Kafka position"))
+            })?,
+            None => BTreeMap::new(),
+        };
         Ok(Self {
             consumer,
             topic,
             registry,
+            written: std::sync::Mutex::new(skip.clone()),
+            skip,
         })
     }
 
@@ -168,6 +193,8 @@ impl Component for KafkaSource {
 
 #[async_trait]
 impl super::Open for KafkaSource {
+    const RESUMABLE: bool = true;
+
     async fn open(config: &KafkaConfig, ctx: &PipelineContext) -> Result<Self, ConnectorError> {
         Self::connect(config, ctx).await
     }
@@ -176,7 +203,13 @@ impl super::Open for KafkaSource {
 #[async_trait]
 impl Source for KafkaSource {
     async fn read(&self) -> Result<Vec<Record>, ConnectorError> {
-        let m = self.consumer.recv().await.map_err(classify)?;
+        let m = loop {
+            let m = self.consumer.recv().await.map_err(classify)?;
+            // Written already with a batch an exactly-once sink holds.
+            if self.skip.get(&m.partition()).is_none_or(|last| m.offset() > *last) {
+                break m;
+            }
+        };
         let mut record = record(&m);
         if let (Some(registry), Some(payload)) = (&self.registry, m.payload().map(<[u8]>::to_vec)) {
             drop(m);
@@ -209,6 +242,15 @@ impl Source for KafkaSource {
             .map_err(|e| ConnectorError::Transient(e.to_string()))?
             .map_err(classify)
     }
+
+    fn resume_text(&self, done: &[Position]) -> Option<String> {
+        let mut written = self.written.lock_unpoisoned();
+        for (partition, next) in next_offsets(done) {
+            let last = written.entry(partition).or_insert(next - 1);
+            *last = (*last).max(next - 1);
+        }
+        Some(offsets_text(&written))
+    }
 }
 
 impl Drop for KafkaSource {
@@ -234,6 +276,15 @@ mod tests {
     fn commits_the_offset_after_the_highest_done_per_partition() {
         let done = [at(0, 4), at(1, 9), at(0, 5), at(1, 7)];
         assert_eq!(next_offsets(&done), BTreeMap::from([(0, 6), (1, 10)]));
+    }
+
+    #[test]
+    fn stored_offsets_round_trip_and_refuse_other_positions() {
+        let offsets = BTreeMap::from([(0, 41), (2, 7)]);
+        assert_eq!(parse_offsets(&offsets_text(&offsets)), Some(offsets));
+        for bad in ["", "kafka:", "kafka:[1]", "cdc:0/1:2", r#"kafka:{"x":1}"#] {
+            assert_eq!(parse_offsets(bad), None, "{bad}");
+        }
     }
 
     #[test]

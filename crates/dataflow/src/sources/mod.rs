@@ -31,12 +31,13 @@ pub enum Position {
     Offset { partition: i32, offset: i64 },
     /// An SQS message, by the receipt that deletes it.
     Receipt(String),
-    /// A change captured from PostgreSQL: the slot position that writing
-    /// it (and everything before it) lets the source confirm.
-    Lsn(u64),
-    /// The last row of a PostgreSQL CDC snapshot: writing it (and every
-    /// row before it) completes the snapshot.
-    SnapshotDone,
+    /// A change captured from PostgreSQL: `confirms` is the slot position
+    /// that writing it (and everything before it) lets the source confirm;
+    /// `commit` (its transaction's commit LSN) and `index` (its place in
+    /// the transaction) order every change.
+    Change { confirms: u64, commit: u64, index: u32 },
+    /// A row of a PostgreSQL CDC snapshot; `last` completes the snapshot.
+    SnapshotRow { last: bool },
 }
 
 /// One record read from a source.
@@ -66,12 +67,26 @@ pub trait Source: Send + Sync {
     /// earlier batches) are written everywhere: the source may resume
     /// after them.
     async fn commit(&self, done: &[Position]) -> Result<(), ConnectorError>;
+
+    /// For an exactly-once sink, which stores it in the same transaction as
+    /// a batch: the text of where the source resumes once the records at
+    /// `done` (the batch's, in read order, after every earlier batch's) are
+    /// written. A source opened with it in [`PipelineContext::resume`] hands
+    /// out nothing at or before it. `None`: nothing to store for these
+    /// records; a source that cannot resume so keeps the default.
+    fn resume_text(&self, _done: &[Position]) -> Option<String> {
+        None
+    }
 }
 
 /// A source type: a [`Component`] that connects. One file holds each;
 /// [`crate::registry::SOURCES`] lists them.
 #[async_trait]
 pub trait Open: Component + Source {
+    /// Whether it resumes from the texts of [`Source::resume_text`], so
+    /// that an exactly-once sink can be used.
+    const RESUMABLE: bool = false;
+
     async fn open(config: &Self::Config, ctx: &PipelineContext) -> Result<Self, ConnectorError>;
 
     /// Removes what the source made on its server for this dataflow (a
@@ -95,6 +110,7 @@ type ReleaseFn = for<'a> fn(&'a Value, &'a PipelineContext) -> Releasing<'a>;
 pub struct Lifecycle {
     pub(crate) open: OpenFn,
     pub(crate) release: ReleaseFn,
+    pub(crate) resumable: bool,
 }
 
 /// A registry entry of a source.
@@ -108,6 +124,7 @@ impl Descriptor {
             start: Lifecycle {
                 open: open::<C>,
                 release: release::<C>,
+                resumable: C::RESUMABLE,
             },
         }
     }

@@ -156,12 +156,19 @@ pub struct Decoder {
 struct Open {
     xid: u32,
     commit_ms: i64,
+    /// Where its commit record is: orders transactions as they committed.
+    commit_lsn: u64,
 }
 
 impl Decoder {
     /// Whether a Begin has come without its Commit.
     pub fn in_transaction(&self) -> bool {
         self.open.is_some()
+    }
+
+    /// The commit LSN of the transaction being decoded.
+    pub fn commit_lsn(&self) -> Option<u64> {
+        self.open.as_ref().map(|open| open.commit_lsn)
     }
 
     /// Feeds one message, adding the change events it holds to `changes`;
@@ -172,12 +179,13 @@ impl Decoder {
         let tag = r.u8()?;
         match tag {
             b'B' => {
-                let _final_lsn = r.u64()?;
+                let commit_lsn = r.u64()?;
                 let commit = r.u64()?;
                 let xid = r.u32()?;
                 self.open = Some(Open {
                     xid,
                     commit_ms: pg_time_ms(commit),
+                    commit_lsn,
                 });
             }
             b'C' => {
@@ -347,6 +355,7 @@ mod tests {
         let mut changes = Vec::new();
         assert_eq!(d.feed(1, &begin(7), &mut changes).unwrap(), None);
         assert!(d.in_transaction());
+        assert_eq!(d.commit_lsn(), Some(0x100));
         d.feed(2, &relation(99), &mut changes).unwrap();
         let mut insert = vec![b'I'];
         insert.extend(99u32.to_be_bytes());

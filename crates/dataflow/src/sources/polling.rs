@@ -13,10 +13,22 @@ use serde::{Deserialize, Serialize};
 
 use super::{Position, Record};
 use crate::checkpoint::CheckpointStore;
+use crate::context::PipelineContext;
 use crate::{ConnectorError, store_error};
 use sless_runtime::sync::Unpoisoned;
 
 pub const DEFAULT_POLL: Duration = Duration::from_secs(5);
+
+/// What begins an exactly-once sink's text of a row position.
+const RESUME_PREFIX: &str = "row:";
+
+/// An exactly-once sink's text of the position of the last of `done`.
+pub fn resume_text(done: &[Position]) -> Option<String> {
+    match done.last() {
+        Some(Position::Column(last)) => Some(format!("{RESUME_PREFIX}{last}")),
+        _ => None,
+    }
+}
 
 /// Where reading goes on: after this row.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -64,15 +76,18 @@ pub(crate) struct Polling {
 }
 
 impl Polling {
-    /// Starts from the saved checkpoint, if any; `poll_interval` in
+    /// Starts from where an exactly-once sink says the rows are written
+    /// (never behind the checkpoint, which is saved only after the sinks
+    /// wrote), else from the saved checkpoint, if any; `poll_interval` in
     /// seconds, default [`DEFAULT_POLL`].
-    pub async fn start(
-        poll_interval: Option<u32>,
-        checkpoint: Option<Arc<dyn CheckpointStore>>,
-    ) -> Result<Self, ConnectorError> {
-        let start = match &checkpoint {
-            Some(store) => store.load().await.map_err(store_error)?.map(|t| RowPosition::parse(&t)),
-            None => None,
+    pub async fn start(poll_interval: Option<u32>, ctx: &PipelineContext) -> Result<Self, ConnectorError> {
+        let checkpoint = ctx.checkpoint.clone();
+        let start = match (&ctx.resume, &checkpoint) {
+            (Some(text), _) => Some(RowPosition::parse(text.strip_prefix(RESUME_PREFIX).ok_or_else(
+                || ConnectorError::Config(format!("the sink's stored position {text:?} is not a row position")),
+            )?)),
+            (None, Some(store)) => store.load().await.map_err(store_error)?.map(|t| RowPosition::parse(&t)),
+            (None, None) => None,
         };
         Ok(Self {
             poll_interval: poll_interval.map_or(DEFAULT_POLL, |s| Duration::from_secs(u64::from(s.max(1)))),

@@ -221,7 +221,7 @@ impl PostgresSource {
             query,
             reader: Mutex::new(Arc::new(reader)),
             batch: batch as usize,
-            polling: Polling::start(config.poll_interval, ctx.checkpoint.clone()).await?,
+            polling: Polling::start(config.poll_interval, ctx).await?,
         })
     }
 
@@ -363,6 +363,8 @@ impl Component for PostgresSource {
 
 #[async_trait]
 impl super::Open for PostgresSource {
+    const RESUMABLE: bool = true;
+
     async fn open(config: &PostgresSourceConfig, ctx: &PipelineContext) -> Result<Self, ConnectorError> {
         Self::connect(config, ctx).await
     }
@@ -382,5 +384,9 @@ impl Source for PostgresSource {
 
     async fn commit(&self, done: &[Position]) -> Result<(), ConnectorError> {
         self.polling.commit(done).await
+    }
+
+    fn resume_text(&self, done: &[Position]) -> Option<String> {
+        super::polling::resume_text(done)
     }
 }

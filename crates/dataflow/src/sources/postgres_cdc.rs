@@ -413,6 +413,8 @@ fn consistent_point(rows: &replication::Rows) -> Result<u64, ConnectorError> {
 
 #[async_trait]
 impl super::Open for PostgresCdcSource {
+    const RESUMABLE: bool = true;
+
     async fn open(config: &PostgresCdcConfig, ctx: &PipelineContext) -> Result<Self, ConnectorError> {
         let target = target(config, ctx).await?;
         let client = connect_to(&target).await?;
@@ -483,6 +485,14 @@ impl super::Open for PostgresCdcSource {
             .await
             .map_err(ConnectorError::query)?;
         let batch = config.batch_size.unwrap_or(DEFAULT_BATCH as u32).max(1) as usize;
+        let skip = match &ctx.resume {
+            Some(text) => Some(Order::parse(text).ok_or_else(|| {
+                ConnectorError::Config(format!(
+                    "the sink's stored position {text:?} is not a change capture position"
+                ))
+            })?),
+            None => None,
+        };
         let shared = Arc::new(Shared {
             done: AtomicU64::new(0),
             idle: AtomicU64::new(0),
@@ -526,6 +536,7 @@ impl super::Open for PostgresCdcSource {
                     start,
                     batch,
                     mark: mark.clone(),
+                    skip,
                 })
             }
         };
@@ -595,6 +606,8 @@ struct Job {
     start: u64,
     batch: usize,
     mark: Arc<SnapshotMark>,
+    /// What an exactly-once sink holds already.
+    skip: Option<Order>,
 }
 
 /// Reads the snapshot and the stream into `out` until it fails; the error
@@ -649,7 +662,7 @@ async fn read_all(mut job: Job, out: &mpsc::Sender<Record>, shared: &Shared) -> 
     let confirming = confirm(status, job.start, shared);
     tokio::pin!(confirming);
     tokio::select! {
-        read = stream_changes(stream, job.start, out, shared) => match read {
+        read = stream_changes(stream, job.start, job.skip, out, shared) => match read {
             // The source is dropped: confirm what it wrote first.
             Err(ConnectorError::Stopped) => confirming.await,
             other => other,
@@ -702,7 +715,7 @@ async fn snapshot(job: &mut Job, out: &mpsc::Sender<Record>) -> Result<bool, Con
                 }
                 let event = snapshot_event(&schema, &name, Value::Object(object), job.start, now_ms);
                 if let Some(previous) = held.replace(event) {
-                    send(out, previous, Position::Lsn(0)).await?;
+                    send(out, previous, Position::SnapshotRow { last: false }).await?;
                 }
                 rows_read += 1;
             }
@@ -712,7 +725,7 @@ async fn snapshot(job: &mut Job, out: &mpsc::Sender<Record>) -> Result<bool, Con
     tracing::info!(slot = %job.slot, rows = rows_read, "snapshot read");
     match held {
         Some(last) => {
-            send(out, last, Position::SnapshotDone).await?;
+            send(out, last, Position::SnapshotRow { last: true }).await?;
             Ok(true)
         }
         None => Ok(false),
@@ -722,34 +735,60 @@ async fn snapshot(job: &mut Job, out: &mpsc::Sender<Record>) -> Result<bool, Con
 /// Hands the stream's changes out as they are decoded. A change confirms
 /// its transaction only when it is the last one: the others carry the end
 /// of the transaction before, so a crash in the middle of a transaction
-/// delivers it again from its start.
+/// delivers it again from its start. Changes at or before `skip` (what an
+/// exactly-once sink holds already) are not handed out.
 async fn stream_changes(
     mut stream: ChangeStream,
     start: u64,
+    skip: Option<Order>,
     out: &mpsc::Sender<Record>,
     shared: &Shared,
 ) -> Result<(), ConnectorError> {
     let mut decoder = Decoder::default();
     let mut changes = Vec::new();
-    // The newest change, held until the next one or its commit shows
-    // whether it is its transaction's last.
-    let mut held: Option<Value> = None;
+    // The newest change and its order, held until the next one or its
+    // commit shows whether it is its transaction's last.
+    let mut held: Option<(Value, Order)> = None;
     // The end of the last transaction read, and of the last one handed out.
     let (mut read_upto, mut handed_upto) = (start, start);
+    let mut next = Order::default();
+    let hand_out = |message: Value, order: Order, confirms: u64| async move {
+        match skip {
+            Some(skip) if order <= skip => Ok(false),
+            _ => send(
+                out,
+                message,
+                Position::Change {
+                    confirms,
+                    commit: order.commit,
+                    index: order.index,
+                },
+            )
+            .await
+            .map(|()| true),
+        }
+    };
     loop {
         match stream.next().await? {
             Streamed::Data { start: lsn, data } => {
                 let end = decoder
                     .feed(lsn, &data, &mut changes)
                     .map_err(|e| ConnectorError::Closed(e.to_string()))?;
+                if let Some(commit) = decoder.commit_lsn()
+                    && commit != next.commit
+                {
+                    next = Order { commit, index: 0 };
+                }
                 for change in changes.drain(..) {
-                    if let Some(previous) = held.replace(change) {
-                        send(out, previous, Position::Lsn(read_upto)).await?;
+                    if let Some((previous, order)) = held.replace((change, next)) {
+                        hand_out(previous, order, read_upto).await?;
                     }
+                    next.index += 1;
                 }
                 if let Some(end) = end {
-                    if let Some(last) = held.take() {
-                        send(out, last, Position::Lsn(end)).await?;
+                    if let Some((last, order)) = held.take()
+                        && hand_out(last, order, end).await?
+                    {
                         handed_upto = end;
                     }
                     read_upto = end;
@@ -766,6 +805,37 @@ async fn stream_changes(
                 }
             }
         }
+    }
+}
+
+/// Where a change is in commit order: its transaction's commit LSN and its
+/// place in the transaction.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
+struct Order {
+    commit: u64,
+    index: u32,
+}
+
+/// The order of the last change among `done` (snapshot rows have none).
+fn last_change(done: &[Position]) -> Option<Order> {
+    done.iter().rev().find_map(|p| match *p {
+        Position::Change { commit, index, .. } => Some(Order { commit, index }),
+        _ => None,
+    })
+}
+
+impl Order {
+    /// As an exactly-once sink stores it.
+    fn text(self) -> String {
+        format!("cdc:{}:{}", lsn_text(self.commit), self.index)
+    }
+
+    fn parse(text: &str) -> Option<Self> {
+        let (commit, index) = text.strip_prefix("cdc:")?.rsplit_once(':')?;
+        Some(Self {
+            commit: parse_lsn(commit)?,
+            index: index.parse().ok()?,
+        })
     }
 }
 
@@ -827,7 +897,7 @@ impl Source for PostgresCdcSource {
         let newest = done
             .iter()
             .filter_map(|p| match p {
-                Position::Lsn(lsn) => Some(*lsn),
+                Position::Change { confirms, .. } => Some(*confirms),
                 _ => None,
             })
             .max();
@@ -836,11 +906,14 @@ impl Source for PostgresCdcSource {
         {
             self.shared.wrote.notify_one();
         }
-        let snapshot_written = done.contains(&Position::SnapshotDone);
-        if snapshot_written {
+        if done.contains(&Position::SnapshotRow { last: true }) {
             self.mark.written().await?;
         }
         Ok(())
+    }
+
+    fn resume_text(&self, done: &[Position]) -> Option<String> {
+        last_change(done).map(Order::text)
     }
 }
 
@@ -891,6 +964,44 @@ mod tests {
             serde_json::from_value::<PostgresCdcConfig>(serde_json::json!({"table": "t", "snapshot": "always"}))
                 .is_err()
         );
+    }
+
+    #[test]
+    fn change_orders_round_trip_and_sort_by_commit_then_index() {
+        let a = Order {
+            commit: 0x1_0000_0010,
+            index: 7,
+        };
+        assert_eq!(Order::parse(&a.text()), Some(a));
+        assert!(
+            a < Order {
+                commit: a.commit,
+                index: 8
+            }
+        );
+        assert!(
+            Order {
+                commit: 0x20,
+                index: 99
+            } < a
+        );
+        for bad in ["", "cdc:", "cdc:1/2", "cdc:x/2:3", "kafka:1/2:3", "cdc:1/2:-1"] {
+            assert_eq!(Order::parse(bad), None, "{bad}");
+        }
+        let source_done = [
+            Position::SnapshotRow { last: true },
+            Position::Change {
+                confirms: 5,
+                commit: 0x30,
+                index: 1,
+            },
+            Position::SnapshotRow { last: false },
+        ];
+        assert_eq!(
+            last_change(&source_done).map(Order::text).as_deref(),
+            Some("cdc:0/30:1")
+        );
+        assert_eq!(last_change(&source_done[..1]), None, "snapshot rows store no position");
     }
 
     #[test]

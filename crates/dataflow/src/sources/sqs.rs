@@ -195,6 +195,7 @@ mod tests {
             checkpoint: None,
             egress: Default::default(),
             queue_services: None,
+            resume: None,
         };
         let source = SqsSource::open(&config, &ctx).await.unwrap();
         let (first, second) = (source.read().await.unwrap(), source.read().await.unwrap());

@@ -96,6 +96,7 @@ fn context() -> PipelineContext {
         checkpoint: None,
         egress: policy(),
         queue_services: None,
+        resume: None,
     }
 }
 

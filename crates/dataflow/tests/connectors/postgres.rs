@@ -35,6 +35,7 @@ fn ctx() -> PipelineContext {
         checkpoint: None,
         egress: Default::default(),
         queue_services: None,
+        resume: None,
     }
 }
 

@@ -316,10 +316,11 @@ async fn remove_checkpoint(client: &kube::Client, ns: &str, name: &str) -> Resul
 /// How long the operator tries to remove a deleted dataflow's source state.
 const RELEASE_TIMEOUT: Duration = Duration::from_secs(15);
 
-/// Removes what the source made on its server (a `postgresql-cdc`
-/// replication slot and publication), after the processor is gone. A
-/// failure is logged and does not hold the deletion: the slot is left on
-/// the tenant's server (docs/connectors.md says how to drop it).
+/// Removes what the source and the sink keep on their servers (a
+/// `postgresql-cdc` replication slot and publication, an exactly-once
+/// sink's stored position), after the processor is gone. A failure is
+/// logged and does not hold the deletion: the slot is left on the tenant's
+/// server (docs/connectors.md says how to drop it).
 async fn release_source(df: &DataFlow, ctx: &Context, ns: &str, name: &str) -> Result<(), Error> {
     let Ok(spec) = df.spec.to_spec() else { return Ok(()) };
     let Resolved::Ready((resolved, _)) = resolve(ctx, ns, spec).await? else {
@@ -331,16 +332,17 @@ async fn release_source(df: &DataFlow, ctx: &Context, ns: &str, name: &str) -> R
         checkpoint: None,
         egress: Arc::new(sless_dataflow::egress::EgressPolicy::restricted(vec![], vec![], None)),
         queue_services: None,
+        resume: None,
     };
     let released = tokio::time::timeout(
         RELEASE_TIMEOUT,
-        sless_dataflow::registry::release_source(&resolved.source, &pipeline),
+        sless_dataflow::registry::release(&resolved.source, &resolved.sink, &pipeline),
     )
     .await;
     match released {
         Ok(Ok(())) => {}
-        Ok(Err(error)) => tracing::warn!(%ns, %name, %error, "cannot remove the dataflow's source state"),
-        Err(_) => tracing::warn!(%ns, %name, "removing the dataflow's source state timed out"),
+        Ok(Err(error)) => tracing::warn!(%ns, %name, %error, "cannot remove the dataflow's state on its servers"),
+        Err(_) => tracing::warn!(%ns, %name, "removing the dataflow's state on its servers timed out"),
     }
     Ok(())
 }

@@ -29,6 +29,7 @@ pub(super) struct RunningFlow {
     /// The source and context, to release the source's server-side state
     /// (a replication slot) when the dataflow is deleted.
     source: ConnectorSpec,
+    sink: ConnectorSpec,
     ctx: PipelineContext,
 }
 
@@ -92,9 +93,9 @@ impl RunningFlow {
     /// source made on its server (a replication slot, which cannot be
     /// dropped while the processor uses it).
     pub(super) async fn deleted(self) {
-        let (source, ctx) = (self.source.clone(), self.ctx.clone());
+        let (source, sink, ctx) = (self.source.clone(), self.sink.clone(), self.ctx.clone());
         self.finished().await;
-        release(&source, &ctx).await;
+        release(&source, &sink, &ctx).await;
     }
 
     /// [`Self::finished`] for several: all are signalled first, so they
@@ -109,9 +110,9 @@ impl RunningFlow {
     }
 }
 
-async fn release(source: &ConnectorSpec, ctx: &PipelineContext) {
-    if let Err(error) = sless_dataflow::registry::release_source(source, ctx).await {
-        tracing::warn!(dataflow = %ctx.id, %error, "cannot remove the deleted dataflow's source state");
+async fn release(source: &ConnectorSpec, sink: &ConnectorSpec, ctx: &PipelineContext) {
+    if let Err(error) = sless_dataflow::registry::release(source, sink, ctx).await {
+        tracing::warn!(dataflow = %ctx.id, %error, "cannot remove the deleted dataflow's state on its servers");
     }
 }
 
@@ -156,11 +157,13 @@ impl LocalPlatform {
             .extract_if(|(tenant, name), _| !flows.iter().any(|f| &f.tenant == tenant && &f.name == name))
             .map(|(_, flow)| flow)
             .collect();
-        let released: Vec<(ConnectorSpec, PipelineContext)> =
-            deleted.iter().map(|f| (f.source.clone(), f.ctx.clone())).collect();
+        let released: Vec<(ConnectorSpec, ConnectorSpec, PipelineContext)> = deleted
+            .iter()
+            .map(|f| (f.source.clone(), f.sink.clone(), f.ctx.clone()))
+            .collect();
         RunningFlow::all_finished(deleted).await;
-        for (source, ctx) in released {
-            release(&source, &ctx).await;
+        for (source, sink, ctx) in released {
+            release(&source, &sink, &ctx).await;
         }
     }
 
@@ -219,6 +222,7 @@ impl LocalPlatform {
                 store: self.store.clone(),
                 tenant: f.tenant.clone(),
             })),
+            resume: None,
             id,
         };
         let stats = Arc::new(sless_dataflow::pipeline::Stats::default());
@@ -245,6 +249,7 @@ impl LocalPlatform {
             events,
             stats,
             source: f.spec.source.clone(),
+            sink: f.spec.sink.clone(),
             ctx,
         }
     }

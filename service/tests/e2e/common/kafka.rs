@@ -80,19 +80,25 @@ impl Broker {
         }
     }
 
-    /// Produces `(key, JSON)` records and waits for every acknowledgement.
+    /// Produces `(key, JSON)` records and waits for every acknowledgement;
+    /// all are in flight at once (awaited one by one, each would wait out
+    /// the producer's linger).
     pub async fn produce(&self, topic: &str, records: &[(String, Value)]) {
         let producer: FutureProducer = self.config().create().unwrap();
-        for (key, value) in records {
-            let payload = value.to_string();
-            producer
-                .send(
-                    FutureRecord::to(topic).key(key).payload(&payload),
-                    Duration::from_secs(10),
-                )
-                .await
-                .expect("produced");
-        }
+        let sends = records.iter().map(|(key, value)| {
+            let producer = &producer;
+            async move {
+                let payload = value.to_string();
+                producer
+                    .send(
+                        FutureRecord::to(topic).key(key).payload(&payload),
+                        Duration::from_secs(30),
+                    )
+                    .await
+                    .expect("produced");
+            }
+        });
+        futures_util::future::join_all(sends).await;
     }
 
     /// Reads `topic` from the start with a fresh group until `want` records
