@@ -11,13 +11,36 @@ use super::{BATCH, Flow, ROWS, count};
 
 use serde_json::json;
 
-/// Rows/s of the dataflow and of the inserts.
-pub async fn to_pg(db: &tokio_postgres::Client, dsn: &str) -> anyhow::Result<(f64, f64)> {
-    db.batch_execute(
+/// How the captured changes are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Written {
+    /// Each Debezium-shaped event whole, in a JSONB column.
+    Events,
+    /// The row after the change (a `select` of `after`'s fields, as
+    /// Debezium's "new record state" unwrapping before a JDBC sink), into a
+    /// table of the source's columns.
+    Rows,
+}
+
+/// Rows/s of the dataflow and of the inserts, and the CPU a row each took
+/// (the dataflow's: this process, and the server's walsender and sink
+/// backend; the inserts': the server's).
+pub async fn to_pg(
+    db: &tokio_postgres::Client,
+    dsn: &str,
+    written: Written,
+) -> anyhow::Result<(f64, f64, String, String)> {
+    let target = match written {
+        Written::Events => {
+            "CREATE TABLE bench_cdc_dst (id bigserial PRIMARY KEY, data jsonb NOT NULL, created_at timestamptz NOT NULL DEFAULT now())"
+        }
+        Written::Rows => "CREATE TABLE bench_cdc_dst (id int PRIMARY KEY, customer_name text, card text, amount int)",
+    };
+    db.batch_execute(&format!(
         "DROP TABLE IF EXISTS bench_cdc_src, bench_cdc_dst;
          CREATE TABLE bench_cdc_src (id int PRIMARY KEY, customer_name text, card text, amount int);
-         CREATE TABLE bench_cdc_dst (id bigserial PRIMARY KEY, data jsonb NOT NULL, created_at timestamptz NOT NULL DEFAULT now());",
-    )
+         {target};"
+    ))
     .await?;
     // Names a spec gives are scoped to the tenant (`bench`, of `bench/cdc`).
     let slot = format!("{}cdc", sless_dataflow::sources::postgres_cdc::name_prefix("bench"));
@@ -27,17 +50,25 @@ pub async fn to_pg(db: &tokio_postgres::Client, dsn: &str) -> anyhow::Result<(f6
          DROP PUBLICATION IF EXISTS {slot};"
     ))
     .await?;
+    let transformations = match written {
+        Written::Events => json!([]),
+        Written::Rows => {
+            json!([{"type": "select", "config": {"fields": ["after.id", "after.customer_name", "after.card", "after.amount"]}}])
+        }
+    };
     // Connecting creates the slot: only later changes are captured.
     let flow = Flow::connect(
         json!({
             "source": {"type": "postgresql-cdc", "config": {"connectionString": dsn, "table": "bench_cdc_src", "batchSize": BATCH,
-                       "pollInterval": 1, "slotName": slot}},
+                       "slotName": slot}},
             "sink": {"type": "postgresql", "config": {"connectionString": dsn, "table": "bench_cdc_dst"}},
+            "transformations": transformations,
             "channelBufferSize": BATCH
         }),
         "bench/cdc",
     )
     .await?;
+    let before_inserts = super::cpu(db).await?;
     let started = Instant::now();
     for t in 0..ROWS / BATCH {
         db.batch_execute(&format!(
@@ -49,17 +80,33 @@ pub async fn to_pg(db: &tokio_postgres::Client, dsn: &str) -> anyhow::Result<(f6
         .await?;
     }
     let inserts = ROWS as f64 / started.elapsed().as_secs_f64();
+    let inserts_cpu = super::cpu_per_row(before_inserts, super::cpu(db).await?);
+    let before_flow = super::cpu(db).await?;
+    let walsender: i32 = db
+        .query_one(
+            "SELECT pid FROM pg_stat_replication WHERE application_name = 'sless' LIMIT 1",
+            &[],
+        )
+        .await?
+        .get(0);
+    let walsender = u32::try_from(walsender)?;
+    let walsender_before = super::support::own_cpu_time(walsender);
     let started = Instant::now();
     let (source, sink, ctx) = (flow.spec.source.clone(), flow.spec.sink.clone(), flow.ctx.clone());
     let running = flow.run();
     running.written(ROWS).await;
     let flow = ROWS as f64 / started.elapsed().as_secs_f64();
+    let decoding = (super::support::own_cpu_time(walsender) - walsender_before).as_secs_f64() * 1e6 / ROWS as f64;
+    let flow_cpu = format!(
+        "{} (the walsender's decoding {decoding:.1})",
+        super::cpu_per_row(before_flow, super::cpu(db).await?)
+    );
     running.stop().await;
     let written = count(db, "bench_cdc_dst").await?;
     anyhow::ensure!(written == ROWS, "every change written once, not {written}");
     sless_dataflow::registry::release(&source, &sink, &ctx).await?;
     db.batch_execute("DROP TABLE bench_cdc_src, bench_cdc_dst").await?;
-    Ok((flow, inserts))
+    Ok((flow, inserts, flow_cpu, inserts_cpu))
 }
 
 /// The time from a change's commit to its row in the sink, at a steady

@@ -209,12 +209,20 @@ fn unencrypted(dsn: String) -> String {
 }
 
 async fn cdc_lines(db: &tokio_postgres::Client, dsn: &str) -> anyhow::Result<()> {
-    let (cdc, inserts) = cdc::to_pg(db, dsn).await?;
-    println!(
-        "PG CDC→PG {ROWS} rows in transactions of {BATCH}: dataflow draining them {cdc:.0} rows/s, \
-         the inserts themselves {inserts:.0} rows/s = ratio {:.2}",
-        cdc / inserts
-    );
+    for (written, what) in [
+        (
+            cdc::Written::Rows,
+            "the rows after each change into a table like the source's",
+        ),
+        (cdc::Written::Events, "each event whole into a JSONB column"),
+    ] {
+        let (cdc, inserts, flow_cpu, inserts_cpu) = cdc::to_pg(db, dsn, written).await?;
+        println!(
+            "PG CDC→PG {ROWS} rows in transactions of {BATCH}, {what}: dataflow draining them {cdc:.0} rows/s, \
+             the inserts themselves {inserts:.0} rows/s = ratio {:.2}. Dataflow {flow_cpu}, inserts {inserts_cpu}",
+            cdc / inserts
+        );
+    }
     let (rate, seconds) = (1000, 20);
     let (p50, p99) = cdc::latency(db, dsn, rate, seconds).await?;
     println!(

@@ -257,7 +257,7 @@ pub struct PostgresCdcSource {
     mark: Arc<SnapshotMark>,
     batch: usize,
     shared: Arc<Shared>,
-    records: tokio::sync::Mutex<mpsc::Receiver<Record>>,
+    records: tokio::sync::Mutex<Inbox>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -501,7 +501,12 @@ impl super::Open for PostgresCdcSource {
             wrote: Notify::new(),
             closing: Notify::new(),
         });
-        let (sender, records) = mpsc::channel(READ_AHEAD * batch);
+        let (sender, records) = mpsc::channel(READ_AHEAD);
+        let sender = Outbox {
+            out: sender,
+            pending: Vec::with_capacity(batch),
+            limit: batch,
+        };
         let mark = Arc::new(SnapshotMark {
             client: Arc::new(client),
             publication: publication_quoted,
@@ -545,7 +550,10 @@ impl super::Open for PostgresCdcSource {
             mark,
             batch,
             shared,
-            records: tokio::sync::Mutex::new(records),
+            records: tokio::sync::Mutex::new(Inbox {
+                records,
+                leftover: std::collections::VecDeque::new(),
+            }),
             task,
         })
     }
@@ -613,9 +621,9 @@ struct Job {
 /// Reads the snapshot and the stream into `out` until it fails; the error
 /// is kept for [`Source::read`], which sees the channel close after the
 /// records sent before it.
-async fn run(job: Option<Job>, out: mpsc::Sender<Record>, shared: Arc<Shared>) {
+async fn run(job: Option<Job>, mut out: Outbox, shared: Arc<Shared>) {
     let ended = match job {
-        Some(job) => read_all(job, &out, &shared).await,
+        Some(job) => read_all(job, &mut out, &shared).await,
         None => Ok(()),
     };
     match ended {
@@ -630,16 +638,45 @@ async fn run(job: Option<Job>, out: mpsc::Sender<Record>, shared: Arc<Shared>) {
     }
 }
 
-async fn send(out: &mpsc::Sender<Record>, message: Value, position: Position) -> Result<(), ConnectorError> {
-    out.send(Record {
-        message: Message::new(message),
-        position,
-    })
-    .await
-    .map_err(|_| ConnectorError::Stopped)
+/// Records on their way to [`Source::read`], a batch's worth at a time:
+/// one channel message (and one wake-up of the reader) a batch, not a record.
+struct Outbox {
+    out: mpsc::Sender<Vec<Record>>,
+    pending: Vec<Record>,
+    /// A batch.
+    limit: usize,
 }
 
-async fn read_all(mut job: Job, out: &mpsc::Sender<Record>, shared: &Shared) -> Result<(), ConnectorError> {
+impl Outbox {
+    async fn push(&mut self, message: Value, position: Position) -> Result<(), ConnectorError> {
+        self.pending.push(Record {
+            message: Message::new(message),
+            position,
+        });
+        if self.pending.len() >= self.limit {
+            self.flush().await?;
+        }
+        Ok(())
+    }
+
+    /// Sends what is pending (waiting while the reader is behind).
+    async fn flush(&mut self) -> Result<(), ConnectorError> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let chunk = std::mem::replace(&mut self.pending, Vec::with_capacity(self.limit));
+        self.out.send(chunk).await.map_err(|_| ConnectorError::Stopped)
+    }
+}
+
+/// What [`Source::read`] takes records from.
+struct Inbox {
+    records: mpsc::Receiver<Vec<Record>>,
+    /// Records of a chunk beyond the last batch handed out.
+    leftover: std::collections::VecDeque<Record>,
+}
+
+async fn read_all(mut job: Job, out: &mut Outbox, shared: &Shared) -> Result<(), ConnectorError> {
     if matches!(job.plan, Plan::SnapshotThenStream | Plan::SnapshotOnly) {
         let any = snapshot(&mut job, out).await?;
         job.repl.query("COMMIT").await?;
@@ -674,7 +711,7 @@ async fn read_all(mut job: Job, out: &mpsc::Sender<Record>, shared: &Shared) -> 
 /// Reads the tables in the snapshot of the open transaction, handing each
 /// row out as an `op: r` event; the last one's position completes the
 /// snapshot. Whether there was a row.
-async fn snapshot(job: &mut Job, out: &mpsc::Sender<Record>) -> Result<bool, ConnectorError> {
+async fn snapshot(job: &mut Job, out: &mut Outbox) -> Result<bool, ConnectorError> {
     let now_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64);
@@ -715,7 +752,7 @@ async fn snapshot(job: &mut Job, out: &mpsc::Sender<Record>) -> Result<bool, Con
                 }
                 let event = snapshot_event(&schema, &name, Value::Object(object), job.start, now_ms);
                 if let Some(previous) = held.replace(event) {
-                    send(out, previous, Position::SnapshotRow { last: false }).await?;
+                    out.push(previous, Position::SnapshotRow { last: false }).await?;
                 }
                 rows_read += 1;
             }
@@ -725,7 +762,8 @@ async fn snapshot(job: &mut Job, out: &mpsc::Sender<Record>) -> Result<bool, Con
     tracing::info!(slot = %job.slot, rows = rows_read, "snapshot read");
     match held {
         Some(last) => {
-            send(out, last, Position::SnapshotRow { last: true }).await?;
+            out.push(last, Position::SnapshotRow { last: true }).await?;
+            out.flush().await?;
             Ok(true)
         }
         None => Ok(false),
@@ -741,7 +779,7 @@ async fn stream_changes(
     mut stream: ChangeStream,
     start: u64,
     skip: Option<Order>,
-    out: &mpsc::Sender<Record>,
+    out: &mut Outbox,
     shared: &Shared,
 ) -> Result<(), ConnectorError> {
     let mut decoder = Decoder::default();
@@ -752,23 +790,11 @@ async fn stream_changes(
     // The end of the last transaction read, and of the last one handed out.
     let (mut read_upto, mut handed_upto) = (start, start);
     let mut next = Order::default();
-    let hand_out = |message: Value, order: Order, confirms: u64| async move {
-        match skip {
-            Some(skip) if order <= skip => Ok(false),
-            _ => send(
-                out,
-                message,
-                Position::Change {
-                    confirms,
-                    commit: order.commit,
-                    index: order.index,
-                },
-            )
-            .await
-            .map(|()| true),
-        }
-    };
     loop {
+        // Nothing more arrived yet: hand out what is decoded.
+        if !stream.buffered() {
+            out.flush().await?;
+        }
         match stream.next().await? {
             Streamed::Data { start: lsn, data } => {
                 let end = decoder
@@ -780,15 +806,18 @@ async fn stream_changes(
                     next = Order { commit, index: 0 };
                 }
                 for change in changes.drain(..) {
-                    if let Some((previous, order)) = held.replace((change, next)) {
-                        hand_out(previous, order, read_upto).await?;
+                    if let Some((previous, order)) = held.replace((change, next))
+                        && skip.is_none_or(|skip| order > skip)
+                    {
+                        out.push(previous, order.position(read_upto)).await?;
                     }
                     next.index += 1;
                 }
                 if let Some(end) = end {
                     if let Some((last, order)) = held.take()
-                        && hand_out(last, order, end).await?
+                        && skip.is_none_or(|skip| order > skip)
                     {
+                        out.push(last, order.position(end)).await?;
                         handed_upto = end;
                     }
                     read_upto = end;
@@ -825,6 +854,15 @@ fn last_change(done: &[Position]) -> Option<Order> {
 }
 
 impl Order {
+    /// The position of the change at this order, which confirms `confirms`.
+    fn position(self, confirms: u64) -> Position {
+        Position::Change {
+            confirms,
+            commit: self.commit,
+            index: self.index,
+        }
+    }
+
     /// As an exactly-once sink stores it.
     fn text(self) -> String {
         format!("cdc:{}:{}", lsn_text(self.commit), self.index)
@@ -880,17 +918,28 @@ impl Source for PostgresCdcSource {
     }
 
     async fn read(&self) -> Result<Vec<Record>, ConnectorError> {
-        let mut records = self.records.lock().await;
-        let mut batch = Vec::with_capacity(self.batch);
-        if records.recv_many(&mut batch, self.batch).await == 0 {
-            return Err(self
-                .shared
-                .error
-                .lock_unpoisoned()
-                .take()
-                .unwrap_or_else(|| ConnectorError::Closed("the replication stream ended".into())));
+        let mut inbox = self.records.lock().await;
+        if inbox.leftover.is_empty() {
+            match inbox.records.recv().await {
+                Some(chunk) => inbox.leftover.extend(chunk),
+                None => {
+                    return Err(self
+                        .shared
+                        .error
+                        .lock_unpoisoned()
+                        .take()
+                        .unwrap_or_else(|| ConnectorError::Closed("the replication stream ended".into())));
+                }
+            }
         }
-        Ok(batch)
+        // Up to a batch, with what else is decoded already.
+        while inbox.leftover.len() < self.batch
+            && let Ok(chunk) = inbox.records.try_recv()
+        {
+            inbox.leftover.extend(chunk);
+        }
+        let take = inbox.leftover.len().min(self.batch);
+        Ok(inbox.leftover.drain(..take).collect())
     }
 
     async fn commit(&self, done: &[Position]) -> Result<(), ConnectorError> {

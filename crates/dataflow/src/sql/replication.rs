@@ -413,6 +413,12 @@ pub struct ChangeStream {
 }
 
 impl ChangeStream {
+    /// Whether more of what the server sent is read already: the next
+    /// message (or part of it) comes without waiting.
+    pub fn buffered(&self) -> bool {
+        !self.reader.buffer().is_empty()
+    }
+
     /// The next message, failing after [`SILENT_LIMIT`] of silence.
     pub async fn next(&mut self) -> Result<Streamed, ReplicationError> {
         loop {
