@@ -988,3 +988,60 @@ async fn snapshot_never_and_initial_only() {
         .await
         .unwrap();
 }
+
+/// The replication connection takes the connection string's TLS as every
+/// connector's does: over `verify-full` to a server whose certificate names
+/// the host, changes flow; a certificate naming another host is refused
+/// and the dataflow says so. (The TLS end is a test proxy in front of the
+/// local PostgreSQL: see `common/pg_tls.rs`.)
+#[tokio::test]
+async fn capture_over_tls_verify_full_and_a_misnamed_certificate_refused() {
+    use crate::common::pg_tls::TlsPostgres;
+    use sless_testkit::tls::Ca;
+    let db = db().await;
+    let (table, events) = (unique("cdc_tls"), unique("cdc_tls_events"));
+    db.batch_execute(&format!("CREATE TABLE {table} (id int PRIMARY KEY)"))
+        .await
+        .unwrap();
+    let ca = Ca::new("test database CA");
+    let (cert, key) = ca.issue(&["localhost"], &[]);
+    let server = TlsPostgres::start(&cert, &key).await;
+    let (other_cert, other_key) = ca.issue(&["db.elsewhere.example"], &[]);
+    let misnamed = TlsPostgres::start(&other_cert, &other_key).await;
+    let dir = TempDir::new("df-cdc-tls");
+    std::fs::create_dir_all(dir.0.join("tls")).unwrap();
+    std::fs::write(dir.0.join("tls/ca.pem"), &ca.pem).unwrap();
+    let tls = |port: u16| {
+        json!({"type": "postgresql-cdc", "config": {
+            "connectionString": format!("postgres://postgres@localhost:{port}/test?sslmode=verify-full&sslrootcert=ca.pem"),
+            "table": table}})
+    };
+    let name = flow_name("cdc-tls");
+    let (_server, a) = running(
+        &dir,
+        &name,
+        tls(server.port),
+        pg(&events, json!({"autoCreateTable": true})),
+        json!({}),
+    )
+    .await;
+    db.batch_execute(&format!("INSERT INTO {table} VALUES (7)"))
+        .await
+        .unwrap();
+    let got = events_once(&db, &events, 1).await;
+    assert_eq!(got[0]["after"]["id"], 7);
+    let (slots, _) = slots_and_publications(&db).await;
+    assert!(slots.contains(&default_slot(&name)));
+
+    let refused = flow_name("cdc-tls-misnamed");
+    a.create_dataflow(json!({"name": refused, "source": tls(misnamed.port),
+                              "sink": pg(&events, json!({"autoCreateTable": true}))}))
+        .await;
+    a.wait_for_phase(&refused, "Error", Duration::from_secs(15)).await;
+    for name in [&name, &refused] {
+        assert_eq!(a.delete(&format!("/api/v1/dataflows/{name}")).await.0, 204);
+    }
+    db.batch_execute(&format!("DROP TABLE {table}, {events}"))
+        .await
+        .unwrap();
+}
