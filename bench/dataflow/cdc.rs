@@ -11,6 +11,19 @@ use super::{BATCH, Flow, ROWS, count};
 
 use serde_json::json;
 
+/// The slot (and publication) name `name` of the benchmark's dataflows,
+/// with none of that name left by an aborted run (it would hand its changes
+/// out again). Names a spec gives are scoped to the tenant (`bench`).
+async fn fresh_slot(db: &tokio_postgres::Client, name: &str) -> anyhow::Result<String> {
+    let slot = format!("{}{name}", sless_dataflow::sources::postgres_cdc::name_prefix("bench"));
+    db.batch_execute(&format!(
+        "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = '{slot}';
+         DROP PUBLICATION IF EXISTS {slot};"
+    ))
+    .await?;
+    Ok(slot)
+}
+
 /// How the captured changes are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Written {
@@ -42,14 +55,7 @@ pub async fn to_pg(
          {target};"
     ))
     .await?;
-    // Names a spec gives are scoped to the tenant (`bench`, of `bench/cdc`).
-    let slot = format!("{}cdc", sless_dataflow::sources::postgres_cdc::name_prefix("bench"));
-    // A slot left by an aborted run would hand its changes out again.
-    db.batch_execute(&format!(
-        "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = '{slot}';
-         DROP PUBLICATION IF EXISTS {slot};"
-    ))
-    .await?;
+    let slot = fresh_slot(db, "cdc").await?;
     let transformations = match written {
         Written::Events => json!([]),
         Written::Rows => {
@@ -122,12 +128,7 @@ pub async fn latency(db: &tokio_postgres::Client, dsn: &str, rate: u64, seconds:
                                          written timestamptz NOT NULL DEFAULT clock_timestamp());",
     )
     .await?;
-    let slot = format!("{}cdc_lat", sless_dataflow::sources::postgres_cdc::name_prefix("bench"));
-    db.batch_execute(&format!(
-        "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = '{slot}';
-         DROP PUBLICATION IF EXISTS {slot};"
-    ))
-    .await?;
+    let slot = fresh_slot(db, "cdc_lat").await?;
     let flow = Flow::connect(
         json!({
             "source": {"type": "postgresql-cdc", "config": {"connectionString": dsn, "table": "bench_cdc_lat_src",
