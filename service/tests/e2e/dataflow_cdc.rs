@@ -1045,3 +1045,100 @@ async fn capture_over_tls_verify_full_and_a_misnamed_certificate_refused() {
         .await
         .unwrap();
 }
+
+/// A transaction larger than the server's `logical_decoding_work_mem`
+/// (64kB here, set by the connection string's `options`) is streamed by
+/// the server while it runs (pgoutput protocol 2): its changes are kept
+/// (over a MiB of them: in a file) until its commit and come as one transaction in commit order, after the
+/// small transactions that committed while it ran; a subtransaction it
+/// rolled back and a large transaction that aborted leave nothing. The
+/// server's own statistics show that it streamed.
+#[tokio::test]
+async fn a_transaction_streamed_while_in_progress_arrives_at_its_commit_without_what_aborted() {
+    let db = db().await;
+    let (src, events) = (unique("cdc_streamed"), unique("cdc_streamed_events"));
+    db.batch_execute(&format!("CREATE TABLE {src} (id int PRIMARY KEY, payload text)"))
+        .await
+        .unwrap();
+    let dir = TempDir::new("df-cdc-streamed");
+    let name = flow_name("cdc-streamed");
+    let source = json!({"type": "postgresql-cdc", "config": {
+        "connectionString": format!("{}?options=-c%20logical_decoding_work_mem%3D64kB", dsn()),
+        "table": src, "batchSize": 500}});
+    let (_server, a) = running(
+        &dir,
+        &name,
+        source,
+        pg(&events, json!({"autoCreateTable": true})),
+        json!({}),
+    )
+    .await;
+
+    let big = db_connection().await;
+    big.batch_execute(&format!(
+        "BEGIN;
+         INSERT INTO {src} SELECT g, repeat('x', 200) FROM generate_series(1, 6000) g;
+         SAVEPOINT s;
+         INSERT INTO {src} SELECT g, repeat('y', 200) FROM generate_series(10001, 11000) g;
+         ROLLBACK TO SAVEPOINT s;"
+    ))
+    .await
+    .unwrap();
+    for id in 30001..30021 {
+        db.batch_execute(&format!("INSERT INTO {src} VALUES ({id}, 'small')"))
+            .await
+            .unwrap();
+    }
+    big.batch_execute(&format!(
+        "UPDATE {src} SET payload = 'updated' WHERE id <= 10; COMMIT;
+         BEGIN; INSERT INTO {src} SELECT g, repeat('z', 200) FROM generate_series(20001, 23000) g; ROLLBACK;"
+    ))
+    .await
+    .unwrap();
+    db.batch_execute(&format!("INSERT INTO {src} VALUES (99999, 'last')"))
+        .await
+        .unwrap();
+    wait_for(
+        &db,
+        &format!("SELECT count(*) FROM {events} WHERE data->'after'->>'id' = '99999'"),
+        1,
+    )
+    .await;
+    let all = events_once(
+        &db,
+        &events,
+        count(&db, &format!("SELECT count(*) FROM {events}")).await,
+    )
+    .await;
+    assert_eq!(all.len(), 6000 + 20 + 10 + 1, "no change of what aborted");
+    let ids: Vec<i64> = all.iter().map(|e| e["after"]["id"].as_i64().unwrap()).collect();
+    assert!(
+        ids[..20].iter().all(|id| (30001..30021).contains(id)),
+        "the small transactions first: they committed first"
+    );
+    assert!(
+        ids[20..6030].iter().all(|id| (1..=6000).contains(id)),
+        "then the large one, whole"
+    );
+    assert_eq!(ids[6030], 99999);
+    assert_replays_to(&db, &all, &src).await;
+    let streamed: i64 = db
+        .query_one(
+            "SELECT stream_txns FROM pg_stat_replication_slots WHERE slot_name = $1",
+            &[&default_slot(&name)],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(
+        streamed >= 1,
+        "the server streamed no transaction: the test does not test streaming"
+    );
+    assert_eq!(a.delete(&format!("/api/v1/dataflows/{name}")).await.0, 204);
+    db.batch_execute(&format!("DROP TABLE {src}, {events}")).await.unwrap();
+}
+
+/// A second connection of its own.
+async fn db_connection() -> tokio_postgres::Client {
+    db().await
+}

@@ -3,19 +3,18 @@
 //! updates, deletes and truncates in commit order, as Debezium-shaped
 //! events (`before`, `after`, `op`, `source`).
 //!
-//! It streams a logical replication slot with the `pgoutput` plugin
-//! (protocol version 1) over a replication connection
-//! ([`crate::sql::replication`]): changes arrive as they commit, each
-//! handed out as it is decoded, so a transaction larger than memory passes
-//! through. Every change written downstream is confirmed to the server by a
-//! standby status update at most a second later, and only then: the slot's
-//! confirmed LSN is the checkpoint, and a crash delivers again from the last
-//! confirmed transaction (a transaction cut by the crash, from its start);
-//! nothing is skipped. Protocol version 2's streaming of transactions still
-//! in progress is not asked for: their changes may yet abort, so they could
-//! only be held here until their commit, which the server's own spilling to
-//! disk (`logical_decoding_work_mem`) already does without a tenant's
-//! memory.
+//! It streams a logical replication slot with the `pgoutput` plugin over a
+//! replication connection ([`crate::sql::replication`]): changes arrive as
+//! they commit, each handed out as it is decoded, so a transaction larger
+//! than memory passes through. From PostgreSQL 14 on it asks for protocol
+//! version 2 with `streaming`: the server sends a transaction that outgrows
+//! its `logical_decoding_work_mem` while it runs, and the source keeps it
+//! (in memory, then in a file) until its commit ([`super::pgoutput_streams`]).
+//! Every change written downstream is confirmed to the server by a standby
+//! status update as it is written, and only then: the slot's confirmed LSN
+//! is the checkpoint, and a crash delivers again from the last confirmed
+//! transaction (a transaction cut by the crash, from its start); nothing is
+//! skipped.
 //!
 //! The snapshot (`snapshot: initial`, the default): when the slot is made,
 //! it is made with `USE_SNAPSHOT` inside a repeatable-read transaction on
@@ -57,6 +56,7 @@ use sha2::{Digest, Sha256};
 use tokio::sync::{Notify, mpsc};
 
 use super::pgoutput::{Decoder, lsn_text, parse_lsn, snapshot_event, value_of};
+use super::pgoutput_streams::{Step, Streams};
 use super::{DEFAULT_BATCH, Position, Record, Source};
 use crate::ConnectorError;
 use crate::component::Component;
@@ -688,7 +688,16 @@ async fn read_all(mut job: Job, out: &mut Outbox, shared: &Shared) -> Result<(),
             return Ok(());
         }
     }
-    let options = format!("proto_version '1', publication_names '{}'", job.publication);
+    // Protocol 2 streams a transaction larger than the server's
+    // logical_decoding_work_mem while it runs (PostgreSQL 14 on), instead of
+    // the server spilling it to disk and sending it at its commit.
+    let protocol = if job.repl.server_major >= 14 {
+        "proto_version '2', streaming 'on'"
+    } else {
+        "proto_version '1'"
+    };
+    let options = format!("{protocol}, publication_names '{}'", job.publication);
+    let streams = Streams::new(std::env::temp_dir().join(format!("sless-cdc-{}-{}", job.slot, rand::random::<u32>())));
     let (stream, status) = match job.repl.start_replication(&job.slot, job.start, &options).await {
         Ok(started) => started,
         Err(ReplicationError::Server { code, message }) if code == "55000" => {
@@ -699,7 +708,7 @@ async fn read_all(mut job: Job, out: &mut Outbox, shared: &Shared) -> Result<(),
     let confirming = confirm(status, job.start, shared);
     tokio::pin!(confirming);
     tokio::select! {
-        read = stream_changes(stream, job.start, job.skip, out, shared) => match read {
+        read = stream_changes(stream, job.start, job.skip, streams, out, shared) => match read {
             // The source is dropped: confirm what it wrote first.
             Err(ConnectorError::Stopped) => confirming.await,
             other => other,
@@ -770,63 +779,102 @@ async fn snapshot(job: &mut Job, out: &mut Outbox) -> Result<bool, ConnectorErro
     }
 }
 
-/// Hands the stream's changes out as they are decoded. A change confirms
-/// its transaction only when it is the last one: the others carry the end
-/// of the transaction before, so a crash in the middle of a transaction
-/// delivers it again from its start. Changes at or before `skip` (what an
-/// exactly-once sink holds already) are not handed out.
+/// The changes being handed out. A change confirms its transaction only
+/// when it is the last one: the others carry the end of the transaction
+/// before, so a crash in the middle of a transaction delivers it again from
+/// its start. Changes at or before `skip` (what an exactly-once sink holds
+/// already) are not handed out.
+struct Changes {
+    decoder: Decoder,
+    decoded: Vec<Value>,
+    /// The newest change and its order, held until the next one or its
+    /// commit shows whether it is its transaction's last.
+    held: Option<(Value, Order)>,
+    /// The end of the last transaction read, and of the last one handed out.
+    read_upto: u64,
+    handed_upto: u64,
+    next: Order,
+    skip: Option<Order>,
+}
+
+impl Changes {
+    /// Decodes one pgoutput message and hands out what it completes.
+    async fn feed(&mut self, lsn: u64, data: &[u8], out: &mut Outbox) -> Result<(), ConnectorError> {
+        let end = self
+            .decoder
+            .feed(lsn, data, &mut self.decoded)
+            .map_err(|e| ConnectorError::Closed(e.to_string()))?;
+        if let Some(commit) = self.decoder.commit_lsn()
+            && commit != self.next.commit
+        {
+            self.next = Order { commit, index: 0 };
+        }
+        let skip = self.skip;
+        for change in self.decoded.drain(..) {
+            if let Some((previous, order)) = self.held.replace((change, self.next))
+                && skip.is_none_or(|skip| order > skip)
+            {
+                out.push(previous, order.position(self.read_upto)).await?;
+            }
+            self.next.index += 1;
+        }
+        if let Some(end) = end {
+            if let Some((last, order)) = self.held.take()
+                && skip.is_none_or(|skip| order > skip)
+            {
+                out.push(last, order.position(end)).await?;
+                self.handed_upto = end;
+            }
+            self.read_upto = end;
+        }
+        Ok(())
+    }
+}
+
+/// Hands the stream's changes out as they are decoded; a transaction the
+/// server streams while in progress (protocol 2) when it commits.
 async fn stream_changes(
     mut stream: ChangeStream,
     start: u64,
     skip: Option<Order>,
+    mut streams: Streams,
     out: &mut Outbox,
     shared: &Shared,
 ) -> Result<(), ConnectorError> {
-    let mut decoder = Decoder::default();
-    let mut changes = Vec::new();
-    // The newest change and its order, held until the next one or its
-    // commit shows whether it is its transaction's last.
-    let mut held: Option<(Value, Order)> = None;
-    // The end of the last transaction read, and of the last one handed out.
-    let (mut read_upto, mut handed_upto) = (start, start);
-    let mut next = Order::default();
+    let mut changes = Changes {
+        decoder: Decoder::default(),
+        decoded: Vec::new(),
+        held: None,
+        read_upto: start,
+        handed_upto: start,
+        next: Order::default(),
+        skip,
+    };
     loop {
         // Nothing more arrived yet: hand out what is decoded.
         if !stream.buffered() {
             out.flush().await?;
         }
         match stream.next().await? {
-            Streamed::Data { start: lsn, data } => {
-                let end = decoder
-                    .feed(lsn, &data, &mut changes)
-                    .map_err(|e| ConnectorError::Closed(e.to_string()))?;
-                if let Some(commit) = decoder.commit_lsn()
-                    && commit != next.commit
-                {
-                    next = Order { commit, index: 0 };
-                }
-                for change in changes.drain(..) {
-                    if let Some((previous, order)) = held.replace((change, next))
-                        && skip.is_none_or(|skip| order > skip)
-                    {
-                        out.push(previous, order.position(read_upto)).await?;
+            Streamed::Data { start: lsn, data } => match streams.take(lsn, &data).await? {
+                Step::Decode => changes.feed(lsn, &data, out).await?,
+                Step::Kept => {}
+                Step::Commit { xid, begin, commit } => {
+                    changes.feed(lsn, &begin, out).await?;
+                    let mut replay = streams.replay(xid);
+                    while let Some(messages) = replay.next().await? {
+                        for (at, message) in messages {
+                            changes.feed(at, &message, out).await?;
+                        }
                     }
-                    next.index += 1;
+                    changes.feed(lsn, &commit, out).await?;
                 }
-                if let Some(end) = end {
-                    if let Some((last, order)) = held.take()
-                        && skip.is_none_or(|skip| order > skip)
-                    {
-                        out.push(last, order.position(end)).await?;
-                        handed_upto = end;
-                    }
-                    read_upto = end;
-                }
-            }
+            },
             Streamed::Keepalive { wal_end, reply } => {
                 // Nothing open and everything handed out written: the
-                // WAL sent so far holds nothing more of ours.
-                if !decoder.in_transaction() && shared.done.load(Ordering::Acquire) >= handed_upto {
+                // WAL sent so far holds nothing more of ours (a transaction
+                // still streaming commits later, and comes again).
+                if !changes.decoder.in_transaction() && shared.done.load(Ordering::Acquire) >= changes.handed_upto {
                     shared.idle.fetch_max(wal_end, Ordering::AcqRel);
                 }
                 if reply {

@@ -72,7 +72,9 @@ fn split(connection_string: &str) -> Result<Split, ConnectorError> {
                 }
             }
         }
-        let kept = kept.finish();
+        // form encoding writes a space as `+` (a `+` itself as `%2B`),
+        // which a URL's query (tokio-postgres's reading) keeps as `+`.
+        let kept = kept.finish().replace('+', "%20");
         let rest = if kept.is_empty() {
             base.to_owned()
         } else {
@@ -394,6 +396,12 @@ mod tests {
         assert_eq!((s.ssl, s.root_cert.as_deref()), (Ssl::VerifyCa, Some("my ca.pem")));
         assert_eq!(split("postgres://h/db").unwrap().ssl, Ssl::Prefer);
         assert!(split("postgres://h/db?sslmode=sometimes").is_err());
+        // A space in another setting stays a space for tokio-postgres (a
+        // `+` became a `+` in the setting's value, which the server refused).
+        let s = split("postgres://h/db?sslmode=disable&options=-c%20a%3D1+b&application_name=a%2Bb").unwrap();
+        let config: tokio_postgres::Config = s.rest.parse().unwrap();
+        assert_eq!(config.get_options(), Some("-c a=1 b"));
+        assert_eq!(config.get_application_name(), Some("a+b"));
     }
 
     #[test]

@@ -164,6 +164,8 @@ pub struct Connection {
     reader: BufReader<ReadHalf<Stream>>,
     writer: WriteHalf<Stream>,
     out: BytesMut,
+    /// The server's major version (from its `server_version`).
+    pub server_major: u32,
 }
 
 /// Connects to `target` with `replication=database` and authenticates.
@@ -222,6 +224,7 @@ async fn start(target: &Target) -> Result<Connection, ConnectorError> {
         reader: BufReader::with_capacity(64 << 10, read),
         writer,
         out: BytesMut::new(),
+        server_major: 0,
     };
     connection.startup(config).await?;
     Ok(connection)
@@ -241,13 +244,16 @@ impl Connection {
             .ok_or_else(|| ConnectorError::Config("connectionString names no user".into()))?;
         let database = config.get_dbname().unwrap_or(user);
         let application = config.get_application_name().unwrap_or("sless");
-        let params = [
+        let mut params = vec![
             ("user", user),
             ("database", database),
             ("replication", "database"),
             ("application_name", application),
             ("client_encoding", "UTF8"),
         ];
+        if let Some(options) = config.get_options() {
+            params.push(("options", options));
+        }
         frontend::startup_message(params.iter().copied(), &mut self.out).map_err(ReplicationError::Io)?;
         self.send().await?;
         let password = config.get_password();
@@ -328,7 +334,18 @@ impl Connection {
                 }
                 b'Z' => return Ok(()),
                 // ParameterStatus, BackendKeyData, NoticeResponse
-                b'S' | b'K' | b'N' => {}
+                b'S' => {
+                    let mut fields = m.body[..].split(|b| *b == 0);
+                    if fields.next() == Some(b"server_version".as_slice()) {
+                        let version = fields.next().map(String::from_utf8_lossy).unwrap_or_default();
+                        self.server_major = version
+                            .split(|c: char| !c.is_ascii_digit())
+                            .next()
+                            .and_then(|major| major.parse().ok())
+                            .unwrap_or(0);
+                    }
+                }
+                b'K' | b'N' => {}
                 _ => return Err(protocol("an unexpected message during the connection's start").into()),
             }
         }
