@@ -1142,3 +1142,46 @@ async fn a_transaction_streamed_while_in_progress_arrives_at_its_commit_without_
 async fn db_connection() -> tokio_postgres::Client {
     db().await
 }
+
+/// Keepalives answered: on a server whose `wal_sender_timeout` is 2 s, a
+/// source idle for five times that keeps its replication connection (the
+/// same walsender process, never ended by the server for silence), and a
+/// change made then still arrives on it.
+#[tokio::test]
+async fn an_idle_stream_answers_keepalives_within_a_short_wal_sender_timeout() {
+    let cluster = PrivateCluster::start("-c wal_level=logical -c wal_sender_timeout=2s");
+    let (dsn, client) = cluster.connect().await;
+    client
+        .batch_execute("CREATE TABLE t (id int PRIMARY KEY)")
+        .await
+        .unwrap();
+    let dir = TempDir::new("df-cdc-keepalive");
+    let source = json!({"type": "postgresql-cdc", "config": {"connectionString": dsn, "table": "t"}});
+    let sink =
+        json!({"type": "postgresql", "config": {"connectionString": dsn, "table": "events", "autoCreateTable": true}});
+    let (_server, _) = running(&dir, "keepalive", source, sink, json!({})).await;
+    let walsender = || async {
+        client
+            .query_opt("SELECT pid FROM pg_stat_replication", &[])
+            .await
+            .unwrap()
+            .map(|r| r.get::<_, i32>(0))
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let first = loop {
+        if let Some(pid) = walsender().await {
+            break pid;
+        }
+        assert!(Instant::now() < deadline, "no replication connection");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(
+        walsender().await,
+        Some(first),
+        "the server ended the idle replication connection"
+    );
+    client.batch_execute("INSERT INTO t VALUES (1)").await.unwrap();
+    wait_for(&client, "SELECT count(*) FROM events", 1).await;
+    assert_eq!(walsender().await, Some(first));
+}
