@@ -1202,29 +1202,42 @@ async fn a_table_dropped_from_the_dataflow_is_no_longer_captured() {
     let name = flow_name("cdc-dropped");
     let sink = pg(&events, json!({"autoCreateTable": true}));
     let (_server, a) = running(&dir, &name, cdc(&[&kept, &dropped], json!({})), sink, json!({})).await;
-    db.batch_execute(&format!("INSERT INTO {kept} VALUES (1); INSERT INTO {dropped} VALUES (1)"))
-        .await
-        .unwrap();
+    db.batch_execute(&format!(
+        "INSERT INTO {kept} VALUES (1); INSERT INTO {dropped} VALUES (1)"
+    ))
+    .await
+    .unwrap();
     events_once(&db, &events, 2).await;
 
     let (status, body) = a
-        .patch(&format!("/api/v1/dataflows/{name}"), json!({"source": cdc(&[&kept], json!({}))}))
+        .patch(
+            &format!("/api/v1/dataflows/{name}"),
+            json!({"source": cdc(&[&kept], json!({}))}),
+        )
         .await;
     assert_eq!(status, 200, "{body}");
     // Written while the dataflow restarts, and after.
-    db.batch_execute(&format!("INSERT INTO {kept} VALUES (2); INSERT INTO {dropped} VALUES (2)"))
-        .await
-        .unwrap();
+    db.batch_execute(&format!(
+        "INSERT INTO {kept} VALUES (2); INSERT INTO {dropped} VALUES (2)"
+    ))
+    .await
+    .unwrap();
     a.wait_for_phase(&name, "Running", Duration::from_secs(30)).await;
-    db.batch_execute(&format!("INSERT INTO {dropped} VALUES (3); INSERT INTO {kept} VALUES (3)"))
-        .await
-        .unwrap();
+    db.batch_execute(&format!(
+        "INSERT INTO {dropped} VALUES (3); INSERT INTO {kept} VALUES (3)"
+    ))
+    .await
+    .unwrap();
     let of_kept = format!("SELECT count(*) FROM {events} WHERE data->'source'->>'table' = '{kept}'");
     wait_for(&db, &of_kept, 3).await;
     let of_dropped = format!(
         "SELECT count(*) FROM {events} WHERE data->'source'->>'table' = '{dropped}' AND data->'after'->>'id' = '3'"
     );
-    assert_eq!(count(&db, &of_dropped).await, 0, "a change of the dropped table was captured");
+    assert_eq!(
+        count(&db, &of_dropped).await,
+        0,
+        "a change of the dropped table was captured"
+    );
     assert_eq!(a.delete(&format!("/api/v1/dataflows/{name}")).await.0, 204);
     db.batch_execute(&format!("DROP TABLE {kept}, {dropped}, {events}"))
         .await

@@ -3,8 +3,6 @@
 
 pub mod clickhouse;
 pub mod kafka;
-mod pgoutput;
-mod pgoutput_streams;
 mod polling;
 pub mod postgres;
 pub mod postgres_cdc;

@@ -9,7 +9,7 @@
 //! than memory passes through. From PostgreSQL 14 on it asks for protocol
 //! version 2 with `streaming`: the server sends a transaction that outgrows
 //! its `logical_decoding_work_mem` while it runs, and the source keeps it
-//! (in memory, then in a file) until its commit ([`super::pgoutput_streams`]).
+//! (in memory, then in a file) until its commit ([`streams`]).
 //! Every change written downstream is confirmed to the server by a standby
 //! status update as it is written, and only then: the slot's confirmed LSN
 //! is the checkpoint, and a crash delivers again from the last confirmed
@@ -39,31 +39,35 @@
 //! comment naming the dataflow) and the slot that goes with it. A database
 //! role per tenant is still the real boundary.
 //!
-//! Over 500 lines as one component's file (its config, rules, the slot and
-//! publication it owns, the snapshot, reading and confirming), as every
-//! component is one file; the pgoutput decoder and the replication client
-//! are files of their own.
+//! This file holds the component (its config, rules, the slot and
+//! publication it owns, opening and the pipeline's calls), over 500 lines
+//! with its tests; beside it are the reading task (`reading.rs`: snapshot,
+//! stream, confirmations), the pgoutput decoder (`pgoutput.rs`) and the
+//! keeping of transactions streamed in progress (`streams.rs`). The
+//! replication protocol client is [`crate::sql::replication`].
 
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use serde::Deserialize;
-use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 use tokio::sync::{Notify, mpsc};
 
-use super::pgoutput::{Decoder, lsn_text, parse_lsn, snapshot_event, value_of};
-use super::pgoutput_streams::{Step, Streams};
+mod pgoutput;
+mod reading;
+mod streams;
+
+use self::pgoutput::{lsn_text, parse_lsn};
+use self::reading::{Inbox, Job, Order, Outbox, Shared, last_change, run};
 use super::{DEFAULT_BATCH, Position, Record, Source};
 use crate::ConnectorError;
 use crate::component::Component;
 use crate::component::{either, non_empty};
 use crate::context::PipelineContext;
-use crate::message::Message;
-use crate::sql::replication::{self, ChangeStream, KEEPALIVE_ASK, ReplicationError, StatusWriter, Streamed};
+use crate::sql::replication;
 use crate::sql::{Target, connect_to, quote};
 use sless_model::dataflow::SecretRef;
 use sless_model::{FieldError, ValidationErrors};
@@ -234,23 +238,6 @@ fn plan(mode: SnapshotMode, slot_exists: bool, pending: Option<bool>) -> Plan {
         SnapshotMode::InitialOnly if pending == Some(false) => Plan::Finished,
         SnapshotMode::InitialOnly => Plan::SnapshotOnly,
     }
-}
-
-/// What the reading task and the pipeline's calls share.
-struct Shared {
-    /// Every change before this LSN is written downstream.
-    done: AtomicU64,
-    /// Where the slot may move with nothing in flight: the WAL a keepalive
-    /// said was sent when every change handed out was written.
-    idle: AtomicU64,
-    /// Why the reading task ended.
-    error: Mutex<Option<ConnectorError>>,
-    /// The server asked for a status update.
-    reply: Notify,
-    /// `done` moved.
-    wrote: Notify,
-    /// The source is dropped: confirm what is written, and end.
-    closing: Notify,
 }
 
 pub struct PostgresCdcSource {
@@ -603,362 +590,6 @@ impl SnapshotMark {
     }
 }
 
-/// What the reading task does.
-struct Job {
-    repl: replication::Connection,
-    plan: Plan,
-    tables: Vec<String>,
-    slot: String,
-    publication: String,
-    /// The slot's confirmed position, or its consistent point when made now.
-    start: u64,
-    batch: usize,
-    mark: Arc<SnapshotMark>,
-    /// What an exactly-once sink holds already.
-    skip: Option<Order>,
-}
-
-/// Reads the snapshot and the stream into `out` until it fails; the error
-/// is kept for [`Source::read`], which sees the channel close after the
-/// records sent before it.
-async fn run(job: Option<Job>, mut out: Outbox, shared: Arc<Shared>) {
-    let ended = match job {
-        Some(job) => read_all(job, &mut out, &shared).await,
-        None => Ok(()),
-    };
-    match ended {
-        Err(e) => {
-            *shared.error.lock_unpoisoned() = Some(e);
-        }
-        // Read everything there is to read: hand out nothing more.
-        Ok(()) => {
-            let _out = out;
-            std::future::pending::<()>().await;
-        }
-    }
-}
-
-/// Records on their way to [`Source::read`], a batch's worth at a time:
-/// one channel message (and one wake-up of the reader) a batch, not a record.
-struct Outbox {
-    out: mpsc::Sender<Vec<Record>>,
-    pending: Vec<Record>,
-    /// A batch.
-    limit: usize,
-}
-
-impl Outbox {
-    async fn push(&mut self, message: Value, position: Position) -> Result<(), ConnectorError> {
-        self.pending.push(Record {
-            message: Message::new(message),
-            position,
-        });
-        if self.pending.len() >= self.limit {
-            self.flush().await?;
-        }
-        Ok(())
-    }
-
-    /// Sends what is pending (waiting while the reader is behind).
-    async fn flush(&mut self) -> Result<(), ConnectorError> {
-        if self.pending.is_empty() {
-            return Ok(());
-        }
-        let chunk = std::mem::replace(&mut self.pending, Vec::with_capacity(self.limit));
-        self.out.send(chunk).await.map_err(|_| ConnectorError::Stopped)
-    }
-}
-
-/// What [`Source::read`] takes records from.
-struct Inbox {
-    records: mpsc::Receiver<Vec<Record>>,
-    /// Records of a chunk beyond the last batch handed out.
-    leftover: std::collections::VecDeque<Record>,
-}
-
-async fn read_all(mut job: Job, out: &mut Outbox, shared: &Shared) -> Result<(), ConnectorError> {
-    if matches!(job.plan, Plan::SnapshotThenStream | Plan::SnapshotOnly) {
-        let any = snapshot(&mut job, out).await?;
-        job.repl.query("COMMIT").await?;
-        if !any {
-            // No row whose writing completes it: it is complete.
-            job.mark.written().await?;
-        }
-        if job.plan == Plan::SnapshotOnly {
-            return Ok(());
-        }
-    }
-    // Protocol 2 streams a transaction larger than the server's
-    // logical_decoding_work_mem while it runs (PostgreSQL 14 on), instead of
-    // the server spilling it to disk and sending it at its commit.
-    let protocol = if job.repl.server_major >= 14 {
-        "proto_version '2', streaming 'on'"
-    } else {
-        "proto_version '1'"
-    };
-    let options = format!("{protocol}, publication_names '{}'", job.publication);
-    let streams = Streams::new(std::env::temp_dir().join(format!("sless-cdc-{}-{}", job.slot, rand::random::<u32>())));
-    let (stream, status) = match job.repl.start_replication(&job.slot, job.start, &options).await {
-        Ok(started) => started,
-        Err(ReplicationError::Server { code, message }) if code == "55000" => {
-            return Err(ConnectorError::Closed(message));
-        }
-        Err(e) => return Err(e.into()),
-    };
-    let confirming = confirm(status, job.start, shared);
-    tokio::pin!(confirming);
-    tokio::select! {
-        read = stream_changes(stream, job.start, job.skip, streams, out, shared) => match read {
-            // The source is dropped: confirm what it wrote first.
-            Err(ConnectorError::Stopped) => confirming.await,
-            other => other,
-        },
-        confirmed = &mut confirming => confirmed,
-    }
-}
-
-/// Reads the tables in the snapshot of the open transaction, handing each
-/// row out as an `op: r` event; the last one's position completes the
-/// snapshot. Whether there was a row.
-async fn snapshot(job: &mut Job, out: &mut Outbox) -> Result<bool, ConnectorError> {
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64);
-    let mut held: Option<Value> = None;
-    let mut rows_read = 0u64;
-    for (i, table) in job.tables.iter().enumerate() {
-        let quoted = quote(table)?;
-        // Names as the catalog has them (the table as written may rely
-        // on the search path). Quoted names are [A-Za-z0-9_."] only.
-        let named = job
-            .repl
-            .query(&format!(
-                "SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
-                 WHERE c.oid = '{quoted}'::regclass"
-            ))
-            .await?;
-        let (schema, name) = match named.rows.first().map(|r| r.as_slice()) {
-            Some([Some(schema), Some(name)]) => (schema.clone(), name.clone()),
-            _ => return Err(ConnectorError::Config(format!("table {table} not found"))),
-        };
-        let cursor = format!("sless_snapshot_{i}");
-        job.repl
-            .query(&format!("DECLARE {cursor} NO SCROLL CURSOR FOR SELECT * FROM {quoted}"))
-            .await?;
-        loop {
-            let fetched = job
-                .repl
-                .query(&format!("FETCH FORWARD {} FROM {cursor}", job.batch))
-                .await?;
-            if fetched.rows.is_empty() {
-                break;
-            }
-            for row in fetched.rows {
-                let mut object = Map::with_capacity(row.len());
-                for ((column, oid), value) in fetched.columns.iter().zip(row) {
-                    let value = value.map_or(Value::Null, |text| value_of(*oid, &text));
-                    object.insert(column.clone(), value);
-                }
-                let event = snapshot_event(&schema, &name, Value::Object(object), job.start, now_ms);
-                if let Some(previous) = held.replace(event) {
-                    out.push(previous, Position::SnapshotRow { last: false }).await?;
-                }
-                rows_read += 1;
-            }
-        }
-        job.repl.query(&format!("CLOSE {cursor}")).await?;
-    }
-    tracing::info!(slot = %job.slot, rows = rows_read, "snapshot read");
-    match held {
-        Some(last) => {
-            out.push(last, Position::SnapshotRow { last: true }).await?;
-            out.flush().await?;
-            Ok(true)
-        }
-        None => Ok(false),
-    }
-}
-
-/// The changes being handed out. A change confirms its transaction only
-/// when it is the last one: the others carry the end of the transaction
-/// before, so a crash in the middle of a transaction delivers it again from
-/// its start. Changes at or before `skip` (what an exactly-once sink holds
-/// already) are not handed out.
-struct Changes {
-    decoder: Decoder,
-    decoded: Vec<Value>,
-    /// The newest change and its order, held until the next one or its
-    /// commit shows whether it is its transaction's last.
-    held: Option<(Value, Order)>,
-    /// The end of the last transaction read, and of the last one handed out.
-    read_upto: u64,
-    handed_upto: u64,
-    next: Order,
-    skip: Option<Order>,
-}
-
-impl Changes {
-    /// Decodes one pgoutput message and hands out what it completes.
-    async fn feed(&mut self, lsn: u64, data: &[u8], out: &mut Outbox) -> Result<(), ConnectorError> {
-        let end = self
-            .decoder
-            .feed(lsn, data, &mut self.decoded)
-            .map_err(|e| ConnectorError::Closed(e.to_string()))?;
-        if let Some(commit) = self.decoder.commit_lsn()
-            && commit != self.next.commit
-        {
-            self.next = Order { commit, index: 0 };
-        }
-        let skip = self.skip;
-        for change in self.decoded.drain(..) {
-            if let Some((previous, order)) = self.held.replace((change, self.next))
-                && skip.is_none_or(|skip| order > skip)
-            {
-                out.push(previous, order.position(self.read_upto)).await?;
-            }
-            self.next.index += 1;
-        }
-        if let Some(end) = end {
-            if let Some((last, order)) = self.held.take()
-                && skip.is_none_or(|skip| order > skip)
-            {
-                out.push(last, order.position(end)).await?;
-                self.handed_upto = end;
-            }
-            self.read_upto = end;
-        }
-        Ok(())
-    }
-}
-
-/// Hands the stream's changes out as they are decoded; a transaction the
-/// server streams while in progress (protocol 2) when it commits.
-async fn stream_changes(
-    mut stream: ChangeStream,
-    start: u64,
-    skip: Option<Order>,
-    mut streams: Streams,
-    out: &mut Outbox,
-    shared: &Shared,
-) -> Result<(), ConnectorError> {
-    let mut changes = Changes {
-        decoder: Decoder::default(),
-        decoded: Vec::new(),
-        held: None,
-        read_upto: start,
-        handed_upto: start,
-        next: Order::default(),
-        skip,
-    };
-    loop {
-        // Nothing more arrived yet: hand out what is decoded.
-        if !stream.buffered() {
-            out.flush().await?;
-        }
-        match stream.next().await? {
-            Streamed::Data { start: lsn, data } => match streams.take(lsn, &data).await? {
-                Step::Decode => changes.feed(lsn, &data, out).await?,
-                Step::Kept => {}
-                Step::Commit { xid, begin, commit } => {
-                    changes.feed(lsn, &begin, out).await?;
-                    let mut replay = streams.replay(xid);
-                    while let Some(messages) = replay.next().await? {
-                        for (at, message) in messages {
-                            changes.feed(at, &message, out).await?;
-                        }
-                    }
-                    changes.feed(lsn, &commit, out).await?;
-                }
-            },
-            Streamed::Keepalive { wal_end, reply } => {
-                // Nothing open and everything handed out written: the
-                // WAL sent so far holds nothing more of ours (a transaction
-                // still streaming commits later, and comes again).
-                if !changes.decoder.in_transaction() && shared.done.load(Ordering::Acquire) >= changes.handed_upto {
-                    shared.idle.fetch_max(wal_end, Ordering::AcqRel);
-                }
-                if reply {
-                    shared.reply.notify_one();
-                }
-            }
-        }
-    }
-}
-
-/// Where a change is in commit order: its transaction's commit LSN and its
-/// place in the transaction.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
-struct Order {
-    commit: u64,
-    index: u32,
-}
-
-/// The order of the last change among `done` (snapshot rows have none).
-fn last_change(done: &[Position]) -> Option<Order> {
-    done.iter().rev().find_map(|p| match *p {
-        Position::Change { commit, index, .. } => Some(Order { commit, index }),
-        _ => None,
-    })
-}
-
-impl Order {
-    /// The position of the change at this order, which confirms `confirms`.
-    fn position(self, confirms: u64) -> Position {
-        Position::Change {
-            confirms,
-            commit: self.commit,
-            index: self.index,
-        }
-    }
-
-    /// As an exactly-once sink stores it.
-    fn text(self) -> String {
-        format!("cdc:{}:{}", lsn_text(self.commit), self.index)
-    }
-
-    fn parse(text: &str) -> Option<Self> {
-        let (commit, index) = text.strip_prefix("cdc:")?.rsplit_once(':')?;
-        Some(Self {
-            commit: parse_lsn(commit)?,
-            index: index.parse().ok()?,
-        })
-    }
-}
-
-/// Confirms written changes to the server as they are written, at once
-/// when it asks, and asks for a keepalive every [`KEEPALIVE_ASK`] (which
-/// keeps an idle slot moving and shows the server is there). Ends once the
-/// source is dropped, with what is written confirmed.
-async fn confirm(mut status: StatusWriter, start: u64, shared: &Shared) -> Result<(), ConnectorError> {
-    let mut sent = start;
-    let mut asked: Option<Instant> = None;
-    let mut tick = tokio::time::interval(KEEPALIVE_ASK / 4);
-    loop {
-        let (asked_for, closing) = tokio::select! {
-            _ = tick.tick() => (false, false),
-            () = shared.wrote.notified() => (false, false),
-            () = shared.reply.notified() => (true, false),
-            () = shared.closing.notified() => (false, true),
-        };
-        let upto = shared
-            .done
-            .load(Ordering::Acquire)
-            .max(shared.idle.load(Ordering::Acquire))
-            .max(start);
-        let ask = asked.is_none_or(|at| at.elapsed() >= KEEPALIVE_ASK);
-        if upto != sent || ask || asked_for {
-            status.status(upto, ask).await?;
-            sent = upto;
-            if ask {
-                asked = Some(Instant::now());
-            }
-        }
-        if closing {
-            return Ok(());
-        }
-    }
-}
-
 #[async_trait]
 impl Source for PostgresCdcSource {
     fn batch_size(&self) -> usize {
@@ -1061,44 +692,6 @@ mod tests {
             serde_json::from_value::<PostgresCdcConfig>(serde_json::json!({"table": "t", "snapshot": "always"}))
                 .is_err()
         );
-    }
-
-    #[test]
-    fn change_orders_round_trip_and_sort_by_commit_then_index() {
-        let a = Order {
-            commit: 0x1_0000_0010,
-            index: 7,
-        };
-        assert_eq!(Order::parse(&a.text()), Some(a));
-        assert!(
-            a < Order {
-                commit: a.commit,
-                index: 8
-            }
-        );
-        assert!(
-            Order {
-                commit: 0x20,
-                index: 99
-            } < a
-        );
-        for bad in ["", "cdc:", "cdc:1/2", "cdc:x/2:3", "kafka:1/2:3", "cdc:1/2:-1"] {
-            assert_eq!(Order::parse(bad), None, "{bad}");
-        }
-        let source_done = [
-            Position::SnapshotRow { last: true },
-            Position::Change {
-                confirms: 5,
-                commit: 0x30,
-                index: 1,
-            },
-            Position::SnapshotRow { last: false },
-        ];
-        assert_eq!(
-            last_change(&source_done).map(Order::text).as_deref(),
-            Some("cdc:0/30:1")
-        );
-        assert_eq!(last_change(&source_done[..1]), None, "snapshot rows store no position");
     }
 
     #[test]
