@@ -176,9 +176,19 @@ impl Streams {
             let chunk = std::mem::take(&mut kept.memory);
             let dir = self.dir.clone();
             blocking(move || {
-                std::fs::create_dir_all(&dir)?;
-                let mut file = std::fs::OpenOptions::new().create(true).append(true).open(&path)?;
-                file.write_all(&chunk)
+                // The tenant's rows: readable by this process's user only.
+                let mut builder = std::fs::DirBuilder::new();
+                builder.recursive(true);
+                let mut options = std::fs::OpenOptions::new();
+                options.create(true).append(true);
+                #[cfg(unix)]
+                {
+                    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+                    builder.mode(0o700);
+                    options.mode(0o600);
+                }
+                builder.create(&dir)?;
+                options.open(&path)?.write_all(&chunk)
             })
             .await?;
         }
@@ -346,6 +356,13 @@ mod tests {
         assert_eq!(xid, 7);
         assert_eq!((begin[0], commit[0]), (b'B', b'C'));
         assert!(std::fs::read_dir(&dir).unwrap().count() == 1, "kept in a file");
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            assert_eq!(std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777, 0o700);
+            let file = std::fs::read_dir(&dir).unwrap().next().unwrap().unwrap().path();
+            assert_eq!(std::fs::metadata(file).unwrap().permissions().mode() & 0o777, 0o600);
+        }
         let messages = replayed(&mut streams, 7).await;
         assert_eq!(messages.len(), 1350, "the aborted subtransaction's 150 left out");
         assert!(messages.windows(2).all(|w| w[0].0 < w[1].0), "in order");
