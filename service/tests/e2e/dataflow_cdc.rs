@@ -1049,10 +1049,11 @@ async fn capture_over_tls_verify_full_and_a_misnamed_certificate_refused() {
 /// A transaction larger than the server's `logical_decoding_work_mem`
 /// (64kB here, set by the connection string's `options`) is streamed by
 /// the server while it runs (pgoutput protocol 2): its changes are kept
-/// (over a MiB of them: in a file) until its commit and come as one transaction in commit order, after the
-/// small transactions that committed while it ran; a subtransaction it
-/// rolled back and a large transaction that aborted leave nothing. The
-/// server's own statistics show that it streamed.
+/// (over a MiB of them: in a file) until its commit and come as one
+/// transaction in commit order, after the small transactions that
+/// committed while it ran; a subtransaction it rolled back and a large
+/// transaction that aborted leave nothing. The server's own statistics
+/// show that it streamed.
 #[tokio::test]
 async fn a_transaction_streamed_while_in_progress_arrives_at_its_commit_without_what_aborted() {
     let db = db().await;
