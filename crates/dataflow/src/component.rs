@@ -55,6 +55,12 @@ pub fn check_fn<C: Component>(config: &Value, path: &str, errors: &mut Validatio
     check::<C>(config, path, errors);
 }
 
+/// A connector's config as its connect and release take it: one the
+/// spec's checks passed, so a failure here is the spec's.
+pub fn connector_config<C: Component>(config: &Value) -> Result<C::Config, ConnectorError> {
+    serde::Deserialize::deserialize(config).map_err(|e: serde_json::Error| ConnectorError::Config(e.to_string()))
+}
+
 /// Deserialises a component config, reporting serde's message at `path`.
 pub fn parse<T: DeserializeOwned>(config: &Value, path: &str, errors: &mut ValidationErrors) -> Option<T> {
     match T::deserialize(config) {

@@ -304,9 +304,9 @@ impl Pipeline {
 
     /// Writes until it succeeds: the batch whole, else message by message
     /// with refused ones to the error sink. Without an error sink a refused
-    /// message is retried with backoff: nothing is dropped silently.
-    /// Writes `messages` (and `position`, for an exactly-once sink: with
-    /// them, or after the last of them where some went one at a time).
+    /// message is retried with backoff: nothing is dropped silently. An
+    /// exactly-once sink's `position` is written with the batch, or alone
+    /// after the last message where they went one at a time.
     async fn write_reliably(
         &self,
         sink: &dyn Sink,
@@ -418,17 +418,16 @@ impl Pipeline {
     }
 }
 
-/// A record read and transformed, on its way to be written.
 /// What a stored position of `spec`'s source begins with: 16 hex digits of
 /// the SHA-256 of its type and configuration, and a space.
 fn source_digest(spec: &DataFlowSpec) -> String {
     use sha2::Digest;
     let config = spec.source.config.as_ref().map(Value::to_string).unwrap_or_default();
     let digest = sha2::Sha256::digest(format!("{}\n{config}", spec.source.kind).as_bytes());
-    let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
-    format!("{hex} ")
+    format!("{} ", sless_runtime::hex::encode(&digest[..8]))
 }
 
+/// A record read and transformed, on its way to be written.
 struct Transformed {
     position: Position,
     outcome: Outcome,

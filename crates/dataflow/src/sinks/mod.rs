@@ -9,7 +9,6 @@ use std::future::Future;
 use std::pin::Pin;
 
 use async_trait::async_trait;
-use serde::Deserialize;
 use serde_json::Value;
 
 use crate::ConnectorError;
@@ -96,14 +95,14 @@ impl Descriptor {
 
 fn release<'a, C: Open>(config: &'a Value, ctx: &'a PipelineContext) -> Releasing<'a> {
     Box::pin(async move {
-        let config = C::Config::deserialize(config).map_err(|e| ConnectorError::Config(e.to_string()))?;
+        let config = component::connector_config::<C>(config)?;
         C::release(&config, ctx).await
     })
 }
 
 fn open<'a, C: Open>(config: &'a Value, ctx: &'a PipelineContext) -> Opening<'a> {
     Box::pin(async move {
-        let config = C::Config::deserialize(config).map_err(|e| ConnectorError::Config(e.to_string()))?;
+        let config = component::connector_config::<C>(config)?;
         Ok(Box::new(C::open(&config, ctx).await?) as Box<dyn Sink>)
     })
 }

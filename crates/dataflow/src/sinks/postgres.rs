@@ -137,7 +137,7 @@ impl PostgresSink {
             .clone()
             .ok_or_else(|| ConnectorError::Config("table is required".into()))?;
         let table_quoted = quote(&table)?;
-        let table_for_positions = table.clone();
+        let positions = PositionRow::of(&table, ctx)?;
         let client = connect(dsn, egress).await?;
         if config.auto_create_table == Some(true) {
             client
@@ -213,7 +213,7 @@ impl PostgresSink {
             copyable,
             by_statement: AtomicU32::new(0),
             exactly_once: config.exactly_once,
-            positions: PositionRow::of(&table_for_positions, ctx)?,
+            positions,
         })
     }
 

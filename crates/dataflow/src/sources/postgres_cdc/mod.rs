@@ -134,10 +134,7 @@ fn valid_name(name: &str) -> bool {
 }
 
 fn hex_digest(text: &str, bytes: usize) -> String {
-    Sha256::digest(text.as_bytes())[..bytes]
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    sless_runtime::hex::encode(&Sha256::digest(text.as_bytes())[..bytes])
 }
 
 /// The error of a slot the server invalidated (`wal_status` `lost`): the

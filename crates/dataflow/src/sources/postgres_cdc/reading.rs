@@ -16,7 +16,7 @@ use crate::ConnectorError;
 use crate::message::Message;
 use crate::sources::{Position, Record};
 use crate::sql::quote;
-use crate::sql::replication::{self, ChangeStream, KEEPALIVE_ASK, ReplicationError, StatusWriter, Streamed};
+use crate::sql::replication::{self, ChangeStream, KEEPALIVE_ASK, StatusWriter, Streamed};
 use sless_runtime::sync::Unpoisoned;
 
 /// What the reading task and the pipeline's calls share.
@@ -131,13 +131,7 @@ async fn read_all(mut job: Job, out: &mut Outbox, shared: &Shared) -> Result<(),
     };
     let options = format!("{protocol}, publication_names '{}'", job.publication);
     let streams = Streams::new(std::env::temp_dir().join(format!("sless-cdc-{}-{}", job.slot, rand::random::<u32>())));
-    let (stream, status) = match job.repl.start_replication(&job.slot, job.start, &options).await {
-        Ok(started) => started,
-        Err(ReplicationError::Server { code, message }) if code == "55000" => {
-            return Err(ConnectorError::Closed(message));
-        }
-        Err(e) => return Err(e.into()),
-    };
+    let (stream, status) = job.repl.start_replication(&job.slot, job.start, &options).await?;
     let confirming = confirm(status, job.start, shared);
     tokio::pin!(confirming);
     tokio::select! {
