@@ -10,7 +10,7 @@ use serde_json::{Map, Value};
 use tokio::sync::{Notify, mpsc};
 
 use super::pgoutput::{Decoder, lsn_text, parse_lsn, snapshot_event, value_of};
-use super::streams::{Step, Streams};
+use super::streams::{Limits, Step, Streams};
 use super::{Plan, SnapshotMark};
 use crate::ConnectorError;
 use crate::message::Message;
@@ -130,7 +130,10 @@ async fn read_all(mut job: Job, out: &mut Outbox, shared: &Shared) -> Result<(),
         "proto_version '1'"
     };
     let options = format!("{protocol}, publication_names '{}'", job.publication);
-    let streams = Streams::new(std::env::temp_dir().join(format!("sless-cdc-{}-{}", job.slot, rand::random::<u32>())));
+    let streams = Streams::new(
+        std::env::temp_dir().join(format!("sless-cdc-{}-{}", job.slot, rand::random::<u32>())),
+        Limits::default(),
+    );
     let (stream, status) = job.repl.start_replication(&job.slot, job.start, &options).await?;
     let confirming = confirm(status, job.start, shared);
     tokio::pin!(confirming);

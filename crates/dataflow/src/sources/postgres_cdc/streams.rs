@@ -3,11 +3,13 @@
 //! `logical_decoding_work_mem`. Their changes may yet abort (whole, or a
 //! subtransaction of them), so they are kept here until the stream's commit
 //! and then replayed, in order, through the [`super::pgoutput::Decoder`]
-//! as one ordinary transaction; an abort drops them. Each is kept in memory
-//! up to [`IN_MEMORY`] and in a file of its own beyond, so a transaction
-//! larger than memory passes through; the files are removed when the
-//! transaction ends or the source stops. File work runs off the async
-//! threads.
+//! as one ordinary transaction; an abort drops them. What they keep is in
+//! memory up to [`IN_MEMORY`] for all of them together and in a file of
+//! each one's own beyond, so a transaction larger than memory passes
+//! through; the files are removed when the transaction ends or the source
+//! stops. The server is the tenant's: how many transactions it streams at
+//! once and how much they keep are bounded ([`Limits`]). File work runs off
+//! the async threads.
 
 use std::collections::{HashMap, HashSet};
 use std::io::{Read, Write};
@@ -17,8 +19,27 @@ use bytes::{Buf, BufMut};
 
 use crate::ConnectorError;
 
-/// What a transaction keeps in memory before it goes to its file.
+/// What the transactions in progress keep in memory, together, before
+/// each one's part goes to its file.
 pub const IN_MEMORY: usize = 1 << 20;
+
+/// How much a server may make the streams keep.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Transactions streaming at once.
+    pub open: usize,
+    /// Bytes kept by them together, in memory and in files.
+    pub kept: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            open: 1024,
+            kept: 8 << 30,
+        }
+    }
+}
 
 /// What one message of the replication stream is to the streams.
 #[derive(Debug, PartialEq, Eq)]
@@ -42,6 +63,8 @@ pub enum Step {
 struct Kept {
     memory: Vec<u8>,
     file: Option<PathBuf>,
+    /// Bytes kept, in memory and in its file.
+    bytes: u64,
     /// Subtransactions aborted: their messages are skipped at replay.
     aborted: HashSet<u32>,
 }
@@ -49,9 +72,13 @@ struct Kept {
 /// The streamed transactions in progress.
 pub struct Streams {
     dir: PathBuf,
+    limits: Limits,
     /// The transaction whose stream block is open.
     current: Option<u32>,
     kept: HashMap<u32, Kept>,
+    /// Bytes kept by all, and of those in memory.
+    bytes: u64,
+    in_memory: usize,
 }
 
 fn bad(what: &str) -> ConnectorError {
@@ -74,12 +101,23 @@ async fn blocking<T: Send + 'static>(
 
 impl Streams {
     /// Streams kept under `dir` (made when first needed).
-    pub fn new(dir: PathBuf) -> Self {
+    pub fn new(dir: PathBuf, limits: Limits) -> Self {
         Self {
             dir,
+            limits,
             current: None,
             kept: HashMap::new(),
+            bytes: 0,
+            in_memory: 0,
         }
+    }
+
+    /// Takes a transaction out of the streams' accounts.
+    fn forget(&mut self, xid: u32) -> Option<Kept> {
+        let kept = self.kept.remove(&xid)?;
+        self.bytes -= kept.bytes;
+        self.in_memory -= kept.memory.len();
+        Some(kept)
     }
 
     /// Takes one message (WAL at `lsn`): keeps it when it belongs to a
@@ -99,10 +137,17 @@ impl Streams {
         match tag {
             b'S' => {
                 let xid = u32_of(&mut r)?;
+                if !self.kept.contains_key(&xid) && self.kept.len() >= self.limits.open {
+                    return Err(bad(&format!(
+                        "more than {} transactions streaming at once",
+                        self.limits.open
+                    )));
+                }
                 self.current = Some(xid);
                 self.kept.entry(xid).or_insert_with(|| Kept {
                     memory: Vec::new(),
                     file: None,
+                    bytes: 0,
                     aborted: HashSet::new(),
                 });
                 Ok(Step::Kept)
@@ -115,7 +160,7 @@ impl Streams {
                 let xid = u32_of(&mut r)?;
                 let sub = u32_of(&mut r)?;
                 if sub == xid {
-                    if let Some(kept) = self.kept.remove(&xid) {
+                    if let Some(kept) = self.forget(xid) {
                         remove(kept.file).await;
                     }
                 } else if let Some(kept) = self.kept.get_mut(&xid) {
@@ -154,51 +199,72 @@ impl Streams {
     }
 
     async fn keep(&mut self, top: u32, xid: u32, lsn: u64, tag: u8, rest: &[u8]) -> Result<(), ConnectorError> {
+        let len = u32::try_from(rest.len() + 1).map_err(|_| bad("a message over 4 GiB"))?;
+        let entry = 16 + u64::from(len);
+        if self.bytes + entry > self.limits.kept {
+            return Err(bad(&format!(
+                "transactions in progress would keep more than {} bytes",
+                self.limits.kept
+            )));
+        }
         let kept = self
             .kept
             .get_mut(&top)
             .ok_or_else(|| bad("a change outside its stream"))?;
-        let len = u32::try_from(rest.len() + 1).map_err(|_| bad("a message over 4 GiB"))?;
         kept.memory.put_u32(len);
         kept.memory.put_u32(xid);
         kept.memory.put_u64(lsn);
         kept.memory.put_u8(tag);
         kept.memory.extend_from_slice(rest);
-        if kept.memory.len() >= IN_MEMORY {
-            let path = match &kept.file {
-                Some(path) => path.clone(),
-                None => {
-                    let path = self.dir.join(format!("{top}.{}", rand::random::<u64>()));
-                    kept.file = Some(path.clone());
-                    path
-                }
-            };
-            let chunk = std::mem::take(&mut kept.memory);
-            let dir = self.dir.clone();
-            blocking(move || {
-                // The tenant's rows: readable by this process's user only.
-                let mut builder = std::fs::DirBuilder::new();
-                builder.recursive(true);
-                let mut options = std::fs::OpenOptions::new();
-                options.create(true).append(true);
-                #[cfg(unix)]
-                {
-                    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-                    builder.mode(0o700);
-                    options.mode(0o600);
-                }
-                builder.create(&dir)?;
-                options.open(&path)?.write_all(&chunk)
-            })
-            .await?;
+        kept.bytes += entry;
+        self.bytes += entry;
+        self.in_memory += entry as usize;
+        if self.in_memory >= IN_MEMORY {
+            self.spill().await?;
         }
         Ok(())
+    }
+
+    /// Appends what every transaction keeps in memory to its file.
+    async fn spill(&mut self) -> Result<(), ConnectorError> {
+        let mut chunks = Vec::new();
+        for (top, kept) in &mut self.kept {
+            if kept.memory.is_empty() {
+                continue;
+            }
+            let path = kept
+                .file
+                .get_or_insert_with(|| self.dir.join(format!("{top}.{}", rand::random::<u64>())))
+                .clone();
+            chunks.push((path, std::mem::take(&mut kept.memory)));
+        }
+        self.in_memory = 0;
+        let dir = self.dir.clone();
+        blocking(move || {
+            // The tenant's rows: readable by this process's user only.
+            let mut builder = std::fs::DirBuilder::new();
+            builder.recursive(true);
+            let mut options = std::fs::OpenOptions::new();
+            options.create(true).append(true);
+            #[cfg(unix)]
+            {
+                use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+                builder.mode(0o700);
+                options.mode(0o600);
+            }
+            builder.create(&dir)?;
+            for (path, chunk) in chunks {
+                options.open(&path)?.write_all(&chunk)?;
+            }
+            Ok(())
+        })
+        .await
     }
 
     /// The messages of committed transaction `xid`, in order, without
     /// those of its aborted subtransactions: (WAL position, message).
     pub fn replay(&mut self, xid: u32) -> Replay {
-        let kept = self.kept.remove(&xid);
+        let kept = self.forget(xid);
         let (memory, file, aborted) = match kept {
             Some(k) => (k.memory, k.file, k.aborted),
             None => (Vec::new(), None, HashSet::new()),
@@ -219,6 +285,8 @@ impl Streams {
                 let _ = std::fs::remove_file(path);
             }
         }
+        self.bytes = 0;
+        self.in_memory = 0;
     }
 }
 
@@ -326,7 +394,7 @@ mod tests {
     #[tokio::test]
     async fn a_committed_stream_replays_in_order_without_its_aborted_subtransaction_even_from_its_file() {
         let dir = std::env::temp_dir().join(format!("sless-streams-test-{}", rand::random::<u64>()));
-        let mut streams = Streams::new(dir.clone());
+        let mut streams = Streams::new(dir.clone(), Limits::default());
         assert_eq!(streams.take(1, &in_stream(b'S', 7, &[1])).await.unwrap(), Step::Kept);
         // Enough to go to the file, in messages of 1 KiB.
         let big = vec![b'x'; 1024];
@@ -371,10 +439,60 @@ mod tests {
         std::fs::remove_dir_all(dir).unwrap();
     }
 
+    /// A server streaming more transactions at once, or keeping more bytes,
+    /// than the limits is refused with the reason; what ended frees room.
+    #[tokio::test]
+    async fn a_server_cannot_make_the_streams_keep_more_than_the_limits() {
+        let dir = std::env::temp_dir().join(format!("sless-streams-test-{}", rand::random::<u64>()));
+        let mut streams = Streams::new(dir.clone(), Limits { open: 2, kept: 10_000 });
+        streams.take(1, &in_stream(b'S', 1, &[1])).await.unwrap();
+        streams.take(2, &in_stream(b'S', 2, &[1])).await.unwrap();
+        let refused = streams.take(3, &in_stream(b'S', 3, &[1])).await.unwrap_err();
+        assert!(refused.to_string().contains("more than 2 transactions"), "{refused}");
+        let mut abort = vec![b'A'];
+        abort.put_u32(1);
+        abort.put_u32(1);
+        streams.take(4, &abort).await.unwrap();
+        streams.take(5, &in_stream(b'S', 3, &[1])).await.unwrap();
+        let big = vec![b'x'; 4000];
+        streams.take(6, &in_stream(b'I', 3, &big)).await.unwrap();
+        streams.take(7, &in_stream(b'I', 3, &big)).await.unwrap();
+        let refused = streams.take(8, &in_stream(b'I', 3, &big)).await.unwrap_err();
+        assert!(refused.to_string().contains("more than 10000 bytes"), "{refused}");
+        assert_eq!(replayed(&mut streams, 3).await.len(), 2);
+        streams.take(9, &in_stream(b'S', 2, &[1])).await.unwrap();
+        streams.take(10, &in_stream(b'I', 2, &big)).await.unwrap();
+        drop(streams);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    /// Many transactions at once keep a MiB in memory together, not each.
+    #[tokio::test]
+    async fn the_memory_kept_is_bounded_across_transactions() {
+        let dir = std::env::temp_dir().join(format!("sless-streams-test-{}", rand::random::<u64>()));
+        let mut streams = Streams::new(dir.clone(), Limits::default());
+        let row = vec![b'x'; 1000];
+        for xid in 1..=100u32 {
+            streams.take(1, &in_stream(b'S', xid, &[1])).await.unwrap();
+            for _ in 0..20 {
+                streams.take(2, &in_stream(b'I', xid, &row)).await.unwrap();
+                assert!(streams.in_memory < IN_MEMORY, "{} bytes in memory", streams.in_memory);
+            }
+            streams.take(3, b"E").await.unwrap();
+        }
+        assert_eq!(
+            replayed(&mut streams, 50).await.len(),
+            20,
+            "what went to a file comes back"
+        );
+        drop(streams);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
     #[tokio::test]
     async fn an_aborted_stream_leaves_nothing_and_cut_messages_are_errors() {
         let dir = std::env::temp_dir().join(format!("sless-streams-test-{}", rand::random::<u64>()));
-        let mut streams = Streams::new(dir);
+        let mut streams = Streams::new(dir, Limits::default());
         streams.take(1, &in_stream(b'S', 9, &[1])).await.unwrap();
         streams.take(2, &in_stream(b'I', 9, b"row")).await.unwrap();
         let mut abort = vec![b'A'];
