@@ -7,7 +7,7 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::common::pg::{count, db, dsn, pg, unique, wait_for, wait_mid_stream};
+use crate::common::pg::{count, db, dsn, insert_in_transactions, pg, unique, wait_for, wait_mid_stream};
 use crate::common::{Client, DevServer, TOKEN_A, TempDir};
 use serde_json::{Value, json};
 
@@ -475,15 +475,7 @@ async fn capture_survives_kill_9_mid_stream_from_the_confirmed_lsn() {
     let sink = pg(&dst, json!({"autoCreateTable": true}));
     let (server, _) = running(&dir, &name, source, sink, json!({"channelBufferSize": 50})).await;
     // 40,000 rows in 800 transactions of 50.
-    db.batch_execute(&format!(
-        "DO $$ BEGIN FOR t IN 0..{last} LOOP
-           INSERT INTO {src} SELECT g, repeat('x', 200) FROM generate_series(t * 50 + 1, t * 50 + 50) g;
-           COMMIT;
-         END LOOP; END $$;",
-        last = ROWS / 50 - 1
-    ))
-    .await
-    .unwrap();
+    insert_in_transactions(&db, &src, ROWS, 50).await;
     let landed = format!("SELECT count(*) FROM {dst}");
     let at_kill = wait_mid_stream(&db, &landed, ROWS * 3 / 8, ROWS).await;
     server.kill9();
@@ -996,21 +988,13 @@ async fn snapshot_never_and_initial_only() {
 /// local PostgreSQL: see `common/pg_tls.rs`.)
 #[tokio::test]
 async fn capture_over_tls_verify_full_and_a_misnamed_certificate_refused() {
-    use crate::common::pg_tls::TlsPostgres;
-    use sless_testkit::tls::Ca;
     let db = db().await;
     let (table, events) = (unique("cdc_tls"), unique("cdc_tls_events"));
     db.batch_execute(&format!("CREATE TABLE {table} (id int PRIMARY KEY)"))
         .await
         .unwrap();
-    let ca = Ca::new("test database CA");
-    let (cert, key) = ca.issue(&["localhost"], &[]);
-    let server = TlsPostgres::start(&cert, &key).await;
-    let (other_cert, other_key) = ca.issue(&["db.elsewhere.example"], &[]);
-    let misnamed = TlsPostgres::start(&other_cert, &other_key).await;
     let dir = TempDir::new("df-cdc-tls");
-    std::fs::create_dir_all(dir.0.join("tls")).unwrap();
-    std::fs::write(dir.0.join("tls/ca.pem"), &ca.pem).unwrap();
+    let (server, misnamed) = crate::common::pg_tls::named_and_misnamed(&dir.0).await;
     let tls = |port: u16| {
         json!({"type": "postgresql-cdc", "config": {
             "connectionString": format!("postgres://postgres@localhost:{port}/test?sslmode=verify-full&sslrootcert=ca.pem"),

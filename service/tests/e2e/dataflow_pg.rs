@@ -472,7 +472,7 @@ async fn a_message_the_sink_refuses_shows_on_the_dataflow_while_it_is_retried() 
 /// comes from the platform's TLS directory.
 #[tokio::test]
 async fn sslmode_require_verify_ca_and_verify_full() {
-    use crate::common::pg_tls::TlsPostgres;
+    use crate::common::pg_tls::{TlsPostgres, named_and_misnamed};
     use sless_testkit::tls::Ca;
     let db = db().await;
     let src = unique("tls_src");
@@ -481,18 +481,12 @@ async fn sslmode_require_verify_ca_and_verify_full() {
     ))
     .await
     .unwrap();
-    let ca = Ca::new("test database CA");
-    let (cert, key) = ca.issue(&["localhost"], &[]);
-    let server = TlsPostgres::start(&cert, &key).await;
-    let (other_cert, other_key) = ca.issue(&["db.elsewhere.example"], &[]);
-    let misnamed = TlsPostgres::start(&other_cert, &other_key).await;
+    let dir = TempDir::new("df-tls");
+    let (server, misnamed) = named_and_misnamed(&dir.0).await;
     let stranger = Ca::new("another CA");
     let (stranger_cert, stranger_key) = stranger.issue(&["localhost"], &[]);
     let untrusted = TlsPostgres::start(&stranger_cert, &stranger_key).await;
 
-    let dir = TempDir::new("df-tls");
-    std::fs::create_dir_all(dir.0.join("tls")).unwrap();
-    std::fs::write(dir.0.join("tls/ca.pem"), &ca.pem).unwrap();
     let dev = DevServer::start(&dir.0);
     let a = dev.client(TOKEN_A);
     let cases = [

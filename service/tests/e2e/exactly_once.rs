@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use crate::common::kafka::{Broker, kafka};
-use crate::common::pg::{bulk_table, count, db, dsn, pg, unique, wait_for};
+use crate::common::pg::{bulk_table, count, db, dsn, insert_in_transactions, pg, unique, wait_for};
 use crate::common::{DevServer, TOKEN_A, TempDir};
 use serde_json::{Value, json};
 
@@ -103,15 +103,7 @@ async fn cdc_to_pg_survives_kill_9_at_many_points_with_every_change_once() {
         "channelBufferSize": 100
     });
     let server = started(&dir, flow).await;
-    db.batch_execute(&format!(
-        "DO $$ BEGIN FOR t IN 0..{last} LOOP
-           INSERT INTO {src} SELECT g, repeat('x', 200) FROM generate_series(t * 500 + 1, t * 500 + 500) g;
-           COMMIT;
-         END LOOP; END $$;",
-        last = ROWS / 500 - 1
-    ))
-    .await
-    .unwrap();
+    insert_in_transactions(&db, &src, ROWS, 500).await;
     kill_repeatedly_then_check(&dir, server, &dst, "data->'after'->>'id'").await;
     db.batch_execute(&format!("DROP TABLE {src}")).await.unwrap();
 }

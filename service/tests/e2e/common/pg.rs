@@ -49,6 +49,21 @@ pub async fn refusing_tables(db: &tokio_postgres::Client, prefix: &str) -> (Stri
     (src, dst)
 }
 
+/// Inserts rows 1 to `rows` (`id`, a 200-byte `payload`) into `table`, a
+/// transaction of `per_transaction` rows each, committed one by one.
+pub async fn insert_in_transactions(db: &tokio_postgres::Client, table: &str, rows: i64, per_transaction: i64) {
+    db.batch_execute(&format!(
+        "DO $$ BEGIN FOR t IN 0..{last} LOOP
+           INSERT INTO {table} SELECT g, repeat('x', 200)
+             FROM generate_series(t * {per_transaction} + 1, t * {per_transaction} + {per_transaction}) g;
+           COMMIT;
+         END LOOP; END $$;",
+        last = rows / per_transaction - 1
+    ))
+    .await
+    .unwrap();
+}
+
 pub async fn count(db: &tokio_postgres::Client, sql: &str) -> i64 {
     db.query_one(sql, &[]).await.map(|r| r.get(0)).unwrap_or(-1)
 }

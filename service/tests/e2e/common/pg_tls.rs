@@ -58,6 +58,20 @@ impl TlsPostgres {
     }
 }
 
+/// Two servers with certificates of a test CA, one for `localhost`, one
+/// naming another host; the CA's certificate is written as `ca.pem` where
+/// `sless dev` in `dir` reads `sslrootcert` files.
+pub async fn named_and_misnamed(dir: &std::path::Path) -> (TlsPostgres, TlsPostgres) {
+    let ca = sless_testkit::tls::Ca::new("test database CA");
+    let (cert, key) = ca.issue(&["localhost"], &[]);
+    let named = TlsPostgres::start(&cert, &key).await;
+    let (other_cert, other_key) = ca.issue(&["db.elsewhere.example"], &[]);
+    let misnamed = TlsPostgres::start(&other_cert, &other_key).await;
+    std::fs::create_dir_all(dir.join("tls")).unwrap();
+    std::fs::write(dir.join("tls/ca.pem"), &ca.pem).unwrap();
+    (named, misnamed)
+}
+
 impl Drop for TlsPostgres {
     fn drop(&mut self) {
         self.task.abort();
