@@ -131,11 +131,14 @@ impl Dev {
         )
         .await
         .map_err(DevError::Gateway)?;
+        // The process's descriptors are shared: a quarter each for the
+        // API's, the gateway's and the engines' connections, the rest for
+        // journals, the store and the dataflows' connections.
+        let share = sless_runtime::http::descriptor_limit() / 4;
+        let limits = opts.limits.within(share);
         // The engines run in this process: the gateway calls them directly.
         let engines = InProcessEngines::default();
-        let gateway = gateway
-            .with_in_process_engines(engines.clone())
-            .with_limits(opts.limits);
+        let gateway = gateway.with_in_process_engines(engines.clone()).with_limits(limits);
         let gateway_url = gateway.public_url().to_owned();
         let egress = sless_dataflow::egress::EgressPolicy::dev(
             opts.egress.allow,
@@ -153,6 +156,7 @@ impl Dev {
                 public_url: gateway_url.clone(),
                 region: opts.region,
                 engines,
+                engine_connections: sless_sqs::engine::server::connections(share),
             },
             Arc::new(egress),
         );
@@ -172,7 +176,7 @@ impl Dev {
             control_plane,
             gateway,
             listener,
-            limits: opts.limits,
+            limits,
             platform,
             state,
         })

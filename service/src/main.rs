@@ -311,7 +311,7 @@ async fn gateway(args: GatewayArgs) -> anyhow::Result<()> {
     let gateway = Gateway::bind(args.listen, args.public_url, worker)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?
-        .with_limits(args.limits);
+        .with_limits(args.limits.within(sless_runtime::http::descriptor_limit() / 4 * 3));
     let metrics = tokio::net::TcpListener::bind(args.metrics_listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.metrics_listen))?;
@@ -369,6 +369,8 @@ async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     init_tracing();
     sless_runtime::tls::install_default_provider();
+    let descriptors = sless_runtime::http::raise_descriptor_limit();
+    tracing::debug!(descriptors, "descriptor limit");
     match cli.command {
         Command::Dev(args) => dev(*args).await,
         Command::Serve(args) => serve::run(*args, shutdown_signal()).await,

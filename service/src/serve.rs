@@ -229,7 +229,9 @@ pub async fn run(args: ServeArgs, shutdown: impl Future<Output = ()> + Send + 's
     let api = tokio::spawn(sless_runtime::http::serve(
         api_listener,
         sless::api::router(api_state),
-        op.limits,
+        // Half the process's descriptors; the rest for the operator's,
+        // the control plane's and Redis's connections.
+        op.limits.within(sless_runtime::http::descriptor_limit() / 2),
         stopped(&stop_rx),
     ));
     tracing::info!(api = %op.listen, metrics = %op.metrics_listen, "sless serve running");

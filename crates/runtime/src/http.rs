@@ -50,6 +50,46 @@ impl Default for ConnectionLimits {
     }
 }
 
+impl ConnectionLimits {
+    /// These limits with at most `connections` open in total.
+    pub fn within(self, connections: usize) -> Self {
+        Self {
+            total: self.total.min(connections.max(1)),
+            ..self
+        }
+    }
+}
+
+/// Taken for "no limit": more descriptors than any cap here needs.
+const UNLIMITED: u64 = 1 << 20;
+
+/// The most file descriptors this process may hold (its soft limit).
+/// Every connection a server admits takes one, so the caps of a process's
+/// servers together must stay below it, or a flood of connections leaves
+/// none for the rest of the process.
+pub fn descriptor_limit() -> usize {
+    let soft = rustix::process::getrlimit(rustix::process::Resource::Nofile).current;
+    usize::try_from(soft.unwrap_or(UNLIMITED).min(UNLIMITED)).unwrap_or(usize::MAX)
+}
+
+/// Raises this process's soft descriptor limit to its hard limit, as Go's
+/// runtime does at start, and returns [`descriptor_limit`].
+pub fn raise_descriptor_limit() -> usize {
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    let limit = getrlimit(Resource::Nofile);
+    let hard = limit.maximum.unwrap_or(UNLIMITED);
+    if limit.current.is_some_and(|soft| soft < hard) {
+        let wanted = Rlimit {
+            current: Some(hard),
+            maximum: limit.maximum,
+        };
+        if let Err(error) = setrlimit(Resource::Nofile, wanted) {
+            tracing::warn!(%error, hard, "cannot raise the descriptor limit");
+        }
+    }
+    descriptor_limit()
+}
+
 /// The error of a body not received within its time.
 #[derive(Debug, thiserror::Error)]
 #[error("the request body was not received within {0:?}")]
@@ -114,6 +154,7 @@ impl Admission {
 
     /// A place for a connection from `peer`, if both caps leave one.
     pub fn admit(self: &Arc<Self>, peer: IpAddr) -> Option<Admitted> {
+        let peer = client_of(peer);
         let mut open = self.open.lock_unpoisoned();
         let (total, by_peer) = &mut *open;
         let mine = by_peer.get(&peer).copied().unwrap_or(0);
@@ -126,6 +167,10 @@ impl Admission {
             admission: self.clone(),
             peer,
         })
+    }
+
+    pub fn limits(&self) -> ConnectionLimits {
+        self.limits
     }
 
     /// Open connections: in total, and from `peer`.
@@ -147,6 +192,19 @@ impl Drop for Admitted {
                 by_peer.remove(&self.peer);
             }
         }
+    }
+}
+
+/// The client a per-client cap counts a peer address as: an IPv6 address
+/// by its /64 (the least a site is given, so one host may hold all of
+/// it), an IPv4-mapped one as its IPv4 address.
+fn client_of(peer: IpAddr) -> IpAddr {
+    match peer {
+        IpAddr::V4(_) => peer,
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6(std::net::Ipv6Addr::from(u128::from(v6) & !((1u128 << 64) - 1))),
+        },
     }
 }
 
@@ -235,7 +293,20 @@ pub async fn serve_each<F, C>(
     C: Fn(TcpStream, Admitted, watch::Receiver<bool>) -> F,
     F: Future<Output = ()> + Send + 'static,
 {
-    let admission = Admission::new(limits);
+    serve_admitted(listener, Admission::new(limits), shutdown, connection).await;
+}
+
+/// As [`serve_each`], within the caps of `admission`, which other servers
+/// of the process may share.
+pub async fn serve_admitted<F, C>(
+    listener: TcpListener,
+    admission: Arc<Admission>,
+    shutdown: impl Future<Output = ()>,
+    connection: C,
+) where
+    C: Fn(TcpStream, Admitted, watch::Receiver<bool>) -> F,
+    F: Future<Output = ()> + Send + 'static,
+{
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut connections = tokio::task::JoinSet::new();
     let mut shutdown = std::pin::pin!(shutdown);
@@ -330,5 +401,27 @@ mod tests {
         });
         let held: Vec<_> = (0..10).filter_map(|_| open.admit(a)).collect();
         assert_eq!(held.len(), 10);
+    }
+
+    #[test]
+    fn ipv6_clients_are_counted_by_their_64() {
+        let admission = Admission::new(ConnectionLimits {
+            total: 100,
+            per_client: 2,
+            ..ConnectionLimits::default()
+        });
+        let one: IpAddr = "2001:db8:1:2::1".parse().unwrap();
+        let same_64: IpAddr = "2001:db8:1:2:ffff:ffff:ffff:fffe".parse().unwrap();
+        let next_64: IpAddr = "2001:db8:1:3::1".parse().unwrap();
+        let _first = admission.admit(one).unwrap();
+        let _second = admission.admit(same_64).unwrap();
+        assert!(admission.admit(one).is_none(), "a third from one /64");
+        assert!(admission.admit(next_64).is_some(), "another /64 is another client");
+        // An IPv4-mapped address is its IPv4 client.
+        let v4: IpAddr = "192.0.2.7".parse().unwrap();
+        let mapped: IpAddr = "::ffff:192.0.2.7".parse().unwrap();
+        let _v4 = admission.admit(v4).unwrap();
+        let _mapped = admission.admit(mapped).unwrap();
+        assert!(admission.admit(v4).is_none());
     }
 }

@@ -5,7 +5,8 @@
 //! and the requests in flight share their socket writes.
 //!
 //! A connection opens with [`HELLO`] from the gateway, then the engine's
-//! token (a u16 length and its bytes); the engine answers [`HELLO`]. An HTTP
+//! token (a u16 length and its bytes); the engine answers [`HELLO`], or
+//! [`DENIED`] and closes the connection where the token is not its own. An HTTP
 //! server answers the hello with an error instead (NUL starts no method,
 //! and the blank line ends the request), which tells the gateway to speak
 //! HTTP there, as to ElasticMQ. Then frames both ways, big-endian: a u32
@@ -23,6 +24,9 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 
 /// The first bytes of a link connection, both ways.
 pub const HELLO: &[u8] = b"\0sless-engine-link/1\r\n\r\n";
+/// The engine's answer to a hello without its token, as long as
+/// [`HELLO`]; the engine closes the connection after it.
+pub const DENIED: &[u8] = b"\0sless-engine-link/0\r\n\r\n";
 /// Longest engine token a hello carries.
 pub const MAX_TOKEN: usize = 256;
 /// Longest request frame: the largest body either side accepts (8 MiB),
@@ -247,6 +251,12 @@ fn take_headers(frame: &mut Bytes) -> Result<HeaderMap, FrameError> {
     Ok(headers)
 }
 
+/// Most a frame reader asks of a read beyond what it holds.
+const READ_AHEAD: usize = 64 * 1024;
+/// What a frame reader asks of a read for a frame's length: the small
+/// frames most requests and answers are come whole.
+const FIRST_READ: usize = 8 * 1024;
+
 /// Frames as they arrive on one connection.
 pub struct FrameReader<R> {
     io: R,
@@ -259,14 +269,16 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
     pub fn new(io: R, limit: usize) -> Self {
         Self {
             io,
-            buffer: BytesMut::with_capacity(64 * 1024),
+            buffer: BytesMut::new(),
             limit,
         }
     }
 
     /// The next frame (without its length), or `None` where the peer
     /// closed the connection between two frames. Memory grows with the
-    /// bytes that arrived, never with a length the peer only announced.
+    /// bytes that arrived, never with a length the peer only announced:
+    /// a reader starts with nothing and reads at most [`READ_AHEAD`] more
+    /// than it holds.
     pub async fn next(&mut self) -> Result<Option<Bytes>, FrameError> {
         loop {
             if self.buffer.len() >= 4 {
@@ -279,9 +291,9 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                     return Ok(Some(self.buffer.split_to(len).freeze()));
                 }
                 let missing = 4 + len - self.buffer.len();
-                self.buffer.reserve(missing.min(64 * 1024));
+                self.buffer.reserve(missing.min(READ_AHEAD));
             } else {
-                self.buffer.reserve(64 * 1024);
+                self.buffer.reserve(FIRST_READ);
             }
             if self.io.read_buf(&mut self.buffer).await? == 0 {
                 return if self.buffer.is_empty() {
@@ -304,7 +316,8 @@ pub async fn write_frames<W: tokio::io::AsyncWrite + Unpin, T>(
 ) -> std::io::Result<()> {
     use tokio::io::AsyncWriteExt;
     const GATHER: usize = 256 * 1024;
-    let mut batch = BytesMut::with_capacity(64 * 1024);
+    // Grows with what is gathered: an idle link holds nothing.
+    let mut batch = BytesMut::new();
     while let Some(first) = items.recv().await {
         let mut next = Some(first);
         while let Some(item) = next.take() {
@@ -340,7 +353,7 @@ pub fn hello_with(token: &[u8]) -> Vec<u8> {
 /// The token after the gateway's hello ([`hello_with`]), or `None` for
 /// anything else.
 pub async fn read_hello_with<R: AsyncRead + Unpin>(io: &mut R) -> std::io::Result<Option<Vec<u8>>> {
-    if !read_hello(io).await? {
+    if read_hello(io).await? != Greeting::Hello {
         return Ok(None);
     }
     let len = usize::from(io.read_u16().await?);
@@ -352,12 +365,25 @@ pub async fn read_hello_with<R: AsyncRead + Unpin>(io: &mut R) -> std::io::Resul
     Ok(Some(token))
 }
 
-/// Reads the peer's [`HELLO`].
-pub async fn read_hello<R: AsyncRead + Unpin>(io: &mut R) -> Result<bool, std::io::Error> {
+/// What a peer opens a link connection with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Greeting {
+    Hello,
+    /// The engine's refusal of the token.
+    Denied,
+    /// Anything else: not a link peer.
+    Other,
+}
+
+/// Reads the peer's greeting: [`HELLO`], [`DENIED`] or anything else.
+pub async fn read_hello<R: AsyncRead + Unpin>(io: &mut R) -> Result<Greeting, std::io::Error> {
+    const _: () = assert!(HELLO.len() == DENIED.len());
     let mut hello = [0u8; HELLO.len()];
     match io.read_exact(&mut hello).await {
-        Ok(_) => Ok(hello == HELLO),
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(false),
+        Ok(_) if hello == HELLO => Ok(Greeting::Hello),
+        Ok(_) if hello == DENIED => Ok(Greeting::Denied),
+        Ok(_) => Ok(Greeting::Other),
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(Greeting::Other),
         Err(e) => Err(e),
     }
 }

@@ -54,8 +54,9 @@ fn body(answer: &link::Answer) -> Value {
 async fn raw_link(addr: std::net::SocketAddr, token: &str) -> TcpStream {
     let mut stream = TcpStream::connect(addr).await.unwrap();
     stream.write_all(&link::hello_with(token.as_bytes())).await.unwrap();
-    assert!(
+    assert_eq!(
         link::read_hello(&mut stream).await.unwrap(),
+        link::Greeting::Hello,
         "the engine answers the hello"
     );
     stream
@@ -103,18 +104,11 @@ async fn the_gateway_links_to_an_engine_and_speaks_http_to_anything_else() {
     assert!(asked.elapsed() < Duration::from_secs(2), "took {:?}", asked.elapsed());
     serving.abort();
 
-    // A link opened with another token gets the engine's refusal, as the
-    // HTTP path does, for every request.
-    let Way::Link(wrong) = Links::default()
+    // A link opened with another token is refused at its hello.
+    let refused = Links::default()
         .way(&server.addr.to_string(), Some(&HeaderValue::from_static("guess")))
-        .await
-        .unwrap()
-    else {
-        panic!("the hello is answered whatever the token");
-    };
-    let refused = wrong.call(json_frame("ListQueues", &json!({}))).await.unwrap();
-    assert_eq!(refused.status, 403);
-    assert_eq!(body(&refused)["__type"], "com.amazonaws.sqs#AccessDenied");
+        .await;
+    assert!(matches!(refused, Err(LinkError::Denied)), "{:?}", refused.err());
 
     // With the engine stopped, its link closes and no request waits: the
     // link reports it, and opening a new one finds nothing listening.
@@ -134,6 +128,52 @@ async fn the_gateway_links_to_an_engine_and_speaks_http_to_anything_else() {
         links.way(&addr, Some(&token)).await,
         Err(LinkError::Connect(_))
     ));
+}
+
+/// N3 of the attack run: a hello with a wrong or empty token got HELLO,
+/// then an AccessDenied per frame on a connection kept for ever, with
+/// 128 KiB allocated for it and frames of up to 10 MiB buffered.
+#[tokio::test]
+async fn a_hello_without_the_token_is_refused_and_closed_at_once() {
+    let server = started().await;
+    for token in [&b""[..], b"guess", &TOKEN.as_bytes()[..TOKEN.len() - 1]] {
+        let mut stream = TcpStream::connect(server.addr).await.unwrap();
+        let started = Instant::now();
+        stream.write_all(&link::hello_with(token)).await.unwrap();
+        // A frame announced behind it is never read.
+        let _ = stream
+            .write_all(&u32::try_from(MAX_REQUEST).unwrap().to_be_bytes())
+            .await;
+        let mut answer = Vec::new();
+        let read = tokio::time::timeout(Duration::from_secs(2), stream.read_to_end(&mut answer)).await;
+        assert!(matches!(read, Ok(Ok(_) | Err(_))), "{token:?}: left open");
+        assert!(answer.is_empty() || answer == link::DENIED, "{token:?}: {answer:?}");
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "{token:?}: {:?}",
+            started.elapsed()
+        );
+    }
+    // The right token is linked to as before.
+    raw_link(server.addr, TOKEN).await;
+}
+
+/// A link nothing is sent on for two minutes is closed by the engine.
+/// (Time is paused once the link is open: it passes at once.)
+#[tokio::test]
+async fn an_idle_link_is_closed() {
+    let server = started().await;
+    let mut idle = raw_link(server.addr, TOKEN).await;
+    tokio::time::pause();
+    let started = tokio::time::Instant::now();
+    let mut rest = Vec::new();
+    tokio::time::timeout(Duration::from_secs(600), idle.read_to_end(&mut rest))
+        .await
+        .expect("the idle link is closed")
+        .unwrap();
+    let idle_for = started.elapsed();
+    assert!(idle_for >= sless_sqs::engine::server::LINK_IDLE_TIMEOUT, "{idle_for:?}");
+    assert!(rest.is_empty());
 }
 
 #[tokio::test]

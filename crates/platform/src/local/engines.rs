@@ -92,10 +92,11 @@ impl LocalPlatform {
         // Only the gateway, which learns it from the routing snapshot, can
         // reach the engine's loopback port.
         let token = sless_sqs::credentials::engine_token();
-        let server = EngineServer::start(
+        let server = EngineServer::start_within(
             engine.clone(),
             std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
             Some(token.clone()),
+            self.gateway.engine_connections.clone(),
         )
         .await
         .map_err(|e| format!("cannot start the queue engine: {e}"))?;

@@ -75,6 +75,9 @@ pub struct GatewayLink {
     pub region: String,
     /// Where the engines are registered for the gateway to call directly.
     pub engines: sless_sqs::gateway::proxy::InProcessEngines,
+    /// The connection caps every engine's port shares: they take the
+    /// descriptors of one process.
+    pub engine_connections: Arc<sless_runtime::http::Admission>,
 }
 
 pub struct LocalPlatform {

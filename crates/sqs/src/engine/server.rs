@@ -13,7 +13,7 @@ use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{HeaderMap, Method};
 use axum::response::{IntoResponse, Response};
 use bytes::{Bytes, BytesMut};
-use sless_runtime::http::{self, Admitted, ConnectionLimits};
+use sless_runtime::http::{self, Admission, Admitted, ConnectionLimits};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
@@ -29,6 +29,13 @@ const BODY_LIMIT: usize = 8 * 1024 * 1024;
 const LINK_IN_FLIGHT: usize = 1024;
 /// Time for a link's hello once its first byte came.
 const LINK_HELLO_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+/// A link with nothing in flight that sends no frame for this long is
+/// closed. Gateways drop their idle links sooner
+/// ([`crate::gateway::link`]), so they never send into one closing.
+pub const LINK_IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
+/// Most connections from one client address: a gateway holds a link per
+/// serving thread and a few HTTP connections.
+const PER_CLIENT: usize = 256;
 
 #[derive(Clone)]
 struct Served {
@@ -113,8 +120,11 @@ async fn answer(engine: &Engine, headers: &HeaderMap, path: &str, query: Option<
 
 /// Serves the engine link (see [`crate::link`]) on a connection whose
 /// first byte was NUL: each request in a task of its own, at most
-/// [`LINK_IN_FLIGHT`] at once, every answer through one writer. At `stop`
-/// it reads no more and closes once the requests in flight are answered.
+/// [`LINK_IN_FLIGHT`] at once, every answer through one writer. A hello
+/// without the engine's token is closed at once, before anything else is
+/// allocated for it; a link idle for [`LINK_IDLE_TIMEOUT`] is closed too.
+/// At `stop` it reads no more and closes once the requests in flight are
+/// answered.
 async fn serve_link(stream: TcpStream, served: Served, mut stop: watch::Receiver<bool>) {
     let (mut read, write) = stream.into_split();
     let hello = tokio::time::timeout(LINK_HELLO_TIMEOUT, link::read_hello_with(&mut read)).await;
@@ -122,7 +132,13 @@ async fn serve_link(stream: TcpStream, served: Served, mut stop: watch::Receiver
         tracing::debug!("an engine-link hello was malformed or late");
         return;
     };
-    let authorized = served.admits(&token);
+    if !served.admits(&token) {
+        tracing::debug!("an engine-link hello without this engine's token; closed");
+        let mut write = write;
+        let denied = tokio::io::AsyncWriteExt::write_all(&mut write, link::DENIED);
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(1), denied).await;
+        return;
+    }
     let (answers, mut to_write) = tokio::sync::mpsc::channel::<BytesMut>(LINK_IN_FLIGHT);
     let writer = tokio::spawn(async move { link::write_frames(write, &mut to_write, Some).await });
     if answers.send(BytesMut::from(link::HELLO)).await.is_err() {
@@ -132,7 +148,12 @@ async fn serve_link(stream: TcpStream, served: Served, mut stop: watch::Receiver
     let mut frames = link::FrameReader::new(read, link::MAX_REQUEST);
     loop {
         let frame = tokio::select! {
-            frame = frames.next() => frame,
+            frame = tokio::time::timeout(LINK_IDLE_TIMEOUT, frames.next()) => match frame {
+                Ok(frame) => frame,
+                // Idle: closed unless an answer is still owed.
+                Err(_) if room.available_permits() == LINK_IN_FLIGHT => break,
+                Err(_) => continue,
+            },
             _ = stop.wait_for(|s| *s) => break,
         };
         let request = match frame.and_then(|f| f.map(link::read_request).transpose()) {
@@ -148,18 +169,14 @@ async fn serve_link(stream: TcpStream, served: Served, mut stop: watch::Receiver
         };
         let (engine, answers) = (served.engine.clone(), answers.clone());
         tokio::spawn(async move {
-            let response = if authorized {
-                answer(
-                    &engine,
-                    &request.headers,
-                    request.path(),
-                    request.query(),
-                    &request.body,
-                )
-                .await
-            } else {
-                refused(protocol::detect(&request.headers))
-            };
+            let response = answer(
+                &engine,
+                &request.headers,
+                request.path(),
+                request.query(),
+                &request.body,
+            )
+            .await;
             let frame = match framed(request.id, response).await {
                 Ok(frame) => Some(frame),
                 Err(e) => {
@@ -234,6 +251,19 @@ pub struct EngineServer {
 impl EngineServer {
     /// Serves `engine` on `listen`; with `token`, only requests carrying it.
     pub async fn start(engine: Arc<Engine>, listen: SocketAddr, token: Option<String>) -> std::io::Result<Self> {
+        // A process of its own: most of its descriptors may be connections.
+        let total = http::descriptor_limit() / 4 * 3;
+        Self::start_within(engine, listen, token, connections(total)).await
+    }
+
+    /// As [`Self::start`], within the connection caps of `admission`, which
+    /// the other engines of the process share (`sless dev`).
+    pub async fn start_within(
+        engine: Arc<Engine>,
+        listen: SocketAddr,
+        token: Option<String>,
+        admission: Arc<Admission>,
+    ) -> std::io::Result<Self> {
         let listener = TcpListener::bind(listen).await?;
         let addr = listener.local_addr()?;
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -241,29 +271,38 @@ impl EngineServer {
             engine,
             token: token.map(Arc::from),
         };
-        tokio::spawn(serve(listener, served, stopped));
+        tokio::spawn(serve(listener, served, admission, stopped));
         Ok(Self { addr, stop: Some(stop) })
     }
 }
 
-/// The engine's connections: anyone may connect (the token decides what
-/// they get), so they are capped in number and idle time as the gateway's
-/// are; one gateway holds many, so not per client address.
-fn limits() -> ConnectionLimits {
-    ConnectionLimits {
-        per_client: 0,
-        ..ConnectionLimits::default()
-    }
+/// The caps on engines' connections, `total` of them at most: anyone may
+/// connect (the token decides what they get), so they are capped in
+/// number, per client address and in idle time as the gateway's are.
+pub fn connections(total: usize) -> Arc<Admission> {
+    Admission::new(
+        ConnectionLimits {
+            per_client: PER_CLIENT,
+            ..ConnectionLimits::default()
+        }
+        .within(total),
+    )
 }
 
 /// Accepts until `stopped`, then waits for the requests in flight.
-async fn serve(listener: TcpListener, served: Served, stopped: tokio::sync::oneshot::Receiver<()>) {
+async fn serve(
+    listener: TcpListener,
+    served: Served,
+    admission: Arc<Admission>,
+    stopped: tokio::sync::oneshot::Receiver<()>,
+) {
     let app = app(served.clone());
+    let limits = admission.limits();
     let stopped = async {
         let _ = stopped.await;
     };
-    http::serve_each(listener, limits(), stopped, move |stream, admitted, stop| {
-        serve_connection(stream, served.clone(), app.clone(), admitted, stop)
+    http::serve_admitted(listener, admission, stopped, move |stream, admitted, stop| {
+        serve_connection(stream, served.clone(), app.clone(), admitted, limits, stop)
     })
     .await;
 }
@@ -275,17 +314,18 @@ async fn serve_connection(
     served: Served,
     app: Router,
     admitted: Admitted,
+    limits: ConnectionLimits,
     mut stop: watch::Receiver<bool>,
 ) {
     let _ = stream.set_nodelay(true);
     let mut first = [0u8; 1];
     let peeked = tokio::select! {
-        peeked = tokio::time::timeout(limits().header_timeout, stream.peek(&mut first)) => peeked,
+        peeked = tokio::time::timeout(limits.header_timeout, stream.peek(&mut first)) => peeked,
         _ = stop.wait_for(|s| *s) => return,
     };
     match peeked {
         Ok(Ok(1)) if first[0] == 0 => serve_link(stream, served, stop).await,
-        Ok(Ok(1)) => http::serve_connection(stream, app, admitted, limits(), stop).await,
+        Ok(Ok(1)) => http::serve_connection(stream, app, admitted, limits, stop).await,
         _ => {}
     }
 }

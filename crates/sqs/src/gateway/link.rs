@@ -21,6 +21,10 @@ const HTTP_FOR: Duration = Duration::from_secs(60);
 const OPEN_TIMEOUT: Duration = Duration::from_secs(5);
 /// Requests queued for one link's writer; more wait for room.
 const QUEUED: usize = 1024;
+/// A link unused this long is opened afresh for the next request: half the
+/// time after which the engine closes an idle link, so no request is ever
+/// sent into a link the engine is closing.
+const IDLE: Duration = Duration::from_secs(crate::engine::server::LINK_IDLE_TIMEOUT.as_secs() / 2);
 
 #[derive(Debug, thiserror::Error)]
 pub enum LinkError {
@@ -30,6 +34,8 @@ pub enum LinkError {
     Timeout,
     #[error("the engine link closed before the answer came")]
     Closed,
+    #[error("the engine refused the routing table's token")]
+    Denied,
 }
 
 /// How to reach one backend.
@@ -118,7 +124,9 @@ impl Links {
             return Err(opening);
         };
         match &slot.state {
-            State::Open(link) if link.is_open() && link.token.as_ref() == token => Ok(Way::Link(link.clone())),
+            State::Open(link) if link.is_open() && !link.idle() && link.token.as_ref() == token => {
+                Ok(Way::Link(link.clone()))
+            }
             State::Http { until } if Instant::now() < *until => Ok(Way::Http),
             _ => Err(slot.opening.clone()),
         }
@@ -133,6 +141,9 @@ pub struct Link {
     waiting: Arc<Mutex<Waiting>>,
     /// The token the hello presented.
     token: Option<HeaderValue>,
+    /// When it was opened, and the last request sent after that (ms).
+    opened: Instant,
+    used: Arc<std::sync::atomic::AtomicU64>,
 }
 
 struct Outgoing {
@@ -174,8 +185,9 @@ impl Link {
         })
         .await;
         match greeted {
-            Ok(Ok(true)) => {}
-            Ok(Ok(false)) => return Ok(None),
+            Ok(Ok(link::Greeting::Hello)) => {}
+            Ok(Ok(link::Greeting::Denied)) => return Err(LinkError::Denied),
+            Ok(Ok(link::Greeting::Other)) => return Ok(None),
             Ok(Err(e)) => return Err(LinkError::Connect(e)),
             Err(_) => {
                 tracing::warn!(backend, "no answer to the engine link's hello; speaking HTTP to it");
@@ -233,6 +245,8 @@ impl Link {
             requests,
             waiting,
             token: token.cloned(),
+            opened: Instant::now(),
+            used: Arc::default(),
         }))
     }
 
@@ -240,9 +254,18 @@ impl Link {
         !self.requests.is_closed() && !self.waiting.lock_unpoisoned().closed
     }
 
+    /// Whether no request was sent on it for [`IDLE`]: the engine may soon
+    /// close it. Dropped, it closes once its last answer is in.
+    fn idle(&self) -> bool {
+        let used = Duration::from_millis(self.used.load(std::sync::atomic::Ordering::Relaxed));
+        self.opened.elapsed().saturating_sub(used) >= IDLE
+    }
+
     /// Sends a request's frame (from [`link::request_frame`]) and waits
     /// for its answer.
     pub async fn call(&self, frame: BytesMut) -> Result<Answer, LinkError> {
+        let since_opened = u64::try_from(self.opened.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.used.store(since_opened, std::sync::atomic::Ordering::Relaxed);
         let (reply, answer) = oneshot::channel();
         self.requests
             .send(Outgoing { frame, reply })

@@ -1,5 +1,6 @@
 //! The SQS gateway: tenants' edge and control-plane worker.
 
+pub mod bodies;
 pub mod counters;
 pub mod link;
 pub mod proxy;
@@ -14,8 +15,9 @@ use axum::Router;
 use axum::routing::get;
 use tokio::net::TcpListener;
 
+use bodies::{BODIES_IN_MEMORY, BodyBudget, TENANT_BODIES};
 use counters::Counters;
-use proxy::{BODIES_IN_MEMORY, GatewayState, InProcessEngines};
+use proxy::{GatewayState, InProcessEngines};
 use sless_runtime::http::{self, Admission, Admitted, ConnectionLimits};
 use table::SharedTable;
 use worker::WorkerConfig;
@@ -106,7 +108,7 @@ impl Gateway {
                 http: proxy::backend_client(),
                 engines: InProcessEngines::default(),
                 public_url: public_url.unwrap_or_else(|| format!("http://{addr}")),
-                bodies: Arc::new(tokio::sync::Semaphore::new(BODIES_IN_MEMORY)),
+                bodies: Arc::new(BodyBudget::new(BODIES_IN_MEMORY, TENANT_BODIES)),
             },
             worker,
             limits: ConnectionLimits::default(),

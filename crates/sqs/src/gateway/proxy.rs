@@ -13,6 +13,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 
+use super::bodies::{BODY_LIMIT, BodyBudget, BodyError};
 use super::counters::{self, Counters};
 use super::link::{LinkError, Links, Way};
 use super::table::SharedTable;
@@ -24,13 +25,6 @@ use crate::{ENGINE_TOKEN, request_id};
 use sless_controlplane::model::OutcomeKind;
 use sless_runtime::sync::Unpoisoned;
 
-/// As the engine's: a full 1 MiB batch, URL-encoded, with overhead.
-const BODY_LIMIT: usize = 8 * 1024 * 1024;
-/// Most request bodies' bytes the gateway holds at once, over all
-/// connections and threads; a request waits for room up to
-/// [`ROOM_TIMEOUT`], then is answered `ServiceUnavailable`.
-pub(super) const BODIES_IN_MEMORY: usize = 256 << 20;
-const ROOM_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 /// Request headers passed on to the engine.
 const FORWARDED: &[&str] = &[
     "content-type",
@@ -86,9 +80,8 @@ pub struct GatewayState {
     pub engines: InProcessEngines,
     /// Public base URL of the gateway, e.g. `http://127.0.0.1:9324`.
     pub public_url: String,
-    /// Room for request bodies: [`BODIES_IN_MEMORY`] bytes, shared by
-    /// every serving thread.
-    pub bodies: Arc<tokio::sync::Semaphore>,
+    /// Room for request bodies, shared by every serving thread.
+    pub bodies: Arc<BodyBudget>,
 }
 
 fn error(protocol: Protocol, e: SqsError) -> Response {
@@ -111,14 +104,35 @@ fn unknown_key() -> SqsError {
     SqsError::invalid_client_token_id("The security token included in the request is invalid.").forbidden()
 }
 
-/// The body's declared length, if any; one over the limit, or not a
-/// number, is refused before anything is read.
-fn declared_length(headers: &HeaderMap) -> Result<Option<usize>, SqsError> {
+/// What a client gets for a body not read. One that came too slowly or
+/// broke off ends its connection: what is left of it is not read.
+fn body_error(protocol: Protocol, e: BodyError) -> Response {
+    let refused = match e {
+        BodyError::Busy => SqsError::unavailable("The gateway is busy; retry."),
+        BodyError::TooLong => too_long(),
+        BodyError::TooSlow | BodyError::Broken => SqsError {
+            status: 408,
+            ..SqsError::invalid_parameter_value(format!("{e}."))
+        },
+    };
+    let mut response = error(protocol, refused);
+    if matches!(e, BodyError::TooSlow | BodyError::Broken) {
+        response.headers_mut().insert(
+            axum::http::header::CONNECTION,
+            axum::http::HeaderValue::from_static("close"),
+        );
+    }
+    response
+}
+
+/// A declared body length over the limit, or not a number, is refused
+/// before anything is read.
+fn check_declared_length(headers: &HeaderMap) -> Result<(), SqsError> {
     let Some(value) = headers.get(axum::http::header::CONTENT_LENGTH) else {
-        return Ok(None);
+        return Ok(());
     };
     match value.to_str().ok().and_then(|v| v.parse::<u64>().ok()) {
-        Some(n) if n <= BODY_LIMIT as u64 => Ok(usize::try_from(n).ok()),
+        Some(n) if n <= BODY_LIMIT as u64 => Ok(()),
         _ => Err(too_long()),
     }
 }
@@ -128,42 +142,6 @@ fn too_long() -> SqsError {
         status: 413,
         ..SqsError::invalid_parameter_value(format!("The request body is longer than {BODY_LIMIT} bytes."))
     }
-}
-
-/// Reads the body of a request whose headers passed every check but the
-/// signature: within [`BODY_LIMIT`] and the server's body timeout, and only
-/// once the gateway's bodies in memory leave room for it. The room is held
-/// until the request is answered.
-async fn read_body(
-    body: Body,
-    declared: Option<usize>,
-    budget: &tokio::sync::Semaphore,
-) -> Result<(Bytes, tokio::sync::SemaphorePermit<'_>), SqsError> {
-    // What the body may take: its declared length, else the most allowed.
-    let share = u32::try_from(declared.unwrap_or(BODY_LIMIT)).unwrap_or(u32::MAX);
-    let room = tokio::time::timeout(ROOM_TIMEOUT, budget.acquire_many(share)).await;
-    let Ok(Ok(room)) = room else {
-        return Err(SqsError::unavailable("The gateway is busy; retry."));
-    };
-    match axum::body::to_bytes(body, BODY_LIMIT).await {
-        Ok(bytes) => Ok((bytes, room)),
-        Err(e) if is_length_limit(&e) => Err(too_long()),
-        Err(_) => Err(SqsError::invalid_parameter_value(
-            "The request body was not received in time or whole.",
-        )),
-    }
-}
-
-/// Whether reading a body failed on [`BODY_LIMIT`].
-fn is_length_limit(e: &axum::Error) -> bool {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(s) = source {
-        if s.is::<http_body_util::LengthLimitError>() {
-            return true;
-        }
-        source = s.source();
-    }
-    false
 }
 
 /// The index of the request's action (see [`counters::action_index`]):
@@ -191,10 +169,9 @@ pub async fn handle(State(state): State<GatewayState>, request: Request) -> Resp
     let (parts, body) = request.into_parts();
     let protocol = protocol::detect(&parts.headers);
     let path = parts.uri.path().to_owned();
-    let declared = match declared_length(&parts.headers) {
-        Ok(declared) => declared,
-        Err(e) => return error(protocol, e),
-    };
+    if let Err(e) = check_declared_length(&parts.headers) {
+        return error(protocol, e);
+    }
     let table = state.table.current();
     let auth = match sigv4::parse_authorization(&parts.headers) {
         Ok(a) => a,
@@ -224,9 +201,9 @@ pub async fn handle(State(state): State<GatewayState>, request: Request) -> Resp
         counters.record(action, OutcomeKind::AuthFailed, started.elapsed());
         return error(protocol, auth_error(e));
     }
-    let (body, _room) = match read_body(body, declared, &state.bodies).await {
+    let (body, _room) = match state.bodies.read(tenant, body).await {
         Ok(read) => read,
-        Err(e) => return error(protocol, e),
+        Err(e) => return body_error(protocol, e),
     };
     let action = action_of(&parts.headers, parts.uri.query(), &body);
     let signed = sigv4::Request {

@@ -106,6 +106,51 @@ impl DevServer {
         kib * 1024
     }
 
+    /// The process's soft limit of open files.
+    pub fn descriptor_limit(&self) -> usize {
+        let limits = std::fs::read_to_string(format!("/proc/{}/limits", self.child.id())).unwrap();
+        let line = limits.lines().find(|l| l.starts_with("Max open files")).unwrap();
+        line.split_whitespace().nth(3).unwrap().parse().unwrap()
+    }
+
+    /// How many descriptors the process holds open.
+    pub fn open_descriptors(&self) -> usize {
+        std::fs::read_dir(format!("/proc/{}/fd", self.child.id()))
+            .unwrap()
+            .count()
+    }
+
+    /// The loopback TCP ports the process listens on (its API, gateway,
+    /// control plane and each engine's), from /proc.
+    pub fn listening_ports(&self) -> Vec<u16> {
+        let pid = self.child.id();
+        let inodes: std::collections::HashSet<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .unwrap()
+            .filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
+            .filter_map(|target| {
+                let target = target.to_string_lossy().into_owned();
+                Some(target.strip_prefix("socket:[")?.strip_suffix(']')?.to_owned())
+            })
+            .collect();
+        let table = std::fs::read_to_string(format!("/proc/{pid}/net/tcp")).unwrap();
+        let mut ports: Vec<u16> = table
+            .lines()
+            .skip(1)
+            .filter_map(|line| {
+                let fields: Vec<&str> = line.split_whitespace().collect();
+                // State 0A is LISTEN; the inode is the tenth field.
+                if fields.get(3) != Some(&"0A") || !inodes.contains(*fields.get(9)?) {
+                    return None;
+                }
+                let (_, port) = fields.get(1)?.split_once(':')?;
+                u16::from_str_radix(port, 16).ok()
+            })
+            .collect();
+        ports.sort_unstable();
+        ports.dedup();
+        ports
+    }
+
     /// SIGKILL: no shutdown code runs.
     pub fn kill9(mut self) {
         self.child.kill().unwrap();
