@@ -28,6 +28,16 @@ mod errors;
 
 use errors::{api_error, on_create};
 
+/// The ResourceQuota of a tenant's namespace, and what it counts.
+const TENANT_QUOTA: &str = "sless-tenant";
+const DATAFLOW_COUNT: &str = "count/dataflows.dataflow.dataflow.io";
+/// How the API server words a create over a quota, and one refused because
+/// the quota's usage is not counted yet.
+const QUOTA_EXCEEDED: &str = "exceeded quota";
+const QUOTA_UNCOUNTED: &str = "status unknown for quota";
+/// How long a quota just made may stay uncounted.
+const QUOTA_COUNTED_WITHIN: std::time::Duration = std::time::Duration::from_secs(10);
+
 pub struct KubePlatform {
     client: Client,
     /// Create a tenant's namespace on its first object (else the platform
@@ -98,6 +108,34 @@ impl KubePlatform {
 
     fn flows(&self, tenant: &DnsLabel) -> Api<DataFlow> {
         Api::namespaced(self.client.clone(), &namespace_name(tenant.as_str()))
+    }
+
+    /// Caps the tenant's dataflows at `quota` with a ResourceQuota in its
+    /// namespace: the API server counts and admits each create in one
+    /// step, whichever replica of the API sends it.
+    async fn apply_quota(&self, tenant: &DnsLabel, quota: usize) -> Result<()> {
+        use k8s_openapi::api::core::v1::{ResourceQuota, ResourceQuotaSpec};
+        use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+        let object = ResourceQuota {
+            metadata: kube::api::ObjectMeta {
+                name: Some(TENANT_QUOTA.into()),
+                ..Default::default()
+            },
+            spec: Some(ResourceQuotaSpec {
+                hard: Some([(DATAFLOW_COUNT.to_owned(), Quantity(quota.to_string()))].into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        Api::<ResourceQuota>::namespaced(self.client.clone(), &namespace_name(tenant.as_str()))
+            .patch(
+                TENANT_QUOTA,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&object),
+            )
+            .await
+            .map(drop)
+            .map_err(api_error)
     }
 
     async fn ensure_namespace(&self, tenant: &DnsLabel) -> Result<()> {
@@ -313,12 +351,34 @@ impl Platform for KubePlatform {
             .map_err(api_error)
     }
 
-    async fn create_dataflow(&self, tenant: &DnsLabel, name: &DnsLabel, spec: DataFlowSpec) -> Result<DataFlowView> {
+    async fn create_dataflow(
+        &self,
+        tenant: &DnsLabel,
+        name: &DnsLabel,
+        spec: DataFlowSpec,
+        quota: usize,
+    ) -> Result<DataFlowView> {
         check_secret_references(tenant, &spec)?;
         self.ensure_namespace(tenant).await?;
+        self.apply_quota(tenant, quota).await?;
         let df = DataFlow::new(name.as_str(), crd_spec(spec, None));
-        let created = self.flows(tenant).create(&params(), &df).await.map_err(on_create)?;
-        Ok(flow_view(tenant, created))
+        // A quota the cluster has not counted yet refuses creates for a
+        // moment after it is made.
+        let deadline = tokio::time::Instant::now() + QUOTA_COUNTED_WITHIN;
+        loop {
+            match self.flows(tenant).create(&params(), &df).await.map_err(on_create) {
+                Ok(created) => return Ok(flow_view(tenant, created)),
+                Err(PlatformError::Forbidden(reason)) if reason.contains(QUOTA_EXCEEDED) => {
+                    return Err(PlatformError::QuotaReached(quota));
+                }
+                Err(PlatformError::Forbidden(reason))
+                    if reason.contains(QUOTA_UNCOUNTED) && tokio::time::Instant::now() < deadline =>
+                {
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     /// With the processor's counters; a list leaves them out (a request to

@@ -36,6 +36,10 @@ pub enum PlatformError {
     /// being deleted); the text is for the user.
     #[error("{0}")]
     Forbidden(String),
+    /// The tenant already holds as many objects of the kind as its quota
+    /// allows (the number).
+    #[error("the tenant holds its quota of {0}")]
+    QuotaReached(usize),
     /// The backing store or cluster failed; details are logged, not returned.
     #[error("backend unavailable: {0}")]
     Unavailable(Box<dyn std::error::Error + Send + Sync>),
@@ -75,7 +79,15 @@ pub trait Platform: Send + Sync {
     ) -> Result<QueueServiceView>;
     async fn delete_queue_service(&self, tenant: &DnsLabel, name: &DnsLabel) -> Result<()>;
 
-    async fn create_dataflow(&self, tenant: &DnsLabel, name: &DnsLabel, spec: DataFlowSpec) -> Result<DataFlowView>;
+    /// Creates a dataflow unless the tenant holds `quota` of them already:
+    /// the count and the create are one step, whatever else creates at once.
+    async fn create_dataflow(
+        &self,
+        tenant: &DnsLabel,
+        name: &DnsLabel,
+        spec: DataFlowSpec,
+        quota: usize,
+    ) -> Result<DataFlowView>;
     async fn get_dataflow(&self, tenant: &DnsLabel, name: &DnsLabel) -> Result<DataFlowView>;
     async fn list_dataflows(&self, tenant: &DnsLabel) -> Result<Vec<DataFlowView>>;
     async fn update_dataflow(&self, tenant: &DnsLabel, name: &DnsLabel, spec: DataFlowSpec) -> Result<DataFlowView>;

@@ -20,6 +20,7 @@ use sless_dataflow::registry::Registry;
 use sless_model::ErrorBody;
 use sless_model::dataflow::{DataFlowEventList, DataFlowRequest, DataFlowSpec, DataFlowView};
 use sless_model::name::DnsLabel;
+use sless_platform::PlatformError;
 
 #[derive(Serialize, ToSchema)]
 pub struct DataFlowList {
@@ -53,20 +54,15 @@ pub async fn create(
         .map_err(|e| ApiError::Validation(e.into()))?;
     let spec = body.into_spec(&Registry)?;
     check_sinks(&state, &spec)?;
-    let held = state
-        .platform
-        .list_dataflows(&tenant)
-        .await
-        .map_err(|e| ApiError::from_platform(e, || "dataflows".into()))?;
-    // A name the tenant already has is answered 409 by the platform.
-    if !held.iter().any(|v| v.name == name.as_str()) {
-        TenantLimits::check(state.limits.dataflows, held.len(), "dataflows", "--max-dataflows")?;
-    }
+    let quota = state.limits.dataflows;
     let view = state
         .platform
-        .create_dataflow(&tenant, &name, spec)
+        .create_dataflow(&tenant, &name, spec, quota)
         .await
-        .map_err(|e| ApiError::from_platform(e, what::<DataFlowKind>(name.as_str())))?;
+        .map_err(|e| match e {
+            PlatformError::QuotaReached(quota) => TenantLimits::exceeded(quota, "dataflows", "--max-dataflows"),
+            other => ApiError::from_platform(other, what::<DataFlowKind>(name.as_str())),
+        })?;
     let location = format!("/api/v1/dataflows/{name}");
     Ok((StatusCode::CREATED, [(header::LOCATION, location)], Json(view)))
 }

@@ -67,6 +67,7 @@ impl ApiError {
             PlatformError::Invalid(errors) => Self::Validation(errors),
             PlatformError::BadRequest(message) => Self::BadRequest(message),
             PlatformError::Forbidden(message) => Self::Forbidden(message),
+            PlatformError::QuotaReached(quota) => Self::QuotaExceeded(format!("the tenant holds its quota of {quota}")),
             PlatformError::Unavailable(source) => {
                 tracing::error!(error = %source, "platform call failed");
                 Self::Unavailable

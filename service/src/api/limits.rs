@@ -43,14 +43,11 @@ impl Default for TenantLimits {
 }
 
 impl TenantLimits {
-    /// A quota error when `held` objects (before this one) reach `quota`.
-    pub fn check(quota: usize, held: usize, what: &'static str, flag: &'static str) -> Result<(), ApiError> {
-        if held >= quota {
-            return Err(ApiError::QuotaExceeded(format!(
-                "a tenant may have at most {quota} {what} (this platform's {flag})"
-            )));
-        }
-        Ok(())
+    /// The error of a tenant that holds its `quota` of `what` already.
+    pub fn exceeded(quota: usize, what: &'static str, flag: &'static str) -> ApiError {
+        ApiError::QuotaExceeded(format!(
+            "a tenant may have at most {quota} {what} (this platform's {flag})"
+        ))
     }
 }
 

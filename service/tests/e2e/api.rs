@@ -460,6 +460,36 @@ async fn health_metrics_and_openapi() {
     assert!(doc["components"]["securitySchemes"]["bearer"].is_object());
 }
 
+/// N5 of the attack run: the quota was a list, a check and a create with
+/// nothing between them, and 150 creates at once made 145 dataflows
+/// against a quota of 100. Their endpoints are closed ports, so the
+/// dataflows made only retry a refused connection.
+#[tokio::test]
+async fn creates_at_once_never_pass_the_dataflow_quota() {
+    let dir = TempDir::new("quota-race");
+    let server = DevServer::start(&dir.0);
+    let a = server.client(TOKEN_A);
+    let closed = json!({"connectionString": "postgres://127.0.0.1:1/none", "table": "t"});
+    let creates = (0..150).map(|i| {
+        let a = a.clone();
+        let spec = json!({"name": format!("f{i}"),
+            "source": {"type": "postgresql", "config": closed},
+            "sink": {"type": "postgresql", "config": closed}});
+        tokio::spawn(async move { a.post("/api/v1/dataflows", spec).await })
+    });
+    let mut answers = std::collections::BTreeMap::<(u16, String), usize>::new();
+    for create in creates.collect::<Vec<_>>() {
+        let (status, body) = create.await.unwrap();
+        let code = body["error"]["code"].as_str().unwrap_or_default().to_owned();
+        *answers.entry((status, code)).or_default() += 1;
+    }
+    let (status, list) = a.get("/api/v1/dataflows").await;
+    assert_eq!(status, 200);
+    assert_eq!(list["items"].as_array().unwrap().len(), 100, "{answers:?}");
+    let expected = [((201, String::new()), 100), ((403, "quota_exceeded".to_owned()), 50)];
+    assert_eq!(answers, expected.into(), "answers by status and code");
+}
+
 /// Quotas and the API rate, per tenant: 300 dataflows in 0.9 s were
 /// accepted before, and one dataflow with a 32-route router held 35 of a
 /// shared PostgreSQL's connections. (A tenant has one queue service; its

@@ -144,7 +144,7 @@ async fn a_queue_service_is_a_resource_in_the_tenant_namespace_with_its_keys() {
 async fn dataflows_round_trip_and_keep_kubectl_only_fields_on_update() {
     let (p, client) = platform().await;
     let (acme, name) = (label("acme"), label("copy"));
-    let view = p.create_dataflow(&acme, &name, flow("b")).await.unwrap();
+    let view = p.create_dataflow(&acme, &name, flow("b"), 100).await.unwrap();
     assert_eq!(view.phase, DataFlowPhase::Pending);
     let api = Api::<DataFlow>::namespaced(client, "sless-fn-acme");
     let image = serde_json::json!({"spec": {"processorImage": "my/proc:2"}});
@@ -200,7 +200,7 @@ async fn a_secret_reference_outside_the_tenants_namespace_is_refused_at_its_fiel
         "connectionStringSecretRef": {"name": "db", "namespace": "sless-fn-beta", "key": "url"},
         "table": "b"
     }));
-    let Err(PlatformError::Invalid(errors)) = p.create_dataflow(&acme, &name, spec.clone()).await else {
+    let Err(PlatformError::Invalid(errors)) = p.create_dataflow(&acme, &name, spec.clone(), 100).await else {
         panic!("another tenant's namespace is refused");
     };
     assert_eq!(errors.0[0].field, "sink.config.connectionStringSecretRef");
@@ -208,7 +208,7 @@ async fn a_secret_reference_outside_the_tenants_namespace_is_refused_at_its_fiel
     let stored = Api::<DataFlow>::namespaced(client, "sless-fn-acme");
     assert!(stored.get_opt("copy").await.unwrap().is_none(), "nothing was written");
 
-    p.create_dataflow(&acme, &name, flow("b")).await.unwrap();
+    p.create_dataflow(&acme, &name, flow("b"), 100).await.unwrap();
     assert!(matches!(
         p.update_dataflow(&acme, &name, spec).await,
         Err(PlatformError::Invalid(_))
@@ -232,7 +232,7 @@ async fn a_dataflows_events_are_its_own_newest_first() {
 
     let (p, client) = platform().await;
     let (acme, name) = (label("acme"), label("copy"));
-    p.create_dataflow(&acme, &name, flow("b")).await.unwrap();
+    p.create_dataflow(&acme, &name, flow("b"), 100).await.unwrap();
     let uid = Api::<DataFlow>::namespaced(client.clone(), "sless-fn-acme")
         .get("copy")
         .await
@@ -388,8 +388,8 @@ async fn a_dataflows_counters_are_read_from_its_ready_processor() {
     let (p, client) = platform().await;
     let p = p.with_processor_metrics_port(port);
     let (acme, copy, idle) = (label("acme"), label("copy"), label("idle"));
-    p.create_dataflow(&acme, &copy, flow("b")).await.unwrap();
-    p.create_dataflow(&acme, &idle, flow("c")).await.unwrap();
+    p.create_dataflow(&acme, &copy, flow("b"), 100).await.unwrap();
+    p.create_dataflow(&acme, &idle, flow("c"), 100).await.unwrap();
     assert_eq!(p.get_dataflow(&acme, &copy).await.unwrap().counters, None, "no pod yet");
     processor_pod(&client, "copy", true).await;
     processor_pod(&client, "idle", false).await;
@@ -415,7 +415,7 @@ async fn a_dataflows_counters_are_read_from_its_ready_processor() {
     let huge = metrics_server(format!("{exposition}{}", "# x\n".repeat(MAX_EXPOSITION_BYTES / 4))).await;
     let (p, client) = platform().await;
     let p = p.with_processor_metrics_port(huge);
-    p.create_dataflow(&acme, &copy, flow("b")).await.unwrap();
+    p.create_dataflow(&acme, &copy, flow("b"), 100).await.unwrap();
     processor_pod(&client, "copy", true).await;
     assert_eq!(p.get_dataflow(&acme, &copy).await.unwrap().counters, None);
 }

@@ -95,7 +95,8 @@ pub struct LocalPlatform {
     route_versions: std::sync::Mutex<HashMap<String, (String, u64)>>,
     http: reqwest::Client,
     wake: Arc<Notify>,
-    /// Serialises queue-service creation: one per tenant is checked, then inserted.
+    /// Serialises creation: what a tenant holds is counted, then inserted
+    /// (one queue service, its quota of dataflows).
     create_lock: Mutex<()>,
     /// Where dataflows may connect.
     egress: Arc<EgressPolicy>,
@@ -331,7 +332,19 @@ impl Platform for LocalPlatform {
         Ok(())
     }
 
-    async fn create_dataflow(&self, tenant: &DnsLabel, name: &DnsLabel, spec: DataFlowSpec) -> Result<DataFlowView> {
+    async fn create_dataflow(
+        &self,
+        tenant: &DnsLabel,
+        name: &DnsLabel,
+        spec: DataFlowSpec,
+        quota: usize,
+    ) -> Result<DataFlowView> {
+        let _guard = self.create_lock.lock().await;
+        let held: Vec<DataFlowRecord> = self.store.list(DATAFLOW, Some(tenant.as_str())).await?;
+        // A name the tenant holds is a conflict whatever the quota.
+        if held.len() >= quota && !held.iter().any(|f| f.name == name.as_str()) {
+            return Err(PlatformError::QuotaReached(quota));
+        }
         let record = DataFlowRecord {
             tenant: tenant.to_string(),
             name: name.to_string(),

@@ -183,6 +183,7 @@ impl Drop for DevServer {
 }
 
 /// An authenticated JSON client of one tenant.
+#[derive(Clone)]
 pub struct Client {
     pub http: reqwest::Client,
     base: String,
