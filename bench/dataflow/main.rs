@@ -69,6 +69,7 @@ impl Flow {
             egress: Default::default(),
             queue_services: None,
             resume: None,
+            positions_key: Some(sless_dataflow::context::PositionsKey::generate()),
         };
         let stats = Arc::<Stats>::default();
         let pipeline = Pipeline::connect(&spec, &ctx, stats.clone()).await?;
@@ -242,8 +243,8 @@ async fn main() -> anyhow::Result<()> {
     tokio::spawn(conn);
     // The flows' sinks store their positions (exactly once): a run must not
     // resume from an earlier run's.
-    db.batch_execute("DROP TABLE IF EXISTS sless_dataflow_positions")
-        .await?;
+    let positions = sless_dataflow::positions_table("bench");
+    db.batch_execute(&format!("DROP TABLE IF EXISTS {positions}")).await?;
     if std::env::var("SLESS_BENCH_ONLY").as_deref() == Ok("cdc") {
         return cdc_lines(&db, &dsn).await;
     }

@@ -67,6 +67,7 @@ pub async fn source_alone() -> anyhow::Result<f64> {
         egress: Default::default(),
         queue_services: None,
         resume: None,
+        positions_key: None,
     };
     let source = sless_dataflow::sources::sqs::SqsSource::open(&config, &ctx).await?;
     let started = Instant::now();

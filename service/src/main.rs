@@ -71,6 +71,10 @@ struct ProcessorArgs {
     /// dataflow-NAME-checkpoint (which needs in-cluster config or KUBECONFIG).
     #[arg(long)]
     checkpoint_file: Option<PathBuf>,
+    /// The tenant's key for the positions exactly-once sinks store (64 hex
+    /// digits; the operator mounts it). Without it, exactly once is refused.
+    #[arg(long, env = "SLESS_POSITIONS_KEY_FILE")]
+    positions_key_file: Option<PathBuf>,
     /// Address of /metrics (Prometheus), /healthz and /readyz.
     #[arg(long, default_value = "0.0.0.0:9090")]
     metrics_listen: SocketAddr,
@@ -331,6 +335,7 @@ async fn processor(args: ProcessorArgs) -> anyhow::Result<()> {
             namespace: args.namespace,
             name: args.name,
             checkpoint_file: args.checkpoint_file,
+            positions_key_file: args.positions_key_file,
             metrics_listen: args.metrics_listen,
             egress: sless_dataflow::egress::EgressPolicy::restricted(
                 args.egress.allow,

@@ -4,6 +4,7 @@
 //! (`sources::Open`, `transforms::Build`, `sinks::Open`), and
 //! [`crate::registry`] lists them as [`Descriptor`]s.
 
+use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use sless_model::dataflow::SecretRef;
@@ -19,16 +20,25 @@ pub trait Component: Sized + 'static {
     /// Field rules beyond the config's types (required, counts), each
     /// problem at its field under `path`.
     fn check(_config: &Self::Config, _path: &str, _errors: &mut ValidationErrors) {}
+
+    /// Rules on names a tenant may give only within its `scope` (what
+    /// [`crate::context::PipelineContext::tenant`] is: names on servers
+    /// tenants share), each problem at its field under `path`.
+    fn check_scope(_config: &Self::Config, _scope: &str, _path: &str, _errors: &mut ValidationErrors) {}
 }
 
 /// Checks a component's `config` at `path`, reporting each problem there.
 pub type CheckFn = fn(&Value, &str, &mut ValidationErrors);
+/// Checks the names a component's `config` gives against a tenant's scope
+/// (`config`, scope, `path`).
+pub type ScopeCheckFn = fn(&Value, &str, &str, &mut ValidationErrors);
 
 /// One registry entry: a component with its type erased. `start` is how
 /// the processor makes it (builds a transformation, connects a connector).
 pub struct Descriptor<Start> {
     pub kind: &'static str,
     pub check: CheckFn,
+    pub check_scope: ScopeCheckFn,
     pub(crate) start: Start,
 }
 
@@ -53,6 +63,14 @@ pub fn check<C: Component>(config: &Value, path: &str, errors: &mut ValidationEr
 /// [`check`] as a [`CheckFn`].
 pub fn check_fn<C: Component>(config: &Value, path: &str, errors: &mut ValidationErrors) {
     check::<C>(config, path, errors);
+}
+
+/// [`Component::check_scope`] as a [`ScopeCheckFn`]; a config that does
+/// not parse is [`check`]'s to report.
+pub fn check_scope_fn<C: Component>(config: &Value, scope: &str, path: &str, errors: &mut ValidationErrors) {
+    if let Ok(parsed) = C::Config::deserialize(config) {
+        C::check_scope(&parsed, scope, path, errors);
+    }
 }
 
 /// A connector's config as its connect and release take it: one the

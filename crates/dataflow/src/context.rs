@@ -26,6 +26,72 @@ pub struct PipelineContext {
     /// ([`crate::sources::Source::resume_text`]); set by the pipeline when
     /// it connects the source, `None` elsewhere.
     pub resume: Option<String>,
+    /// The tenant's key for the positions exactly-once sinks store; `None`
+    /// where the platform gave none (exactly once is refused then).
+    pub positions_key: Option<PositionsKey>,
+}
+
+/// A tenant's key for the source positions its exactly-once sinks store on
+/// servers other tenants may share: each stored position carries a seal
+/// made with it, and one without the right seal (written or changed by
+/// anyone else) is refused, never resumed from.
+#[derive(Clone)]
+pub struct PositionsKey([u8; 32]);
+
+impl std::fmt::Debug for PositionsKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PositionsKey(..)")
+    }
+}
+
+impl PositionsKey {
+    /// A new random key.
+    pub fn generate() -> Self {
+        Self(sless_runtime::random::bytes::<32>())
+    }
+
+    /// A key from its text ([`Self::to_text`]): 64 hex digits.
+    pub fn from_text(text: &str) -> Option<Self> {
+        let text = text.trim();
+        if text.len() != 64 {
+            return None;
+        }
+        let mut key = [0u8; 32];
+        for (i, byte) in key.iter_mut().enumerate() {
+            *byte = u8::from_str_radix(text.get(2 * i..2 * i + 2)?, 16).ok()?;
+        }
+        Some(Self(key))
+    }
+
+    pub fn to_text(&self) -> String {
+        sless_runtime::hex::encode(&self.0)
+    }
+
+    fn mac(&self, row: &str, position: &str) -> hmac::Hmac<sha2::Sha256> {
+        use hmac::Mac;
+        let mut mac = <hmac::Hmac<sha2::Sha256> as Mac>::new_from_slice(&self.0).expect("HMAC takes any key length");
+        mac.update(row.as_bytes());
+        mac.update(&[0]);
+        mac.update(position.as_bytes());
+        mac
+    }
+
+    /// The seal of `position` stored in row `row` (which names the
+    /// dataflow and its target), as hex.
+    pub fn seal(&self, row: &str, position: &str) -> String {
+        use hmac::Mac;
+        sless_runtime::hex::encode(&self.mac(row, position).finalize().into_bytes())
+    }
+
+    /// Whether `seal` is this key's seal of `position` in `row`, compared
+    /// in constant time.
+    pub fn verify(&self, row: &str, position: &str, seal: &str) -> bool {
+        use hmac::Mac;
+        let Some(given) = Self::from_text(seal) else {
+            return false;
+        };
+        self.mac(row, position).verify_slice(&given.0).is_ok()
+    }
 }
 
 impl PipelineContext {
@@ -34,6 +100,26 @@ impl PipelineContext {
     /// scoped to.
     pub fn tenant(&self) -> &str {
         self.id.split_once('/').map_or(self.id.as_str(), |(tenant, _)| tenant)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PositionsKey;
+
+    #[test]
+    fn a_seal_binds_the_position_to_its_row_and_key() {
+        let key = PositionsKey::generate();
+        let seal = key.seal("a/flow t", "p1");
+        assert!(key.verify("a/flow t", "p1", &seal));
+        assert!(!key.verify("a/flow t", "p2", &seal), "another position");
+        assert!(!key.verify("a/other t", "p1", &seal), "another dataflow's row");
+        assert!(!PositionsKey::generate().verify("a/flow t", "p1", &seal), "another key");
+        assert!(!key.verify("a/flow t", "p1", "not hex"));
+        let back = PositionsKey::from_text(&key.to_text()).unwrap();
+        assert!(back.verify("a/flow t", "p1", &seal));
+        assert!(PositionsKey::from_text("00").is_none());
+        assert_eq!(format!("{key:?}"), "PositionsKey(..)");
     }
 }
 

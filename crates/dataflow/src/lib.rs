@@ -24,6 +24,9 @@ pub mod sqs_client;
 pub mod supervisor;
 pub mod transforms;
 
+/// The table a tenant's exactly-once PostgreSQL sinks keep positions in.
+pub use sql::positions::table_name as positions_table;
+
 /// A connector's failure, split by whether retrying can help.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum ConnectorError {

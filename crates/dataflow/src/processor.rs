@@ -22,7 +22,7 @@ use crate::checkpoint::CheckpointStore;
 use crate::checkpoint::configmap::ConfigMapCheckpoint;
 use crate::checkpoint::debounced::{self, Debounced};
 use crate::checkpoint::file::FileCheckpoint;
-use crate::context::PipelineContext;
+use crate::context::{PipelineContext, PositionsKey};
 use crate::metrics::{FlowSample, render};
 use crate::pipeline::Stats;
 use sless_model::dataflow::{DataFlowPhase, DataFlowStatus};
@@ -51,6 +51,8 @@ pub enum ProcessorError {
     },
     #[error("metrics server: {0}")]
     Serve(#[source] std::io::Error),
+    #[error("cannot read the positions key {path}: {reason}")]
+    PositionsKey { path: String, reason: String },
 }
 
 pub struct ProcessorOptions {
@@ -59,9 +61,24 @@ pub struct ProcessorOptions {
     pub name: String,
     /// Keep the position in this file instead of the checkpoint ConfigMap.
     pub checkpoint_file: Option<PathBuf>,
+    /// The tenant's key for exactly-once positions, as 64 hex digits.
+    pub positions_key_file: Option<PathBuf>,
     pub metrics_listen: SocketAddr,
     /// Where the dataflow's connectors may connect.
     pub egress: crate::egress::EgressPolicy,
+}
+
+/// Reads the tenant's positions key, if the processor was given one.
+fn load_positions_key(path: Option<&std::path::Path>) -> Result<Option<PositionsKey>, ProcessorError> {
+    let Some(path) = path else { return Ok(None) };
+    let failed = |reason: String| ProcessorError::PositionsKey {
+        path: path.display().to_string(),
+        reason,
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| failed(e.to_string()))?;
+    PositionsKey::from_text(&text)
+        .map(Some)
+        .ok_or_else(|| failed("not 64 hex digits".into()))
 }
 
 /// Reads and validates a spec file with the REST API's rules.
@@ -125,6 +142,7 @@ async fn readyz(State(probe): State<Probe>) -> (StatusCode, String) {
 /// finish.
 pub async fn run(opts: ProcessorOptions, shutdown: impl Future<Output = ()>) -> Result<(), ProcessorError> {
     let spec = load_spec(&opts.spec_path)?;
+    let positions_key = load_positions_key(opts.positions_key_file.as_deref())?;
     // The ConfigMap is written at most once a second (each write wakes the
     // operator's reconciler), and its last position at shutdown.
     let mut debounced = None;
@@ -172,6 +190,7 @@ pub async fn run(opts: ProcessorOptions, shutdown: impl Future<Output = ()>) -> 
         egress: Arc::new(opts.egress),
         queue_services: None,
         resume: None,
+        positions_key,
     };
     tracing::info!(dataflow = %ctx.id, metrics = %opts.metrics_listen, "processor starting");
     let phase = probe.phase.clone();

@@ -124,6 +124,18 @@ impl Components for Registry {
     }
 }
 
+/// The names a spec's source gives that must lie within its tenant's
+/// `scope` ([`PipelineContext::tenant`]): a replication slot, a publication,
+/// a consumer group. Refused when the spec is made, with the prefix the
+/// field needs (the source refuses them again when it connects).
+pub fn check_scope(spec: &DataFlowSpec, scope: &str) -> ValidationErrors {
+    let mut errors = ValidationErrors::default();
+    if let (Some(descriptor), Some(config)) = (component::find(SOURCES, &spec.source.kind), &spec.source.config) {
+        (descriptor.check_scope)(config, scope, "source.config", &mut errors);
+    }
+    errors
+}
+
 /// Connects the source of a spec.
 pub async fn connect_source(spec: &ConnectorSpec, ctx: &PipelineContext) -> Result<Arc<dyn Source>, ConnectorError> {
     let descriptor = component::find(SOURCES, &spec.kind)

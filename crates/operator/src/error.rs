@@ -9,4 +9,6 @@ pub enum Error {
     Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
     #[error("the object has no namespace")]
     NoNamespace,
+    #[error("{0} holds no positions key (64 hex digits); delete it to have one made")]
+    PositionsKey(String),
 }

@@ -59,7 +59,10 @@ pub fn review_dataflow(review: AdmissionReview<DataFlow>) -> AdmissionReview<Dyn
     };
     let namespace = request.namespace.clone().unwrap_or_default();
     let verdict = dataflow.spec.to_spec().and_then(|spec| {
-        super::dataflow::referenced_secrets(&spec, &namespace).map_err(|e| FieldError::from(e).into())
+        super::dataflow::referenced_secrets(&spec, &namespace).map_err(FieldError::from)?;
+        // The processor's id is namespace/name: names on shared servers
+        // carry the namespace's prefix.
+        sless_dataflow::registry::check_scope(&spec, &namespace).into_result()
     });
     match verdict {
         Ok(_) => response,
@@ -275,6 +278,20 @@ mod tests {
         assert!(causes.contains(&"spec.source.type"), "{causes:?}");
         assert!(causes.contains(&"spec.transformations[0].type"), "{causes:?}");
         assert!(message.contains("not supported yet"), "{message}");
+    }
+
+    #[test]
+    fn a_slot_outside_the_namespaces_prefix_is_denied() {
+        let mut spec: Value = serde_json::from_str(GOOD).unwrap();
+        spec["source"] = json!({"type": "postgresql-cdc", "config": {
+            "connectionString": "postgres://db/app", "table": "orders", "slotName": "sless_elsewhere"}});
+        let response = answer("CREATE", spec);
+        assert_eq!(response["allowed"], false, "{response}");
+        let message = response["status"]["message"].as_str().unwrap();
+        assert!(
+            message.contains("source.config.slotName") && message.contains("must begin with sless_"),
+            "{message}"
+        );
     }
 
     #[test]

@@ -381,6 +381,11 @@ impl Platform for KubePlatform {
         }
     }
 
+    /// Its namespace: a processor's id is `namespace/name`.
+    fn pipeline_tenant(&self, tenant: &DnsLabel) -> String {
+        namespace_name(tenant.as_str())
+    }
+
     /// With the processor's counters; a list leaves them out (a request to
     /// every processor for one list).
     async fn get_dataflow(&self, tenant: &DnsLabel, name: &DnsLabel) -> Result<DataFlowView> {

@@ -96,6 +96,11 @@ pub trait Platform: Send + Sync {
     /// [`sless_model::dataflow::MAX_EVENTS`].
     async fn dataflow_events(&self, tenant: &DnsLabel, name: &DnsLabel) -> Result<Vec<DataFlowEvent>>;
 
+    /// What `tenant`'s dataflows are named by on servers tenants share
+    /// ([`sless_dataflow::context::PipelineContext::tenant`]): slot,
+    /// publication and consumer-group names must begin with its prefix.
+    fn pipeline_tenant(&self, tenant: &DnsLabel) -> String;
+
     /// Whether the backend can serve requests (for `/readyz`).
     async fn ready(&self) -> Result<()>;
 

@@ -54,6 +54,7 @@ pub async fn create(
         .map_err(|e| ApiError::Validation(e.into()))?;
     let spec = body.into_spec(&Registry)?;
     check_sinks(&state, &spec)?;
+    check_scope(&state, &tenant, &spec)?;
     let quota = state.limits.dataflows;
     let view = state
         .platform
@@ -134,6 +135,14 @@ fn check_sinks(state: &AppState, spec: &DataFlowSpec) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// Names on shared servers (slots, publications, consumer groups) within
+/// the tenant's prefix.
+fn check_scope(state: &AppState, tenant: &DnsLabel, spec: &DataFlowSpec) -> Result<(), ApiError> {
+    sless_dataflow::registry::check_scope(spec, &state.platform.pipeline_tenant(tenant))
+        .into_result()
+        .map_err(ApiError::Validation)
+}
+
 async fn update(
     state: AppState,
     tenant: DnsLabel,
@@ -153,6 +162,7 @@ async fn update(
         body.into_spec(&Registry)?
     };
     check_sinks(&state, &spec)?;
+    check_scope(&state, &tenant, &spec)?;
     state
         .platform
         .update_dataflow(&tenant, &name.label, spec)

@@ -410,33 +410,42 @@ async fn a_tenant_can_neither_adopt_nor_drop_another_tenants_slot_or_publication
     db.batch_execute(&format!("CREATE PUBLICATION {foreign} FOR TABLE {table}"))
         .await
         .unwrap();
-    for (flow, extra, reason) in [
-        (
-            "by-slot",
-            json!({"slotName": a_slot}),
-            "slotName must begin with sless_",
-        ),
-        (
-            "by-publication",
-            json!({"publicationName": a_slot}),
-            "publicationName must begin with sless_",
-        ),
-        (
-            "foreign",
-            json!({"slotName": format!("{b_prefix}x"), "publicationName": foreign}),
-            "was not made by this dataflow",
-        ),
+    // Names outside b's prefix are refused when made, naming the prefix.
+    for (flow, extra, field) in [
+        ("by-slot", json!({"slotName": a_slot}), "slotName"),
+        ("by-publication", json!({"publicationName": a_slot}), "publicationName"),
     ] {
-        b.create_dataflow(json!({
-            "name": flow,
-            "source": cdc(&[&table], extra),
-            "sink": pg(&stolen, json!({"autoCreateTable": true})),
-        }))
-        .await;
-        let view = b.wait_for_phase(flow, "Error", Duration::from_secs(20)).await;
-        assert!(view["message"].as_str().unwrap().contains(reason), "{flow}: {view}");
-        assert_eq!(b.delete(&format!("/api/v1/dataflows/{flow}")).await.0, 204);
+        let (status, body) = b
+            .post(
+                "/api/v1/dataflows",
+                json!({"name": flow, "source": cdc(&[&table], extra), "sink": pg(&stolen, json!({}))}),
+            )
+            .await;
+        assert_eq!(status, 422, "{flow}: {body}");
+        assert_eq!(body["error"]["field"], format!("source.config.{field}"), "{body}");
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains(&format!("must begin with {b_prefix}")),
+            "{flow}: {body}"
+        );
     }
+    // A name in b's prefix that b's dataflow did not make: refused when run.
+    let flow = "foreign";
+    b.create_dataflow(json!({
+        "name": flow,
+        "source": cdc(&[&table], json!({"slotName": format!("{b_prefix}x"), "publicationName": foreign})),
+        "sink": pg(&stolen, json!({"autoCreateTable": true})),
+    }))
+    .await;
+    let view = b.wait_for_phase(flow, "Error", Duration::from_secs(20)).await;
+    assert!(
+        view["message"]
+            .as_str()
+            .unwrap()
+            .contains("was not made by this dataflow"),
+        "{view}"
+    );
+    assert_eq!(b.delete(&format!("/api/v1/dataflows/{flow}")).await.0, 204);
     // Deleting b's dataflows dropped nothing of a's, nor the foreign one.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let (slots, publications) = slots_and_publications(&db).await;

@@ -85,6 +85,7 @@ impl Descriptor {
         Self {
             kind: C::KIND,
             check: component::check_fn::<C>,
+            check_scope: component::check_scope_fn::<C>,
             start: Lifecycle {
                 open: open::<C>,
                 release: release::<C>,

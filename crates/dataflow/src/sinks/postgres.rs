@@ -19,11 +19,12 @@
 //!
 //! Exactly once (`exactlyOnce`, on unless set false where the source can
 //! resume from a stored position): each batch is written in one transaction
-//! with the source's position after it, in a table of the sink's own
-//! ([`POSITIONS`], one row per dataflow and target table, in the target's
-//! schema), and the dataflow resumes from that position when it starts, so
-//! a crash at any moment neither loses a row nor writes one twice. The row
-//! is deleted with the dataflow.
+//! with the source's position after it, in a table of the tenant's own
+//! ([`crate::sql::positions`]: one row per dataflow and target table, in the target's
+//! schema, each position sealed with the tenant's key), and the dataflow
+//! resumes from that position when it starts, so a crash at any moment
+//! neither loses a row nor writes one twice. The row is deleted with the
+//! dataflow.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -37,6 +38,7 @@ use crate::ConnectorError;
 use crate::component::Component;
 use crate::context::PipelineContext;
 use crate::message::Message;
+use crate::sql::positions::{self, PositionRow};
 use crate::sql::{connect, quote, quote_ident};
 use serde::Deserialize;
 use sless_model::dataflow::SecretRef;
@@ -64,32 +66,6 @@ pub struct PostgresSinkConfig {
     pub exactly_once: Option<bool>,
 }
 
-/// The table an exactly-once sink keeps its dataflows' positions in.
-pub const POSITIONS: &str = "sless_dataflow_positions";
-
-/// Where an exactly-once sink keeps its position: the positions table (in
-/// the target's schema) and the row's key (the dataflow and the target).
-struct PositionRow {
-    table: String,
-    key: String,
-    /// The upsert of the position, prepared when the position is first read.
-    upsert: std::sync::OnceLock<tokio_postgres::Statement>,
-}
-
-impl PositionRow {
-    fn of(config_table: &str, ctx: &PipelineContext) -> Result<Self, ConnectorError> {
-        let table = match config_table.split_once('.') {
-            Some((schema, _)) => quote(&format!("{schema}.{POSITIONS}"))?,
-            None => quote(POSITIONS)?,
-        };
-        Ok(Self {
-            table,
-            key: format!("{} {config_table}", ctx.id),
-            upsert: std::sync::OnceLock::new(),
-        })
-    }
-}
-
 pub struct PostgresSink {
     client: tokio_postgres::Client,
     table: String,
@@ -104,6 +80,7 @@ pub struct PostgresSink {
     by_statement: AtomicU32,
     exactly_once: Option<bool>,
     positions: PositionRow,
+    positions_key: Option<crate::context::PositionsKey>,
 }
 
 /// A column of the target table and how a message value becomes its input.
@@ -136,6 +113,10 @@ impl PostgresSink {
             .table
             .clone()
             .ok_or_else(|| ConnectorError::Config("table is required".into()))?;
+        // Checked at create too; a table named through a secret only here.
+        if positions::names_positions(&table) {
+            return Err(ConnectorError::Config(positions::reserved(&table)));
+        }
         let table_quoted = quote(&table)?;
         let positions = PositionRow::of(&table, ctx)?;
         let client = connect(dsn, egress).await?;
@@ -214,6 +195,7 @@ impl PostgresSink {
             by_statement: AtomicU32::new(0),
             exactly_once: config.exactly_once,
             positions,
+            positions_key: ctx.positions_key.clone(),
         })
     }
 
@@ -389,6 +371,9 @@ impl Component for PostgresSink {
         if p.batch_size == Some(0) {
             errors.push(FieldError::invalid(format!("{path}.batchSize"), "must be at least 1"));
         }
+        if let Some(table) = p.table.as_deref().filter(|t| positions::names_positions(t)) {
+            errors.push(FieldError::invalid(format!("{path}.table"), positions::reserved(table)));
+        }
     }
 }
 
@@ -404,18 +389,7 @@ impl super::Open for PostgresSink {
         };
         let positions = PositionRow::of(table, ctx)?;
         let client = connect(dsn, &ctx.egress).await?;
-        match client
-            .execute(
-                &format!("DELETE FROM {} WHERE dataflow = $1", positions.table),
-                &[&positions.key],
-            )
-            .await
-        {
-            Ok(_) => Ok(()),
-            // Never exactly once: there is no table.
-            Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::UNDEFINED_TABLE) => Ok(()),
-            Err(e) => Err(ConnectorError::query(e)),
-        }
+        positions.delete(&client).await
     }
 }
 
@@ -434,54 +408,31 @@ impl Sink for PostgresSink {
     }
 
     async fn stored_position(&self) -> Result<Option<String>, ConnectorError> {
-        let table = &self.positions.table;
-        self.client
-            .batch_execute(&format!(
-                "CREATE TABLE IF NOT EXISTS {table} (dataflow text PRIMARY KEY, position text NOT NULL, \
-                 written_at timestamptz NOT NULL DEFAULT now())"
-            ))
-            .await
-            .map_err(|e| match ConnectorError::query(e) {
-                ConnectorError::Config(reason) => ConnectorError::Config(format!(
-                    "exactlyOnce keeps the source's position in {table}, which cannot be made: {reason} \
-                     (grant CREATE, make the table, or set exactlyOnce to false)"
-                )),
-                other => other,
-            })?;
-        let upsert = self
-            .client
-            .prepare(&format!(
-                "INSERT INTO {table} (dataflow, position) VALUES ($1, $2) \
-                 ON CONFLICT (dataflow) DO UPDATE SET position = EXCLUDED.position, written_at = now()"
-            ))
-            .await
-            .map_err(ConnectorError::query)?;
-        let _ = self.positions.upsert.set(upsert);
-        Ok(self
-            .client
-            .query_opt(
-                &format!("SELECT position FROM {table} WHERE dataflow = $1"),
-                &[&self.positions.key],
+        let key = self.positions_key.as_ref().ok_or_else(|| {
+            ConnectorError::Config(
+                "exactlyOnce seals the positions it stores with the tenant's key, which this processor was \
+                 not given (--positions-key-file); set exactlyOnce to false"
+                    .into(),
             )
-            .await
-            .map_err(ConnectorError::query)?
-            .map(|row| row.get(0)))
+        })?;
+        self.positions.prepare(&self.client).await?;
+        self.positions.read(&self.client, key).await
     }
 
     async fn write_at(&self, messages: &[Message], position: Option<&str>) -> Result<(), ConnectorError> {
-        let (Some(position), Some(upsert)) = (position, self.positions.upsert.get()) else {
+        let (Some(position), Some(key)) = (position, &self.positions_key) else {
             return self.write_rows(messages, false).await;
         };
+        if !self.positions.is_prepared() {
+            return self.write_rows(messages, false).await;
+        }
         self.client
             .batch_execute("BEGIN")
             .await
             .map_err(ConnectorError::query)?;
         let written = async {
             self.write_rows(messages, true).await?;
-            self.client
-                .execute(upsert, &[&self.positions.key, &position])
-                .await
-                .map_err(ConnectorError::query)?;
+            self.positions.write(&self.client, key, position).await?;
             self.client.batch_execute("COMMIT").await.map_err(ConnectorError::query)
         }
         .await;

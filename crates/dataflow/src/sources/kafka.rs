@@ -189,6 +189,16 @@ impl Component for KafkaSource {
     fn check(config: &KafkaConfig, path: &str, errors: &mut ValidationErrors) {
         config.check(Role::Source, path, errors);
     }
+
+    fn check_scope(config: &KafkaConfig, scope: &str, path: &str, errors: &mut ValidationErrors) {
+        let prefix = group_prefix(scope);
+        if let Some(group) = config.consumer_group.as_deref().filter(|g| !g.starts_with(&prefix)) {
+            errors.push(sless_model::FieldError::invalid(
+                format!("{path}.consumerGroup"),
+                format!("{group:?} must begin with {prefix}: consumer groups are scoped to the tenant"),
+            ));
+        }
+    }
 }
 
 #[async_trait]

@@ -32,6 +32,7 @@ use super::{DEFAULT_BATCH, Position, Record, Source};
 use crate::ConnectorError;
 use crate::component::Component;
 use crate::context::PipelineContext;
+use crate::sql::positions::{names_positions, reserved};
 use crate::sql::{connect, quote, quote_ident};
 use sless_model::dataflow::SecretRef;
 use sless_model::{FieldError, ValidationErrors};
@@ -191,6 +192,14 @@ impl PostgresSource {
             .connection_string
             .as_deref()
             .ok_or_else(|| ConnectorError::Config("connectionString is required".into()))?;
+        // Checked at create too; a table named through a secret only here.
+        if let Some(text) = [&config.table, &config.query]
+            .into_iter()
+            .flatten()
+            .find(|t| names_positions(t))
+        {
+            return Err(ConnectorError::Config(reserved(text)));
+        }
         let (from, guard) = match (&config.query, &config.table) {
             (Some(query), _) => (format!("({query})"), ""),
             (None, Some(table)) => (
@@ -357,6 +366,12 @@ impl Component for PostgresSource {
                 format!("{path}.pollInterval"),
                 "must be at least 1 second",
             ));
+        }
+        for (field, text) in [("table", &p.table), ("query", &p.query)] {
+            if let Some(text) = text.as_deref().filter(|t| names_positions(t)) {
+                let shown: String = text.chars().take(80).collect();
+                errors.push(FieldError::invalid(format!("{path}.{field}"), reserved(&shown)));
+            }
         }
     }
 }

@@ -196,6 +196,7 @@ mod tests {
             egress: Default::default(),
             queue_services: None,
             resume: None,
+            positions_key: None,
         };
         let source = SqsSource::open(&config, &ctx).await.unwrap();
         let (first, second) = (source.read().await.unwrap(), source.read().await.unwrap());

@@ -1,7 +1,9 @@
 //! PostgreSQL plumbing shared by the source and the sink: connecting (TLS
-//! by `sslmode`, only to addresses the egress policy permits) and quoting
-//! identifiers that come from a spec.
+//! by `sslmode`, only to addresses the egress policy permits), quoting
+//! identifiers that come from a spec, and the tables exactly-once sinks
+//! keep positions in, which no spec may name.
 
+pub mod positions;
 pub mod replication;
 mod tls;
 

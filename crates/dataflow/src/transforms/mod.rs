@@ -67,6 +67,7 @@ impl Descriptor {
         Self {
             kind: C::KIND,
             check: check_by_building::<C>,
+            check_scope: component::check_scope_fn::<C>,
             start: Making {
                 build: build_boxed::<C>,
                 visit_sinks: C::visit_sinks,

@@ -97,6 +97,7 @@ fn context() -> PipelineContext {
         egress: policy(),
         queue_services: None,
         resume: None,
+        positions_key: None,
     }
 }
 

@@ -72,13 +72,43 @@ pub fn spec_json(spec: &DataFlowSpec) -> String {
 }
 
 /// The resolved spec holds secret values (passwords, connection strings),
-/// so it is a Secret, mounted read-only into the processor.
-pub fn spec_secret(df: &DataFlow, spec_json: &str) -> Secret {
+/// so it is a Secret, mounted read-only into the processor, with the
+/// namespace's positions key beside it.
+pub fn spec_secret(df: &DataFlow, spec_json: &str, positions_key: &str) -> Secret {
     Secret {
         metadata: meta(df, spec_name(&df.name_any())),
+        data: Some(BTreeMap::from([
+            ("spec.json".to_owned(), ByteString(spec_json.as_bytes().to_vec())),
+            (
+                POSITIONS_KEY_FILE.to_owned(),
+                ByteString(positions_key.as_bytes().to_vec()),
+            ),
+        ])),
+        ..Default::default()
+    }
+}
+
+/// The Secret that holds a namespace's key for the positions its
+/// dataflows' exactly-once sinks store, and its one entry.
+pub const POSITIONS_KEY_SECRET: &str = "sless-positions-key";
+pub const POSITIONS_KEY_FILE: &str = "positions.key";
+
+/// A namespace's positions key, made once and never changed (a changed key
+/// would refuse every stored position): it outlives any one dataflow.
+pub fn positions_key_secret(namespace: &str, key_text: &str) -> Secret {
+    Secret {
+        metadata: ObjectMeta {
+            name: Some(POSITIONS_KEY_SECRET.into()),
+            namespace: Some(namespace.into()),
+            labels: Some(BTreeMap::from([(
+                MANAGED_BY_KEY.to_owned(),
+                MANAGED_BY_VALUE.to_owned(),
+            )])),
+            ..Default::default()
+        },
         data: Some(BTreeMap::from([(
-            "spec.json".to_owned(),
-            ByteString(spec_json.as_bytes().to_vec()),
+            POSITIONS_KEY_FILE.to_owned(),
+            ByteString(key_text.as_bytes().to_vec()),
         )])),
         ..Default::default()
     }
@@ -238,6 +268,7 @@ pub fn deployment(
                         args: Some(vec![
                             "processor".into(),
                             format!("--spec-path={SPEC_DIR}/spec.json"),
+                            format!("--positions-key-file={SPEC_DIR}/{POSITIONS_KEY_FILE}"),
                             format!("--tls-dir={PROCESSOR_TLS_DIR}"),
                             format!("--namespace={namespace}"),
                             format!("--name={name}"),
@@ -334,6 +365,7 @@ mod tests {
             [
                 "processor",
                 "--spec-path=/etc/dataflow/spec.json",
+                "--positions-key-file=/etc/dataflow/positions.key",
                 "--tls-dir=/etc/dataflow-tls",
                 "--namespace=team-a",
                 "--name=orders"
@@ -385,7 +417,7 @@ mod tests {
             checkpoint_configmap(&df).metadata.name.as_deref(),
             Some("dataflow-orders-checkpoint")
         );
-        assert_eq!(spec_secret(&df, "{}").data.unwrap()["spec.json"].0, b"{}");
+        assert_eq!(spec_secret(&df, "{}", "k").data.unwrap()["spec.json"].0, b"{}");
     }
 
     #[test]

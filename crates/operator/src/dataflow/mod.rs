@@ -31,7 +31,7 @@ use super::crd::queue_service::QueueService;
 use super::objects;
 use super::queue_service::builders as qs_builders;
 use sless_dataflow::checkpoint::configmap::configmap_name as checkpoint_name;
-use sless_dataflow::context::QueueAccess;
+use sless_dataflow::context::{PositionsKey, QueueAccess};
 use sless_model::dataflow::DataFlowSpec;
 use sless_model::queue_service::QueueServicePhase;
 
@@ -269,11 +269,12 @@ async fn apply_children(
     let client = &ctx.client;
     let name = df.name_any();
     let json = builders::spec_json(spec);
+    let positions_key = positions_key(client, ns).await?;
     // The resolved spec holds the secrets' values: a Secret, not a ConfigMap
     // (an older operator's ConfigMap of it is removed).
     objects::apply(
         &Api::<Secret>::namespaced(client.clone(), ns),
-        &builders::spec_secret(df, &json),
+        &builders::spec_secret(df, &json, &positions_key),
     )
     .await?;
     objects::delete::<ConfigMap>(client, ns, &builders::spec_name(&name)).await?;
@@ -305,6 +306,29 @@ async fn apply_children(
     Ok(deployment.status.and_then(|s| s.ready_replicas).unwrap_or(0) >= 1)
 }
 
+/// The namespace's positions key: read, or made once (by whichever
+/// operator's create wins) and then never changed.
+async fn positions_key(client: &kube::Client, ns: &str) -> Result<String, Error> {
+    let api = Api::<Secret>::namespaced(client.clone(), ns);
+    let stored = |secret: Secret| {
+        objects::secret_strings(secret)
+            .remove(builders::POSITIONS_KEY_FILE)
+            .filter(|text| PositionsKey::from_text(text).is_some())
+    };
+    if let Some(key) = api.get_opt(builders::POSITIONS_KEY_SECRET).await?.and_then(stored) {
+        return Ok(key);
+    }
+    let made = builders::positions_key_secret(ns, &PositionsKey::generate().to_text());
+    match api.create(&kube::api::PostParams::default(), &made).await {
+        Ok(created) => stored(created),
+        Err(kube::Error::Api(e)) if e.code == 409 => {
+            api.get_opt(builders::POSITIONS_KEY_SECRET).await?.and_then(stored)
+        }
+        Err(e) => return Err(e.into()),
+    }
+    .ok_or_else(|| Error::PositionsKey(format!("{ns}/{}", builders::POSITIONS_KEY_SECRET)))
+}
+
 async fn remove_checkpoint(client: &kube::Client, ns: &str, name: &str) -> Result<(), Error> {
     let account = builders::processor_account(name);
     objects::delete::<ConfigMap>(client, ns, &checkpoint_name(name)).await?;
@@ -333,6 +357,8 @@ async fn release_source(df: &DataFlow, ctx: &Context, ns: &str, name: &str) -> R
         egress: Arc::new(sless_dataflow::egress::EgressPolicy::restricted(vec![], vec![], None)),
         queue_services: None,
         resume: None,
+        // Deleting a position needs no seal.
+        positions_key: None,
     };
     let released = tokio::time::timeout(
         RELEASE_TIMEOUT,

@@ -84,7 +84,11 @@ fn generated_children_pass_the_kubernetes_schemas() {
     let json = dataflow::builders::spec_json(&spec);
     use dataflow::builders as d;
     objects.extend([
-        ("df-spec", yaml(&d::spec_secret(&df, &json))),
+        ("df-spec", yaml(&d::spec_secret(&df, &json, &"0".repeat(64)))),
+        (
+            "df-positions-key",
+            yaml(&d::positions_key_secret("team-a", &"0".repeat(64))),
+        ),
         ("df-checkpoint", yaml(&d::checkpoint_configmap(&df))),
         ("df-account", yaml(&d::service_account(&df))),
         ("df-role", yaml(&d::role(&df))),

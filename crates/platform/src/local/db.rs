@@ -23,6 +23,8 @@ pub enum StoreError {
     Task(#[from] tokio::task::JoinError),
     #[error("an object with this name already exists")]
     AlreadyExists,
+    #[error("stored setting {0} is corrupt")]
+    CorruptSetting(String),
 }
 
 /// One stored object.
@@ -258,7 +260,8 @@ impl Store {
 
     /// Stores `value` under `key` unless a value is there; returns the value
     /// that is stored afterwards.
-    pub async fn setting_or_insert(&self, key: &'static str, value: String) -> Result<String, StoreError> {
+    pub async fn setting_or_insert(&self, key: impl Into<String>, value: String) -> Result<String, StoreError> {
+        let key = key.into();
         self.run(move |c| {
             let tx = c.transaction()?;
             tx.execute(

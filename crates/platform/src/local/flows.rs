@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use sless_dataflow::checkpoint::CheckpointStore;
-use sless_dataflow::context::{PipelineContext, QueueAccess, QueueServices};
+use sless_dataflow::context::{PipelineContext, PositionsKey, QueueAccess, QueueServices};
 use sless_model::dataflow::ConnectorSpec;
 use sless_model::dataflow::DataFlowPhase;
 use sless_model::dataflow::{DataFlowEvent, DataFlowStatus, DataFlowView, EventKind, MAX_EVENTS};
@@ -187,7 +187,8 @@ impl LocalPlatform {
                 if let Some(old) = replaced {
                     old.finished().await;
                 }
-                let flow = self.start_flow(&f, events);
+                let positions_key = self.positions_key(&f.tenant).await?;
+                let flow = self.start_flow(&f, events, positions_key);
                 let status = flow.status.clone();
                 self.flows.lock_unpoisoned().insert(key, flow);
                 status
@@ -203,7 +204,17 @@ impl LocalPlatform {
         Ok(())
     }
 
-    fn start_flow(&self, f: &DataFlowRecord, events: Arc<Mutex<EventLog>>) -> RunningFlow {
+    /// The tenant's key for its exactly-once positions: made on first use
+    /// and kept in the store.
+    async fn positions_key(&self, tenant: &str) -> Result<PositionsKey, StoreError> {
+        let text = self
+            .store
+            .setting_or_insert(format!("positions-key/{tenant}"), PositionsKey::generate().to_text())
+            .await?;
+        PositionsKey::from_text(&text).ok_or_else(|| StoreError::CorruptSetting(format!("positions-key/{tenant}")))
+    }
+
+    fn start_flow(&self, f: &DataFlowRecord, events: Arc<Mutex<EventLog>>, positions_key: PositionsKey) -> RunningFlow {
         let (stop, stopped) = tokio::sync::watch::channel(false);
         let starting = "connecting the source and sinks";
         events.lock_unpoisoned().record(DataFlowPhase::Pending, starting);
@@ -223,6 +234,7 @@ impl LocalPlatform {
                 tenant: f.tenant.clone(),
             })),
             resume: None,
+            positions_key: Some(positions_key),
             id,
         };
         let stats = Arc::new(sless_dataflow::pipeline::Stats::default());

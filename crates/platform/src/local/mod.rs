@@ -365,6 +365,11 @@ impl Platform for LocalPlatform {
         self.dataflow(tenant, name).await.map(|r| self.flow_view(r))
     }
 
+    /// The tenant itself: a dataflow's id is `tenant/name` here.
+    fn pipeline_tenant(&self, tenant: &DnsLabel) -> String {
+        tenant.to_string()
+    }
+
     async fn list_dataflows(&self, tenant: &DnsLabel) -> Result<Vec<DataFlowView>> {
         let records: Vec<DataFlowRecord> = self.store.list(DATAFLOW, Some(tenant.as_str())).await?;
         Ok(records.into_iter().map(|r| self.flow_view(r)).collect())

@@ -67,6 +67,7 @@ use crate::ConnectorError;
 use crate::component::Component;
 use crate::component::{either, non_empty};
 use crate::context::PipelineContext;
+use crate::sql::positions::{names_positions, reserved};
 use crate::sql::replication;
 use crate::sql::{Target, connect_to, quote};
 use sless_model::dataflow::SecretRef;
@@ -304,6 +305,8 @@ impl Component for PostgresCdcSource {
                     field,
                     "must be name or schema.name, each [A-Za-z_][A-Za-z0-9_]*",
                 ));
+            } else if names_positions(table) {
+                errors.push(FieldError::invalid(field, reserved(table)));
             }
         }
         for (field, value) in [("slotName", &c.slot_name), ("publicationName", &c.publication_name)] {
@@ -322,6 +325,18 @@ impl Component for PostgresCdcSource {
         }
         if c.batch_size == Some(0) {
             errors.push(FieldError::invalid(format!("{path}.batchSize"), "must be at least 1"));
+        }
+    }
+
+    fn check_scope(c: &PostgresCdcConfig, scope: &str, path: &str, errors: &mut ValidationErrors) {
+        let prefix = name_prefix(scope);
+        for (field, value) in [("slotName", &c.slot_name), ("publicationName", &c.publication_name)] {
+            if let Some(name) = value.as_deref().filter(|name| !name.starts_with(&prefix)) {
+                errors.push(FieldError::invalid(
+                    format!("{path}.{field}"),
+                    format!("{name:?} must begin with {prefix}: slot and publication names are scoped to the tenant"),
+                ));
+            }
         }
     }
 }
@@ -426,6 +441,9 @@ impl super::Open for PostgresCdcSource {
             }
         }
         let tables = config.tables();
+        if let Some(table) = tables.iter().find(|t| names_positions(t)) {
+            return Err(ConnectorError::Config(reserved(table)));
+        }
         let table_list = tables
             .iter()
             .map(|t| quote(t))
