@@ -70,6 +70,7 @@ impl Flow {
             queue_services: None,
             resume: None,
             positions_key: Some(sless_dataflow::context::PositionsKey::generate()),
+            budget: sless_dataflow::budget::FlowBudget::temporary(),
         };
         let stats = Arc::<Stats>::default();
         let pipeline = Pipeline::connect(&spec, &ctx, stats.clone()).await?;

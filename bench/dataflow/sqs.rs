@@ -68,6 +68,7 @@ pub async fn source_alone() -> anyhow::Result<f64> {
         queue_services: None,
         resume: None,
         positions_key: None,
+        budget: sless_dataflow::budget::FlowBudget::temporary(),
     };
     let source = sless_dataflow::sources::sqs::SqsSource::open(&config, &ctx).await?;
     let started = Instant::now();

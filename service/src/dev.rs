@@ -71,6 +71,8 @@ pub struct DevOptions {
     /// Where dataflows may connect: everything by default (dev runs on the
     /// developer's own machine), less `--egress-deny`.
     pub egress: sless_dataflow::egress::EgressArgs,
+    /// What dataflows may keep on disk and hold in memory.
+    pub budget: sless_dataflow::budget::BudgetArgs,
 }
 
 /// A prepared instance: the store is open and the port is bound.
@@ -159,6 +161,7 @@ impl Dev {
                 engine_connections: sless_sqs::engine::server::connections(share),
             },
             Arc::new(egress),
+            sless_dataflow::budget::Budgets::new(opts.data_dir.join("spill"), opts.budget),
         );
         let state = AppState {
             platform: platform.clone(),

@@ -75,6 +75,12 @@ struct ProcessorArgs {
     /// digits; the operator mounts it). Without it, exactly once is refused.
     #[arg(long, env = "SLESS_POSITIONS_KEY_FILE")]
     positions_key_file: Option<PathBuf>,
+    /// Where the dataflow keeps what does not fit in memory (streamed
+    /// transactions of a CDC source): a directory of its own under it.
+    #[arg(long, default_value = "/var/lib/sless/spill")]
+    spill_dir: PathBuf,
+    #[command(flatten)]
+    budget: sless_dataflow::budget::BudgetArgs,
     /// Address of /metrics (Prometheus), /healthz and /readyz.
     #[arg(long, default_value = "0.0.0.0:9090")]
     metrics_listen: SocketAddr,
@@ -187,6 +193,10 @@ struct DevArgs {
     /// machine) and read TLS files (default DATA_DIR/tls).
     #[command(flatten)]
     egress: sless_dataflow::egress::EgressArgs,
+    /// What dataflows may keep on disk (under DATA_DIR/spill) and hold in
+    /// memory, per tenant and in all.
+    #[command(flatten)]
+    budget: sless_dataflow::budget::BudgetArgs,
 }
 
 fn init_tracing() {
@@ -237,6 +247,7 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
         limits: args.limits,
         tenant_limits: args.tenant_limits,
         egress: args.egress,
+        budget: args.budget,
     })
     .await
     .context("cannot start sless dev")?;
@@ -336,6 +347,8 @@ async fn processor(args: ProcessorArgs) -> anyhow::Result<()> {
             name: args.name,
             checkpoint_file: args.checkpoint_file,
             positions_key_file: args.positions_key_file,
+            spill_dir: args.spill_dir,
+            budget: args.budget,
             metrics_listen: args.metrics_listen,
             egress: sless_dataflow::egress::EgressPolicy::restricted(
                 args.egress.allow,

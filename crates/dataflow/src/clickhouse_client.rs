@@ -15,8 +15,9 @@ use sless_model::dataflow::SecretRef;
 use sless_model::{FieldError, ValidationErrors};
 
 use crate::ConnectorError;
+use crate::budget::{Allowance, Held};
 use crate::component::check_target;
-use crate::egress::{EgressPolicy, http_endpoint, read_answer};
+use crate::egress::{Answer, EgressPolicy, http_endpoint, read_answer, read_answer_held};
 
 /// Longest a query may take before the connector retries it.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
@@ -169,13 +170,26 @@ impl ClickHouse {
             .map(drop)
     }
 
+    /// As [`Self::query`], the answer's bytes held of `memory` until the
+    /// [`Held`] drops: while the answer is read and parsed.
+    pub async fn query_held(&self, sql: &str, memory: &Allowance) -> Result<(String, Held), ConnectorError> {
+        let params = [("output_format_json_quote_64bit_integers", "0")];
+        let response = self.post(&params, sql.to_owned()).await?;
+        let (answer, held) = read_answer_held(response, MAX_ANSWER_BYTES, "ClickHouse", memory).await?;
+        Ok((text_of(answer)?, held))
+    }
+
     async fn send(&self, params: &[(&str, &str)], body: String) -> Result<String, ConnectorError> {
+        let response = self.post(params, body).await?;
+        text_of(read_answer(response, MAX_ANSWER_BYTES, "ClickHouse").await?)
+    }
+
+    async fn post(&self, params: &[(&str, &str)], body: String) -> Result<reqwest::Response, ConnectorError> {
         let mut url = self.endpoint.clone();
         url.query_pairs_mut()
             .append_pair("database", &self.database)
             .extend_pairs(params);
-        let response = self
-            .http
+        self.http
             .post(url)
             .basic_auth(&self.user, Some(&self.password))
             .body(body)
@@ -184,14 +198,17 @@ impl ClickHouse {
             .map_err(|e| {
                 tracing::info!(error = %e.without_url(), "ClickHouse request failed");
                 ConnectorError::Connect("the ClickHouse server cannot be reached or did not answer".into())
-            })?;
-        let answer = read_answer(response, MAX_ANSWER_BYTES, "ClickHouse").await?;
-        if answer.status.is_success() {
-            String::from_utf8(answer.body.into())
-                .map_err(|_| ConnectorError::Transient("ClickHouse answered with text that is not UTF-8".into()))
-        } else {
-            Err(classify(answer.status.as_u16(), &answer.body))
-        }
+            })
+    }
+}
+
+/// A successful answer's text, or the error an error answer stands for.
+fn text_of(answer: Answer) -> Result<String, ConnectorError> {
+    if answer.status.is_success() {
+        String::from_utf8(answer.body.into())
+            .map_err(|_| ConnectorError::Transient("ClickHouse answered with text that is not UTF-8".into()))
+    } else {
+        Err(classify(answer.status.as_u16(), &answer.body))
     }
 }
 

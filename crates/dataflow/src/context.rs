@@ -29,6 +29,9 @@ pub struct PipelineContext {
     /// The tenant's key for the positions exactly-once sinks store; `None`
     /// where the platform gave none (exactly once is refused then).
     pub positions_key: Option<PositionsKey>,
+    /// What it may keep on disk and hold in memory, within its tenant's and
+    /// its process's bounds.
+    pub budget: crate::budget::FlowBudget,
 }
 
 /// A tenant's key for the source positions its exactly-once sinks store on

@@ -228,20 +228,45 @@ impl EgressPolicy {
 
 pub use sless_runtime::http::Answer;
 
+use crate::budget::{Allowance, Held};
+
 /// Reads `response` of the remote service `what` (such as `"SQS"`) within
 /// `cap` bytes ([`sless_runtime::http::read_capped`]), as a connector's
 /// error: a redirect is the spec's to fix ([`EgressPolicy::http_client`]
 /// follows none, and its target was never checked), an answer too long
 /// may be retried.
 pub async fn read_answer(response: reqwest::Response, cap: usize, what: &str) -> Result<Answer, ConnectorError> {
-    use sless_runtime::http::ReadError;
     sless_runtime::http::read_capped(response, cap)
         .await
-        .map_err(|e| match e {
-            ReadError::Redirect(_) => ConnectorError::Config(format!("{what} {e}")),
-            ReadError::TooLong(_) => ConnectorError::Transient(format!("{what} {e}")),
-            ReadError::Transport(_) => ConnectorError::Connect(format!("{what}: {e}")),
-        })
+        .map_err(|e| answer_error(e, what))
+}
+
+/// As [`read_answer`], holding the answer's bytes of `memory` as they
+/// arrive, until the [`Held`] returned with it drops: a tenant's flows
+/// together hold no more answers than its budget.
+pub async fn read_answer_held(
+    response: reqwest::Response,
+    cap: usize,
+    what: &str,
+    memory: &Allowance,
+) -> Result<(Answer, Held), ConnectorError> {
+    let mut held = memory.hold(0)?;
+    let answer = sless_runtime::http::read_capped_each(response, cap, |bytes| {
+        held.grow(bytes as u64).map_err(|e| e.to_string())
+    })
+    .await
+    .map_err(|e| answer_error(e, what))?;
+    Ok((answer, held))
+}
+
+fn answer_error(e: sless_runtime::http::ReadError, what: &str) -> ConnectorError {
+    use sless_runtime::http::ReadError;
+    match e {
+        ReadError::Redirect(_) => ConnectorError::Config(format!("{what} {e}")),
+        ReadError::TooLong(_) => ConnectorError::Transient(format!("{what} {e}")),
+        ReadError::Transport(_) => ConnectorError::Connect(format!("{what}: {e}")),
+        ReadError::Refused(reason) => ConnectorError::Transient(format!("{what}'s answer: {reason}")),
+    }
 }
 
 /// `(host, port, https)` of an HTTP endpoint a spec names.

@@ -4,6 +4,7 @@
 //! delivery, in `sless dev` or as `sless processor`.
 
 pub mod avro;
+pub mod budget;
 pub mod checkpoint;
 pub mod clickhouse_client;
 pub mod component;

@@ -55,6 +55,8 @@ pub struct Stats {
     filtered: AtomicU64,
     last_checkpoint: std::sync::Mutex<Option<SystemTime>>,
     refusal: std::sync::Mutex<Option<Refusal>>,
+    /// Why reading the source fails, while it is retried.
+    read_failure: std::sync::Mutex<Option<String>>,
 }
 
 /// A message a sink refuses while there is no error sink to take it: the
@@ -103,6 +105,19 @@ impl Stats {
 
     fn accepted(&self) {
         *self.refusal.lock_unpoisoned() = None;
+    }
+
+    /// Why reading the source fails while the read is retried; `None`
+    /// once a read succeeds.
+    pub fn read_failure(&self) -> Option<String> {
+        self.read_failure.lock_unpoisoned().clone()
+    }
+
+    fn reading(&self, failure: Option<String>) {
+        let mut current = self.read_failure.lock_unpoisoned();
+        if *current != failure {
+            *current = failure;
+        }
     }
 
     fn add(counter: &AtomicU64, n: usize) {
@@ -199,6 +214,7 @@ impl Pipeline {
             self.source.clone(),
             self.transforms.clone(),
             tx,
+            self.stats.clone(),
             shutdown.clone(),
         ));
         let mut committing: Option<tokio::task::JoinHandle<()>> = None;
@@ -478,6 +494,7 @@ async fn read_loop(
     source: Arc<dyn Source>,
     transforms: Arc<[Box<dyn Transform>]>,
     tx: mpsc::Sender<Transformed>,
+    stats: Arc<Stats>,
     mut shutdown: watch::Receiver<bool>,
 ) -> Result<(), ConnectorError> {
     let budget = Arc::new(tokio::sync::Semaphore::new(MEMORY_BUDGET));
@@ -496,6 +513,7 @@ async fn read_loop(
         match read {
             Ok(records) => {
                 retries.succeeded();
+                stats.reading(None);
                 reading.set(source.read());
                 let hand_on = async {
                     for record in records {
@@ -519,6 +537,7 @@ async fn read_loop(
             }
             Err(e) if e.ends_run() => return Err(e),
             Err(e) => {
+                stats.reading(Some(e.to_string()));
                 if wait(&mut retries, &e, &mut shutdown).await.is_err() {
                     return Ok(());
                 }

@@ -63,6 +63,10 @@ pub struct ProcessorOptions {
     pub checkpoint_file: Option<PathBuf>,
     /// The tenant's key for exactly-once positions, as 64 hex digits.
     pub positions_key_file: Option<PathBuf>,
+    /// Where the dataflow may keep what does not fit in memory, and how much
+    /// it may keep and hold.
+    pub spill_dir: PathBuf,
+    pub budget: crate::budget::BudgetArgs,
     pub metrics_listen: SocketAddr,
     /// Where the dataflow's connectors may connect.
     pub egress: crate::egress::EgressPolicy,
@@ -184,13 +188,16 @@ pub async fn run(opts: ProcessorOptions, shutdown: impl Future<Output = ()>) -> 
         .route("/status", get(status))
         .with_state(probe.clone());
     let (stop, stopped) = tokio::sync::watch::channel(false);
+    let id = format!("{}/{}", opts.namespace, opts.name);
+    let budget = crate::budget::Budgets::new(opts.spill_dir.clone(), opts.budget).for_flow(&opts.namespace, &id);
     let ctx = PipelineContext {
-        id: format!("{}/{}", opts.namespace, opts.name),
+        id,
         checkpoint,
         egress: Arc::new(opts.egress),
         queue_services: None,
         resume: None,
         positions_key,
+        budget,
     };
     tracing::info!(dataflow = %ctx.id, metrics = %opts.metrics_listen, "processor starting");
     let phase = probe.phase.clone();

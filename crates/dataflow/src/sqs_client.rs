@@ -304,7 +304,7 @@ fn connector_error(action: &str, e: CallError) -> ConnectorError {
             unreachable(action)
         }
         CallError::Read(ReadError::Redirect(_)) => ConnectorError::Config(format!("SQS {e}")),
-        CallError::Read(ReadError::TooLong(_)) => ConnectorError::Transient(format!("SQS {e}")),
+        CallError::Read(ReadError::TooLong(_) | ReadError::Refused(_)) => ConnectorError::Transient(format!("SQS {e}")),
         CallError::Read(ReadError::Transport(_)) => unreachable(action),
         CallError::Refused { status, .. } if status.is_client_error() => ConnectorError::Data(described(action, &e)),
         CallError::Refused { .. } => ConnectorError::Transient(described(action, &e)),

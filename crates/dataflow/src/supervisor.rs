@@ -14,7 +14,7 @@ use sless_model::dataflow::DataFlowPhase;
 use sless_model::dataflow::DataFlowSpec;
 use sless_runtime::backoff::Backoff;
 
-/// How often a running flow's refusals are looked at.
+/// How often a running flow's refusals and read failures are looked at.
 const REFUSAL_CHECK: Duration = Duration::from_millis(500);
 
 /// Restarts of a failed pipeline: after 1 s, doubling to 30 s.
@@ -43,17 +43,21 @@ pub async fn supervise(
                 let run = pipeline.run(stopped.clone());
                 tokio::pin!(run);
                 // A refused message stalls the flow without failing it: show it.
-                let mut shown: Option<Refusal> = None;
+                let mut shown = (None, None);
                 let mut check = tokio::time::interval(REFUSAL_CHECK);
                 let outcome = loop {
                     tokio::select! {
                         outcome = &mut run => break outcome,
                         _ = check.tick() => {
-                            let now = stats.refusal();
+                            let now = (stats.refusal(), stats.read_failure());
                             if now != shown {
                                 match &now {
-                                    Some(r) => report(DataFlowPhase::Error, refusal_message(r)),
-                                    None => report(DataFlowPhase::Running, "running".into()),
+                                    (Some(r), _) => report(DataFlowPhase::Error, refusal_message(r)),
+                                    (None, Some(failure)) => report(
+                                        DataFlowPhase::Error,
+                                        format!("reading the source fails: {failure}; retrying"),
+                                    ),
+                                    (None, None) => report(DataFlowPhase::Running, "running".into()),
                                 }
                                 shown = now;
                             }

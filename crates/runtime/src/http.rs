@@ -341,13 +341,25 @@ pub enum ReadError {
     TooLong(usize),
     #[error("the answer broke off: {0}")]
     Transport(#[source] reqwest::Error),
+    #[error("the answer is not read further: {0}")]
+    Refused(String),
 }
 
 /// Reads `response` to its end, at most `cap` bytes: a longer answer is
 /// refused when it declares its length, and otherwise as soon as it passes
 /// the cap, never held whole. A redirect is refused: a client that follows
 /// none must not take one's body for the answer.
-pub async fn read_capped(mut response: reqwest::Response, cap: usize) -> Result<Answer, ReadError> {
+pub async fn read_capped(response: reqwest::Response, cap: usize) -> Result<Answer, ReadError> {
+    read_capped_each(response, cap, |_| Ok(())).await
+}
+
+/// As [`read_capped`], asking `arrived` before each chunk is kept (with its
+/// length): its refusal ends the read with [`ReadError::Refused`].
+pub async fn read_capped_each(
+    mut response: reqwest::Response,
+    cap: usize,
+    mut arrived: impl FnMut(usize) -> Result<(), String>,
+) -> Result<Answer, ReadError> {
     let status = response.status();
     if status.is_redirection() {
         return Err(ReadError::Redirect(status.as_u16()));
@@ -364,6 +376,7 @@ pub async fn read_capped(mut response: reqwest::Response, cap: usize) -> Result<
         if body.len() + chunk.len() > cap {
             return Err(ReadError::TooLong(cap));
         }
+        arrived(chunk.len()).map_err(ReadError::Refused)?;
         body.extend_from_slice(&chunk);
     }
     Ok(Answer {

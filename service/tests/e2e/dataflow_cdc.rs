@@ -1237,3 +1237,86 @@ async fn a_table_dropped_from_the_dataflow_is_no_longer_captured() {
         .await
         .unwrap();
 }
+
+/// The files in `dir` (none where it does not exist).
+fn files_in(dir: &std::path::Path) -> usize {
+    std::fs::read_dir(dir).map_or(0, |entries| entries.count())
+}
+
+/// N4 of the attack run: each run spilled streamed transactions into a new
+/// `/tmp/sless-cdc-<slot>-<random>` that only a clean stop removed: after
+/// two `kill -9` three copies of one transaction were on disk, and two
+/// stayed after the dataflow was deleted. Now a dataflow spills into its
+/// own directory under the data directory, emptied when its source opens
+/// and removed with the dataflow. The transaction here stays open across
+/// both kills, so each run spills it again from its start.
+#[tokio::test]
+async fn a_streamed_transactions_spill_outlives_neither_a_kill_nor_the_dataflow() {
+    let db = db().await;
+    let (src, events) = (unique("cdc_spill"), unique("cdc_spill_events"));
+    db.batch_execute(&format!("CREATE TABLE {src} (id int PRIMARY KEY, payload text)"))
+        .await
+        .unwrap();
+    let dir = TempDir::new("df-cdc-spill");
+    let name = flow_name("cdc-spill");
+    let source = json!({"type": "postgresql-cdc", "config": {
+        "connectionString": format!("{}?options=-c%20logical_decoding_work_mem%3D64kB", dsn()),
+        "table": src, "batchSize": 500}});
+    let sink = pg(&events, json!({"autoCreateTable": true}));
+    // A leftover of an earlier release, under the system's temporary directory.
+    let slot = format!("sless_{}", hex_digest(&format!("a/{name}"), 10));
+    let old = std::env::temp_dir().join(format!("sless-cdc-{slot}-12345"));
+    std::fs::create_dir_all(&old).unwrap();
+    std::fs::write(old.join("7.1"), b"an old run's rows").unwrap();
+    let (server, _) = running(&dir, &name, source, sink, json!({})).await;
+    let spill = sless_dataflow::budget::spill_dir(&dir.0.join("spill"), &format!("a/{name}"));
+
+    // About 8 MB of changes in one transaction, left open.
+    let big = db_connection().await;
+    big.batch_execute(&format!(
+        "BEGIN; INSERT INTO {src} SELECT g, repeat('x', 1000) FROM generate_series(1, 8000) g;"
+    ))
+    .await
+    .unwrap();
+    let spilled = || async {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while files_in(&spill) == 0 {
+            assert!(Instant::now() < deadline, "nothing spilled to {}", spill.display());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    spilled().await;
+    assert!(
+        !old.exists(),
+        "an earlier release's spill of this slot is removed when the source opens"
+    );
+    let mut server = server;
+    for _ in 0..2 {
+        server.kill9();
+        server = DevServer::start(&dir.0);
+        // The source opens afresh: the directory holds this run's file only.
+        spilled().await;
+        assert_eq!(files_in(&spill), 1, "one file for the one transaction");
+    }
+    big.batch_execute("COMMIT").await.unwrap();
+    wait_for(&db, &format!("SELECT count(*) FROM {events}"), 8000).await;
+    assert_eq!(files_in(&spill), 0, "the committed transaction's file is gone");
+    let a = server.client(TOKEN_A);
+    assert_eq!(a.delete(&format!("/api/v1/dataflows/{name}")).await.0, 204);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while spill.exists() {
+        assert!(Instant::now() < deadline, "the spill directory outlived the dataflow");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let leftovers: Vec<_> = std::fs::read_dir(std::env::temp_dir())
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with(&format!("sless-cdc-{slot}"))
+        })
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+    db.batch_execute(&format!("DROP TABLE {src}, {events}")).await.unwrap();
+}

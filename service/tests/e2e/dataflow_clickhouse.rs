@@ -193,3 +193,53 @@ async fn clickhouse_at_either_end_survives_kill_9_mid_stream() {
         .await
         .unwrap();
 }
+
+/// From the attack run: several ClickHouse sources of one tenant, each just
+/// under the 64 MiB answer cap, took `sless dev` from 52 to 695 MB; there
+/// was a bound per flow and none per tenant. Now a tenant's flows hold at
+/// most their budget of answers at once (8 MiB here): a flow whose answers
+/// pass it shows the reason and retries, and flows of smaller answers, the
+/// tenant's and another's, run beside it.
+#[tokio::test]
+async fn a_tenants_dataflows_hold_no_more_answers_than_its_memory_budget() {
+    let ch = ClickHouseServer::start();
+    let db = db().await;
+    let wide = unique("wide");
+    ch.query(&format!(
+        "CREATE TABLE {wide} (id UInt64, payload String) ENGINE = MergeTree() ORDER BY id"
+    ))
+    .await;
+    // 2,000 rows of 10 kB: an answer of 1,000 rows is about 10 MB.
+    ch.query(&format!("INSERT INTO {wide} SELECT number + 1, arrayStringConcat(arrayMap(x -> 'xxxxxxxxxx', range(1000))) FROM numbers(2000)"))
+        .await;
+    let dir = TempDir::new("df-ch-memory");
+    let server = DevServer::start_with(&dir.0, "127.0.0.1:0", &["--tenant-dataflow-memory-limit-mb", "8"]);
+    let (a, b) = (server.client(TOKEN_A), server.client(crate::common::TOKEN_B));
+    let flow = |name: &str, batch: u32, dst: &str| {
+        json!({"name": name,
+            "source": ch.spec(&wide, json!({"pollInterval": 1, "batchSize": batch})),
+            "sink": pg(dst, json!({"autoCreateTable": true}))})
+    };
+    let (big_a, small_a, small_b) = (unique("ch_big_a"), unique("ch_small_a"), unique("ch_small_b"));
+    a.create_dataflow(flow("big", 1000, &big_a)).await;
+    a.create_dataflow(flow("small", 100, &small_a)).await;
+    b.create_dataflow(flow("small", 300, &small_b)).await;
+    let view = a.wait_for_phase("big", "Error", Duration::from_secs(30)).await;
+    let message = view["message"].as_str().unwrap();
+    assert!(
+        message.contains("tenant's dataflows may hold in memory") && message.contains("at most 8 MiB"),
+        "{view}"
+    );
+    wait_for(&db, &format!("SELECT count(*) FROM {small_a}"), 2000).await;
+    wait_for(&db, &format!("SELECT count(*) FROM {small_b}"), 2000).await;
+    assert_eq!(count(&db, &format!("SELECT count(*) FROM {big_a}")).await, 0);
+    a.delete("/api/v1/dataflows/big").await;
+    for client in [&a, &b] {
+        client.delete("/api/v1/dataflows/small").await;
+    }
+    db.batch_execute(&format!(
+        "DROP TABLE {small_a}, {small_b}; DROP TABLE IF EXISTS {big_a}"
+    ))
+    .await
+    .unwrap();
+}

@@ -53,6 +53,8 @@ pub struct ClickHouseSource {
     id_name: String,
     batch: usize,
     polling: Polling,
+    /// What its answers hold of the tenant's memory while read and parsed.
+    memory: crate::budget::Allowance,
 }
 
 /// `name`'s type among the columns `DESCRIBE` listed.
@@ -99,7 +101,9 @@ impl ClickHouseSource {
     }
 
     async fn read_after(&self, position: Option<RowPosition>) -> Result<Vec<(Record, RowPosition)>, ConnectorError> {
-        let rows = self.server.query(&self.select_after(position.as_ref())).await?;
+        let select = self.select_after(position.as_ref());
+        // Held until the rows are parsed: the answer and its records at once.
+        let (rows, _held) = self.server.query_held(&select, &self.memory).await?;
         rows.lines()
             .filter(|line| !line.trim().is_empty())
             .map(|line| {
@@ -182,6 +186,7 @@ impl super::Open for ClickHouseSource {
             id_name,
             batch: config.batch_size.unwrap_or(DEFAULT_BATCH as u32).max(1) as usize,
             polling: Polling::start(config.poll_interval, ctx).await?,
+            memory: ctx.budget.memory.clone(),
         })
     }
 }

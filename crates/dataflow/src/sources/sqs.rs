@@ -197,6 +197,7 @@ mod tests {
             queue_services: None,
             resume: None,
             positions_key: None,
+            budget: crate::budget::FlowBudget::temporary(),
         };
         let source = SqsSource::open(&config, &ctx).await.unwrap();
         let (first, second) = (source.read().await.unwrap(), source.read().await.unwrap());

@@ -98,6 +98,7 @@ fn context() -> PipelineContext {
         queue_services: None,
         resume: None,
         positions_key: None,
+        budget: sless_dataflow::budget::FlowBudget::temporary(),
     }
 }
 

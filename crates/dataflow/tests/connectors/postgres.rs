@@ -37,6 +37,7 @@ fn ctx() -> PipelineContext {
         queue_services: None,
         resume: None,
         positions_key: Some(sless_dataflow::context::PositionsKey::generate()),
+        budget: sless_dataflow::budget::FlowBudget::temporary(),
     }
 }
 

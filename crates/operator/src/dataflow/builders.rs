@@ -11,8 +11,8 @@ use std::collections::BTreeMap;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy};
 use k8s_openapi::api::core::v1::{
-    ConfigMap, Container, ContainerPort, EnvVar, HTTPGetAction, KeyToPath, PodSpec, PodTemplateSpec, Probe,
-    ResourceRequirements, Secret, SecretVolumeSource, ServiceAccount, Volume, VolumeMount,
+    ConfigMap, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, HTTPGetAction, KeyToPath, PodSpec,
+    PodTemplateSpec, Probe, ResourceRequirements, Secret, SecretVolumeSource, ServiceAccount, Volume, VolumeMount,
 };
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -29,6 +29,12 @@ use sless_dataflow::egress::PROCESSOR_TLS_DIR;
 use sless_model::dataflow::DataFlowSpec;
 
 const SPEC_DIR: &str = "/etc/dataflow";
+/// Where a processor spills (an `emptyDir` of [`SPILL_SIZE`]), and the MiB
+/// it may keep there: below the size, so that the processor refuses with
+/// its reason before the kubelet would evict the pod.
+const SPILL_DIR: &str = "/var/lib/sless/spill";
+const SPILL_SIZE: &str = "2Gi";
+const SPILL_LIMIT_MB: u32 = 1536;
 /// Where a processor serves `/metrics` (the API reads its counters there).
 pub const METRICS_PORT: i32 = 9090;
 
@@ -269,6 +275,9 @@ pub fn deployment(
                             "processor".into(),
                             format!("--spec-path={SPEC_DIR}/spec.json"),
                             format!("--positions-key-file={SPEC_DIR}/{POSITIONS_KEY_FILE}"),
+                            format!("--spill-dir={SPILL_DIR}"),
+                            format!("--spill-limit-mb={SPILL_LIMIT_MB}"),
+                            format!("--tenant-spill-limit-mb={SPILL_LIMIT_MB}"),
                             format!("--tls-dir={PROCESSOR_TLS_DIR}"),
                             format!("--namespace={namespace}"),
                             format!("--name={name}"),
@@ -294,27 +303,46 @@ pub fn deployment(
                         }),
                         resources,
                         volume_mounts: Some(
-                            std::iter::once(VolumeMount {
-                                name: "spec".into(),
-                                mount_path: SPEC_DIR.into(),
-                                read_only: Some(true),
-                                ..Default::default()
-                            })
+                            [
+                                VolumeMount {
+                                    name: "spec".into(),
+                                    mount_path: SPEC_DIR.into(),
+                                    read_only: Some(true),
+                                    ..Default::default()
+                                },
+                                VolumeMount {
+                                    name: "spill".into(),
+                                    mount_path: SPILL_DIR.into(),
+                                    ..Default::default()
+                                },
+                            ]
+                            .into_iter()
                             .chain(tls_mounts)
                             .collect(),
                         ),
                         ..Default::default()
                     }],
                     volumes: Some(
-                        std::iter::once(Volume {
-                            name: "spec".into(),
-                            secret: Some(SecretVolumeSource {
-                                secret_name: Some(spec_name(&name)),
-                                default_mode: Some(0o440),
+                        [
+                            Volume {
+                                name: "spec".into(),
+                                secret: Some(SecretVolumeSource {
+                                    secret_name: Some(spec_name(&name)),
+                                    default_mode: Some(0o440),
+                                    ..Default::default()
+                                }),
                                 ..Default::default()
-                            }),
-                            ..Default::default()
-                        })
+                            },
+                            Volume {
+                                name: "spill".into(),
+                                empty_dir: Some(EmptyDirVolumeSource {
+                                    size_limit: Some(Quantity(SPILL_SIZE.into())),
+                                    ..Default::default()
+                                }),
+                                ..Default::default()
+                            },
+                        ]
+                        .into_iter()
                         .chain(tls_volumes)
                         .collect(),
                     ),
@@ -366,6 +394,9 @@ mod tests {
                 "processor",
                 "--spec-path=/etc/dataflow/spec.json",
                 "--positions-key-file=/etc/dataflow/positions.key",
+                "--spill-dir=/var/lib/sless/spill",
+                "--spill-limit-mb=1536",
+                "--tenant-spill-limit-mb=1536",
                 "--tls-dir=/etc/dataflow-tls",
                 "--namespace=team-a",
                 "--name=orders"
@@ -382,7 +413,13 @@ mod tests {
             Some("dataflow-orders-spec"),
             "the spec (secrets resolved) is a Secret"
         );
-        assert_eq!(volumes.len(), 1, "no TLS files, no TLS volumes");
+        // Spilled transactions go to an emptyDir of a bounded size.
+        assert_eq!(volumes[1].name, "spill");
+        assert_eq!(
+            volumes[1].empty_dir.as_ref().unwrap().size_limit.as_ref().unwrap().0,
+            "2Gi"
+        );
+        assert_eq!(volumes.len(), 2, "no TLS files, no TLS volumes");
         assert_eq!(pod.service_account_name.as_deref(), Some("dataflow-orders-processor"));
         assert_eq!(pod.node_selector.unwrap()["pool"], "etl");
         // A changed spec changes the pod template, so the processor restarts.
@@ -435,12 +472,12 @@ mod tests {
         let d = deployment(&df, &spec, &spec_json(&spec), &mounts, &OperatorConfig::default());
         let pod = d.spec.unwrap().template.spec.unwrap();
         let volumes = pod.volumes.unwrap();
-        let source = volumes[1].secret.as_ref().unwrap();
+        let source = volumes[2].secret.as_ref().unwrap();
         assert_eq!(source.secret_name.as_deref(), Some("kafka-tls"));
         let keys: Vec<_> = source.items.as_ref().unwrap().iter().map(|i| i.key.as_str()).collect();
         assert_eq!(keys, ["ca.crt", "tls.key"], "only the keys named");
         assert_eq!(
-            volumes[2].secret.as_ref().unwrap().secret_name.as_deref(),
+            volumes[3].secret.as_ref().unwrap().secret_name.as_deref(),
             Some("other")
         );
         let paths: Vec<_> = pod.containers[0]
@@ -454,6 +491,7 @@ mod tests {
             paths,
             [
                 ("/etc/dataflow", Some(true)),
+                ("/var/lib/sless/spill", None),
                 ("/etc/dataflow-tls/kafka-tls", Some(true)),
                 ("/etc/dataflow-tls/other", Some(true))
             ]

@@ -359,6 +359,7 @@ async fn release_source(df: &DataFlow, ctx: &Context, ns: &str, name: &str) -> R
         resume: None,
         // Deleting a position needs no seal.
         positions_key: None,
+        budget: sless_dataflow::budget::FlowBudget::temporary(),
     };
     let released = tokio::time::timeout(
         RELEASE_TIMEOUT,

@@ -164,6 +164,9 @@ impl LocalPlatform {
         RunningFlow::all_finished(deleted).await;
         for (source, sink, ctx) in released {
             release(&source, &sink, &ctx).await;
+            if let Err(error) = ctx.budget.remove_spill().await {
+                tracing::warn!(dataflow = %ctx.id, %error, "the deleted dataflow's spill directory stays");
+            }
         }
     }
 
@@ -235,6 +238,7 @@ impl LocalPlatform {
             })),
             resume: None,
             positions_key: Some(positions_key),
+            budget: self.budgets.for_flow(&f.tenant, &id),
             id,
         };
         let stats = Arc::new(sless_dataflow::pipeline::Stats::default());

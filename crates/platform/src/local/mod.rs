@@ -25,6 +25,7 @@ use self::checkpoint::EmbeddedCheckpoint;
 use self::db::{Record, Store, StoreError};
 use self::engines::RunningEngine;
 use self::flows::{RunningFlow, flow_id};
+use sless_dataflow::budget::Budgets;
 use sless_dataflow::egress::EgressPolicy;
 use sless_model::dataflow::DataFlowPhase;
 use sless_model::dataflow::{DataFlowEvent, DataFlowSpec, DataFlowStatus, DataFlowView};
@@ -100,6 +101,9 @@ pub struct LocalPlatform {
     create_lock: Mutex<()>,
     /// Where dataflows may connect.
     egress: Arc<EgressPolicy>,
+    /// What dataflows may keep on disk and hold in memory, per tenant and
+    /// in all.
+    budgets: Arc<Budgets>,
 }
 
 pub fn now_rfc3339() -> String {
@@ -143,12 +147,19 @@ fn dataflow_view(r: DataFlowRecord, counters: Option<sless_model::dataflow::Data
 }
 
 impl LocalPlatform {
-    pub fn new(store: Store, data_dir: PathBuf, gateway: GatewayLink, egress: Arc<EgressPolicy>) -> Arc<Self> {
+    pub fn new(
+        store: Store,
+        data_dir: PathBuf,
+        gateway: GatewayLink,
+        egress: Arc<EgressPolicy>,
+        budgets: Arc<Budgets>,
+    ) -> Arc<Self> {
         Arc::new(Self {
             store,
             data_dir,
             gateway,
             egress,
+            budgets,
             engines: Mutex::default(),
             flows: std::sync::Mutex::default(),
             flow_lifecycle: Mutex::default(),

@@ -341,6 +341,29 @@ impl Component for PostgresCdcSource {
     }
 }
 
+/// Removes the spill directories releases before this one made for the
+/// slot under the system's temporary directory (`sless-cdc-<slot>-N`),
+/// which only a clean stop removed.
+async fn remove_old_spill(slot: &str) {
+    let prefix = format!("sless-cdc-{slot}-");
+    let _ = tokio::task::spawn_blocking(move || {
+        let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let ours = entry
+                .file_name()
+                .to_str()
+                .and_then(|name| name.strip_prefix(&prefix))
+                .is_some_and(|rest| rest.bytes().all(|b| b.is_ascii_digit()));
+            if ours {
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        }
+    })
+    .await;
+}
+
 async fn target(config: &PostgresCdcConfig, ctx: &PipelineContext) -> Result<Target, ConnectorError> {
     let dsn = config
         .connection_string
@@ -444,6 +467,9 @@ impl super::Open for PostgresCdcSource {
         if let Some(table) = tables.iter().find(|t| names_positions(t)) {
             return Err(ConnectorError::Config(reserved(table)));
         }
+        // What an earlier run of this dataflow spilled is nobody's now.
+        ctx.budget.remove_spill().await?;
+        remove_old_spill(&slot).await;
         let table_list = tables
             .iter()
             .map(|t| quote(t))
@@ -544,6 +570,8 @@ impl super::Open for PostgresCdcSource {
                     batch,
                     mark: mark.clone(),
                     skip,
+                    spill_dir: ctx.budget.spill_dir.clone(),
+                    spill: ctx.budget.spill.clone(),
                 })
             }
         };

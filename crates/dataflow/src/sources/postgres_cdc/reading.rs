@@ -49,6 +49,9 @@ pub(super) struct Job {
     pub(super) mark: Arc<SnapshotMark>,
     /// What an exactly-once sink holds already.
     pub(super) skip: Option<Order>,
+    /// The dataflow's own spill directory, and what it may keep there.
+    pub(super) spill_dir: std::path::PathBuf,
+    pub(super) spill: crate::budget::Allowance,
 }
 
 /// Reads the snapshot and the stream into `out` until it fails; the error
@@ -130,10 +133,7 @@ async fn read_all(mut job: Job, out: &mut Outbox, shared: &Shared) -> Result<(),
         "proto_version '1'"
     };
     let options = format!("{protocol}, publication_names '{}'", job.publication);
-    let streams = Streams::new(
-        std::env::temp_dir().join(format!("sless-cdc-{}-{}", job.slot, rand::random::<u32>())),
-        Limits::default(),
-    );
+    let streams = Streams::new(job.spill_dir.clone(), Limits::default(), job.spill.clone());
     let (stream, status) = job.repl.start_replication(&job.slot, job.start, &options).await?;
     let confirming = confirm(status, job.start, shared);
     tokio::pin!(confirming);

@@ -8,8 +8,9 @@
 //! each one's own beyond, so a transaction larger than memory passes
 //! through; the files are removed when the transaction ends or the source
 //! stops. The server is the tenant's: how many transactions it streams at
-//! once and how much they keep are bounded ([`Limits`]). File work runs off
-//! the async threads.
+//! once and how much they keep are bounded ([`Limits`]), and what they keep
+//! counts against the tenant's and the process's budgets
+//! ([`crate::budget`]). File work runs off the async threads.
 
 use std::collections::{HashMap, HashSet};
 use std::io::{Read, Write};
@@ -18,6 +19,7 @@ use std::path::PathBuf;
 use bytes::{Buf, BufMut};
 
 use crate::ConnectorError;
+use crate::budget::Allowance;
 
 /// What the transactions in progress keep in memory, together, before
 /// each one's part goes to its file.
@@ -73,6 +75,7 @@ struct Kept {
 pub struct Streams {
     dir: PathBuf,
     limits: Limits,
+    budget: Allowance,
     /// The transaction whose stream block is open.
     current: Option<u32>,
     kept: HashMap<u32, Kept>,
@@ -100,11 +103,13 @@ async fn blocking<T: Send + 'static>(
 }
 
 impl Streams {
-    /// Streams kept under `dir` (made when first needed).
-    pub fn new(dir: PathBuf, limits: Limits) -> Self {
+    /// Streams kept under `dir` (made when first needed), within `limits`
+    /// and `budget`.
+    pub fn new(dir: PathBuf, limits: Limits, budget: Allowance) -> Self {
         Self {
             dir,
             limits,
+            budget,
             current: None,
             kept: HashMap::new(),
             bytes: 0,
@@ -117,6 +122,7 @@ impl Streams {
         let kept = self.kept.remove(&xid)?;
         self.bytes -= kept.bytes;
         self.in_memory -= kept.memory.len();
+        self.budget.give(kept.bytes);
         Some(kept)
     }
 
@@ -211,6 +217,7 @@ impl Streams {
             .kept
             .get_mut(&top)
             .ok_or_else(|| bad("a change outside its stream"))?;
+        self.budget.take(entry)?;
         kept.memory.put_u32(len);
         kept.memory.put_u32(xid);
         kept.memory.put_u64(lsn);
@@ -285,6 +292,7 @@ impl Streams {
                 let _ = std::fs::remove_file(path);
             }
         }
+        self.budget.give(self.bytes);
         self.bytes = 0;
         self.in_memory = 0;
     }
@@ -375,6 +383,10 @@ impl Drop for Replay {
 mod tests {
     use super::*;
 
+    fn budget() -> Allowance {
+        crate::budget::FlowBudget::temporary().spill
+    }
+
     fn in_stream(tag: u8, xid: u32, body: &[u8]) -> Vec<u8> {
         let mut m = vec![tag];
         m.put_u32(xid);
@@ -394,7 +406,7 @@ mod tests {
     #[tokio::test]
     async fn a_committed_stream_replays_in_order_without_its_aborted_subtransaction_even_from_its_file() {
         let dir = std::env::temp_dir().join(format!("sless-streams-test-{}", rand::random::<u64>()));
-        let mut streams = Streams::new(dir.clone(), Limits::default());
+        let mut streams = Streams::new(dir.clone(), Limits::default(), budget());
         assert_eq!(streams.take(1, &in_stream(b'S', 7, &[1])).await.unwrap(), Step::Kept);
         // Enough to go to the file, in messages of 1 KiB.
         let big = vec![b'x'; 1024];
@@ -444,7 +456,7 @@ mod tests {
     #[tokio::test]
     async fn a_server_cannot_make_the_streams_keep_more_than_the_limits() {
         let dir = std::env::temp_dir().join(format!("sless-streams-test-{}", rand::random::<u64>()));
-        let mut streams = Streams::new(dir.clone(), Limits { open: 2, kept: 10_000 });
+        let mut streams = Streams::new(dir.clone(), Limits { open: 2, kept: 10_000 }, budget());
         streams.take(1, &in_stream(b'S', 1, &[1])).await.unwrap();
         streams.take(2, &in_stream(b'S', 2, &[1])).await.unwrap();
         let refused = streams.take(3, &in_stream(b'S', 3, &[1])).await.unwrap_err();
@@ -466,11 +478,49 @@ mod tests {
         let _ = std::fs::remove_dir_all(dir);
     }
 
+    /// What the streams keep counts against the tenant's budget, beside
+    /// the other dataflows': over it, refused with the reason; what ends
+    /// (a commit's replay, a stop) gives its bytes back.
+    #[tokio::test]
+    async fn the_streams_keep_within_the_tenants_budget() {
+        use crate::budget::{BudgetArgs, Budgets};
+        let root = std::env::temp_dir().join(format!("sless-streams-test-{}", rand::random::<u64>()));
+        let budgets = Budgets::new(
+            root.clone(),
+            BudgetArgs {
+                tenant_spill_mb: 1,
+                ..BudgetArgs::default()
+            },
+        );
+        let (one, other) = (budgets.for_flow("a", "a/one"), budgets.for_flow("a", "a/other"));
+        let mut streams = Streams::new(one.spill_dir.clone(), Limits::default(), one.spill.clone());
+        // Another flow of the tenant keeps 600 KiB.
+        other.spill.take(600 << 10).unwrap();
+        streams.take(1, &in_stream(b'S', 7, &[1])).await.unwrap();
+        let row = vec![b'x'; 1000];
+        let mut refused = None;
+        for lsn in 2..1000 {
+            if let Err(e) = streams.take(lsn, &in_stream(b'I', 7, &row)).await {
+                refused = Some(e);
+                break;
+            }
+        }
+        let refused = refused.expect("the budget refuses").to_string();
+        assert!(
+            refused.contains("tenant's dataflows") && refused.contains("at most 1 MiB"),
+            "{refused}"
+        );
+        // Stopping gives the bytes back: the other flow may take them.
+        drop(streams);
+        other.spill.take(400 << 10).unwrap();
+        let _ = std::fs::remove_dir_all(root);
+    }
+
     /// Many transactions at once keep a MiB in memory together, not each.
     #[tokio::test]
     async fn the_memory_kept_is_bounded_across_transactions() {
         let dir = std::env::temp_dir().join(format!("sless-streams-test-{}", rand::random::<u64>()));
-        let mut streams = Streams::new(dir.clone(), Limits::default());
+        let mut streams = Streams::new(dir.clone(), Limits::default(), budget());
         let row = vec![b'x'; 1000];
         for xid in 1..=100u32 {
             streams.take(1, &in_stream(b'S', xid, &[1])).await.unwrap();
@@ -492,7 +542,7 @@ mod tests {
     #[tokio::test]
     async fn an_aborted_stream_leaves_nothing_and_cut_messages_are_errors() {
         let dir = std::env::temp_dir().join(format!("sless-streams-test-{}", rand::random::<u64>()));
-        let mut streams = Streams::new(dir, Limits::default());
+        let mut streams = Streams::new(dir, Limits::default(), budget());
         streams.take(1, &in_stream(b'S', 9, &[1])).await.unwrap();
         streams.take(2, &in_stream(b'I', 9, b"row")).await.unwrap();
         let mut abort = vec![b'A'];
