@@ -17,7 +17,7 @@ use sless_model::{FieldError, ValidationErrors};
 use crate::ConnectorError;
 use crate::budget::{Allowance, Held};
 use crate::component::check_target;
-use crate::egress::{Answer, EgressPolicy, http_endpoint, read_answer, read_answer_held};
+use crate::egress::{Answer, CONNECT_WINDOW, EgressPolicy, connecting, http_endpoint, read_answer, read_answer_held};
 
 /// Longest a query may take before the connector retries it.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
@@ -151,8 +151,22 @@ impl ClickHouse {
             user,
             password,
         };
-        client.query("SELECT 1").await?;
+        // Within the connect window, whatever the endpoint does.
+        connecting(CONNECT_WINDOW, client.probe(), unreachable).await?;
         Ok(client)
+    }
+
+    /// `SELECT 1`, which only ClickHouse answers as ClickHouse does: `1`,
+    /// or an error with its exception code. Any other answer is as if none
+    /// came, so what else listens there is not told apart from nothing.
+    async fn probe(&self) -> Result<(), ConnectorError> {
+        let response = self.post(&[], "SELECT 1".to_owned()).await?;
+        let answer = read_answer(response, MAX_ANSWER_BYTES, "ClickHouse").await?;
+        match (answer.status.is_success(), exception_code(&answer.body)) {
+            (true, _) if answer.body.trim_ascii() == b"1" => Ok(()),
+            (false, Some(code)) => Err(classify_code(code)),
+            _ => Err(unreachable()),
+        }
     }
 
     /// Runs `sql` (sent as the body) and returns what the server answered.
@@ -197,9 +211,13 @@ impl ClickHouse {
             .await
             .map_err(|e| {
                 tracing::info!(error = %e.without_url(), "ClickHouse request failed");
-                ConnectorError::Connect("the ClickHouse server cannot be reached or did not answer".into())
+                unreachable()
             })
     }
+}
+
+fn unreachable() -> ConnectorError {
+    ConnectorError::Connect("the ClickHouse server cannot be reached or did not answer as ClickHouse".into())
 }
 
 /// A successful answer's text, or the error an error answer stands for.
@@ -216,17 +234,24 @@ fn text_of(answer: Answer) -> Result<String, ConnectorError> {
 /// server's and is not passed on: the error names the exception's code,
 /// and what it means where the code is known.
 fn classify(status: u16, body: &[u8]) -> ConnectorError {
-    // "Code: N, e.displayText() = DB::Exception: …"
-    let code = body
-        .strip_prefix(b"Code: ")
+    match exception_code(body) {
+        Some(code) => classify_code(code),
+        None => ConnectorError::Transient(format!("ClickHouse answered HTTP {status} without an exception code")),
+    }
+}
+
+/// The exception code of an error answer: "Code: N, e.displayText() = …".
+fn exception_code(body: &[u8]) -> Option<u32> {
+    body.strip_prefix(b"Code: ")
         .and_then(|rest| {
             let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
             std::str::from_utf8(&rest[..digits]).ok()
         })
-        .and_then(|digits| digits.parse::<u32>().ok());
-    let Some(code) = code else {
-        return ConnectorError::Transient(format!("ClickHouse answered HTTP {status} without an exception code"));
-    };
+        .and_then(|digits| digits.parse::<u32>().ok())
+}
+
+/// The error a ClickHouse exception code stands for.
+fn classify_code(code: u32) -> ConnectorError {
     let named = |table: &[(u32, &'static str, &'static str)]| table.iter().find(|(c, ..)| *c == code).copied();
     let described = |known: Option<(u32, &str, &str)>| match known {
         Some((_, name, meaning)) => format!("ClickHouse error {code} ({name}): {meaning}"),

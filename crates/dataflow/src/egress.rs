@@ -269,6 +269,34 @@ fn answer_error(e: sless_runtime::http::ReadError, what: &str) -> ConnectorError
     }
 }
 
+/// How long a connector's first exchange with a server (connecting, and
+/// the first answer that shows what listens there) may take, and how long
+/// one that fails to reach it takes to say so, whatever the target does:
+/// refuses the connection, stays silent, or speaks another protocol. So
+/// the time of a failure tells a tenant nothing about what listens at an
+/// address (a port scan through a dataflow learns nothing from it).
+pub const CONNECT_WINDOW: Duration = Duration::from_secs(10);
+
+/// Runs `attempt` within `window`: past it, `silent()` is the error; an
+/// error of [`ConnectorError::Connect`] (the server was not reached as
+/// what the spec says) is returned only once `window` has passed since the
+/// attempt began. Any other outcome returns as soon as it is known.
+pub async fn connecting<T>(
+    window: Duration,
+    attempt: impl std::future::Future<Output = Result<T, ConnectorError>>,
+    silent: impl FnOnce() -> ConnectorError,
+) -> Result<T, ConnectorError> {
+    let started = tokio::time::Instant::now();
+    let outcome = match tokio::time::timeout(window, attempt).await {
+        Ok(outcome) => outcome,
+        Err(_) => Err(silent()),
+    };
+    if matches!(outcome, Err(ConnectorError::Connect(_))) {
+        tokio::time::sleep_until(started + window).await;
+    }
+    outcome
+}
+
 /// `(host, port, https)` of an HTTP endpoint a spec names.
 pub fn http_endpoint(url: &str) -> Result<(String, u16, bool), &'static str> {
     let parsed = reqwest::Url::parse(url).map_err(|_| "must be an http:// or https:// URL")?;
@@ -277,7 +305,13 @@ pub fn http_endpoint(url: &str) -> Result<(String, u16, bool), &'static str> {
         "http" => false,
         _ => return Err("must be an http:// or https:// URL"),
     };
-    let host = parsed.host_str().ok_or("must name a host")?.to_owned();
+    // An IPv6 literal without its brackets: an address, resolved as itself.
+    let host = parsed.host_str().ok_or("must name a host")?;
+    let host = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host)
+        .to_owned();
     let port = parsed.port_or_known_default().ok_or("must name a port")?;
     Ok((host, port, https))
 }

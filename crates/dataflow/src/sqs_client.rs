@@ -15,7 +15,7 @@ use sless_model::{FieldError, ValidationErrors};
 use crate::ConnectorError;
 use crate::component::{either, non_empty, secret_ref};
 use crate::context::{PipelineContext, QueueAccess};
-use crate::egress::http_endpoint;
+use crate::egress::{CONNECT_WINDOW, connecting, http_endpoint};
 use sless_runtime::http::ReadError;
 use sless_sqs::client::{CallError, Client, MAX_ANSWER_BYTES};
 use sless_sqs::engine::requests::is_identifier;
@@ -259,15 +259,21 @@ impl SqsClient {
         // HTTP server of another kind) is refused in the same words, so the
         // connector tells no port from another; an SQS error (wrong keys,
         // no such queue) is the spec's to fix.
+        // Within the connect window, whatever the endpoint does, and a
+        // failure said only once it has passed.
         let action = "GetQueueAttributes";
-        match client.exchange(action, json!({"AttributeNames": ["QueueArn"]})).await {
-            Ok(_) => Ok(client),
-            Err(refused @ CallError::Refused { code: Some(_), .. }) => {
-                Err(ConnectorError::Config(described(action, &refused)))
+        let probe = async {
+            match client.exchange(action, json!({"AttributeNames": ["QueueArn"]})).await {
+                Ok(_) => Ok(()),
+                Err(refused @ CallError::Refused { code: Some(_), .. }) => {
+                    Err(ConnectorError::Config(described(action, &refused)))
+                }
+                Err(CallError::Unreachable(_) | CallError::Refused { code: None, .. }) => Err(unreachable(action)),
+                Err(other) => Err(connector_error(action, other)),
             }
-            Err(CallError::Unreachable(_) | CallError::Refused { code: None, .. }) => Err(unreachable(action)),
-            Err(other) => Err(connector_error(action, other)),
-        }
+        };
+        connecting(CONNECT_WINDOW, probe, || unreachable(action)).await?;
+        Ok(client)
     }
 
     pub fn queue_url(&self) -> &str {

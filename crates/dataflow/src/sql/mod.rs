@@ -19,7 +19,7 @@ use tls::{MakeRustls, Verify};
 
 /// The system's CA bundle, trusted by `verify-ca`/`verify-full` without `sslrootcert`.
 const SYSTEM_ROOTS: &str = "/etc/ssl/certs/ca-certificates.crt";
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+const CONNECT_TIMEOUT: Duration = crate::egress::CONNECT_WINDOW;
 /// TCP keepalive unless the connection string sets it: a server host that
 /// vanishes without a reset (a failover, a partition) is noticed in about
 /// two minutes, where tokio-postgres's default idle time is two hours. The
@@ -221,21 +221,18 @@ pub async fn connect(connection_string: &str, egress: &EgressPolicy) -> Result<t
 }
 
 /// Connects to a checked target and drives the connection in the background.
+/// Within the handshake timeout, whatever the server does, and a failure to
+/// reach it said only once that time has passed
+/// ([`crate::egress::connecting`]).
 pub(crate) async fn connect_to(target: &Target) -> Result<tokio_postgres::Client, ConnectorError> {
-    let handshake = target.handshake_timeout();
-    let client = match &target.tls {
-        None => spawn(
-            tokio::time::timeout(handshake, target.config.connect(NoTls))
-                .await
-                .map_err(|_| silent())?,
-        ),
-        Some(tls) => spawn(
-            tokio::time::timeout(handshake, target.config.connect(MakeRustls(tls.clone())))
-                .await
-                .map_err(|_| silent())?,
-        ),
+    let attempt = async {
+        match &target.tls {
+            None => spawn(target.config.connect(NoTls).await),
+            Some(tls) => spawn(target.config.connect(MakeRustls(tls.clone())).await),
+        }
+        .map_err(ConnectorError::connect)
     };
-    client.map_err(ConnectorError::connect)
+    crate::egress::connecting(target.handshake_timeout(), attempt, silent).await
 }
 
 /// Drives a new connection in the background.

@@ -178,9 +178,10 @@ async fn an_error_body_is_never_passed_on() {
         clickhouse_error(port).await.to_string(),
         "ClickHouse error 60 (UNKNOWN_TABLE): no such table"
     );
+    // Not ClickHouse's error: as if nothing answered.
     let (port, _) = answering("500 Internal Server Error", "", SECRET).await;
     let e = clickhouse_error(port).await.to_string();
-    assert!(!e.contains(SECRET) && e.contains("HTTP 500"), "{e}");
+    assert!(!e.contains(SECRET) && e.contains("did not answer as ClickHouse"), "{e}");
 
     let registry_body = format!("{{\"error_code\": 40403, \"message\": \"{SECRET}\"}}");
     let (port, _) = answering("404 Not Found", "", &registry_body).await;
@@ -224,22 +225,89 @@ async fn an_endless_answer_is_cut_off_at_the_cap() {
     every_connector_refuses_as_too_long(port).await;
 }
 
+/// Whatever listens at a port, or nothing: a connector says the same in
+/// the same time. Before, an SQS endpoint that accepted and stayed silent
+/// left the source Pending for 40 s where a closed port failed at once: a
+/// tenant could scan ports through a dataflow by timing it.
 #[tokio::test]
-async fn a_port_that_speaks_another_protocol_looks_like_a_closed_one() {
+async fn every_unreachable_endpoint_fails_alike_and_in_the_same_time() {
     // An SSH-like banner, then the connection closes.
     let (banner, _) = server("SSH-2.0-OpenSSH_9.2\r\n".into(), vec![], 0).await;
     // An HTTP server of another kind.
     let (web, _) = answering("404 Not Found", "", "<html>not here</html>").await;
+    // Accepts, reads, never answers.
+    let silent = {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((socket, _)) = listener.accept().await {
+                held.push(socket);
+            }
+        });
+        port
+    };
     let closed = {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         listener.local_addr().unwrap().port()
     };
-    let closed_says = sqs_error(closed).await.to_string();
-    assert_eq!(sqs_error(banner).await.to_string(), closed_says);
-    assert_eq!(sqs_error(web).await.to_string(), closed_says);
-    let (a, b) = (
-        clickhouse_error(banner).await.to_string(),
-        clickhouse_error(closed).await.to_string(),
-    );
-    assert_eq!(a, b);
+    let timed = |kind: &'static str, port: u16| async move {
+        let started = Instant::now();
+        let e = match kind {
+            "sqs" => sqs_error(port).await,
+            _ => clickhouse_error(port).await,
+        };
+        (kind, port, e.to_string(), started.elapsed())
+    };
+    let mut attempts = Vec::new();
+    for kind in ["sqs", "clickhouse"] {
+        for port in [closed, banner, web, silent] {
+            attempts.push(tokio::spawn(timed(kind, port)));
+        }
+    }
+    let mut said = std::collections::BTreeMap::<&str, std::collections::BTreeSet<String>>::new();
+    for attempt in attempts {
+        let (kind, port, message, took) = attempt.await.unwrap();
+        let window = sless_dataflow::egress::CONNECT_WINDOW;
+        assert!(
+            took >= window && took < window + Duration::from_secs(3),
+            "{kind} at port {port}: {message} after {took:?}"
+        );
+        said.entry(kind).or_default().insert(message);
+    }
+    for (kind, messages) in said {
+        assert_eq!(messages.len(), 1, "{kind} says different things: {messages:?}");
+    }
+}
+
+/// An IPv6 literal URL (`http://[::1]:port/`) failed with `cannot resolve
+/// the host "[::1]"`. Now it is reached as the address it is, and the
+/// egress policy checks it as any other: denying ::1 refuses it.
+#[tokio::test]
+async fn an_ipv6_literal_is_reached_and_checked_by_the_policy() {
+    let listener = TcpListener::bind("[::1]:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 4096];
+                let _ = socket.read(&mut buf).await;
+                let _ = socket
+                    .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\n1\n")
+                    .await;
+            });
+        }
+    });
+    let url = format!("http://[::1]:{port}/");
+    let open = EgressPolicy::default();
+    let client = open.http_client(&url, Duration::from_secs(5)).await.unwrap();
+    let answer = client.get(&url).send().await.unwrap();
+    assert_eq!(answer.status(), 200);
+    assert_eq!(answer.text().await.unwrap(), "1\n");
+    let closed = EgressPolicy {
+        deny: vec!["::1/128".parse().unwrap()],
+        ..EgressPolicy::default()
+    };
+    let refused = closed.http_client(&url, Duration::from_secs(5)).await.unwrap_err();
+    assert!(refused.to_string().contains("egress"), "{refused}");
 }
