@@ -29,12 +29,22 @@ impl Processor {
             .and_then(|l| l.local_addr())
             .unwrap()
             .port();
+        // The tenant's positions key, as the operator mounts it: one per
+        // directory, kept across restarts.
+        let key = dir.join("positions.key");
+        if !key.exists() {
+            std::fs::write(&key, sless_dataflow::context::PositionsKey::generate().to_text()).unwrap();
+        }
         let child = Command::new(env!("CARGO_BIN_EXE_sless"))
             .args(["processor", "--namespace", "team-a", "--name", "copy"])
             .arg("--spec-path")
             .arg(&spec_path)
             .arg("--checkpoint-file")
             .arg(dir.join("position"))
+            .arg("--positions-key-file")
+            .arg(&key)
+            .arg("--spill-dir")
+            .arg(dir.join("spill"))
             .args(["--metrics-listen", &format!("127.0.0.1:{port}")])
             .args(extra)
             .env("SLESS_LOG", "warn")
