@@ -20,32 +20,37 @@ use crate::ConnectorError;
 
 const MIB: u64 = 1 << 20;
 
+const SPILL_MB: u64 = 8192;
+const TENANT_SPILL_MB: u64 = 4096;
+const MEMORY_MB: u64 = 2048;
+const TENANT_MEMORY_MB: u64 = 512;
+
 /// The bounds, in MiB, as `sless dev` and `sless processor` take them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::Args)]
 pub struct BudgetArgs {
     /// MiB the dataflows of this process may keep on disk together
     /// (streamed transactions of CDC sources).
-    #[arg(long = "spill-limit-mb", default_value_t = 8192)]
+    #[arg(long = "spill-limit-mb", default_value_t = SPILL_MB)]
     pub spill_mb: u64,
     /// MiB one tenant's dataflows may keep on disk together.
-    #[arg(long = "tenant-spill-limit-mb", default_value_t = 4096)]
+    #[arg(long = "tenant-spill-limit-mb", default_value_t = TENANT_SPILL_MB)]
     pub tenant_spill_mb: u64,
     /// MiB of answers (a ClickHouse source's) the dataflows of this process
     /// may hold in memory at once.
-    #[arg(long = "dataflow-memory-limit-mb", default_value_t = 2048)]
+    #[arg(long = "dataflow-memory-limit-mb", default_value_t = MEMORY_MB)]
     pub memory_mb: u64,
     /// MiB of answers one tenant's dataflows may hold in memory at once.
-    #[arg(long = "tenant-dataflow-memory-limit-mb", default_value_t = 512)]
+    #[arg(long = "tenant-dataflow-memory-limit-mb", default_value_t = TENANT_MEMORY_MB)]
     pub tenant_memory_mb: u64,
 }
 
 impl Default for BudgetArgs {
     fn default() -> Self {
         Self {
-            spill_mb: 8192,
-            tenant_spill_mb: 4096,
-            memory_mb: 2048,
-            tenant_memory_mb: 512,
+            spill_mb: SPILL_MB,
+            tenant_spill_mb: TENANT_SPILL_MB,
+            memory_mb: MEMORY_MB,
+            tenant_memory_mb: TENANT_MEMORY_MB,
         }
     }
 }
@@ -256,7 +261,8 @@ pub struct FlowBudget {
 
 impl FlowBudget {
     /// A budget of its own (the defaults' process bounds) under the
-    /// system's temporary directory: for tests and benches.
+    /// system's temporary directory: for tests, benches and the operator's
+    /// release of a deleted dataflow's state (which spills nothing).
     pub fn temporary() -> Self {
         let root = std::env::temp_dir().join(format!("sless-spill-{}", rand::random::<u64>()));
         Budgets::new(root, BudgetArgs::default()).for_flow("temporary", "temporary")

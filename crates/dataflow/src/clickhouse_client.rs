@@ -24,6 +24,8 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Longest answer read: a source's batch of rows as `JSONEachRow`.
 const MAX_ANSWER_BYTES: usize = 64 << 20;
+/// Most of an answer to the connect probe read: `1`, or an exception.
+const PROBE_ANSWER_BYTES: usize = 64 << 10;
 
 /// ClickHouse error codes that mean the rows, not the server or the spec,
 /// are at fault: retrying the same rows fails the same way. Each with its
@@ -161,7 +163,10 @@ impl ClickHouse {
     /// came, so what else listens there is not told apart from nothing.
     async fn probe(&self) -> Result<(), ConnectorError> {
         let response = self.post(&[], "SELECT 1".to_owned()).await?;
-        let answer = read_answer(response, MAX_ANSWER_BYTES, "ClickHouse").await?;
+        // A redirect or a long answer is not ClickHouse's either.
+        let answer = read_answer(response, PROBE_ANSWER_BYTES, "ClickHouse")
+            .await
+            .map_err(|_| unreachable())?;
         match (answer.status.is_success(), exception_code(&answer.body)) {
             (true, _) if answer.body.trim_ascii() == b"1" => Ok(()),
             (false, Some(code)) => Err(classify_code(code)),

@@ -175,8 +175,8 @@ impl EgressPolicy {
     }
 
     /// An HTTP client for `url` that connects only to the addresses of its
-    /// host the policy permits (resolved once here, never again), with a
-    /// 10 s connect timeout and `timeout` for a whole request. It follows
+    /// host the policy permits (resolved once here, never again), with
+    /// [`CONNECT_WINDOW`] to connect and `timeout` for a whole request. It follows
     /// no redirect and takes no proxy from the environment: either would
     /// be a hop the policy never checked.
     pub async fn http_client(&self, url: &str, timeout: Duration) -> Result<reqwest::Client, ConnectorError> {
@@ -189,7 +189,7 @@ impl EgressPolicy {
             .resolve_to_addrs(&host, &addrs)
             .redirect(reqwest::redirect::Policy::none())
             .no_proxy()
-            .connect_timeout(Duration::from_secs(10))
+            .connect_timeout(CONNECT_WINDOW)
             .timeout(timeout)
             .build()
             .map_err(|e| ConnectorError::Config(e.to_string()))

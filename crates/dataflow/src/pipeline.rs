@@ -114,10 +114,7 @@ impl Stats {
     }
 
     fn reading(&self, failure: Option<String>) {
-        let mut current = self.read_failure.lock_unpoisoned();
-        if *current != failure {
-            *current = failure;
-        }
+        *self.read_failure.lock_unpoisoned() = failure;
     }
 
     fn add(counter: &AtomicU64, n: usize) {
@@ -209,6 +206,8 @@ impl Pipeline {
     /// shutdown the records already taken from the channel are written and
     /// committed first; those still in the channel are read again next time.
     pub async fn run(self, mut shutdown: watch::Receiver<bool>) -> Result<(), ConnectorError> {
+        // An earlier run's failure is not this one's.
+        self.stats.reading(None);
         let (tx, mut rx) = mpsc::channel::<Transformed>(self.buffer);
         let mut reader = tokio::spawn(read_loop(
             self.source.clone(),

@@ -262,14 +262,17 @@ impl SqsClient {
         // Within the connect window, whatever the endpoint does, and a
         // failure said only once it has passed.
         let action = "GetQueueAttributes";
+        // Only SQS's answer counts: its attributes, or an SQS error code.
         let probe = async {
             match client.exchange(action, json!({"AttributeNames": ["QueueArn"]})).await {
-                Ok(_) => Ok(()),
+                Ok(answer) if answer.get("Attributes").is_some_and(Value::is_object) => Ok(()),
                 Err(refused @ CallError::Refused { code: Some(_), .. }) => {
                     Err(ConnectorError::Config(described(action, &refused)))
                 }
-                Err(CallError::Unreachable(_) | CallError::Refused { code: None, .. }) => Err(unreachable(action)),
-                Err(other) => Err(connector_error(action, other)),
+                Err(CallError::Unsigned) => Err(connector_error(action, CallError::Unsigned)),
+                Ok(_) | Err(CallError::Unreachable(_) | CallError::Refused { code: None, .. } | CallError::Read(_)) => {
+                    Err(unreachable(action))
+                }
             }
         };
         connecting(CONNECT_WINDOW, probe, || unreachable(action)).await?;

@@ -369,7 +369,13 @@ impl Platform for KubePlatform {
             match self.flows(tenant).create(&params(), &df).await.map_err(on_create) {
                 Ok(created) => return Ok(flow_view(tenant, created)),
                 Err(PlatformError::Forbidden(reason)) if reason.contains(QUOTA_EXCEEDED) => {
-                    return Err(PlatformError::QuotaReached(quota));
+                    // Quota admission answers before the name is looked at:
+                    // a name the tenant holds is a conflict, as in sless dev.
+                    let held = self.flows(tenant).get_opt(name.as_str()).await.map_err(api_error)?;
+                    return Err(match held {
+                        Some(_) => PlatformError::AlreadyExists,
+                        None => PlatformError::QuotaReached(quota),
+                    });
                 }
                 Err(PlatformError::Forbidden(reason))
                     if reason.contains(QUOTA_UNCOUNTED) && tokio::time::Instant::now() < deadline =>

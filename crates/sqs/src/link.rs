@@ -322,8 +322,15 @@ pub async fn write_frames<W: tokio::io::AsyncWrite + Unpin, T>(
         let mut next = Some(first);
         while let Some(item) = next.take() {
             match frame(item) {
-                // A large frame alone goes out as it is, not copied.
-                Some(frame) if batch.is_empty() && frame.len() >= GATHER => io.write_all(&frame).await?,
+                // A large frame goes out as it is, not copied: what is
+                // gathered before it first.
+                Some(frame) if frame.len() >= GATHER => {
+                    if !batch.is_empty() {
+                        io.write_all(&batch).await?;
+                        batch.clear();
+                    }
+                    io.write_all(&frame).await?;
+                }
                 Some(frame) => batch.extend_from_slice(&frame),
                 None => {}
             }
@@ -334,6 +341,10 @@ pub async fn write_frames<W: tokio::io::AsyncWrite + Unpin, T>(
         if !batch.is_empty() {
             io.write_all(&batch).await?;
             batch.clear();
+        }
+        // A burst's buffer is not kept by an idle link.
+        if batch.capacity() > 2 * GATHER {
+            batch = BytesMut::new();
         }
     }
     io.shutdown().await

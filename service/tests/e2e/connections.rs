@@ -374,8 +374,12 @@ async fn a_known_key_id_without_its_secret_cannot_hold_room_others_need() {
 async fn a_flood_at_an_engine_port_leaves_the_api_answering() {
     use sless_sqs::link;
 
+    // A limit of its own, whatever the machine's: a quarter of it is the
+    // engines' cap, which 20,000 attempts pass. The test's own sockets
+    // need room too.
+    sless_runtime::http::raise_descriptor_limit();
     let dir = TempDir::new("engine-flood");
-    let server = DevServer::start(&dir.0);
+    let server = DevServer::start_with_descriptors(&dir.0, 8_192);
     let a = server.client(TOKEN_A);
     let (status, body) = a.post("/api/v1/queue-services", json!({"name": "main"})).await;
     assert_eq!(status, 201, "{body}");

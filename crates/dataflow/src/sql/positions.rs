@@ -112,8 +112,9 @@ impl PositionRow {
     }
 
     /// Refuses a table made by someone else: another shape, a view, rules,
-    /// row-level security or triggers, any of which could drop or change
-    /// what is written.
+    /// row-level security, triggers, or another owner than the sink's role
+    /// (who could add any of those later), each of which could drop or
+    /// change what is written.
     async fn check_shape(&self, client: &tokio_postgres::Client) -> Result<(), ConnectorError> {
         let table = &self.table;
         let columns: Vec<(String, String, bool)> = client
@@ -130,6 +131,7 @@ impl PositionRow {
         let plain: bool = client
             .query_one(
                 "SELECT c.relkind = 'r' AND NOT c.relhasrules AND NOT c.relrowsecurity \
+                   AND pg_has_role(current_user, c.relowner, 'MEMBER') \
                    AND NOT EXISTS (SELECT 1 FROM pg_trigger t WHERE t.tgrelid = c.oid AND NOT t.tgisinternal) \
                    AND EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary \
                      AND i.indnatts = 1 AND i.indkey[0] = 1) \

@@ -34,8 +34,10 @@ const LINK_HELLO_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1
 /// ([`crate::gateway::link`]), so they never send into one closing.
 pub const LINK_IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
 /// Most connections from one client address: a gateway holds a link per
-/// serving thread and a few HTTP connections.
-const PER_CLIENT: usize = 256;
+/// serving thread and, while it speaks HTTP to an engine, a connection per
+/// request in flight; several gateways may share an address behind SNAT
+/// or a sidecar. Far above that, and far below the descriptors' cap.
+const PER_CLIENT: usize = 4096;
 
 #[derive(Clone)]
 struct Served {

@@ -47,8 +47,19 @@ pub enum Way {
 enum State {
     Unknown,
     Open(Link),
-    Http { until: Instant },
+    Http {
+        until: Instant,
+    },
+    /// The engine refused the token (the routing table is behind): asked
+    /// again only after a moment, not at every request.
+    Denied {
+        token: Option<HeaderValue>,
+        until: Instant,
+    },
 }
+
+/// How long an engine's refusal of a token is taken as its answer.
+const DENIED_FOR: Duration = Duration::from_secs(1);
 
 struct Slot {
     state: State,
@@ -62,10 +73,19 @@ impl Slot {
     fn live(&self) -> bool {
         match &self.state {
             State::Open(link) => link.is_open(),
-            State::Http { until } => Instant::now() < *until,
+            State::Http { until } | State::Denied { until, .. } => Instant::now() < *until,
             State::Unknown => Arc::strong_count(&self.opening) > 1,
         }
     }
+}
+
+/// What a thread knows of a backend now.
+enum Known {
+    Way(Way),
+    /// It refused this token a moment ago.
+    Denied,
+    /// Nothing current: open a link under this lock.
+    Opening(Arc<tokio::sync::Mutex<()>>),
 }
 
 /// The links of one serving thread, by backend address.
@@ -76,22 +96,33 @@ impl Links {
     /// How to reach `backend` now; opens a link to it if none is open.
     pub async fn way(&self, backend: &str, token: Option<&HeaderValue>) -> Result<Way, LinkError> {
         let opening = match self.known(backend, token) {
-            Ok(way) => return Ok(way),
-            Err(opening) => opening,
+            Known::Way(way) => return Ok(way),
+            Known::Denied => return Err(LinkError::Denied),
+            Known::Opening(opening) => opening,
         };
         let _opening = opening.lock().await;
         // Another request may have opened it meanwhile.
-        if let Ok(way) = self.known(backend, token) {
-            return Ok(way);
+        match self.known(backend, token) {
+            Known::Way(way) => return Ok(way),
+            Known::Denied => return Err(LinkError::Denied),
+            Known::Opening(_) => {}
         }
-        let state = match Link::open(backend, token).await? {
-            Some(link) => State::Open(link),
-            None => {
+        let state = match Link::open(backend, token).await {
+            Ok(Some(link)) => State::Open(link),
+            Ok(None) => {
                 tracing::info!(backend, "the backend speaks HTTP, not the engine link");
                 State::Http {
                     until: Instant::now() + HTTP_FOR,
                 }
             }
+            Err(LinkError::Denied) => {
+                tracing::error!(backend, "the engine refused the routing table's token");
+                State::Denied {
+                    token: token.cloned(),
+                    until: Instant::now() + DENIED_FOR,
+                }
+            }
+            Err(e) => return Err(e),
         };
         let mut slots = self.0.lock_unpoisoned();
         let slot = slots.entry(backend.to_owned()).or_insert_with(|| Slot {
@@ -99,15 +130,16 @@ impl Links {
             opening: opening.clone(),
         });
         slot.state = state;
-        Ok(match &slot.state {
-            State::Open(link) => Way::Link(link.clone()),
-            _ => Way::Http,
-        })
+        match &slot.state {
+            State::Open(link) => Ok(Way::Link(link.clone())),
+            State::Denied { .. } => Err(LinkError::Denied),
+            _ => Ok(Way::Http),
+        }
     }
 
     /// The way to `backend` if one is known and current, else the lock to
     /// open one under.
-    fn known(&self, backend: &str, token: Option<&HeaderValue>) -> Result<Way, Arc<tokio::sync::Mutex<()>>> {
+    fn known(&self, backend: &str, token: Option<&HeaderValue>) -> Known {
         let mut slots = self.0.lock_unpoisoned();
         let Some(slot) = slots.get(backend) else {
             // A backend new to this thread: the slots of backends gone
@@ -121,14 +153,17 @@ impl Links {
                     opening: opening.clone(),
                 },
             );
-            return Err(opening);
+            return Known::Opening(opening);
         };
         match &slot.state {
             State::Open(link) if link.is_open() && !link.idle() && link.token.as_ref() == token => {
-                Ok(Way::Link(link.clone()))
+                Known::Way(Way::Link(link.clone()))
             }
-            State::Http { until } if Instant::now() < *until => Ok(Way::Http),
-            _ => Err(slot.opening.clone()),
+            State::Http { until } if Instant::now() < *until => Known::Way(Way::Http),
+            State::Denied { token: refused, until } if refused.as_ref() == token && Instant::now() < *until => {
+                Known::Denied
+            }
+            _ => Known::Opening(slot.opening.clone()),
         }
     }
 }

@@ -53,7 +53,22 @@ impl DevServer {
 
     /// As [`Self::start_with_gateway`], with more flags of `sless dev`.
     pub fn start_with(data_dir: &Path, gateway: &str, flags: &[&str]) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_sless"))
+        Self::start_in(Command::new(env!("CARGO_BIN_EXE_sless")), data_dir, gateway, flags)
+    }
+
+    /// As [`Self::start`], allowed `descriptors` open files (util-linux's
+    /// prlimit, which execs it: the child is `sless` itself).
+    pub fn start_with_descriptors(data_dir: &Path, descriptors: u64) -> Self {
+        let mut command = Command::new("prlimit");
+        command
+            .arg(format!("--nofile={descriptors}:{descriptors}"))
+            .arg("--")
+            .arg(env!("CARGO_BIN_EXE_sless"));
+        Self::start_in(command, data_dir, "127.0.0.1:0", &[])
+    }
+
+    fn start_in(mut command: Command, data_dir: &Path, gateway: &str, flags: &[&str]) -> Self {
+        let mut child = command
             .args([
                 "dev",
                 "--listen",

@@ -117,12 +117,12 @@ impl Streams {
         }
     }
 
-    /// Takes a transaction out of the streams' accounts.
+    /// Takes a transaction out of the streams' accounts; what it keeps is
+    /// still counted against the budget until the caller gives it back.
     fn forget(&mut self, xid: u32) -> Option<Kept> {
         let kept = self.kept.remove(&xid)?;
         self.bytes -= kept.bytes;
         self.in_memory -= kept.memory.len();
-        self.budget.give(kept.bytes);
         Some(kept)
     }
 
@@ -168,6 +168,7 @@ impl Streams {
                 if sub == xid {
                     if let Some(kept) = self.forget(xid) {
                         remove(kept.file).await;
+                        self.budget.give(kept.bytes);
                     }
                 } else if let Some(kept) = self.kept.get_mut(&xid) {
                     kept.aborted.insert(sub);
@@ -272,9 +273,9 @@ impl Streams {
     /// those of its aborted subtransactions: (WAL position, message).
     pub fn replay(&mut self, xid: u32) -> Replay {
         let kept = self.forget(xid);
-        let (memory, file, aborted) = match kept {
-            Some(k) => (k.memory, k.file, k.aborted),
-            None => (Vec::new(), None, HashSet::new()),
+        let (memory, file, aborted, bytes) = match kept {
+            Some(k) => (k.memory, k.file, k.aborted, k.bytes),
+            None => (Vec::new(), None, HashSet::new(), 0),
         };
         Replay {
             file,
@@ -282,6 +283,8 @@ impl Streams {
             memory: Some(memory),
             carry: Vec::new(),
             aborted,
+            budget: self.budget.clone(),
+            bytes,
         }
     }
 
@@ -321,6 +324,10 @@ pub struct Replay {
     /// The end of the last chunk read that does not hold a whole entry.
     carry: Vec<u8>,
     aborted: HashSet<u32>,
+    /// What it keeps, counted against the budget until it is dropped (its
+    /// file is removed then).
+    budget: Allowance,
+    bytes: u64,
 }
 
 impl Replay {
@@ -376,6 +383,7 @@ impl Drop for Replay {
         if let Some(path) = self.file.take() {
             let _ = std::fs::remove_file(path);
         }
+        self.budget.give(self.bytes);
     }
 }
 
