@@ -1,0 +1,42 @@
+"""The cluster itself, before sless runs on it: a pod the real kubelet
+starts on containerd runs as the user it names, resolves Services through
+the cluster's DNS and reaches the API server through the `kubernetes`
+Service (kube-proxy's rules)."""
+
+import json
+import time
+
+
+def test_a_pod_runs_as_its_user_and_reaches_dns_and_the_api_server(cluster):
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "smoke", "namespace": "default"},
+        "spec": {
+            "restartPolicy": "Never",
+            "securityContext": {"runAsUser": 65532, "runAsGroup": 65532, "runAsNonRoot": True},
+            "containers": [{
+                "name": "c",
+                "image": "sless.local/busybox:1",
+                "imagePullPolicy": "Never",
+                "command": ["/bin/busybox", "sh", "-c",
+                            "id -u; /bin/busybox nslookup kubernetes.default.svc.cluster.local;"
+                            " echo | /bin/busybox nc -w 5 kubernetes.default.svc 443 && echo api-reached"],
+            }],
+        },
+    }
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(pod))
+    deadline = time.time() + 60
+    phase = None
+    while time.time() < deadline:
+        phase = cluster.kubectl("get", "pod", "smoke", "-o", "jsonpath={.status.phase}").stdout
+        if phase in ("Succeeded", "Failed"):
+            break
+        time.sleep(0.5)
+    logs = cluster.kubectl("logs", "smoke").stdout
+    assert phase == "Succeeded", f"{phase}: {logs}"
+    lines = logs.splitlines()
+    assert lines[0] == "65532", logs
+    assert "Address: 10.252.0.1" in logs, logs
+    assert "api-reached" in logs, logs
+    cluster.kubectl("delete", "pod", "smoke", "--wait=true")
