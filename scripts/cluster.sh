@@ -4,6 +4,7 @@
 #   ./scripts/cluster.sh env     the KUBECONFIG line to use
 #   ./scripts/cluster.sh down    stop it and remove its state, interfaces and rules
 #   ./scripts/cluster.sh build   only build the binaries (cached)
+#   ./scripts/cluster.sh image   build the sless image from the Dockerfile and load it
 #
 # kube-apiserver, kube-controller-manager, kube-scheduler, kubelet,
 # kube-proxy and kubectl are built from k8s.io/kubernetes (the release of
@@ -25,6 +26,8 @@ RELEASE=v1.35.8
 COREDNS=v1.14.7
 PAUSE_IMAGE=registry.k8s.io/pause:3.10.1
 BUSYBOX_IMAGE=sless.local/busybox:1
+# Not :latest, whose pull policy is Always: the cluster reaches no registry.
+SLESS_IMAGE=ghcr.io/kube5s/sless:test
 CACHE=${SLESS_CACHE:-$HOME/.cache/sless}/kubernetes-$RELEASE
 BIN=$CACHE/bin
 STATE=${SLESS_CLUSTER_STATE:-/var/lib/sless-cluster}
@@ -190,11 +193,11 @@ images() {
     src=$(cd scripts/cluster/kubernetes && go list -m -f '{{.Dir}}' k8s.io/kubernetes)/build/pause/linux/pause.c
     gcc -Os -static -Wall -Werror -DVERSION=3.10.1 -o "$CACHE/pause" "$src"
     python3 scripts/cluster/oci_image.py --name "$PAUSE_IMAGE" --out "$pause" \
-      --add "$CACHE/pause:/pause" --entrypoint /pause --user 65535:65535
+      --add "$CACHE/pause:/pause" --entrypoint '["/pause"]' --user 65535:65535
   fi
   if [ ! -f "$busybox" ]; then
     python3 scripts/cluster/oci_image.py --name "$BUSYBOX_IMAGE" --out "$busybox" \
-      --add /bin/busybox:/bin/busybox --entrypoint /bin/busybox
+      --add /bin/busybox:/bin/busybox --entrypoint '["/bin/busybox"]'
   fi
   for image in "$pause" "$busybox"; do
     ctr --address "$RUN/containerd.sock" -n k8s.io images import "$image" >/dev/null
@@ -350,6 +353,17 @@ up() {
   env_line
 }
 
+# The sless image, built from the Dockerfile (scripts/cluster/image.py) as
+# $SLESS_IMAGE, and loaded into the cluster's containerd.
+sless_image() {
+  local out=$STATE/sless-image.tar
+  python3 scripts/cluster/image.py --name "$SLESS_IMAGE" --out "$out" \
+    --cache "${SLESS_CACHE:-$HOME/.cache/sless}/image"
+  ctr --address "$RUN/containerd.sock" -n k8s.io images import "$out" >/dev/null
+  rm -f "$out"
+  log "$SLESS_IMAGE loaded"
+}
+
 env_line() {
   echo "export KUBECONFIG=$KUBECONFIG_ADMIN PATH=$BIN:\$PATH"
 }
@@ -416,5 +430,6 @@ case "${1:-}" in
   down) down ;;
   env) env_line ;;
   build) packages && build ;;
-  *) echo "usage: $0 up|down|env|build" >&2; exit 2 ;;
+  image) sless_image ;;
+  *) echo "usage: $0 up|down|env|build|image" >&2; exit 2 ;;
 esac

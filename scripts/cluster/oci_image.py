@@ -4,8 +4,8 @@ containerd (`ctr images import`), which can reach no registry: no daemon,
 no base image, one layer.
 
     oci_image.py --name registry.k8s.io/pause:3.10.1 --out pause.tar \
-        --add /tmp/pause:/pause --entrypoint /pause [--user 65535:65535]
-        [--add-tree DIR:/] [--env K=V] [--workdir /]
+        --add /tmp/pause:/pause --entrypoint '["/pause"]' [--user 65535:65535]
+        [--cmd '["--help"]'] [--add-tree DIR:/] [--env K=V] [--workdir /]
 
 `--add SRC:DEST` puts one file (mode kept), `--add-tree DIR:DEST` a whole
 directory tree. Owners are root unless --owner UID:GID is given.
@@ -80,8 +80,8 @@ def main():
     p.add_argument("--out", required=True)
     p.add_argument("--add", action="append", default=[])
     p.add_argument("--add-tree", action="append", default=[])
-    p.add_argument("--entrypoint", nargs="*", default=[])
-    p.add_argument("--cmd", nargs="*", default=None)
+    p.add_argument("--entrypoint", type=json.loads, default=None, help="a JSON list")
+    p.add_argument("--cmd", type=json.loads, default=None, help="a JSON list")
     p.add_argument("--env", action="append", default=["PATH=/usr/local/bin:/usr/bin:/bin"])
     p.add_argument("--user", default="")
     p.add_argument("--workdir", default="/")
@@ -96,7 +96,7 @@ def main():
         "architecture": "amd64",
         "os": "linux",
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(0)),
-        "config": {"Env": a.env, "Entrypoint": a.entrypoint or None, "Cmd": a.cmd, "User": a.user,
+        "config": {"Env": a.env, "Entrypoint": a.entrypoint, "Cmd": a.cmd, "User": a.user,
                    "WorkingDir": a.workdir},
         "rootfs": {"type": "layers", "diff_ids": [diff_id]},
     }

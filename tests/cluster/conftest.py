@@ -37,3 +37,12 @@ def cluster():
         yield Cluster(env)
     finally:
         subprocess.run([str(SCRIPT), "down"], timeout=300)
+
+
+@pytest.fixture(scope="session")
+def sless_image(cluster):
+    """The sless image, built from the Dockerfile and loaded into the
+    cluster (scripts/cluster/image.py): its name."""
+    built = subprocess.run([str(SCRIPT), "image"], capture_output=True, text=True, timeout=3600)
+    assert built.returncode == 0, f"cluster.sh image failed:\n{built.stdout[-4000:]}\n{built.stderr[-4000:]}"
+    return "ghcr.io/kube5s/sless:test"
