@@ -148,22 +148,28 @@ pub fn source_resumable(kind: &str) -> bool {
     component::find(SOURCES, kind).is_some_and(|d| d.start.resumable)
 }
 
-/// Removes what the source and the main sink of a deleted dataflow keep on
-/// their servers (a replication slot, a stored position); both are tried.
+/// Removes what a deleted dataflow's source and sink made on their
+/// servers (a replication slot, a positions row), both at once: each may
+/// take the whole egress connect window when its server is gone.
 pub async fn release(
     source: &ConnectorSpec,
     sink: &ConnectorSpec,
     ctx: &PipelineContext,
 ) -> Result<(), ConnectorError> {
-    let released = match component::find(SOURCES, &source.kind) {
-        Some(descriptor) => (descriptor.start.release)(source.config.as_ref().unwrap_or(&Value::Null), ctx).await,
-        None => Ok(()),
+    let source_released = async {
+        match component::find(SOURCES, &source.kind) {
+            Some(descriptor) => (descriptor.start.release)(source.config.as_ref().unwrap_or(&Value::Null), ctx).await,
+            None => Ok(()),
+        }
     };
-    let sink_released = match component::find(SINKS, &sink.kind) {
-        Some(descriptor) => (descriptor.start.release)(sink.config.as_ref().unwrap_or(&Value::Null), ctx).await,
-        None => Ok(()),
+    let sink_released = async {
+        match component::find(SINKS, &sink.kind) {
+            Some(descriptor) => (descriptor.start.release)(sink.config.as_ref().unwrap_or(&Value::Null), ctx).await,
+            None => Ok(()),
+        }
     };
-    released.and(sink_released)
+    let (source_released, sink_released) = tokio::join!(source_released, sink_released);
+    source_released.and(sink_released)
 }
 
 /// Connects the sink of a spec.

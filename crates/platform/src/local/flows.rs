@@ -1,7 +1,7 @@
 //! The dataflows of `sless dev`: one pipeline task each, restarted when its
 //! spec changes, its state reported as the dataflow's status.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -89,13 +89,14 @@ impl RunningFlow {
         }
     }
 
-    /// [`Self::finished`], for a deleted dataflow: then removes what its
-    /// source made on its server (a replication slot, which cannot be
-    /// dropped while the processor uses it).
-    pub(super) async fn deleted(self) {
+    /// [`Self::finished`], for a deleted dataflow: then hands what its
+    /// connectors made on their servers (a replication slot, which cannot
+    /// be dropped while the processor uses it; a positions row) and its
+    /// spill directory to `releases`.
+    pub(super) async fn deleted(self, key: (String, String), releases: &Releases) {
         let (source, sink, ctx) = (self.source.clone(), self.sink.clone(), self.ctx.clone());
         self.finished().await;
-        release(&source, &sink, &ctx).await;
+        releases.spawn(key, source, sink, ctx);
     }
 
     /// [`Self::finished`] for several: all are signalled first, so they
@@ -110,9 +111,50 @@ impl RunningFlow {
     }
 }
 
+/// Deleted dataflows' server state, removed in the background: a server
+/// that cannot be reached takes the whole egress connect window to say so,
+/// and neither a DELETE nor the reconcile loop waits that out. A new
+/// dataflow of the same name waits for its predecessor's release, which
+/// would otherwise drop the slot or position the new one just made.
+#[derive(Default)]
+pub(super) struct Releases(Mutex<HashMap<(String, String), tokio::task::JoinHandle<()>>>);
+
+impl Releases {
+    fn spawn(&self, key: (String, String), source: ConnectorSpec, sink: ConnectorSpec, ctx: PipelineContext) {
+        let mut pending = self.0.lock_unpoisoned();
+        let earlier = pending.remove(&key);
+        let task = tokio::spawn(async move {
+            if let Some(earlier) = earlier {
+                let _ = earlier.await;
+            }
+            release(&source, &sink, &ctx).await;
+        });
+        pending.insert(key, task);
+    }
+
+    /// Waits for the release of a deleted dataflow of this name, if any.
+    pub(super) async fn settled(&self, key: &(String, String)) {
+        let pending = self.0.lock_unpoisoned().remove(key);
+        if let Some(task) = pending {
+            let _ = task.await;
+        }
+    }
+
+    /// Waits for every release still running (at shutdown).
+    pub(super) async fn all_settled(&self) {
+        let pending: Vec<_> = self.0.lock_unpoisoned().drain().map(|(_, task)| task).collect();
+        for task in pending {
+            let _ = task.await;
+        }
+    }
+}
+
 async fn release(source: &ConnectorSpec, sink: &ConnectorSpec, ctx: &PipelineContext) {
     if let Err(error) = sless_dataflow::registry::release(source, sink, ctx).await {
         tracing::warn!(dataflow = %ctx.id, %error, "cannot remove the deleted dataflow's state on its servers");
+    }
+    if let Err(error) = ctx.budget.remove_spill().await {
+        tracing::warn!(dataflow = %ctx.id, %error, "the deleted dataflow's spill directory stays");
     }
 }
 
@@ -151,22 +193,16 @@ pub(super) fn flow_id(tenant: &str, name: &str) -> String {
 
 impl LocalPlatform {
     pub(super) async fn stop_deleted_flows(&self, flows: &[DataFlowRecord]) {
-        let deleted: Vec<RunningFlow> = self
+        let deleted: Vec<((String, String), RunningFlow)> = self
             .flows
             .lock_unpoisoned()
             .extract_if(|(tenant, name), _| !flows.iter().any(|f| &f.tenant == tenant && &f.name == name))
-            .map(|(_, flow)| flow)
             .collect();
-        let released: Vec<(ConnectorSpec, ConnectorSpec, PipelineContext)> = deleted
-            .iter()
-            .map(|f| (f.source.clone(), f.sink.clone(), f.ctx.clone()))
-            .collect();
-        RunningFlow::all_finished(deleted).await;
-        for (source, sink, ctx) in released {
-            release(&source, &sink, &ctx).await;
-            if let Err(error) = ctx.budget.remove_spill().await {
-                tracing::warn!(dataflow = %ctx.id, %error, "the deleted dataflow's spill directory stays");
-            }
+        for (_, flow) in &deleted {
+            flow.stop.send_replace(true);
+        }
+        for (key, flow) in deleted {
+            flow.deleted(key, &self.releases).await;
         }
     }
 
@@ -190,6 +226,7 @@ impl LocalPlatform {
                 if let Some(old) = replaced {
                     old.finished().await;
                 }
+                self.releases.settled(&key).await;
                 let positions_key = self.positions_key(&f.tenant).await?;
                 let flow = self.start_flow(&f, events, positions_key);
                 let status = flow.status.clone();

@@ -24,7 +24,7 @@ use sless_sqs::gateway::routes;
 use self::checkpoint::EmbeddedCheckpoint;
 use self::db::{Record, Store, StoreError};
 use self::engines::RunningEngine;
-use self::flows::{RunningFlow, flow_id};
+use self::flows::{Releases, RunningFlow, flow_id};
 use sless_dataflow::budget::Budgets;
 use sless_dataflow::egress::EgressPolicy;
 use sless_model::dataflow::DataFlowPhase;
@@ -92,6 +92,7 @@ pub struct LocalPlatform {
     /// Held while processors are started or stopped, so that a delete or a
     /// shutdown never races a reconcile pass starting the same dataflow.
     flow_lifecycle: Mutex<()>,
+    releases: Releases,
     /// Tenant → (backend, first snapshot version that routes it there).
     route_versions: std::sync::Mutex<HashMap<String, (String, u64)>>,
     http: reqwest::Client,
@@ -163,6 +164,7 @@ impl LocalPlatform {
             engines: Mutex::default(),
             flows: std::sync::Mutex::default(),
             flow_lifecycle: Mutex::default(),
+            releases: Releases::default(),
             route_versions: std::sync::Mutex::default(),
             http: reqwest::Client::builder()
                 .timeout(Duration::from_secs(1))
@@ -202,6 +204,7 @@ impl LocalPlatform {
         let _lifecycle = self.flow_lifecycle.lock().await;
         let flows: Vec<RunningFlow> = self.flows.lock_unpoisoned().drain().map(|(_, flow)| flow).collect();
         RunningFlow::all_finished(flows).await;
+        self.releases.all_settled().await;
     }
 
     /// One pass over everything; returns whether something is not Ready yet.
@@ -415,7 +418,8 @@ impl Platform for LocalPlatform {
             .lock_unpoisoned()
             .remove(&(tenant.to_string(), name.to_string()));
         if let Some(flow) = running {
-            flow.deleted().await;
+            flow.deleted((tenant.to_string(), name.to_string()), &self.releases)
+                .await;
         }
         // A new dataflow of the same name starts from the beginning: its
         // processor has stopped, so nothing writes this position again.
