@@ -2,6 +2,7 @@
 //! delete that tolerates absence, and the `Ready` condition of a status.
 
 use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::api::core::v1::{Capabilities, PodSecurityContext, SeccompProfile, SecurityContext};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::{Client, Resource};
@@ -34,6 +35,43 @@ where
         Ok(_) => Ok(()),
         Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
         Err(e) => Err(e.into()),
+    }
+}
+
+/// The user and group of the sless image (`USER 65532:65532` in the
+/// Dockerfile).
+const IMAGE_USER: i64 = 65532;
+
+/// The pod of a queue engine or a dataflow processor: the image's user and
+/// group named (the kubelet takes only the user from the image and would
+/// run it in group root), its volumes (Secrets, the journal's PVC, the
+/// spill `emptyDir`) readable and writable through that group, the
+/// runtime's default seccomp filter.
+pub fn fenced_pod() -> PodSecurityContext {
+    PodSecurityContext {
+        run_as_user: Some(IMAGE_USER),
+        run_as_group: Some(IMAGE_USER),
+        fs_group: Some(IMAGE_USER),
+        seccomp_profile: Some(SeccompProfile {
+            type_: "RuntimeDefault".into(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// Its container: no privilege, no capability, nothing written outside its
+/// volumes.
+pub fn fenced_container() -> SecurityContext {
+    SecurityContext {
+        allow_privilege_escalation: Some(false),
+        read_only_root_filesystem: Some(true),
+        run_as_non_root: Some(true),
+        capabilities: Some(Capabilities {
+            drop: Some(vec!["ALL".into()]),
+            ..Default::default()
+        }),
+        ..Default::default()
     }
 }
 

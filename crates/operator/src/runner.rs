@@ -228,10 +228,10 @@ async fn controllers(ctx: Arc<Context>, metrics: Arc<OperatorMetrics>, stopped: 
         )
         .for_each(|_| async {});
     let m = metrics;
-    // The checkpoint ConfigMap carries no label: its writes wake no reconcile.
+    // The checkpoint ConfigMap, the one ConfigMap of a dataflow, carries no
+    // label of ours and is not watched: its writes wake no reconcile.
     let flows = Controller::new(Api::<DataFlow>::all(client.clone()), config())
         .owns(Api::<Deployment>::all(client.clone()), ours())
-        .owns(Api::<ConfigMap>::all(client.clone()), ours())
         .owns(Api::<Secret>::all(client), ours())
         .graceful_shutdown_on(sless_runtime::shutdown::stopped(&stopped))
         .run(

@@ -33,10 +33,13 @@ const TENANT_QUOTA: &str = "sless-tenant";
 const DATAFLOW_COUNT: &str = "count/dataflows.dataflow.dataflow.io";
 /// How the API server words a create over a quota, and one refused because
 /// the quota's usage is not counted yet.
-const QUOTA_EXCEEDED: &str = "exceeded quota";
-const QUOTA_UNCOUNTED: &str = "status unknown for quota";
-/// How long a quota just made may stay uncounted.
-const QUOTA_COUNTED_WITHIN: std::time::Duration = std::time::Duration::from_secs(10);
+pub(crate) const QUOTA_EXCEEDED: &str = "exceeded quota";
+pub(crate) const QUOTA_UNCOUNTED: &str = "status unknown for quota";
+/// How long a quota just made may stay uncounted. The quota controller
+/// learns a new kind (the DataFlow CRD, just installed) at its discovery
+/// resync, every 30 s; a real cluster took that long for the first
+/// dataflow after `deploy/` was applied. Past it, the tenant gets 503.
+const QUOTA_COUNTED_WITHIN: std::time::Duration = std::time::Duration::from_secs(45);
 
 pub struct KubePlatform {
     client: Client,
@@ -159,12 +162,10 @@ impl KubePlatform {
     /// A queue service as the API shows it, keys from its Secret.
     async fn queue_view(&self, tenant: &DnsLabel, qs: QueueService) -> Result<QueueServiceView> {
         let status = qs.status.clone().unwrap_or_default();
-        let reconciled = status
-            .conditions
-            .iter()
-            .find(|c| c.type_ == sless_operator::context::RECONCILED)
-            .and_then(|c| c.observed_generation);
-        let behind = reconciled.is_some_and(|seen| Some(seen) < qs.metadata.generation);
+        // Ready describes the spec the operator last saw; a newer one is
+        // not Ready until its engine runs (a status without the field is
+        // from before the spec's first reconcile).
+        let behind = status.observed_generation.unwrap_or(0) < qs.metadata.generation.unwrap_or(0);
         let secrets: Api<Secret> = Api::namespaced(self.client.clone(), &namespace_name(tenant.as_str()));
         let keys = secrets
             .get_opt(&secret_name(tenant.as_str()))
@@ -377,10 +378,10 @@ impl Platform for KubePlatform {
                         None => PlatformError::QuotaReached(quota),
                     });
                 }
-                Err(PlatformError::Forbidden(reason))
-                    if reason.contains(QUOTA_UNCOUNTED) && tokio::time::Instant::now() < deadline =>
+                Err(PlatformError::Unavailable(cause))
+                    if cause.to_string().contains(QUOTA_UNCOUNTED) && tokio::time::Instant::now() < deadline =>
                 {
-                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                    tokio::time::sleep(std::time::Duration::from_millis(250)).await;
                 }
                 Err(e) => return Err(e),
             }

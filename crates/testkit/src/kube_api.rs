@@ -145,6 +145,17 @@ fn status(code: u16, reason: &str, message: impl Into<String>) -> Response {
         .into_response()
 }
 
+/// A missing object, as the API server answers it: its name in `details`
+/// (a 404 without one means the kind itself is missing).
+fn not_found(collection: &str, name: &str) -> Response {
+    let body = json!({
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": format!("{collection} \"{name}\" not found"), "reason": "NotFound",
+        "details": {"name": name, "kind": collection}, "code": 404,
+    });
+    (StatusCode::NOT_FOUND, axum::Json(body)).into_response()
+}
+
 fn query(uri: &Uri) -> BTreeMap<String, String> {
     form_urlencoded::parse(uri.query().unwrap_or_default().as_bytes())
         .into_owned()
@@ -288,7 +299,7 @@ fn get(shared: &Shared, target: &Target) -> Response {
     let name = target.name.clone().unwrap_or_default();
     match store.objects.get(&key(target, &name)) {
         Some(object) => axum::Json(object.clone()).into_response(),
-        None => status(404, "NotFound", format!("{} \"{name}\" not found", target.collection)),
+        None => not_found(&target.collection, &name),
     }
 }
 
@@ -403,7 +414,7 @@ fn replace(shared: &Shared, target: &Target, body: &[u8]) -> Response {
     let key = key(target, &name);
     let mut store = shared.store.lock().unwrap_or_else(|p| p.into_inner());
     let Some(current) = store.objects.get(&key).cloned() else {
-        return status(404, "NotFound", format!("{} \"{name}\" not found", target.collection));
+        return not_found(&target.collection, &name);
     };
     if stale(&current, &sent) {
         return conflict(target, &name);
@@ -428,7 +439,7 @@ fn patch(shared: &Shared, target: &Target, headers: &HeaderMap, body: &[u8]) -> 
     let apply = content_type.starts_with("application/apply-patch");
     let Some(current) = current else {
         if !apply {
-            return status(404, "NotFound", format!("{} \"{name}\" not found", target.collection));
+            return not_found(&target.collection, &name);
         }
         // Server-side apply of a missing object creates it.
         drop(store);
@@ -464,7 +475,7 @@ fn delete(shared: &Shared, target: &Target) -> Response {
     let key = key(target, &name);
     let mut store = shared.store.lock().unwrap_or_else(|p| p.into_inner());
     let Some(mut object) = store.objects.get(&key).cloned() else {
-        return status(404, "NotFound", format!("{} \"{name}\" not found", target.collection));
+        return not_found(&target.collection, &name);
     };
     let finalizers = object["metadata"]["finalizers"]
         .as_array()

@@ -57,18 +57,17 @@ async fn kill_repeatedly_then_check(dir: &TempDir, server: DevServer, dst: &str,
     let server = server.expect("running");
     let a = server.client(TOKEN_A);
     assert_eq!(a.delete("/api/v1/dataflows/once").await.0, 204);
-    assert_eq!(
-        count(
-            &db,
-            &format!(
-                "SELECT count(*) FROM {} WHERE dataflow = 'a/once {dst}'",
-                sless_dataflow::positions_table("a")
-            )
-        )
-        .await,
+    // The stored position goes with the dataflow (released in the
+    // background: the DELETE does not wait for the database).
+    wait_for(
+        &db,
+        &format!(
+            "SELECT count(*) FROM {} WHERE dataflow = 'a/once {dst}'",
+            sless_dataflow::positions_table("a")
+        ),
         0,
-        "the stored position goes with the dataflow"
-    );
+    )
+    .await;
     db.batch_execute(&format!("DROP TABLE {dst}")).await.unwrap();
 }
 
@@ -274,7 +273,8 @@ async fn another_tenant_cannot_read_forge_or_squat_a_flows_positions() {
     for name in ["once", "into-squatted"] {
         assert_eq!(a.delete(&format!("/api/v1/dataflows/{name}")).await.0, 204);
     }
-    assert_eq!(count(&db, &stored).await, 0, "the row goes with the dataflow");
+    // The row goes with the dataflow (released in the background).
+    wait_for(&db, &stored, 0).await;
     db.batch_execute(&format!(
         "DROP SCHEMA {schema} CASCADE; DROP TABLE {src}; DROP TABLE {dst}"
     ))

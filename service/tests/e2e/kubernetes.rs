@@ -217,7 +217,12 @@ impl Cluster {
         let child = sless().args(&args).env("SLESS_ENGINE_TOKEN", token).spawn().unwrap();
         listening(&listen).await;
         self.engines.insert(tenant.to_owned(), (listen, Some(Process(child))));
-        let available = json!({"status": {"availableReplicas": 1, "readyReplicas": 1}});
+        // kube-fake-client bumps a Deployment's generation at every apply,
+        // even an unchanged one: the report claims every generation seen.
+        let available = json!({"status": {
+            "observedGeneration": i64::MAX, "replicas": 1, "updatedReplicas": 1,
+            "availableReplicas": 1, "readyReplicas": 1
+        }});
         Api::<Deployment>::namespaced(self.client.clone(), &ns)
             .patch_status(
                 &format!("sqs-{tenant}"),

@@ -180,12 +180,16 @@ async fn the_real_controllers_reconcile_over_http_survive_redis_and_fail_over() 
         || async { deployments.get_opt("sqs-acme").await.ok().flatten().is_some() },
     )
     .await;
-    // The Deployment controller's part: the engine's pod runs.
+    // The Deployment controller's part: the engine's pod of this template runs.
+    let generation = deployments.get("sqs-acme").await.unwrap().metadata.generation;
     deployments
         .patch_status(
             "sqs-acme",
             &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"availableReplicas": 1, "readyReplicas": 1, "replicas": 1}})),
+            &Patch::Merge(json!({"status": {
+                "observedGeneration": generation, "replicas": 1, "updatedReplicas": 1,
+                "availableReplicas": 1, "readyReplicas": 1
+            }})),
         )
         .await
         .unwrap();

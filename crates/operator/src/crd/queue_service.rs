@@ -107,6 +107,10 @@ pub struct QueueServiceStatus {
     pub message: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+    /// Generation of the spec the status describes: Ready only once the
+    /// engine of that spec runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ready_at: Option<Time>,
 }

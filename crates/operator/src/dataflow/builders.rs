@@ -24,6 +24,7 @@ use sha2::{Digest, Sha256};
 use super::secrets::TlsMount;
 use crate::config::{MANAGED_BY_KEY, MANAGED_BY_VALUE, OperatorConfig};
 use crate::crd::dataflow::DataFlow;
+use crate::objects::{fenced_container, fenced_pod};
 use sless_dataflow::checkpoint::configmap::configmap_name as checkpoint_name;
 use sless_dataflow::egress::PROCESSOR_TLS_DIR;
 use sless_model::dataflow::DataFlowSpec;
@@ -120,10 +121,18 @@ pub fn positions_key_secret(namespace: &str, key_text: &str) -> Secret {
     }
 }
 
-/// Created empty: the processor owns its `position` key.
+/// Created empty: the processor owns its `position` key. It carries no
+/// label the operator watches, so the processor's writes wake no reconcile;
+/// its owner reference still removes it with the dataflow.
 pub fn checkpoint_configmap(df: &DataFlow) -> ConfigMap {
     ConfigMap {
-        metadata: meta(df, checkpoint_name(&df.name_any())),
+        metadata: ObjectMeta {
+            labels: Some(BTreeMap::from([
+                ("app.kubernetes.io/name".to_owned(), "dataflow-checkpoint".to_owned()),
+                ("app.kubernetes.io/instance".to_owned(), df.name_any()),
+            ])),
+            ..meta(df, checkpoint_name(&df.name_any()))
+        },
         ..Default::default()
     }
 }
@@ -267,7 +276,11 @@ pub fn deployment(
                     ..Default::default()
                 }),
                 spec: Some(PodSpec {
+                    // Only a processor that keeps its checkpoint in a
+                    // ConfigMap talks to the API server.
                     service_account_name: spec.checkpoint_persistence.then(|| processor_account(&name)),
+                    automount_service_account_token: Some(spec.checkpoint_persistence),
+                    security_context: Some(fenced_pod()),
                     containers: vec![Container {
                         name: "processor".into(),
                         image: Some(df.spec.processor_image.clone().unwrap_or_else(|| config.image.clone())),
@@ -302,6 +315,7 @@ pub fn deployment(
                             ..probe("/readyz")
                         }),
                         resources,
+                        security_context: Some(fenced_container()),
                         volume_mounts: Some(
                             [
                                 VolumeMount {
@@ -421,7 +435,29 @@ mod tests {
         );
         assert_eq!(volumes.len(), 2, "no TLS files, no TLS volumes");
         assert_eq!(pod.service_account_name.as_deref(), Some("dataflow-orders-processor"));
+        assert_eq!(
+            pod.automount_service_account_token,
+            Some(true),
+            "it writes its checkpoint"
+        );
         assert_eq!(pod.node_selector.unwrap()["pool"], "etl");
+        // The image's user reads the spec Secret (mode 0440) through its
+        // group; nothing else is writable, no capability, seccomp on.
+        let security = pod.security_context.unwrap();
+        assert_eq!(
+            (security.run_as_user, security.run_as_group),
+            (Some(65532), Some(65532))
+        );
+        assert_eq!(security.fs_group, Some(65532));
+        assert_eq!(security.seccomp_profile.unwrap().type_, "RuntimeDefault");
+        let container = c.security_context.as_ref().unwrap();
+        assert_eq!(container.read_only_root_filesystem, Some(true));
+        assert_eq!(container.run_as_non_root, Some(true));
+        assert_eq!(container.allow_privilege_escalation, Some(false));
+        assert_eq!(
+            container.capabilities.as_ref().unwrap().drop.as_deref(),
+            Some(&["ALL".to_owned()][..])
+        );
         // A changed spec changes the pod template, so the processor restarts.
         let mut other = spec.clone();
         other.channel_buffer_size = 500;
@@ -438,6 +474,7 @@ mod tests {
         let d = deployment(&df, &spec, &spec_json(&spec), &[], &OperatorConfig::default());
         let pod = d.spec.unwrap().template.spec.unwrap();
         assert_eq!(pod.service_account_name, None);
+        assert_eq!(pod.automount_service_account_token, Some(false), "no token at all");
         assert_eq!(pod.containers[0].image.as_deref(), Some("my/proc:1"));
     }
 
@@ -450,9 +487,12 @@ mod tests {
         let binding = role_binding(&df);
         assert_eq!(binding.role_ref.name, "dataflow-orders-processor");
         assert_eq!(binding.subjects.unwrap()[0].namespace.as_deref(), Some("team-a"));
-        assert_eq!(
-            checkpoint_configmap(&df).metadata.name.as_deref(),
-            Some("dataflow-orders-checkpoint")
+        let checkpoint = checkpoint_configmap(&df).metadata;
+        assert_eq!(checkpoint.name.as_deref(), Some("dataflow-orders-checkpoint"));
+        assert_eq!(checkpoint.owner_references.unwrap()[0].uid, "uid-9");
+        assert!(
+            !checkpoint.labels.unwrap().contains_key(MANAGED_BY_KEY),
+            "the controllers watch that label: each checkpoint write would wake a reconcile"
         );
         assert_eq!(spec_secret(&df, "{}", "k").data.unwrap()["spec.json"].0, b"{}");
     }

@@ -185,13 +185,11 @@ async fn apply(qs: &QueueService, api: &Api<QueueService>, ctx: &Context) -> Res
     )
     .await?;
 
-    let available = deployment
-        .status
-        .as_ref()
-        .and_then(|s| s.available_replicas)
-        .unwrap_or(0)
-        >= 1;
-    let desired = observed_status(&current, available, &builders::endpoint(config, tenant), tenant);
+    let rollout = Rollout::of(&deployment);
+    let desired = QueueServiceStatus {
+        observed_generation: qs.metadata.generation,
+        ..observed_status(&current, rollout, &builders::endpoint(config, tenant), tenant)
+    };
     if desired != current {
         patch_status(api, qs, &desired).await?;
         tracing::info!(name = %qs.name_any(), %tenant, phase = ?desired.phase, "QueueService reconciled");
@@ -207,15 +205,58 @@ async fn apply(qs: &QueueService, api: &Api<QueueService>, ctx: &Context) -> Res
     }))
 }
 
-/// The status a reconcile reports, from the one before and whether the
-/// engine's Deployment has an available replica. Equal in, equal out: a
-/// re-run without a change writes nothing.
-fn observed_status(current: &QueueServiceStatus, available: bool, endpoint: &str, tenant: &str) -> QueueServiceStatus {
+/// Where the engine's Deployment stands with the spec last applied to it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Rollout {
+    /// Every replica runs the current template and is available, and no
+    /// pod of an older one is left.
+    Done,
+    /// The Deployment controller has not yet replaced every pod (with
+    /// `Recreate`, the old engine may still be the one answering).
+    InProgress,
+    /// Rolled out, but no replica is available.
+    Unavailable,
+}
+
+impl Rollout {
+    fn of(deployment: &Deployment) -> Self {
+        // No report yet: a Deployment just made (or made again) runs nothing.
+        let Some((status, observed)) = deployment
+            .status
+            .as_ref()
+            .and_then(|s| Some((s, s.observed_generation?)))
+        else {
+            return Self::Unavailable;
+        };
+        let want = deployment.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+        let seen = observed >= deployment.metadata.generation.unwrap_or(0);
+        let updated = status.updated_replicas.unwrap_or(0);
+        if !seen || updated < want || status.replicas.unwrap_or(0) > updated {
+            Self::InProgress
+        } else if status.available_replicas.unwrap_or(0) >= want {
+            Self::Done
+        } else {
+            Self::Unavailable
+        }
+    }
+}
+
+/// The status a reconcile reports, from the one before and where the
+/// engine's rollout stands. Equal in, equal out: a re-run without a change
+/// writes nothing.
+fn observed_status(current: &QueueServiceStatus, rollout: Rollout, endpoint: &str, tenant: &str) -> QueueServiceStatus {
     use QueueServicePhase::{Failed, Provisioning, Ready};
-    let (phase, reason, message) = match (available, current.phase) {
-        (true, _) => (Ready, "Available", "the queue engine is available"),
-        (false, Some(Ready | Failed)) => (Failed, "Unavailable", "the queue engine has no available replica"),
-        (false, _) => (
+    let (phase, reason, message) = match (rollout, current.phase) {
+        (Rollout::Done, _) => (Ready, "Available", "the queue engine is available"),
+        (Rollout::Unavailable, Some(Ready | Failed)) => {
+            (Failed, "Unavailable", "the queue engine has no available replica")
+        }
+        (Rollout::InProgress, Some(Ready | Failed)) => (
+            Provisioning,
+            "RollingOut",
+            "replacing the queue engine for the new spec",
+        ),
+        (_, _) => (
             Provisioning,
             "Provisioning",
             "waiting for the queue engine to become available",
@@ -236,6 +277,7 @@ fn observed_status(current: &QueueServiceStatus, available: bool, endpoint: &str
             reason,
             message,
         )],
+        observed_generation: current.observed_generation,
         ready_at: match (&current.ready_at, phase) {
             (Some(at), _) => Some(at.clone()),
             (None, Ready) => Some(objects::now()),

@@ -1,8 +1,8 @@
 //! Reconcile tests. kube-fake-client stands in for the kube-apiserver (none
 //! runs here): an in-memory API with resource versions, status
 //! subresources, server-side apply (as a merge) and finalizers. The
-//! Deployment controller is played by the test, which sets
-//! `availableReplicas` as the kubelet's reports would.
+//! Deployment controller is played by the test, which sets its rollout
+//! status as the controller and the kubelet's reports would.
 //!
 //! Over 500 lines: one reconciler's behaviours, each test a scenario
 //! that shares the setup above.
@@ -85,10 +85,18 @@ async fn status(api: &Api<QueueService>) -> QueueServiceStatus {
     api.get("main").await.unwrap().status.unwrap_or_default()
 }
 
-async fn set_available(ctx: &Context, replicas: i32) {
+/// The Deployment controller's report: its one replica rolled out, and
+/// `available` of them available. kube-fake-client bumps a Deployment's
+/// generation at every apply, even an unchanged one (the API server does
+/// not), so the report claims every generation seen; rollouts are checked
+/// on `Rollout::of` itself.
+async fn set_available(ctx: &Context, available: i32) {
     let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), NS);
     let status = DeploymentStatus {
-        available_replicas: Some(replicas),
+        observed_generation: Some(i64::MAX),
+        replicas: Some(1),
+        updated_replicas: Some(1),
+        available_replicas: Some(available),
         ..Default::default()
     };
     deployments
@@ -523,4 +531,62 @@ async fn the_hosts_certificate_is_copied_to_the_tenant_and_the_endpoint_says_htt
         .await
         .unwrap();
     assert_eq!(copied.data.unwrap()["tls.crt"].0, b"CERT-2");
+}
+
+/// A Deployment of `generation` whose controller reports `status`
+/// (observedGeneration, replicas, updatedReplicas, availableReplicas).
+fn deployment_at(generation: i64, status: Option<(i64, i32, i32, i32)>) -> Deployment {
+    let mut d = Deployment::default();
+    d.metadata.generation = Some(generation);
+    d.status = status.map(|(observed, replicas, updated, available)| DeploymentStatus {
+        observed_generation: Some(observed),
+        replicas: Some(replicas),
+        updated_replicas: Some(updated),
+        available_replicas: Some(available),
+        ..Default::default()
+    });
+    d
+}
+
+/// After a memory or durability change the old engine is still available
+/// while the Deployment controller has not taken up the new template (or
+/// while `Recreate` stops it): that is a rollout, not Ready, and not a
+/// failure either.
+#[test]
+fn ready_only_once_the_new_template_runs() {
+    assert_eq!(Rollout::of(&deployment_at(1, Some((1, 1, 1, 1)))), Rollout::Done);
+    // Not yet seen by the Deployment controller; the old pod answers.
+    assert_eq!(Rollout::of(&deployment_at(2, Some((1, 1, 1, 1)))), Rollout::InProgress);
+    // Seen, the old pod still there (replicas counts it, updated not).
+    assert_eq!(Rollout::of(&deployment_at(2, Some((2, 1, 0, 1)))), Rollout::InProgress);
+    // Recreate: the old pod gone, the new one not available yet.
+    assert_eq!(Rollout::of(&deployment_at(2, Some((2, 1, 1, 0)))), Rollout::Unavailable);
+    assert_eq!(Rollout::of(&deployment_at(2, None)), Rollout::Unavailable);
+
+    let ready = observed_status(
+        &QueueServiceStatus::default(),
+        Rollout::Done,
+        "https://e/sqs/acme",
+        "acme",
+    );
+    assert_eq!(ready.phase, Some(QueueServicePhase::Ready));
+    let rolling = observed_status(&ready, Rollout::InProgress, "https://e/sqs/acme", "acme");
+    assert_eq!(rolling.phase, Some(QueueServicePhase::Provisioning));
+    assert_eq!(rolling.conditions[0].reason, "RollingOut");
+    assert_eq!(rolling.conditions[0].status, "False");
+    let failed = observed_status(&ready, Rollout::Unavailable, "https://e/sqs/acme", "acme");
+    assert_eq!(failed.phase, Some(QueueServicePhase::Failed));
+}
+
+/// The status names the generation it describes, the spec's own, as the
+/// API's "not reconciled yet" check reads it.
+#[tokio::test]
+async fn the_status_names_the_generation_it_describes() {
+    let (api, ctx) = setup().await;
+    run(&api, &ctx).await;
+    run(&api, &ctx).await;
+    set_available(&ctx, 1).await;
+    run(&api, &ctx).await;
+    let qs = api.get("main").await.unwrap();
+    assert_eq!(qs.status.unwrap().observed_generation, qs.metadata.generation);
 }

@@ -5,9 +5,10 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Container, SecurityContext};
 
-use super::{DATA_PATH, SQS_PORT, configmap_name, locked_down, meta};
+use super::{DATA_PATH, SQS_PORT, configmap_name, meta};
 use crate::config::OperatorConfig;
 use crate::crd::queue_service::QueueService;
+use crate::objects::fenced_container;
 
 /// Where elasticmq-native reads its configuration.
 pub(super) const CONFIG_PATH: &str = "/opt/elasticmq.conf";
@@ -66,7 +67,7 @@ pub(super) fn elasticmq_container(config: &OperatorConfig) -> Container {
             // The native image writes nothing outside its volume either, but
             // its user is not declared numerically; leave the root check off.
             run_as_non_root: None,
-            ..locked_down()
+            ..fenced_container()
         }),
         ..Default::default()
     }

@@ -21,10 +21,10 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{
-    Capabilities, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction, Namespace,
+    ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction, Namespace,
     PersistentVolumeClaim, PersistentVolumeClaimSpec, PersistentVolumeClaimVolumeSource, PodSecurityContext, PodSpec,
-    PodTemplateSpec, Probe, ResourceRequirements, Secret, SecretKeySelector, SecurityContext, Service, ServicePort,
-    ServiceSpec, Volume, VolumeMount, VolumeResourceRequirements,
+    PodTemplateSpec, Probe, ResourceRequirements, Secret, SecretKeySelector, Service, ServicePort, ServiceSpec, Volume,
+    VolumeMount, VolumeResourceRequirements,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
@@ -33,6 +33,7 @@ use kube::Resource;
 
 use crate::config::{MANAGED_BY_KEY, MANAGED_BY_VALUE, OperatorConfig};
 use crate::crd::queue_service::{QueueEngine, QueueService};
+use crate::objects::{fenced_container, fenced_pod};
 use sless_model::queue_service::Credentials;
 
 pub const SQS_PORT: i32 = 9324;
@@ -184,21 +185,6 @@ fn health_probe(period: i32) -> Probe {
     }
 }
 
-/// What every engine container shares: no root, no writes outside its
-/// volume, no privilege.
-fn locked_down() -> SecurityContext {
-    SecurityContext {
-        allow_privilege_escalation: Some(false),
-        read_only_root_filesystem: Some(true),
-        run_as_non_root: Some(true),
-        capabilities: Some(Capabilities {
-            drop: Some(vec!["ALL".into()]),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
-
 /// The `sless queue` container: its journal on the volume when persistent,
 /// its token from the Secret.
 fn sless_container(qs: &QueueService, config: &OperatorConfig) -> Container {
@@ -240,7 +226,7 @@ fn sless_container(qs: &QueueService, config: &OperatorConfig) -> Container {
             }),
             ..Default::default()
         }]),
-        security_context: Some(locked_down()),
+        security_context: Some(fenced_container()),
         ..Default::default()
     }
 }
@@ -326,10 +312,14 @@ pub fn deployment(qs: &QueueService, config: &OperatorConfig) -> Deployment {
                     volumes: Some(volumes).filter(|v| !v.is_empty()),
                     // The engine needs no Kubernetes API.
                     automount_service_account_token: Some(false),
-                    // The volume is writable by the image's non-root user.
-                    security_context: Some(PodSecurityContext {
-                        fs_group: Some(65532),
-                        ..Default::default()
+                    security_context: Some(match qs.spec.engine {
+                        QueueEngine::Sless => fenced_pod(),
+                        // Its image names its user by name: left as it is.
+                        QueueEngine::Elasticmq => PodSecurityContext {
+                            run_as_user: None,
+                            run_as_group: None,
+                            ..fenced_pod()
+                        },
                     }),
                     ..Default::default()
                 }),

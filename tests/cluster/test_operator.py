@@ -1,0 +1,282 @@
+"""`sless serve` against the real API server: the operator reconciles what
+the REST API stores as custom resources, and the pods it makes run on the
+real kubelet from the image built from the Dockerfile.
+
+`sless serve` itself runs on the host here (with the cluster's admin
+kubeconfig), as it would in its Deployment but without the webhook and
+the control plane's mTLS, which need deploy/'s cert-manager; its pods,
+the tenants' processors, run in the cluster. PostgreSQL runs on the host:
+the pods reach it through a forwarder on the cluster bridge's address."""
+
+import json
+import os
+import pathlib
+import socket
+import subprocess
+import time
+import uuid
+
+import pytest
+import requests
+
+from tests.conftest import BINARY, TOKENS, free_port
+from tests.cluster.conftest import ROOT
+
+PG_DSN = os.environ.get("SLESS_TEST_PG", "postgres://postgres@127.0.0.1/test")
+# The address of the cluster's bridge on the host (scripts/cluster.sh).
+BRIDGE = "10.250.0.1"
+ROWS = 10_000
+
+
+def psql(sql):
+    done = subprocess.run(["psql", PG_DSN, "-Atqc", sql], capture_output=True, text=True, check=True)
+    return done.stdout.strip()
+
+
+class Operator:
+    def __init__(self, cluster, image, log=None):
+        self.cluster = cluster
+        self.api = f"127.0.0.1:{free_port()}"
+        cmd = [
+            str(BINARY), "serve",
+            "--kubeconfig", cluster.env["KUBECONFIG"],
+            "--redis-url", "redis://127.0.0.1:6379",
+            "--redis-namespace", f"sless-cluster-{uuid.uuid4().hex[:8]}",
+            "--listen", self.api,
+            "--control-plane-listen", f"127.0.0.1:{free_port()}",
+            "--metrics-listen", f"127.0.0.1:{free_port()}",
+            "--image", image,
+            "--pod-name", "host-operator",
+        ]
+        for tenant, token in TOKENS.items():
+            cmd += ["--tenant", f"{tenant}={token}"]
+        output = open(log, "w") if log else None
+        self.proc = subprocess.Popen(cmd, env=dict(os.environ, SLESS_LOG="info"), stdout=output, stderr=output)
+
+    def rest(self, tenant, method, path, body=None):
+        return requests.request(method, f"http://{self.api}/api/v1{path}", json=body,
+                                headers={"Authorization": f"Bearer {TOKENS[tenant]}"}, timeout=60)
+
+    def answers(self):
+        assert self.proc.poll() is None, "sless serve exited"
+        try:
+            return self.rest("a", "GET", "/healthz-of-nothing").status_code > 0
+        except requests.ConnectionError:
+            return False
+
+    def wait_up(self):
+        wait_for("sless serve answering", self.answers, 60)
+        wait_for("the API reading the cluster", lambda: self.rest("a", "GET", "/dataflows").status_code == 200, 60)
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def quota_controller_counts_dataflows(cluster):
+    """Waits until the cluster's quota controller counts DataFlows. It
+    learns a new kind at its discovery resync (every 30 s), and a quota
+    made before that stays uncounted until its full resync (5 min), the
+    API server refusing every create it covers meanwhile (sless answers
+    503): so a probe quota is made again until it is counted."""
+    cluster.kubectl("create", "namespace", "quota-probe", check=False)
+    probe = {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "probe", "namespace": "quota-probe"},
+             "spec": {"hard": {"count/dataflows.dataflow.dataflow.io": "1"}}}
+    deadline = time.time() + 120
+    while True:
+        cluster.kubectl("apply", "-f", "-", input=json.dumps(probe))
+        for _ in range(10):
+            used = cluster.kubectl("-n", "quota-probe", "get", "resourcequota", "probe",
+                                   "-o", "jsonpath={.status.used}").stdout
+            if "dataflows" in used:
+                cluster.kubectl("delete", "namespace", "quota-probe", "--wait=false")
+                return
+            time.sleep(0.5)
+        assert time.time() < deadline, "the quota controller never counted DataFlows"
+        cluster.kubectl("-n", "quota-probe", "delete", "resourcequota", "probe")
+
+
+@pytest.fixture(scope="module")
+def operator(cluster, sless_image):
+    if not BINARY.exists():
+        pytest.fail(f"{BINARY} is missing: run `cargo build` first")
+    cluster.kubectl("apply", "-f", str(ROOT / "deploy" / "crds"))
+    cluster.kubectl("create", "namespace", "sless-system", check=False)
+    quota_controller_counts_dataflows(cluster)
+    server = Operator(cluster, sless_image)
+    try:
+        server.wait_up()
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def pg_on_bridge(cluster):
+    """PostgreSQL at an address the pods reach: `host:port`."""
+    with socket.socket() as s:
+        s.bind((BRIDGE, 0))
+        port = s.getsockname()[1]
+    forwarder = subprocess.Popen(["socat", f"TCP-LISTEN:{port},bind={BRIDGE},reuseaddr,fork", "TCP:127.0.0.1:5432"])
+    deadline = time.time() + 10
+    while True:
+        try:
+            socket.create_connection((BRIDGE, port), timeout=1).close()
+            break
+        except OSError:
+            assert time.time() < deadline, "the PostgreSQL forwarder did not listen"
+            time.sleep(0.1)
+    try:
+        yield f"{BRIDGE}:{port}"
+    finally:
+        forwarder.terminate()
+        forwarder.wait()
+
+
+def wait_for(what, check, within):
+    deadline = time.time() + within
+    while True:
+        value = check()
+        if value:
+            return value
+        assert time.time() < deadline, f"{what} within {within} s"
+        time.sleep(0.5)
+
+
+def processor_pods(cluster, name):
+    pods = cluster.kubectl("-n", "sless-fn-a", "get", "pods", "-l", f"app.kubernetes.io/instance={name}",
+                           "-o", "json").stdout
+    return json.loads(pods)["items"]
+
+
+def test_a_pg_to_pg_dataflows_processor_pod_moves_every_row_once_across_a_pod_deletion(operator, pg_on_bridge):
+    """The processor pod runs as the image's user and group, not in group
+    root (the kubelet takes only the user from the image), and still reads
+    its spec Secret (mode 0440, owned by root: through the pod's fsGroup);
+    it runs fenced and moves 10,000 rows exactly once although its pod is
+    deleted midway."""
+    cluster = operator.cluster
+    suffix = uuid.uuid4().hex[:8]
+    name, src, dst = f"pg-{suffix}", f"cluster_src_{suffix}", f"cluster_dst_{suffix}"
+    psql(f"CREATE TABLE {src} (id serial PRIMARY KEY, payload text);"
+         f" INSERT INTO {src} (payload) SELECT repeat('x', 200) FROM generate_series(1, {ROWS})")
+    dsn = f"postgres://postgres@{pg_on_bridge}/test"
+    flow = {
+        "name": name,
+        "source": {"type": "postgresql", "config": {"connectionString": dsn, "table": src,
+                                                     "batchSize": 100, "pollInterval": 1}},
+        "sink": {"type": "postgresql", "config": {"connectionString": dsn, "table": dst, "autoCreateTable": True}},
+        "channelBufferSize": 100,
+    }
+    created = operator.rest("a", "POST", "/dataflows", flow)
+    assert created.status_code == 201, created.text
+
+    def running():
+        view = operator.rest("a", "GET", f"/dataflows/{name}").json()
+        return view if view.get("phase") == "Running" else None
+
+    try:
+        wait_for("the dataflow Running", running, 180)
+        pod = processor_pods(cluster, name)[0]
+        spec = pod["spec"]
+        pod_security = spec["securityContext"]
+        assert (pod_security["runAsUser"], pod_security["runAsGroup"]) == (65532, 65532), pod_security
+        assert spec["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
+        container = spec["containers"][0]["securityContext"]
+        assert container["readOnlyRootFilesystem"] and container["capabilities"]["drop"] == ["ALL"], container
+
+        # Deleted midway: its Deployment starts another, which resumes from
+        # the position stored beside the rows.
+        copied = lambda: int(psql(f"SELECT count(*) FROM {dst}") or 0)
+        wait_for("a third of the rows", lambda: copied() >= ROWS // 3, 180)
+        cluster.kubectl("-n", "sless-fn-a", "delete", "pod", pod["metadata"]["name"], "--wait=false")
+        wait_for("every row", lambda: int(psql(f"SELECT count(DISTINCT data->>'id') FROM {dst}")) == ROWS, 240)
+        time.sleep(1)
+        assert copied() == ROWS, "a row written twice"
+        pods = processor_pods(cluster, name)
+        assert pod["metadata"]["name"] not in [p["metadata"]["name"] for p in pods], "the pod was replaced"
+    finally:
+        assert operator.rest("a", "DELETE", f"/dataflows/{name}").status_code == 204
+    # Its children go with it (the cluster's garbage collector).
+    wait_for("the processor's Deployment removed",
+             lambda: cluster.kubectl("-n", "sless-fn-a", "get", "deployment", f"dataflow-{name}",
+                                     check=False).returncode != 0, 60)
+    psql(f"DROP TABLE {src}; DROP TABLE IF EXISTS {dst}")
+
+
+def engine_pods(cluster, tenant):
+    pods = cluster.kubectl("-n", f"sless-fn-{tenant}", "get", "pods", "-l",
+                           f"app.kubernetes.io/name=sqs,app.kubernetes.io/instance={tenant}", "-o", "json").stdout
+    return json.loads(pods)["items"]
+
+
+def test_a_memory_change_is_ready_only_once_the_engine_of_the_new_spec_runs(operator):
+    """Recreate stops the old engine before the new one starts: the old
+    engine's Ready must not be reported for the new spec. Each Ready the
+    API answers after the change is checked against the pods: one pod,
+    of the new spec, ready, and no other left."""
+    cluster = operator.cluster
+    created = operator.rest("b", "POST", "/queue-services", {"name": "main", "memoryMB": 64, "persistence": False})
+    assert created.status_code == 201, created.text
+    phase = lambda: operator.rest("b", "GET", "/queue-services/main").json().get("phase")
+    wait_for("the queue service Ready", lambda: phase() == "Ready", 180)
+    (old,) = engine_pods(cluster, "b")
+
+    changed = operator.rest("b", "PATCH", "/queue-services/main", {"memoryMB": 96})
+    assert changed.status_code == 200, changed.text
+    deadline = time.time() + 180
+    seen = []
+    while True:
+        now = phase()
+        seen.append(now)
+        if now == "Ready":
+            pods = engine_pods(cluster, "b")
+            described = [(p["metadata"]["name"], p["spec"]["containers"][0]["resources"]["limits"]["memory"],
+                          p["metadata"].get("deletionTimestamp")) for p in pods]
+            assert len(pods) == 1 and old["metadata"]["name"] != pods[0]["metadata"]["name"], \
+                f"Ready while the old engine runs: {described}"
+            assert described[0][1] == "96Mi" and described[0][2] is None, described
+            ready = [c for c in pods[0]["status"].get("conditions", []) if c["type"] == "Ready"]
+            assert ready and ready[0]["status"] == "True", pods[0]["status"]
+            break
+        assert time.time() < deadline, f"never Ready again: {seen[-5:]}"
+        time.sleep(0.2)
+    assert "Provisioning" in seen, f"the change was never shown as under way: {seen[:5]}"
+    assert "Failed" not in seen, f"a planned change shown as a failure: {seen}"
+    assert operator.rest("b", "DELETE", "/queue-services/main").status_code in (202, 204)
+
+
+def test_the_platforms_own_faults_reach_the_tenant_as_503_naming_nothing_of_it(cluster, sless_image, tmp_path):
+    """`sless serve` under a service account the cluster's RBAC grants
+    nothing, and then with a token the API server does not know: the
+    tenant gets 503 (not 403, not 400), and nothing of the platform's
+    identity; the cause is in the platform's log."""
+    cluster.kubectl("create", "serviceaccount", "powerless", "-n", "default", check=False)
+    token = cluster.kubectl("create", "token", "powerless", "-n", "default").stdout.strip()
+    admin = cluster.kubectl("config", "view", "--raw", "--minify", "-o", "json").stdout
+    server = json.loads(admin)["clusters"][0]["cluster"]
+    for name, credential in [("powerless", token), ("unknown", "not-a-token-the-cluster-knows")]:
+        kubeconfig = tmp_path / f"{name}.kubeconfig"
+        kubeconfig.write_text(json.dumps({
+            "apiVersion": "v1", "kind": "Config", "current-context": "c",
+            "clusters": [{"name": "c", "cluster": server}],
+            "users": [{"name": "u", "user": {"token": credential}}],
+            "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u", "namespace": "default"}}],
+        }))
+        env = dict(cluster.env, KUBECONFIG=str(kubeconfig))
+        log = tmp_path / f"{name}.log"
+        server_proc = Operator(type(cluster)(env), sless_image, log=log)
+        try:
+            wait_for("sless serve answering", lambda: server_proc.answers(), 60)
+            for method, path, body in [("GET", "/dataflows", None), ("GET", "/queue-services/main", None),
+                                       ("POST", "/queue-services", {"name": "main"})]:
+                answer = server_proc.rest("a", method, path, body)
+                assert answer.status_code == 503, (name, method, path, answer.status_code, answer.text)
+                assert "serviceaccount" not in answer.text.lower() and "powerless" not in answer.text, answer.text
+        finally:
+            server_proc.stop()
+        assert "platform call failed" in log.read_text(), log.read_text()[-2000:]
