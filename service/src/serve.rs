@@ -97,6 +97,17 @@ pub struct OperatorArgs {
     /// the platform provisions tenant namespaces).
     #[arg(long, env = "SLESS_CREATE_NAMESPACES", default_value_t = true, action = clap::ArgAction::Set)]
     create_namespaces: bool,
+    /// The cluster's own networks (Pods, Services, nodes) as CIDRs: no
+    /// dataflow processor reaches them (each refuses them itself, and its
+    /// NetworkPolicy leaves them out); its own namespace stays reachable.
+    /// Repeatable, or comma-separated in the environment.
+    #[arg(
+        long = "cluster-network",
+        value_name = "CIDR",
+        env = "SLESS_CLUSTER_NETWORKS",
+        value_delimiter = ','
+    )]
+    cluster_networks: Vec<sless_dataflow::egress::Cidr>,
     /// Namespace of the leader-election Lease (the operator's own).
     #[arg(long, env = "POD_NAMESPACE", default_value = "sless-system")]
     lease_namespace: String,
@@ -192,6 +203,8 @@ pub async fn run(args: ServeArgs, shutdown: impl Future<Output = ()> + Send + 's
                 gateway_host: op.gateway_host,
                 gateway_namespace: op.gateway_namespace,
                 create_namespaces: op.create_namespaces,
+                cluster_networks: op.cluster_networks,
+                operator_namespace: op.lease_namespace.clone(),
             },
             lease_namespace: op.lease_namespace,
             identity: op.pod_name.unwrap_or_else(sless_runtime::random::id),

@@ -25,6 +25,7 @@ from tests.cluster.conftest import ROOT
 PG_DSN = os.environ.get("SLESS_TEST_PG", "postgres://postgres@127.0.0.1/test")
 # The address of the cluster's bridge on the host (scripts/cluster.sh).
 BRIDGE = "10.250.0.1"
+SERVICES, PODS = "10.252.0.0/16", "10.251.0.0/24"
 ROWS = 10_000
 
 
@@ -47,6 +48,9 @@ class Operator:
             "--metrics-listen", f"127.0.0.1:{free_port()}",
             "--image", image,
             "--pod-name", "host-operator",
+            # The cluster's Services and Pods (scripts/cluster.sh); the
+            # bridge network stands for the world outside it.
+            "--cluster-network", SERVICES, "--cluster-network", PODS,
         ]
         for tenant, token in TOKENS.items():
             cmd += ["--tenant", f"{tenant}={token}"]
@@ -143,7 +147,7 @@ def wait_for(what, check, within):
         value = check()
         if value:
             return value
-        assert time.time() < deadline, f"{what} within {within} s"
+        assert time.time() < deadline, f"{what() if callable(what) else what} within {within} s"
         time.sleep(0.5)
 
 
@@ -280,3 +284,40 @@ def test_the_platforms_own_faults_reach_the_tenant_as_503_naming_nothing_of_it(c
         finally:
             server_proc.stop()
         assert "platform call failed" in log.read_text(), log.read_text()[-2000:]
+
+
+def test_a_processor_reaches_nothing_of_the_cluster(operator, pg_on_bridge):
+    """A dataflow naming the API server's Service (by name and by address)
+    is refused by its processor's egress policy, with the reason in its
+    status; its NetworkPolicy leaves the cluster's networks out. (The
+    cluster's network, Debian's bridge plugin, enforces no NetworkPolicy:
+    the processor's own refusal is what holds here.)"""
+    cluster = operator.cluster
+    for host in ["kubernetes.default.svc.cluster.local:443", "10.252.0.1:443"]:
+        name = f"fenced-{uuid.uuid4().hex[:8]}"
+        flow = {
+            "name": name,
+            "source": {"type": "postgresql", "config": {"connectionString": f"postgres://u@{host}/x", "table": "t"}},
+            "sink": {"type": "postgresql", "config": {"connectionString": f"postgres://postgres@{pg_on_bridge}/test",
+                                                       "table": name.replace("-", "_"), "autoCreateTable": True}},
+        }
+        created = operator.rest("a", "POST", "/dataflows", flow)
+        assert created.status_code == 201, created.text
+
+        last = []
+
+        def refused():
+            view = operator.rest("a", "GET", f"/dataflows/{name}").json()
+            last[:] = [view.get("phase"), view.get("message")]
+            return view if view.get("phase") == "Error" and "egress policy" in (view.get("message") or "") else None
+
+        try:
+            view = wait_for(lambda: f"{host} refused by the egress policy (last: {last})", refused, 180)
+            assert "not reachable" in view["message"], view
+            policy = json.loads(cluster.kubectl("-n", "sless-fn-a", "get", "networkpolicy", f"dataflow-{name}",
+                                                "-o", "json").stdout)["spec"]
+            outside = policy["egress"][1]["to"][1]["ipBlock"]
+            assert outside == {"cidr": "0.0.0.0/0", "except": [SERVICES, PODS]}, policy
+        finally:
+            assert operator.rest("a", "DELETE", f"/dataflows/{name}").status_code == 204
+            psql(f"DROP TABLE IF EXISTS {name.replace('-', '_')}")

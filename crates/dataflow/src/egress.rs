@@ -50,7 +50,18 @@ impl std::str::FromStr for Cidr {
     }
 }
 
+impl std::fmt::Display for Cidr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.addr, self.prefix)
+    }
+}
+
 impl Cidr {
+    /// Whether it is an IPv4 network.
+    pub fn is_ipv4(&self) -> bool {
+        self.addr.is_ipv4()
+    }
+
     fn contains(&self, ip: IpAddr) -> bool {
         let ip = match (self.addr, ip) {
             // An IPv4-mapped IPv6 address is its IPv4 address.

@@ -1,6 +1,8 @@
 //! Settings of the kubernetes operator (seed 000, step 8: the operator's
 //! ConfigMap sets `SQS_EXTERNAL_HOST` and the images).
 
+use sless_dataflow::egress::Cidr;
+
 /// Field manager of everything the operator applies.
 pub const FIELD_MANAGER: &str = "sless-operator";
 
@@ -40,6 +42,14 @@ pub struct OperatorConfig {
     /// off where the platform provisions tenant namespaces itself (then the
     /// operator needs no cluster-wide right to create namespaces).
     pub create_namespaces: bool,
+    /// The cluster's own networks (Pods, Services, nodes): no processor
+    /// reaches them. Each processor refuses them itself (its egress
+    /// policy) and its NetworkPolicy leaves them out; its own namespace
+    /// stays reachable.
+    pub cluster_networks: Vec<Cidr>,
+    /// The operator's namespace, whose pods (the API) read processors'
+    /// status and metrics.
+    pub operator_namespace: String,
 }
 
 impl OperatorConfig {
@@ -61,6 +71,8 @@ impl Default for OperatorConfig {
             gateway_host: "sless-gateway.sless-system.svc.cluster.local".into(),
             gateway_namespace: "sless-system".into(),
             create_namespaces: true,
+            cluster_networks: Vec::new(),
+            operator_namespace: "sless-system".into(),
         }
     }
 }

@@ -232,6 +232,7 @@ async fn controllers(ctx: Arc<Context>, metrics: Arc<OperatorMetrics>, stopped: 
     // label of ours and is not watched: its writes wake no reconcile.
     let flows = Controller::new(Api::<DataFlow>::all(client.clone()), config())
         .owns(Api::<Deployment>::all(client.clone()), ours())
+        .owns(Api::<NetworkPolicy>::all(client.clone()), ours())
         .owns(Api::<Secret>::all(client), ours())
         .graceful_shutdown_on(sless_runtime::shutdown::stopped(&stopped))
         .run(

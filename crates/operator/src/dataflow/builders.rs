@@ -14,6 +14,10 @@ use k8s_openapi::api::core::v1::{
     ConfigMap, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, HTTPGetAction, KeyToPath, PodSpec,
     PodTemplateSpec, Probe, ResourceRequirements, Secret, SecretVolumeSource, ServiceAccount, Volume, VolumeMount,
 };
+use k8s_openapi::api::networking::v1::{
+    IPBlock, NetworkPolicy, NetworkPolicyEgressRule, NetworkPolicyIngressRule, NetworkPolicyPeer, NetworkPolicyPort,
+    NetworkPolicySpec,
+};
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
@@ -284,17 +288,24 @@ pub fn deployment(
                     containers: vec![Container {
                         name: "processor".into(),
                         image: Some(df.spec.processor_image.clone().unwrap_or_else(|| config.image.clone())),
-                        args: Some(vec![
-                            "processor".into(),
-                            format!("--spec-path={SPEC_DIR}/spec.json"),
-                            format!("--positions-key-file={SPEC_DIR}/{POSITIONS_KEY_FILE}"),
-                            format!("--spill-dir={SPILL_DIR}"),
-                            format!("--spill-limit-mb={SPILL_LIMIT_MB}"),
-                            format!("--tenant-spill-limit-mb={SPILL_LIMIT_MB}"),
-                            format!("--tls-dir={PROCESSOR_TLS_DIR}"),
-                            format!("--namespace={namespace}"),
-                            format!("--name={name}"),
-                        ]),
+                        args: Some(
+                            [
+                                "processor".into(),
+                                format!("--spec-path={SPEC_DIR}/spec.json"),
+                                format!("--positions-key-file={SPEC_DIR}/{POSITIONS_KEY_FILE}"),
+                                format!("--spill-dir={SPILL_DIR}"),
+                                format!("--spill-limit-mb={SPILL_LIMIT_MB}"),
+                                format!("--tenant-spill-limit-mb={SPILL_LIMIT_MB}"),
+                                format!("--tls-dir={PROCESSOR_TLS_DIR}"),
+                                format!("--namespace={namespace}"),
+                                format!("--name={name}"),
+                            ]
+                            .into_iter()
+                            // The processor refuses the cluster itself, with
+                            // or without a network that enforces policies.
+                            .chain(config.cluster_networks.iter().map(|c| format!("--egress-deny={c}")))
+                            .collect(),
+                        ),
                         env: Some(vec![EnvVar {
                             name: "SLESS_LOG".into(),
                             value: Some("info".into()),
@@ -369,6 +380,82 @@ pub fn deployment(
             ..Default::default()
         }),
         ..Default::default()
+    }
+}
+
+pub fn network_policy_name(dataflow: &str) -> String {
+    format!("dataflow-{dataflow}")
+}
+
+/// What a processor may reach on the network: DNS, its own namespace, and
+/// everything outside the cluster's own networks (the endpoints a spec
+/// names are outside the cluster or in the tenant's namespace); only the
+/// operator's pods reach it, on its metrics port. Where the network
+/// enforces no policy, the processor's egress policy still refuses the
+/// cluster's networks.
+pub fn network_policy(df: &DataFlow, config: &OperatorConfig) -> NetworkPolicy {
+    let peer = |namespace: &str, pods: Option<(&str, &str)>| NetworkPolicyPeer {
+        namespace_selector: Some(LabelSelector {
+            match_labels: Some(BTreeMap::from([(
+                "kubernetes.io/metadata.name".to_owned(),
+                namespace.to_owned(),
+            )])),
+            ..Default::default()
+        }),
+        pod_selector: pods.map(|(k, v)| LabelSelector {
+            match_labels: Some(BTreeMap::from([(k.to_owned(), v.to_owned())])),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let port = |protocol: &str, port: i32| NetworkPolicyPort {
+        port: Some(IntOrString::Int(port)),
+        protocol: Some(protocol.into()),
+        ..Default::default()
+    };
+    let outside = |everything: &str, v4: bool| NetworkPolicyPeer {
+        ip_block: Some(IPBlock {
+            cidr: everything.into(),
+            except: Some(
+                config
+                    .cluster_networks
+                    .iter()
+                    .filter(|c| c.is_ipv4() == v4)
+                    .map(ToString::to_string)
+                    .collect(),
+            )
+            .filter(|e: &Vec<String>| !e.is_empty()),
+        }),
+        ..Default::default()
+    };
+    let own_namespace = df.namespace().unwrap_or_default();
+    NetworkPolicy {
+        metadata: meta(df, network_policy_name(&df.name_any())),
+        spec: Some(NetworkPolicySpec {
+            pod_selector: Some(LabelSelector {
+                match_labels: Some(labels(df)),
+                ..Default::default()
+            }),
+            policy_types: Some(vec!["Ingress".into(), "Egress".into()]),
+            ingress: Some(vec![NetworkPolicyIngressRule {
+                from: Some(vec![peer(&config.operator_namespace, None)]),
+                ports: Some(vec![port("TCP", METRICS_PORT)]),
+            }]),
+            egress: Some(vec![
+                NetworkPolicyEgressRule {
+                    to: Some(vec![peer("kube-system", Some(("k8s-app", "kube-dns")))]),
+                    ports: Some(vec![port("UDP", 53), port("TCP", 53)]),
+                },
+                NetworkPolicyEgressRule {
+                    to: Some(vec![
+                        peer(&own_namespace, None),
+                        outside("0.0.0.0/0", true),
+                        outside("::/0", false),
+                    ]),
+                    ports: None,
+                },
+            ]),
+        }),
     }
 }
 
@@ -540,6 +627,66 @@ mod tests {
         assert_eq!(
             std::path::Path::new(PROCESSOR_TLS_DIR).join(mounts[0].relative_path()),
             std::path::Path::new("/etc/dataflow-tls/kafka-tls/ca.crt")
+        );
+    }
+
+    #[test]
+    fn a_processor_reaches_dns_its_namespace_and_outside_the_cluster_only() {
+        let (df, spec) = df(json!({}));
+        let config = OperatorConfig {
+            cluster_networks: vec!["10.96.0.0/12".parse().unwrap(), "fd00::/8".parse().unwrap()],
+            ..OperatorConfig::default()
+        };
+        let args = deployment(&df, &spec, &spec_json(&spec), &[], &config)
+            .spec
+            .unwrap()
+            .template
+            .spec
+            .unwrap()
+            .containers[0]
+            .args
+            .clone()
+            .unwrap();
+        assert!(args.ends_with(&["--egress-deny=10.96.0.0/12".into(), "--egress-deny=fd00::/8".into()]));
+        let policy = network_policy(&df, &config).spec.unwrap();
+        assert_eq!(
+            policy.pod_selector.unwrap().match_labels.unwrap()["app.kubernetes.io/instance"],
+            "orders"
+        );
+        let ingress = &policy.ingress.unwrap()[0];
+        let from = &ingress.from.as_ref().unwrap()[0];
+        assert_eq!(
+            from.namespace_selector.as_ref().unwrap().match_labels.as_ref().unwrap()["kubernetes.io/metadata.name"],
+            "sless-system"
+        );
+        assert_eq!(
+            ingress.ports.as_ref().unwrap()[0].port,
+            Some(IntOrString::Int(METRICS_PORT))
+        );
+        let egress = policy.egress.unwrap();
+        assert_eq!(egress.len(), 2);
+        let dns = &egress[0];
+        assert_eq!(dns.ports.as_ref().unwrap().len(), 2);
+        let to = egress[1].to.as_ref().unwrap();
+        assert_eq!(
+            to[0]
+                .namespace_selector
+                .as_ref()
+                .unwrap()
+                .match_labels
+                .as_ref()
+                .unwrap()["kubernetes.io/metadata.name"],
+            "team-a"
+        );
+        let v4 = to[1].ip_block.as_ref().unwrap();
+        assert_eq!(
+            (v4.cidr.as_str(), v4.except.as_deref()),
+            ("0.0.0.0/0", Some(&["10.96.0.0/12".to_owned()][..]))
+        );
+        let v6 = to[2].ip_block.as_ref().unwrap();
+        assert_eq!(
+            (v6.cidr.as_str(), v6.except.as_deref()),
+            ("::/0", Some(&["fd00::/8".to_owned()][..]))
         );
     }
 }

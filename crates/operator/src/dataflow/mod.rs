@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, ServiceAccount};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
@@ -298,6 +299,12 @@ async fn apply_children(
     } else {
         remove_checkpoint(client, ns, &name).await?;
     }
+    // The fence before the processor.
+    objects::apply(
+        &Api::<NetworkPolicy>::namespaced(client.clone(), ns),
+        &builders::network_policy(df, &ctx.config),
+    )
+    .await?;
     let deployment = objects::apply(
         &Api::<Deployment>::namespaced(client.clone(), ns),
         &builders::deployment(df, spec, &json, mounts, &ctx.config),

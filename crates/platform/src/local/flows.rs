@@ -89,14 +89,16 @@ impl RunningFlow {
         }
     }
 
-    /// [`Self::finished`], for a deleted dataflow: then hands what its
+    /// [`Self::finished`], for a deleted dataflow: then removes what its
     /// connectors made on their servers (a replication slot, which cannot
     /// be dropped while the processor uses it; a positions row) and its
-    /// spill directory to `releases`.
+    /// spill directory, waiting [`RELEASE_WAIT`] at most: a server that
+    /// answers is done by then, and a crash after it cannot leak the slot.
     pub(super) async fn deleted(self, key: (String, String), releases: &Releases) {
         let (source, sink, ctx) = (self.source.clone(), self.sink.clone(), self.ctx.clone());
         self.finished().await;
-        releases.spawn(key, source, sink, ctx);
+        let released = releases.spawn(key, source, sink, ctx);
+        let _ = tokio::time::timeout(RELEASE_WAIT, released).await;
     }
 
     /// [`Self::finished`] for several: all are signalled first, so they
@@ -111,16 +113,28 @@ impl RunningFlow {
     }
 }
 
-/// Deleted dataflows' server state, removed in the background: a server
-/// that cannot be reached takes the whole egress connect window to say so,
-/// and neither a DELETE nor the reconcile loop waits that out. A new
-/// dataflow of the same name waits for its predecessor's release, which
-/// would otherwise drop the slot or position the new one just made.
+/// How long a DELETE waits for the deleted dataflow's servers.
+const RELEASE_WAIT: Duration = Duration::from_secs(3);
+
+/// Deleted dataflows' server state, removed by tasks of their own: a
+/// server that cannot be reached takes the whole egress connect window to
+/// say so (and then nothing can be removed there anyway), which neither a
+/// DELETE nor the reconcile loop waits out. A new dataflow of the same
+/// name waits for its predecessor's release, which would otherwise drop
+/// the slot or position the new one just made.
 #[derive(Default)]
 pub(super) struct Releases(Mutex<HashMap<(String, String), tokio::task::JoinHandle<()>>>);
 
 impl Releases {
-    fn spawn(&self, key: (String, String), source: ConnectorSpec, sink: ConnectorSpec, ctx: PipelineContext) {
+    /// Starts the release; the receiver hears when it is done.
+    fn spawn(
+        &self,
+        key: (String, String),
+        source: ConnectorSpec,
+        sink: ConnectorSpec,
+        ctx: PipelineContext,
+    ) -> tokio::sync::oneshot::Receiver<()> {
+        let (done, released) = tokio::sync::oneshot::channel();
         let mut pending = self.0.lock_unpoisoned();
         let earlier = pending.remove(&key);
         let task = tokio::spawn(async move {
@@ -128,8 +142,10 @@ impl Releases {
                 let _ = earlier.await;
             }
             release(&source, &sink, &ctx).await;
+            let _ = done.send(());
         });
         pending.insert(key, task);
+        released
     }
 
     /// Waits for the release of a deleted dataflow of this name, if any.
