@@ -2,8 +2,13 @@
 //! delete that tolerates absence, and the `Ready` condition of a status.
 
 use k8s_openapi::NamespaceResourceScope;
+use std::collections::BTreeMap;
+
 use k8s_openapi::api::core::v1::{Capabilities, PodSecurityContext, SeccompProfile, SecurityContext};
+use k8s_openapi::api::networking::v1::{NetworkPolicyPeer, NetworkPolicyPort};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::{Client, Resource};
 use serde::Serialize;
@@ -71,6 +76,29 @@ pub fn fenced_container() -> SecurityContext {
             drop: Some(vec!["ALL".into()]),
             ..Default::default()
         }),
+        ..Default::default()
+    }
+}
+
+/// A NetworkPolicy peer: the pods of `namespace`, or only those carrying
+/// the label `pods` there.
+pub fn namespace_peer(namespace: &str, pods: Option<(&str, &str)>) -> NetworkPolicyPeer {
+    let selector = |(k, v): (&str, &str)| LabelSelector {
+        match_labels: Some(BTreeMap::from([(k.to_owned(), v.to_owned())])),
+        ..Default::default()
+    };
+    NetworkPolicyPeer {
+        namespace_selector: Some(selector(("kubernetes.io/metadata.name", namespace))),
+        pod_selector: pods.map(selector),
+        ..Default::default()
+    }
+}
+
+/// A NetworkPolicy port.
+pub fn policy_port(protocol: &str, port: i32) -> NetworkPolicyPort {
+    NetworkPolicyPort {
+        port: Some(IntOrString::Int(port)),
+        protocol: Some(protocol.into()),
         ..Default::default()
     }
 }

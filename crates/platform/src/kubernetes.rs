@@ -34,7 +34,7 @@ const DATAFLOW_COUNT: &str = "count/dataflows.dataflow.dataflow.io";
 /// How the API server words a create over a quota, and one refused because
 /// the quota's usage is not counted yet.
 pub(crate) const QUOTA_EXCEEDED: &str = "exceeded quota";
-pub(crate) const QUOTA_UNCOUNTED: &str = "status unknown for quota";
+const QUOTA_UNCOUNTED: &str = "status unknown for quota";
 /// How long a quota just made may stay uncounted. The quota controller
 /// learns a new kind (the DataFlow CRD, just installed) at its discovery
 /// resync, every 30 s; a real cluster took that long for the first
@@ -367,7 +367,15 @@ impl Platform for KubePlatform {
         // moment after it is made.
         let deadline = tokio::time::Instant::now() + QUOTA_COUNTED_WITHIN;
         loop {
-            match self.flows(tenant).create(&params(), &df).await.map_err(on_create) {
+            let outcome = self.flows(tenant).create(&params(), &df).await;
+            if let Err(kube::Error::Api(status)) = &outcome
+                && status.message.contains(QUOTA_UNCOUNTED)
+                && tokio::time::Instant::now() < deadline
+            {
+                tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+                continue;
+            }
+            match outcome.map_err(on_create) {
                 Ok(created) => return Ok(flow_view(tenant, created)),
                 Err(PlatformError::Forbidden(reason)) if reason.contains(QUOTA_EXCEEDED) => {
                     // Quota admission answers before the name is looked at:
@@ -377,11 +385,6 @@ impl Platform for KubePlatform {
                         Some(_) => PlatformError::AlreadyExists,
                         None => PlatformError::QuotaReached(quota),
                     });
-                }
-                Err(PlatformError::Unavailable(cause))
-                    if cause.to_string().contains(QUOTA_UNCOUNTED) && tokio::time::Instant::now() < deadline =>
-                {
-                    tokio::time::sleep(std::time::Duration::from_millis(250)).await;
                 }
                 Err(e) => return Err(e),
             }

@@ -15,8 +15,7 @@ use k8s_openapi::api::core::v1::{
     PodTemplateSpec, Probe, ResourceRequirements, Secret, SecretVolumeSource, ServiceAccount, Volume, VolumeMount,
 };
 use k8s_openapi::api::networking::v1::{
-    IPBlock, NetworkPolicy, NetworkPolicyEgressRule, NetworkPolicyIngressRule, NetworkPolicyPeer, NetworkPolicyPort,
-    NetworkPolicySpec,
+    IPBlock, NetworkPolicy, NetworkPolicyEgressRule, NetworkPolicyIngressRule, NetworkPolicyPeer, NetworkPolicySpec,
 };
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -28,7 +27,7 @@ use sha2::{Digest, Sha256};
 use super::secrets::TlsMount;
 use crate::config::{MANAGED_BY_KEY, MANAGED_BY_VALUE, OperatorConfig};
 use crate::crd::dataflow::DataFlow;
-use crate::objects::{fenced_container, fenced_pod};
+use crate::objects::{fenced_container, fenced_pod, namespace_peer, policy_port};
 use sless_dataflow::checkpoint::configmap::configmap_name as checkpoint_name;
 use sless_dataflow::egress::PROCESSOR_TLS_DIR;
 use sless_model::dataflow::DataFlowSpec;
@@ -394,25 +393,6 @@ pub fn network_policy_name(dataflow: &str) -> String {
 /// enforces no policy, the processor's egress policy still refuses the
 /// cluster's networks.
 pub fn network_policy(df: &DataFlow, config: &OperatorConfig) -> NetworkPolicy {
-    let peer = |namespace: &str, pods: Option<(&str, &str)>| NetworkPolicyPeer {
-        namespace_selector: Some(LabelSelector {
-            match_labels: Some(BTreeMap::from([(
-                "kubernetes.io/metadata.name".to_owned(),
-                namespace.to_owned(),
-            )])),
-            ..Default::default()
-        }),
-        pod_selector: pods.map(|(k, v)| LabelSelector {
-            match_labels: Some(BTreeMap::from([(k.to_owned(), v.to_owned())])),
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
-    let port = |protocol: &str, port: i32| NetworkPolicyPort {
-        port: Some(IntOrString::Int(port)),
-        protocol: Some(protocol.into()),
-        ..Default::default()
-    };
     let outside = |everything: &str, v4: bool| NetworkPolicyPeer {
         ip_block: Some(IPBlock {
             cidr: everything.into(),
@@ -438,17 +418,17 @@ pub fn network_policy(df: &DataFlow, config: &OperatorConfig) -> NetworkPolicy {
             }),
             policy_types: Some(vec!["Ingress".into(), "Egress".into()]),
             ingress: Some(vec![NetworkPolicyIngressRule {
-                from: Some(vec![peer(&config.operator_namespace, None)]),
-                ports: Some(vec![port("TCP", METRICS_PORT)]),
+                from: Some(vec![namespace_peer(&config.operator_namespace, None)]),
+                ports: Some(vec![policy_port("TCP", METRICS_PORT)]),
             }]),
             egress: Some(vec![
                 NetworkPolicyEgressRule {
-                    to: Some(vec![peer("kube-system", Some(("k8s-app", "kube-dns")))]),
-                    ports: Some(vec![port("UDP", 53), port("TCP", 53)]),
+                    to: Some(vec![namespace_peer("kube-system", Some(("k8s-app", "kube-dns")))]),
+                    ports: Some(vec![policy_port("UDP", 53), policy_port("TCP", 53)]),
                 },
                 NetworkPolicyEgressRule {
                     to: Some(vec![
-                        peer(&own_namespace, None),
+                        namespace_peer(&own_namespace, None),
                         outside("0.0.0.0/0", true),
                         outside("::/0", false),
                     ]),

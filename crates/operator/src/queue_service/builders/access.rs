@@ -2,22 +2,19 @@
 //! Ingress routes to the gateway's Service (by an ExternalName Service in
 //! the tenant's namespace) and a NetworkPolicy admits only gateway pods.
 
-use std::collections::BTreeMap;
-
 use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
 use k8s_openapi::api::networking::v1::{
     HTTPIngressPath, HTTPIngressRuleValue, Ingress, IngressBackend, IngressRule, IngressServiceBackend, IngressSpec,
-    IngressTLS, NetworkPolicy, NetworkPolicyIngressRule, NetworkPolicyPeer, NetworkPolicyPort, NetworkPolicySpec,
-    ServiceBackendPort,
+    IngressTLS, NetworkPolicy, NetworkPolicyIngressRule, NetworkPolicySpec, ServiceBackendPort,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
-use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::{
     GATEWAY_LABEL, SQS_PORT, gateway_service_name, ingress_name, labels, meta, network_policy_name, tls_secret_name,
 };
 use crate::config::OperatorConfig;
 use crate::crd::queue_service::QueueService;
+use crate::objects::{namespace_peer, policy_port};
 
 /// Only gateway pods reach the engine, on its port; the engine reaches
 /// nothing (it resolves no names and calls no one).
@@ -32,28 +29,8 @@ pub fn network_policy(qs: &QueueService, config: &OperatorConfig) -> NetworkPoli
             }),
             policy_types: Some(vec!["Ingress".into(), "Egress".into()]),
             ingress: Some(vec![NetworkPolicyIngressRule {
-                from: Some(vec![NetworkPolicyPeer {
-                    namespace_selector: Some(LabelSelector {
-                        match_labels: Some(BTreeMap::from([(
-                            "kubernetes.io/metadata.name".to_owned(),
-                            config.gateway_namespace.clone(),
-                        )])),
-                        ..Default::default()
-                    }),
-                    pod_selector: Some(LabelSelector {
-                        match_labels: Some(BTreeMap::from([(
-                            GATEWAY_LABEL.0.to_owned(),
-                            GATEWAY_LABEL.1.to_owned(),
-                        )])),
-                        ..Default::default()
-                    }),
-                    ..Default::default()
-                }]),
-                ports: Some(vec![NetworkPolicyPort {
-                    port: Some(IntOrString::Int(SQS_PORT)),
-                    protocol: Some("TCP".into()),
-                    ..Default::default()
-                }]),
+                from: Some(vec![namespace_peer(&config.gateway_namespace, Some(GATEWAY_LABEL))]),
+                ports: Some(vec![policy_port("TCP", SQS_PORT)]),
             }]),
             egress: Some(vec![]),
         }),
