@@ -146,6 +146,10 @@ network() {
   ip link set "$DEV" up
   ip addr replace "$NODE_IP/32" dev "$DEV"
   ip addr replace "$DNS_IP/32" dev "$DEV"
+  # A pod's packet to a Service address no kube-proxy rule maps (those
+  # are rewritten before routing) is dropped here, never routed off the
+  # machine by the host's default route.
+  iptables -C FORWARD -d "$SERVICE_RANGE" -j DROP 2>/dev/null || iptables -I FORWARD -d "$SERVICE_RANGE" -j DROP
   mkdir -p "$STATE/cni/net.d"
   cat >"$STATE/cni/net.d/10-sless.conflist" <<EOF
 {
@@ -421,6 +425,7 @@ down() {
   find /sys/fs/cgroup/*/kubepods -depth -type d -exec rmdir {} \; 2>/dev/null || true
   ip link delete "$BRIDGE" 2>/dev/null || true
   ip link delete "$DEV" 2>/dev/null || true
+  while iptables -D FORWARD -d "$SERVICE_RANGE" -j DROP 2>/dev/null; do :; done
   rm -rf "$STATE" "$RUN"
   [ -n "$quiet" ] || log "the cluster is down"
 }
