@@ -100,6 +100,7 @@ impl PositionRow {
                 other => other,
             })?;
         self.check_shape(client).await?;
+        self.fence(client).await?;
         let upsert = client
             .prepare(&format!(
                 "INSERT INTO {table} (dataflow, position, seal) VALUES ($1, $2, $3) ON CONFLICT (dataflow) \
@@ -109,6 +110,29 @@ impl PositionRow {
             .map_err(ConnectorError::query)?;
         let _ = self.upsert.set(upsert);
         Ok(())
+    }
+
+    /// One writer per position: the first processor of a dataflow holds a
+    /// session lock on its row, and a second one (a replacement pod that
+    /// Kubernetes starts while the deleted one is still stopping) waits
+    /// until the first's connection ends. Without it both read the same
+    /// position and wrote the same rows.
+    async fn fence(&self, client: &tokio_postgres::Client) -> Result<(), ConnectorError> {
+        let held: bool = client
+            .query_one(
+                "SELECT pg_try_advisory_lock(hashtextextended($1, 0))",
+                &[&format!("{} {}", self.table, self.key)],
+            )
+            .await
+            .map_err(ConnectorError::query)?
+            .get(0);
+        if held {
+            return Ok(());
+        }
+        Err(ConnectorError::Closed(format!(
+            "another processor of this dataflow still writes {}; waiting for it to stop",
+            self.table
+        )))
     }
 
     /// Refuses a table made by someone else: another shape, a view, rules,
