@@ -30,6 +30,9 @@ BUSYBOX_IMAGE=sless.local/busybox:1
 SLESS_IMAGE=ghcr.io/kube5s/sless:test
 CACHE=${SLESS_CACHE:-$HOME/.cache/sless}/kubernetes-$RELEASE
 BIN=$CACHE/bin
+# The release of scripts/cluster/cert-manager/go.mod.
+CERT_MANAGER=v1.20.3
+CERT_MANAGER_CACHE=${SLESS_CACHE:-$HOME/.cache/sless}/cert-manager-$CERT_MANAGER
 STATE=${SLESS_CLUSTER_STATE:-/var/lib/sless-cluster}
 RUN=/run/sless-cluster
 NODE=sless-node
@@ -83,6 +86,25 @@ build() {
   log "building CoreDNS $COREDNS"
   GOBIN=$BIN go install -trimpath -ldflags "-s -w" "github.com/coredns/coredns@$COREDNS"
   log "built in $((SECONDS - started)) s"
+}
+
+# cert-manager's controllers and CA injector (scripts/cluster/cert-manager:
+# the module's own commands are not served by the Go module proxy) and the
+# release's CRDs, cached under $CERT_MANAGER_CACHE.
+build_cert_manager() {
+  [ -x "$CERT_MANAGER_CACHE/cert-manager" ] && [ -d "$CERT_MANAGER_CACHE/crds" ] && return 0
+  mkdir -p "$CERT_MANAGER_CACHE"
+  log "building cert-manager $CERT_MANAGER into $CERT_MANAGER_CACHE (once)"
+  local started=$SECONDS module
+  (cd scripts/cluster/cert-manager \
+    && go build -trimpath -tags=selinux,notest,grpcnotrace -ldflags "-s -w" \
+      -o "$CERT_MANAGER_CACHE/cert-manager" .)
+  module=$(cd scripts/cluster/cert-manager && go list -m -f '{{.Dir}}' github.com/cert-manager/cert-manager)
+  rm -rf "$CERT_MANAGER_CACHE/crds"
+  cp -r "$module/deploy/crds" "$CERT_MANAGER_CACHE/crds"
+  chmod -R u+w "$CERT_MANAGER_CACHE/crds"
+  rm -f "$CERT_MANAGER_CACHE/crds/README.md"
+  log "built cert-manager in $((SECONDS - started)) s"
 }
 
 pki() {
@@ -336,6 +358,53 @@ EOF
     get serviceaccount default --namespace default
 }
 
+# A default StorageClass of node-local volumes, and PersistentVolumes of
+# it in $STATE/volumes for the PVCs the tests' pods claim. The kubelet sets a
+# local volume's group to the pod's fsGroup (a hostPath it leaves as it is).
+storage() {
+  local manifest=$STATE/storage.yaml i
+  cat >"$manifest" <<EOF
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata:
+  name: local
+  annotations: {storageclass.kubernetes.io/is-default-class: "true"}
+provisioner: kubernetes.io/no-provisioner
+volumeBindingMode: WaitForFirstConsumer
+reclaimPolicy: Retain
+EOF
+  for i in $(seq 1 12); do
+    mkdir -p "$STATE/volumes/pv$i"
+    cat >>"$manifest" <<EOF
+---
+apiVersion: v1
+kind: PersistentVolume
+metadata: {name: local-pv$i}
+spec:
+  capacity: {storage: 4Gi}
+  accessModes: [ReadWriteOnce]
+  persistentVolumeReclaimPolicy: Retain
+  storageClassName: local
+  local: {path: $STATE/volumes/pv$i}
+  nodeAffinity:
+    required:
+      nodeSelectorTerms:
+        - matchExpressions: [{key: kubernetes.io/hostname, operator: In, values: [$NODE]}]
+EOF
+  done
+  "$BIN/kubectl" --kubeconfig "$KUBECONFIG_ADMIN" apply -f "$manifest" >/dev/null
+}
+
+# cert-manager on the host, as the cluster's admin, for deploy/pki.
+cert_manager_up() {
+  local kubectl=("$BIN/kubectl" --kubeconfig "$KUBECONFIG_ADMIN")
+  "${kubectl[@]}" apply --server-side -f "$CERT_MANAGER_CACHE/crds" >/dev/null
+  "${kubectl[@]}" create namespace cert-manager >/dev/null
+  start cert-manager "$CERT_MANAGER_CACHE/cert-manager" --kubeconfig "$KUBECONFIG_ADMIN"
+  sleep 2
+  wait_for cert-manager 1 kill -0 "$(cat "$RUN/cert-manager.pid")"
+}
+
 up() {
   if [ -f "$RUN/kube-apiserver.pid" ] && kill -0 "$(cat "$RUN/kube-apiserver.pid")" 2>/dev/null; then
     log "the cluster is up already"
@@ -344,6 +413,7 @@ up() {
   fi
   packages
   build
+  build_cert_manager
   local started=$SECONDS
   down quiet
   mkdir -p "$STATE" "$RUN"
@@ -353,6 +423,8 @@ up() {
   images
   control_plane_up
   node_up
+  storage
+  cert_manager_up
   log "the cluster is up in $((SECONDS - started)) s"
   env_line
 }
@@ -391,7 +463,7 @@ stop() {
 # iptables rules kube-proxy made, and the state.
 down() {
   local quiet=${1:-}
-  for name in kube-proxy kubelet coredns kube-scheduler kube-controller-manager kube-apiserver etcd; do
+  for name in cert-manager kube-proxy kubelet coredns kube-scheduler kube-controller-manager kube-apiserver etcd; do
     stop "$name"
   done
   if [ -S "$RUN/containerd.sock" ]; then
@@ -434,7 +506,7 @@ case "${1:-}" in
   up) up ;;
   down) down ;;
   env) env_line ;;
-  build) packages && build ;;
+  build) packages && build && build_cert_manager ;;
   image) sless_image ;;
   *) echo "usage: $0 up|down|env|build|image" >&2; exit 2 ;;
 esac

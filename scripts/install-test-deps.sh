@@ -82,6 +82,15 @@ if ! psql "postgres://postgres@127.0.0.1/test" -qc 'SELECT 1' >/dev/null 2>&1; t
   as_root su postgres -c "psql -qc 'CREATE DATABASE test'" >/dev/null 2>&1 || true
 fi
 psql "postgres://postgres@127.0.0.1/test" -qc 'SELECT 1' >/dev/null
+# The role sless_password signs in by password (the first matching line of
+# pg_hba.conf wins): tests give it a wrong one.
+conf=/etc/postgresql/$(ls /etc/postgresql | sort -V | tail -n 1)/main
+if ! grep -q "sless-tests-password" "$conf/pg_hba.conf"; then
+  printf '# sless-tests-password\nhost all sless_password 127.0.0.1/32 scram-sha-256\n' | \
+    cat - "$conf/pg_hba.conf" | as_root tee "$conf/pg_hba.conf.new" >/dev/null
+  as_root mv "$conf/pg_hba.conf.new" "$conf/pg_hba.conf"
+  psql "postgres://postgres@127.0.0.1/test" -qc 'SELECT pg_reload_conf()' >/dev/null
+fi
 # Change data capture (postgresql-cdc) needs logical decoding.
 if [ "$(psql "postgres://postgres@127.0.0.1/test" -Atc 'SHOW wal_level')" != logical ]; then
   log "switching PostgreSQL to wal_level=logical"

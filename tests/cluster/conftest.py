@@ -36,7 +36,9 @@ def cluster():
     try:
         yield Cluster(env)
     finally:
-        subprocess.run([str(SCRIPT), "down"], timeout=300)
+        # SLESS_CLUSTER_KEEP=1 leaves it up for the next run (while developing).
+        if os.environ.get("SLESS_CLUSTER_KEEP") != "1":
+            subprocess.run([str(SCRIPT), "down"], timeout=300)
 
 
 @pytest.fixture(scope="session")

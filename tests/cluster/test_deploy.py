@@ -1,0 +1,489 @@
+"""deploy/ as a platform team installs it, on the real cluster: `kubectl
+apply -k` (through tests/cluster/deploy, which only swaps the image tag, the
+cluster's networks and the public ACME issuer), cert-manager issuing every
+certificate and injecting the webhook's CA, `sless serve` and the gateways
+as pods. Then a tenant's whole path: Terraform against the API Service,
+boto3 through the gateways, the engine pod on its volume, the webhook called
+by the API server, and faults an operator meets: an engine pod deleted, a
+rolling restart of every platform Deployment under load.
+
+The host reaches Services by their cluster addresses (kube-proxy's rules);
+Redis and PostgreSQL run on the host, reached by the pods through
+forwarders on the cluster bridge's address."""
+
+import hashlib
+import json
+import os
+import re
+import pathlib
+import shutil
+import socket
+import subprocess
+import sysconfig
+import tempfile
+import textwrap
+import threading
+import time
+import uuid
+
+import boto3
+import botocore.config
+import pytest
+import requests
+
+from tests.conftest import REGION, TARGET, TOKENS
+from tests.cluster.conftest import ROOT
+
+OVERLAY = ROOT / "tests" / "cluster" / "deploy"
+BRIDGE = "10.250.0.1"
+# A Redis database of its own: the host's Redis serves other tests too.
+REDIS_DB = 11
+SYSTEM = "sless-system"
+PLATFORM_DEPLOYMENTS = ("sless-operator", "sless-gateway-a", "sless-gateway-b")
+PROVIDER_DIR = TARGET / "debug"
+TERRAFORM = shutil.which("terraform") or str(pathlib.Path(sysconfig.get_path("scripts")) / "terraform")
+PG_DSN = os.environ.get("SLESS_TEST_PG", "postgres://postgres@127.0.0.1/test")
+
+
+def psql(sql, dsn=PG_DSN):
+    done = subprocess.run(["psql", dsn, "-Atqc", sql], capture_output=True, text=True, check=True)
+    return done.stdout.strip()
+
+
+def wait_for(what, check, within):
+    deadline = time.time() + within
+    while True:
+        value = check()
+        if value:
+            return value
+        assert time.time() < deadline, f"{what} within {within} s"
+        time.sleep(0.5)
+
+
+def forward(port_on_host):
+    """socat from the bridge's address to a loopback service of the host."""
+    proc = subprocess.Popen(["socat", f"TCP-LISTEN:{port_on_host},bind={BRIDGE},reuseaddr,fork",
+                             f"TCP:127.0.0.1:{port_on_host}"])
+    def listening():
+        try:
+            socket.create_connection((BRIDGE, port_on_host), timeout=1).close()
+            return True
+        except OSError:
+            return False
+    wait_for(f"the forwarder of port {port_on_host}", listening, 10)
+    return proc
+
+
+class Platform:
+    def __init__(self, cluster):
+        self.cluster = cluster
+        ip = lambda svc: cluster.kubectl("-n", SYSTEM, "get", "service", svc,
+                                         "-o", "jsonpath={.spec.clusterIP}").stdout
+        self.api = f"http://{ip('sless-api')}"
+        self.gateway = f"http://{ip('sless-gateway')}:9324"
+
+    def rest(self, tenant, method, path, body=None, timeout=30):
+        return requests.request(method, f"{self.api}/api/v1{path}", json=body, timeout=timeout,
+                                headers={"Authorization": f"Bearer {TOKENS[tenant]}"})
+
+    def sqs(self, view, retries=None):
+        """boto3 at the gateway Service, with the keys of a queue service's
+        view (REST or Terraform outputs)."""
+        path = view["endpoint"].split("://", 1)[1].split("/", 1)[1]
+        config = botocore.config.Config(retries=retries or {"mode": "standard"}, connect_timeout=5, read_timeout=20)
+        return boto3.client("sqs", endpoint_url=f"{self.gateway}/{path}", region_name=REGION,
+                            aws_access_key_id=view["accessKey"], aws_secret_access_key=view["secretKey"],
+                            config=config)
+
+    def logs(self):
+        out = []
+        for deployment in PLATFORM_DEPLOYMENTS:
+            done = self.cluster.kubectl("-n", SYSTEM, "logs", f"deployment/{deployment}", "--tail=40", check=False)
+            out.append(f"--- {deployment}\n{done.stdout}{done.stderr}")
+        return "\n".join(out)
+
+
+def secrets(cluster):
+    tenants = "".join(f'[[tenant]]\nid = "{t}"\ntoken_sha256 = "{hashlib.sha256(token.encode()).hexdigest()}"\n'
+                      for t, token in TOKENS.items())
+    for name, key, value in (("sless-redis", "url", f"redis://{BRIDGE}:6379/{REDIS_DB}"),
+                             ("sless-tenants", "tenants.toml", tenants)):
+        made = cluster.kubectl("-n", SYSTEM, "create", "secret", "generic", name, f"--from-literal={key}={value}",
+                               "--dry-run=client", "-o", "json").stdout
+        cluster.kubectl("apply", "-f", "-", input=made)
+
+
+@pytest.fixture(scope="module")
+def platform(cluster, sless_image):
+    redis = forward(6379)
+    pg = forward(5432)
+    subprocess.run(["redis-cli", "-n", str(REDIS_DB), "FLUSHDB"], check=True, capture_output=True)
+    cluster.kubectl("create", "namespace", SYSTEM, check=False)
+    secrets(cluster)
+    started = time.time()
+    cluster.kubectl("apply", "-k", str(OVERLAY))
+    cluster.kubectl("-n", SYSTEM, "wait", "--for=condition=Ready", "certificate", "--all", "--timeout=120s")
+    for deployment in PLATFORM_DEPLOYMENTS:
+        cluster.kubectl("-n", SYSTEM, "rollout", "status", f"deployment/{deployment}", "--timeout=300s")
+    wait_for("cert-manager's CA in the webhook configuration", lambda: cluster.kubectl(
+        "get", "validatingwebhookconfiguration", "sless-dataflow",
+        "-o", "jsonpath={.webhooks[*].clientConfig.caBundle}").stdout.strip(), 60)
+    platform = Platform(cluster)
+    print(f"deploy/ applied and Ready in {time.time() - started:.0f} s")
+    try:
+        yield platform
+    finally:
+        remove(cluster)
+        redis.terminate()
+        pg.terminate()
+
+
+def remove(cluster):
+    """Tenants' objects first (their finalizers need the operator), then
+    the platform, so that later modules' own `sless serve` holds the Lease
+    and no webhook answers for a Service with no pods."""
+    for kind in ("dataflows.dataflow.dataflow.io", "queueservices.sless.kube5s.ru"):
+        cluster.kubectl("delete", kind, "--all", "--all-namespaces", "--timeout=120s", check=False)
+    cluster.kubectl("delete", "validatingwebhookconfiguration", "sless-dataflow", check=False)
+    cluster.kubectl("-n", SYSTEM, "delete", "deployment", *PLATFORM_DEPLOYMENTS, "--wait=true", "--timeout=120s",
+                    check=False)
+    cluster.kubectl("-n", SYSTEM, "delete", "lease", "sless-operator", check=False)
+
+
+class Terraform:
+    """The real Terraform CLI with the provider of this build (dev_overrides),
+    against the API Service."""
+
+    def __init__(self, platform, tenant):
+        self.work = pathlib.Path(tempfile.mkdtemp(prefix="sless-cluster-tf-"))
+        rc = self.work / "cli.tfrc"
+        rc.write_text(f'provider_installation {{\n  dev_overrides {{ "kube5s/sless" = "{PROVIDER_DIR}" }}\n'
+                      '  direct {}\n}\n')
+        self.env = dict(os.environ, TF_CLI_CONFIG_FILE=str(rc), CHECKPOINT_DISABLE="1", TF_IN_AUTOMATION="1",
+                        TF_INPUT="0", SLESS_ENDPOINT=platform.api, SLESS_TOKEN=TOKENS[tenant])
+
+    def write(self, body):
+        (self.work / "main.tf").write_text('terraform {\n  required_providers {\n'
+                                           '    sless = { source = "kube5s/sless" }\n  }\n}\n'
+                                           'provider "sless" {}\n' + textwrap.dedent(body))
+
+    def run(self, *args, check=True):
+        out = subprocess.run([TERRAFORM, *args, "-no-color"], cwd=self.work, env=self.env,
+                             capture_output=True, text=True, timeout=600)
+        if check:
+            assert out.returncode == 0, f"terraform {' '.join(args)}:\n{out.stdout}\n{out.stderr}"
+        return out
+
+    def outputs(self):
+        return {k: v["value"] for k, v in json.loads(self.run("output", "-json").stdout).items()}
+
+
+QUEUE_SERVICE = """
+resource "sless_queue_service" "main" {
+  name      = "main"
+  memory_mb = 128
+  timeouts {
+    create = "5m"
+  }
+}
+output "endpoint"   { value = sless_queue_service.main.endpoint }
+output "access_key" {
+  value     = sless_queue_service.main.access_key
+  sensitive = true
+}
+output "secret_key" {
+  value     = sless_queue_service.main.secret_key
+  sensitive = true
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def queue_service(platform):
+    """Tenant a's queue service, ordered with `terraform apply`: its view."""
+    if not (PROVIDER_DIR / "terraform-provider-sless").exists():
+        pytest.fail("terraform-provider-sless is missing: run `cargo build` first")
+    tf = Terraform(platform, "a")
+    tf.write(QUEUE_SERVICE)
+    tf.run("apply", "-auto-approve")
+    out = tf.outputs()
+    view = {"endpoint": out["endpoint"], "accessKey": out["access_key"], "secretKey": out["secret_key"], "tf": tf}
+    yield view
+    shutil.rmtree(tf.work, ignore_errors=True)
+
+
+def engine_pod(cluster):
+    pods = json.loads(cluster.kubectl("-n", "sless-fn-a", "get", "pods", "-l",
+                                      "app.kubernetes.io/name=sqs,app.kubernetes.io/instance=a",
+                                      "-o", "json").stdout)["items"]
+    live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+    return live[0] if len(live) == 1 else None
+
+
+def test_deploy_comes_up_with_its_certificates_and_serves_the_api(platform):
+    """Every platform pod runs as 65532 from the image; the REST API answers
+    through its Service; the gateways hold a routing table (their readiness)."""
+    cluster = platform.cluster
+    pods = json.loads(cluster.kubectl("-n", SYSTEM, "get", "pods", "-o", "json").stdout)["items"]
+    assert len([p for p in pods if p["status"]["phase"] == "Running"]) == 4, [p["metadata"]["name"] for p in pods]
+    for pod in pods:
+        assert pod["spec"]["securityContext"]["runAsUser"] == 65532
+        assert pod["spec"]["containers"][0]["image"] == "ghcr.io/kube5s/sless:test"
+    listed = platform.rest("a", "GET", "/queue-services")
+    assert listed.status_code == 200, listed.text
+    assert platform.rest("a", "GET", "/queue-services", timeout=10).json() == listed.json()
+    unknown = requests.get(f"{platform.api}/api/v1/queue-services", headers={"Authorization": "Bearer nope-nope"},
+                           timeout=10)
+    assert unknown.status_code == 401
+
+
+def test_terraform_orders_a_queue_service_that_boto3_uses_through_the_gateways(platform, queue_service):
+    cluster = platform.cluster
+    pod = engine_pod(cluster)
+    assert pod, "one engine pod"
+    assert pod["spec"]["securityContext"]["runAsUser"] == 65532
+    claims = [v["persistentVolumeClaim"]["claimName"] for v in pod["spec"]["volumes"] if "persistentVolumeClaim" in v]
+    assert claims, "the engine keeps its journal on a volume"
+    phase = cluster.kubectl("-n", "sless-fn-a", "get", "pvc", claims[0], "-o", "jsonpath={.status.phase}").stdout
+    assert phase == "Bound"
+    sqs = platform.sqs(queue_service)
+    url = sqs.create_queue(QueueName="orders")["QueueUrl"]
+    for i in range(3):
+        sqs.send_message(QueueUrl=url, MessageBody=f"m{i}")
+    got = []
+    while len(got) < 3:
+        for m in sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=2).get("Messages", []):
+            got.append(m["Body"])
+            sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
+    assert sorted(got) == ["m0", "m1", "m2"]
+    plan = queue_service["tf"].run("plan", "-detailed-exitcode", check=False)
+    assert plan.returncode == 0, f"a second plan changes nothing:\n{plan.stdout}"
+
+
+def drain(sqs, url, expect, within=120):
+    got = set()
+    deadline = time.time() + within
+    while len(got) < expect and time.time() < deadline:
+        batch = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=1).get("Messages", [])
+        for m in batch:
+            got.add(m["Body"])
+            sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
+    return got
+
+
+def test_deleting_the_engine_pod_loses_no_acknowledged_message(platform, queue_service):
+    cluster = platform.cluster
+    sqs = platform.sqs(queue_service)
+    url = sqs.create_queue(QueueName="kept")["QueueUrl"]
+    sent = set()
+    for i in range(0, 300, 10):
+        entries = [{"Id": str(j), "MessageBody": f"k{i + j}"} for j in range(10)]
+        done = sqs.send_message_batch(QueueUrl=url, Entries=entries)
+        assert not done.get("Failed"), done["Failed"]
+        sent.update(e["MessageBody"] for e in entries)
+    old = engine_pod(cluster)["metadata"]["name"]
+    cluster.kubectl("-n", "sless-fn-a", "delete", "pod", old, "--wait=false")
+    wait_for("a new engine pod Ready", lambda: (p := engine_pod(cluster)) and p["metadata"]["name"] != old and any(
+        c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", [])), 180)
+    got = drain(sqs, url, len(sent))
+    assert got == sent, f"{len(sent - got)} acknowledged messages lost"
+
+
+def test_a_rolling_restart_of_the_platform_under_load_fails_no_call(platform, queue_service):
+    """A producer through the gateways and a reader of the REST API run
+    while `kubectl rollout restart` replaces sless serve's two replicas and
+    each gateway. The SDK retries as it does by default (standard mode);
+    what still fails is counted and must be none, and every acknowledged
+    message arrives."""
+    cluster = platform.cluster
+    sqs = platform.sqs(queue_service)
+    url = sqs.create_queue(QueueName="rolling")["QueueUrl"]
+    stop = threading.Event()
+    sent, failures, rest_calls = [], [], [0]
+
+    def produce():
+        i = 0
+        while not stop.is_set():
+            try:
+                sqs.send_message(QueueUrl=url, MessageBody=f"r{i}")
+                sent.append(f"r{i}")
+            except Exception as e:  # counted: each is a failed call
+                failures.append(f"send r{i}: {e}")
+            i += 1
+            time.sleep(0.02)
+
+    def read_api():
+        while not stop.is_set():
+            try:
+                answer = platform.rest("a", "GET", "/queue-services/main", timeout=10)
+                if answer.status_code != 200:
+                    failures.append(f"GET /queue-services/main: {answer.status_code} {answer.text[:200]}")
+            except requests.RequestException as e:
+                failures.append(f"GET /queue-services/main: {e}")
+            rest_calls[0] += 1
+            time.sleep(0.1)
+
+    workers = [threading.Thread(target=produce), threading.Thread(target=read_api)]
+    for w in workers:
+        w.start()
+    try:
+        time.sleep(2)
+        for deployment in PLATFORM_DEPLOYMENTS:
+            cluster.kubectl("-n", SYSTEM, "rollout", "restart", f"deployment/{deployment}")
+            cluster.kubectl("-n", SYSTEM, "rollout", "status", f"deployment/{deployment}", "--timeout=300s")
+        time.sleep(5)
+    finally:
+        stop.set()
+        for w in workers:
+            w.join()
+    print(f"rolling restart: {len(sent)} sends and {rest_calls[0]} API reads, {len(failures)} failed")
+    assert not failures, f"{len(failures)} calls failed, first: {failures[:5]}\n{platform.logs()}"
+    got = drain(sqs, url, len(sent))
+    assert got == set(sent), f"{len(set(sent) - got)} acknowledged messages lost"
+
+
+def test_the_api_server_calls_the_webhook_which_refuses_another_namespaces_secret(platform):
+    """kubectl goes through the API server, which calls the webhook (its
+    certificate from cert-manager, its CA injected); the REST API refuses
+    the same spec with the same reason."""
+    cluster = platform.cluster
+    name = f"cross-{uuid.uuid4().hex[:6]}"
+    flow = {
+        "apiVersion": "dataflow.dataflow.io/v1", "kind": "DataFlow",
+        "metadata": {"name": name, "namespace": "sless-fn-a"},
+        "spec": {
+            "source": {"type": "postgresql", "config": {
+                "table": "t", "connectionStringSecretRef": {"name": "dsn", "namespace": "sless-fn-b", "key": "dsn"}}},
+            "sink": {"type": "postgresql", "config": {"table": "u", "connectionString": "postgres://x@y/z"}},
+        },
+    }
+    refused = cluster.kubectl("apply", "-f", "-", input=json.dumps(flow), check=False)
+    assert refused.returncode != 0
+    # The webhook's own words (the CRD's schema cannot say them), as the
+    # Invalid status it answers with.
+    reason = "a secret reference must stay in the namespace sless-fn-a (it names sless-fn-b)"
+    assert f"The request is invalid: spec.source.config.connectionStringSecretRef: {reason}" in refused.stderr, \
+        refused.stderr
+    body = {"name": name, "source": flow["spec"]["source"], "sink": flow["spec"]["sink"]}
+    answer = platform.rest("a", "POST", "/dataflows", body)
+    assert answer.status_code == 422 and reason in answer.text, answer.text
+
+
+WRONG_PASSWORD_FLOW = """
+resource "sless_dataflow" "wrong" {
+  name   = "wrong-password"
+  source = { type = "postgresql", config = jsonencode({
+    connectionString = "postgres://sless_password:wrong@%(pg)s/test", table = "%(table)s" }) }
+  sink   = { type = "postgresql", config = jsonencode({
+    connectionString = "postgres://postgres@%(pg)s/test", table = "%(table)s_copy", autoCreateTable = true }) }
+}
+"""
+
+
+def test_a_wrong_password_shows_its_reason_in_rest_and_in_terraform_within_30_s(platform):
+    psql("DO $$BEGIN CREATE ROLE sless_password LOGIN PASSWORD 'right'; "
+         "EXCEPTION WHEN duplicate_object THEN NULL; END$$")
+    table = f"wrong_{uuid.uuid4().hex[:6]}"
+    psql(f"CREATE TABLE {table} (id serial PRIMARY KEY)")
+    tf = Terraform(platform, "a")
+    try:
+        tf.write(WRONG_PASSWORD_FLOW % {"pg": f"{BRIDGE}:5432", "table": table})
+        started = time.time()
+        applied = tf.run("apply", "-auto-approve")
+        took = time.time() - started
+        print(f"the wrong password's reason reached terraform in {took:.1f} s")
+        assert 'password authentication failed for user "sless_password"' in applied.stdout + applied.stderr, \
+            applied.stdout + applied.stderr
+        assert took < 30
+        view = platform.rest("a", "GET", "/dataflows/wrong-password").json()
+        assert view["phase"] == "Error" and "password authentication failed" in view["message"], view
+        shown = tf.run("plan", "-refresh-only")
+        assert "password authentication failed" in tf.run("show").stdout, shown.stdout
+        tf.run("destroy", "-auto-approve")
+    finally:
+        shutil.rmtree(tf.work, ignore_errors=True)
+        psql(f"DROP TABLE IF EXISTS {table}, {table}_copy")
+
+
+def test_deleting_a_queue_service_removes_its_children(platform, queue_service):
+    """Through `terraform destroy`: the operator's finalizer runs and the
+    cluster's garbage collector removes the engine's objects, all but the
+    volume of its messages."""
+    cluster = platform.cluster
+    kinds = "deployment,service,secret,configmap,persistentvolumeclaim,networkpolicy"
+    owned = lambda: [o for o in json.loads(cluster.kubectl("-n", "sless-fn-a", "get", kinds, "-o", "json").stdout)[
+        "items"] if any(r.get("kind") == "QueueService" for r in o["metadata"].get("ownerReferences", []))]
+    before = owned()
+    assert {o["kind"] for o in before} >= {"Deployment", "Service", "Secret", "NetworkPolicy"}, \
+        [o["kind"] for o in before]
+    queue_service["tf"].run("destroy", "-auto-approve")
+    wait_for("every child of the queue service removed", lambda: not owned(), 120)
+    assert platform.rest("a", "GET", "/queue-services/main").status_code == 404
+    # The messages' volume has no owner on purpose: it stays until the
+    # platform's operator deletes it (docs/kubernetes.md).
+    claims = cluster.kubectl("-n", "sless-fn-a", "get", "pvc", "-o", "name").stdout.split()
+    assert claims == ["persistentvolumeclaim/sqs-data-a"], claims
+
+
+DOCS = ROOT / "docs" / "kubernetes.md"
+
+
+def permissions(cluster, account, namespace):
+    """What `kubectl auth can-i --list` grants `account` in `namespace`,
+    beyond what every authenticated account may do: rows of (resource,
+    resource names, verbs)."""
+    def rows(who):
+        listed = cluster.kubectl("auth", "can-i", "--list", f"--as={who}", "-n", namespace).stdout
+        found = set()
+        for line in listed.splitlines()[1:]:
+            # Resources, Non-Resource URLs, Resource Names, Verbs
+            row = re.match(r"^(\S*)\s+\[(.*?)\]\s+\[(.*?)\]\s+\[(.*?)\]\s*$", line)
+            if row and row[1]:
+                found.add((row[1], row[3], row[4]))
+        return found
+    return rows(account) - rows("system:serviceaccount:default:nobody")
+
+
+def documented(section):
+    """The rows of the table under `<!-- rbac: section -->` in docs/kubernetes.md."""
+    text = DOCS.read_text()
+    marker = f"<!-- rbac: {section} -->"
+    rows = set()
+    if marker not in text:
+        return rows
+    for line in text.split(marker, 1)[1].lstrip().splitlines()[2:]:
+        if not line.startswith("|"):
+            break
+        resource, names, verbs = (c.strip().strip("`") for c in line.strip("|").split("|"))
+        rows.add((resource, names, verbs))
+    return rows
+
+
+def test_each_service_account_may_do_what_the_docs_table_says_and_no_more(platform):
+    cluster = platform.cluster
+    name = f"rbac-{uuid.uuid4().hex[:6]}"
+    flow = {"name": name, "checkpointPersistence": True,
+            "source": {"type": "postgresql", "config": {"connectionString": f"postgres://postgres@{BRIDGE}/test",
+                                                         "table": "absent"}},
+            "sink": {"type": "postgresql", "config": {"connectionString": f"postgres://postgres@{BRIDGE}/test",
+                                                       "table": "absent_copy"}}}
+    assert platform.rest("a", "POST", "/dataflows", flow).status_code == 201
+    try:
+        processor = f"dataflow-{name}-processor"
+        wait_for("the processor's ServiceAccount", lambda: cluster.kubectl(
+            "-n", "sless-fn-a", "get", "rolebinding", processor, check=False).returncode == 0, 60)
+        accounts = {
+            "sless-system/sless-operator in a tenant namespace": ("sless-system", "sless-operator", "sless-fn-a"),
+            "sless-system/sless-gateway": ("sless-system", "sless-gateway", "sless-system"),
+            "a processor, in its namespace": ("sless-fn-a", processor, "sless-fn-a"),
+        }
+        wrong = []
+        for section, (ns, account, where) in accounts.items():
+            granted = permissions(cluster, f"system:serviceaccount:{ns}:{account}", where)
+            granted = {(r, names.replace(name, "NAME"), v) for r, names, v in granted}
+            if granted != documented(section):
+                rows = "\n".join(f"| `{r}` | {n} | {v} |" for r, n, v in sorted(granted))
+                wrong.append(f"<!-- rbac: {section} -->\n{rows}")
+        assert not wrong, "the docs' tables differ from what the accounts may do:\n" + "\n\n".join(wrong)
+    finally:
+        platform.rest("a", "DELETE", f"/dataflows/{name}")
