@@ -51,18 +51,24 @@ pub struct SnapshotPublisher {
 }
 
 impl SnapshotPublisher {
-    pub fn publish(&self, mut snapshot: RoutingSnapshot) {
-        // Canonical order, so equal tables encode to equal bytes.
-        snapshot.routes.sort_by(|a, b| a.tenant.cmp(&b.tenant));
-        for route in &mut snapshot.routes {
-            route.keys.sort_by(|a, b| a.access_key_id.cmp(&b.access_key_id));
-        }
+    pub fn publish(&self, snapshot: RoutingSnapshot) {
+        let snapshot = canonical(snapshot);
         self.desired.send_if_modified(|current| {
             let changed = current.as_ref() != Some(&snapshot);
             *current = Some(snapshot);
             changed
         });
     }
+}
+
+/// A table in canonical order (routes by tenant, keys by id), so that
+/// equal tables encode to equal bytes: the form in which it is published.
+pub fn canonical(mut snapshot: RoutingSnapshot) -> RoutingSnapshot {
+    snapshot.routes.sort_by(|a, b| a.tenant.cmp(&b.tenant));
+    for route in &mut snapshot.routes {
+        route.keys.sort_by(|a, b| a.access_key_id.cmp(&b.access_key_id));
+    }
+    snapshot
 }
 
 /// Starts the publishing task for a controller that owns `ownership_epoch`.

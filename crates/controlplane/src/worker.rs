@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::{Notify, Semaphore, watch};
+use tokio::time::Instant;
 
 use super::model::{Acknowledgement, OutcomeBatch, OutcomeCount, PROTOCOL_VERSION, RuntimeReport, Session, SnapshotId};
 use super::publisher::PublishedSnapshot;
@@ -151,6 +152,8 @@ pub struct Service {
     pub(super) ack_signals: Mutex<HashMap<String, Arc<Notify>>>,
     /// The current stream of each worker, by a token; an older one ends.
     pub(super) streams: Mutex<HashMap<String, u64>>,
+    /// The snapshot version each worker last said it applied, and when.
+    applied: Mutex<HashMap<String, (u64, Instant)>>,
     pub(super) shutdown: watch::Sender<bool>,
 }
 
@@ -167,6 +170,7 @@ impl Service {
             snapshots,
             ack_signals: Mutex::default(),
             streams: Mutex::default(),
+            applied: Mutex::default(),
             shutdown: watch::Sender::new(false),
         })
     }
@@ -188,6 +192,22 @@ impl Service {
     /// Ends every open stream; called on graceful shutdown.
     pub fn shut_down(&self) {
         self.shutdown.send_replace(true);
+    }
+
+    /// The newest snapshot version that every worker heard from within a
+    /// session's TTL has applied, or `None` when no worker is live here.
+    /// A worker that just registered has applied nothing (version 0).
+    pub fn applied_everywhere(&self) -> Option<u64> {
+        let now = Instant::now();
+        let mut applied = self.applied.lock_unpoisoned();
+        applied.retain(|_, (_, seen)| now.duration_since(*seen) < self.config.session_ttl);
+        applied.values().map(|(version, _)| *version).min()
+    }
+
+    fn note_applied(&self, worker_id: &str, version: u64) {
+        self.applied
+            .lock_unpoisoned()
+            .insert(worker_id.to_owned(), (version, Instant::now()));
     }
 
     pub(super) fn ack_signal(&self, worker_id: &str) -> Arc<Notify> {
@@ -220,6 +240,7 @@ impl Service {
             nacked_version: 0,
         };
         let ownership_epoch = self.store.open_session(&session, self.config.session_ttl).await?;
+        self.note_applied(&session.worker_id, 0);
         // A stream of the replaced session must notice at once.
         self.ack_signal(&session.worker_id).notify_waiters();
         tracing::info!(worker_id = %session.worker_id, "worker registered");
@@ -260,7 +281,9 @@ impl Service {
             nonce: cmd.nonce,
         };
         self.store.acknowledge_snapshot(&ack, self.config.session_ttl).await?;
-        if !ack.applied {
+        if ack.applied {
+            self.note_applied(&ack.worker_id, ack.snapshot.version);
+        } else {
             tracing::warn!(worker_id = %ack.worker_id, version = ack.snapshot.version, error_code = %cmd.error_code,
                 "worker rejected a snapshot");
         }
@@ -288,11 +311,15 @@ impl Service {
             .replace_runtime(&report, self.config.session_ttl, self.config.max_stale_age)
             .await
         {
-            Ok(ownership_epoch) => Ok(RuntimeDecision {
-                require_full_snapshot: false,
-                ownership_epoch,
-                revoke_proxy_ids: Vec::new(),
-            }),
+            Ok(ownership_epoch) => {
+                // The heartbeat says which version the worker runs: it stays live.
+                self.note_applied(&report.worker_id, report.snapshot_version);
+                Ok(RuntimeDecision {
+                    require_full_snapshot: false,
+                    ownership_epoch,
+                    revoke_proxy_ids: Vec::new(),
+                })
+            }
             Err(StoreError::SnapshotMismatch) => Ok(RuntimeDecision {
                 require_full_snapshot: true,
                 ownership_epoch: self.store.current_ownership_epoch().await?,
@@ -324,5 +351,83 @@ impl Service {
             .store
             .record_outcomes(&batch, self.config.session_ttl, self.config.outcome_dedup_ttl)
             .await?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::IssuedSnapshot;
+    use crate::store::memory::MemoryStore;
+
+    fn register(worker_id: &str) -> RegisterCommand {
+        RegisterCommand {
+            supported_protocol_version: PROTOCOL_VERSION,
+            worker_id: worker_id.into(),
+            instance_id: format!("{worker_id}-1"),
+            zone: "z".into(),
+            labels: Vec::new(),
+        }
+    }
+
+    /// Issues `version` to the worker as a stream would, then has it ACK it.
+    async fn apply(service: &Service, store: &MemoryStore, worker_id: &str, session_id: &str, version: u64) {
+        let snapshot = SnapshotId {
+            version,
+            ownership_epoch: store.current_ownership_epoch().await.unwrap(),
+            checksum: [7; 32],
+        };
+        let issued = IssuedSnapshot {
+            worker_id: worker_id.into(),
+            session_id: session_id.into(),
+            snapshot,
+            nonce: "n".into(),
+        };
+        store
+            .record_issued_snapshot(&issued, Duration::from_secs(35))
+            .await
+            .unwrap();
+        let ack = AckCommand {
+            worker_id: worker_id.into(),
+            session_id: session_id.into(),
+            version,
+            ownership_epoch: snapshot.ownership_epoch,
+            checksum: snapshot.checksum.to_vec(),
+            applied: true,
+            error_code: String::new(),
+            error_message: String::new(),
+            nonce: "n".into(),
+        };
+        service.acknowledge(ack).await.unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_version_is_applied_everywhere_once_every_live_worker_applied_it() {
+        let store = Arc::new(MemoryStore::new());
+        store.claim_ownership().await.unwrap();
+        let service = Service::new(store.clone(), ServiceConfig::default(), watch::channel(None).1);
+        assert_eq!(service.applied_everywhere(), None, "no worker: nothing to wait for");
+        let a = service.register(register("gw-a")).await.unwrap();
+        let b = service.register(register("gw-b")).await.unwrap();
+        assert_eq!(
+            service.applied_everywhere(),
+            Some(0),
+            "registered workers have applied nothing"
+        );
+        apply(&service, &store, "gw-a", &a.session_id, 3).await;
+        assert_eq!(service.applied_everywhere(), Some(0), "b has not applied 3");
+        apply(&service, &store, "gw-b", &b.session_id, 3).await;
+        assert_eq!(service.applied_everywhere(), Some(3));
+        // A worker registering again (a restart) holds it back until it applies.
+        let a = service.register(register("gw-a")).await.unwrap();
+        assert_eq!(service.applied_everywhere(), Some(0));
+        apply(&service, &store, "gw-a", &a.session_id, 4).await;
+        assert_eq!(service.applied_everywhere(), Some(3));
+        tokio::time::advance(ServiceConfig::default().session_ttl).await;
+        assert_eq!(
+            service.applied_everywhere(),
+            None,
+            "workers not heard from within a TTL are gone"
+        );
     }
 }

@@ -4,19 +4,22 @@
 //! plane's publisher, which debounces and publishes only changes. The
 //! cluster is polled, not watched: a deleted QueueService leaves the table
 //! within one poll, and a lost watch cannot leave a stale route behind.
+//! Once every gateway has applied a snapshot holding a QueueService's route,
+//! its status says `routed` (the REST API's Ready waits for it).
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Secret, Service};
-use kube::api::{Api, ListParams};
+use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use sless_controlplane::config::ControlPlaneConfig;
-use sless_controlplane::proto::RoutingSnapshot;
-use sless_controlplane::publisher::{Debounce, SnapshotPublisher};
+use sless_controlplane::proto::{RoutingSnapshot, TenantRoute};
+use sless_controlplane::publisher::{Debounce, SnapshotPublisher, canonical};
 use sless_controlplane::server::ControlPlane;
 use sless_controlplane::store::ControlStore;
+use sless_controlplane::worker::Service as ControlService;
 use sless_model::queue_service::Credentials;
 use sless_runtime::backoff::Backoff;
 use sless_runtime::shutdown::stopped;
@@ -36,12 +39,22 @@ const RESTART: Backoff = Backoff::new(Duration::from_millis(500), Duration::from
 /// The children of QueueServices, as [`builders`] labels them.
 pub(crate) const CHILDREN_SELECTOR: &str = "app.kubernetes.io/managed-by=sless-operator,app.kubernetes.io/name=sqs";
 
-/// Publishes the routing table every [`POLL`] until `stopped` is set. A
-/// failed read keeps the table as it was: gateways go on serving.
-pub async fn publish(client: Client, publisher: SnapshotPublisher, mut stopped: watch::Receiver<bool>) {
+/// Publishes the routing table every [`POLL`] until `stopped` is set, and
+/// marks the queue services every gateway routes. A failed read keeps the
+/// table as it was: gateways go on serving.
+pub async fn publish(
+    client: Client,
+    publisher: SnapshotPublisher,
+    service: Arc<ControlService>,
+    mut stopped: watch::Receiver<bool>,
+) {
     loop {
-        match table(&client).await {
-            Ok(snapshot) => publisher.publish(snapshot),
+        match read(&client).await {
+            Ok((queues, snapshot)) => {
+                let snapshot = canonical(snapshot);
+                publisher.publish(snapshot.clone());
+                mark_routed(&client, &service, &queues, &snapshot).await;
+            }
             Err(e) => tracing::warn!(error = %e, "cannot read the queue services; the routing table is kept"),
         }
         tokio::select! {
@@ -83,6 +96,7 @@ pub async fn serve_control_plane(
         let publishing = tokio::spawn(publish(
             client.clone(),
             control_plane.publisher.clone(),
+            control_plane.service.clone(),
             this_stopped.clone(),
         ));
         let mut serving = tokio::spawn(control_plane.serve(stopped(&this_stopped)));
@@ -121,13 +135,55 @@ struct Read {
     backend: Option<String>,
 }
 
-/// The routing table as the cluster has it now: a route per QueueService
-/// that is not being deleted and has its keys. Its engine address is empty
-/// until its Service has a ClusterIP (the gateway then answers 503).
-pub async fn table(client: &Client) -> Result<RoutingSnapshot, kube::Error> {
+/// Sets `status.routed` on each queue service not marked yet whose route,
+/// with its engine's address, is in the newest published snapshot as it is
+/// in `desired` (canonical), once every live gateway has applied that
+/// snapshot (at once when no gateway is connected: none to wait for).
+async fn mark_routed(client: &Client, service: &ControlService, queues: &[QueueService], desired: &RoutingSnapshot) {
+    let Some(published) = service.published().borrow().clone() else {
+        return;
+    };
+    if service
+        .applied_everywhere()
+        .is_some_and(|applied| applied < published.id.version)
+    {
+        return;
+    }
+    let routed = |tenant: &str| {
+        let wanted = route_of(desired, tenant);
+        wanted.is_some_and(|r| !r.backend_address.is_empty()) && wanted == route_of(&published.snapshot, tenant)
+    };
+    for qs in queues {
+        let marked = qs.status.as_ref().and_then(|s| s.routed) == Some(true);
+        if marked || qs.metadata.deletion_timestamp.is_some() || !routed(&qs.spec.tenant_id) {
+            continue;
+        }
+        let api = Api::<QueueService>::namespaced(client.clone(), &qs.namespace().unwrap_or_default());
+        let patch = serde_json::json!({ "status": { "routed": true } });
+        match api
+            .patch_status(&qs.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => tracing::info!(tenant = %qs.spec.tenant_id, version = published.id.version,
+                "every gateway routes the queue service"),
+            Err(e) => tracing::warn!(tenant = %qs.spec.tenant_id, error = %e, "cannot mark the queue service routed"),
+        }
+    }
+}
+
+fn route_of<'a>(snapshot: &'a RoutingSnapshot, tenant: &str) -> Option<&'a TenantRoute> {
+    snapshot.routes.iter().find(|r| r.tenant == tenant)
+}
+
+/// The QueueServices, and the routing table as the cluster has it now: a
+/// route per QueueService that is not being deleted and has its keys. Its
+/// engine address is empty until its Service has a ClusterIP (the gateway
+/// then answers 503).
+async fn read(client: &Client) -> Result<(Vec<QueueService>, RoutingSnapshot), kube::Error> {
     let queues = Api::<QueueService>::all(client.clone())
         .list(&ListParams::default())
-        .await?;
+        .await?
+        .items;
     let children = ListParams::default().labels(CHILDREN_SELECTOR);
     let key = |namespace: Option<String>, name: String| (namespace.unwrap_or_default(), name);
     let mut secrets: HashMap<(String, String), Secret> = Api::<Secret>::all(client.clone())
@@ -147,8 +203,8 @@ pub async fn table(client: &Client) -> Result<RoutingSnapshot, kube::Error> {
         })
         .collect();
     let mut read: Vec<Read> = Vec::new();
-    for qs in queues.into_iter().filter(|q| q.metadata.deletion_timestamp.is_none()) {
-        let tenant = qs.spec.tenant_id;
+    for qs in queues.iter().filter(|q| q.metadata.deletion_timestamp.is_none()) {
+        let tenant = qs.spec.tenant_id.clone();
         let namespace = builders::namespace_name(&tenant);
         let Some(secret) = secrets.remove(&(namespace.clone(), builders::secret_name(&tenant))) else {
             continue;
@@ -164,10 +220,11 @@ pub async fn table(client: &Client) -> Result<RoutingSnapshot, kube::Error> {
             tenant,
         });
     }
-    Ok(routes::snapshot(read.iter().map(|r| Route {
+    let snapshot = routes::snapshot(read.iter().map(|r| Route {
         tenant: &r.tenant,
         backend_address: r.backend.as_deref(),
         backend_token: r.token.as_deref(),
         credentials: &r.credentials,
-    })))
+    }));
+    Ok((queues, snapshot))
 }

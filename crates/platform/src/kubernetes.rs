@@ -185,7 +185,8 @@ impl KubePlatform {
             // the status it wrote is of the previous spec.
             phase: if qs.metadata.deletion_timestamp.is_some() {
                 QueueServicePhase::Deleting
-            } else if behind && status.phase == Some(QueueServicePhase::Ready) {
+            } else if (behind || status.routed != Some(true)) && status.phase == Some(QueueServicePhase::Ready) {
+                // Nor is one the gateways do not all route yet.
                 QueueServicePhase::Provisioning
             } else {
                 status.phase.unwrap_or(QueueServicePhase::Pending)

@@ -193,6 +193,18 @@ async fn the_real_controllers_reconcile_over_http_survive_redis_and_fail_over() 
         )
         .await
         .unwrap();
+    // The API server's part: the engine's Service gets its address, which
+    // the route publisher hands the gateways (none run here, so none is
+    // waited for before the QueueService is marked routed).
+    let services: Api<Service> = Api::namespaced(kube.clone(), NS);
+    services
+        .patch(
+            "sqs-svc-acme",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"clusterIP": "10.96.0.10"}})),
+        )
+        .await
+        .unwrap();
     let view_url = format!("{}/api/v1/queue-services/main", replicas[1].api);
     let took = eventually(Duration::from_secs(20), "the QueueService turns Ready", || async {
         rest(&http, reqwest::Method::GET, &view_url, None).await.1["phase"] == "Ready"
@@ -201,7 +213,6 @@ async fn the_real_controllers_reconcile_over_http_survive_redis_and_fail_over() 
     eprintln!("Ready through REST {took:?} after the Deployment became available");
 
     // A child deleted by hand comes back at once: its controller watches it.
-    let services: Api<Service> = Api::namespaced(kube.clone(), NS);
     services.delete("sqs-svc-acme", &DeleteParams::default()).await.unwrap();
     let back = eventually(Duration::from_secs(10), "the deleted Service is back", || async {
         services.get_opt("sqs-svc-acme").await.ok().flatten().is_some()

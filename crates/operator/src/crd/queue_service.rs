@@ -113,6 +113,11 @@ pub struct QueueServiceStatus {
     pub observed_generation: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ready_at: Option<Time>,
+    /// True once every gateway connected to the control plane routes this
+    /// queue service (set by the leader's route publisher, never unset):
+    /// only then is it Ready to its tenant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub routed: Option<bool>,
 }
 
 #[cfg(test)]

@@ -283,6 +283,8 @@ fn observed_status(current: &QueueServiceStatus, rollout: Rollout, endpoint: &st
             (None, Ready) => Some(objects::now()),
             (None, _) => None,
         },
+        // The route publisher's to set (crate::routes).
+        routed: current.routed,
     }
 }
 

@@ -86,8 +86,17 @@ async fn a_queue_service_is_a_resource_in_the_tenant_namespace_with_its_keys() {
     let status = serde_json::json!({"status": {
         "phase": "Ready", "endpoint": "https://sqs.kube5s.ru/sqs/acme", "observedGeneration": 1
     }});
-    Api::<QueueService>::namespaced(client.clone(), "sless-fn-acme")
+    let queues = Api::<QueueService>::namespaced(client.clone(), "sless-fn-acme");
+    queues
         .patch_status("main", &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .unwrap();
+    // Its engine is ready, but not every gateway routes it yet.
+    let unrouted = p.get_queue_service(&acme, &main).await.unwrap();
+    assert_eq!(unrouted.phase, QueueServicePhase::Provisioning);
+    let routed = serde_json::json!({"status": {"routed": true}});
+    queues
+        .patch_status("main", &PatchParams::default(), &Patch::Merge(&routed))
         .await
         .unwrap();
     let ready = p.get_queue_service(&acme, &main).await.unwrap();
