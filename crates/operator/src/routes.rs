@@ -1,9 +1,10 @@
 //! The SQS gateways' routing table, from the cluster. While this replica
 //! leads, every QueueService's keys and engine token (its Secret) and the
 //! address of its engine (its Service's ClusterIP) go to the control
-//! plane's publisher, which debounces and publishes only changes. The
-//! cluster is polled, not watched: a deleted QueueService leaves the table
-//! within one poll, and a lost watch cannot leave a stale route behind.
+//! plane's publisher, which debounces and publishes only changes. They are
+//! watched (reflectors: one list, then changes; a lost watch lists again),
+//! and the table is rebuilt from those caches every [`POLL`], which costs
+//! the API server nothing.
 //! Once every gateway has applied a snapshot holding a QueueService's route,
 //! its status says `routed` (the REST API's Ready waits for it).
 
@@ -11,9 +12,13 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::{Secret, Service};
-use kube::api::{Api, ListParams, Patch, PatchParams};
-use kube::{Client, ResourceExt};
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
 use sless_controlplane::config::ControlPlaneConfig;
 use sless_controlplane::proto::{RoutingSnapshot, TenantRoute};
 use sless_controlplane::publisher::{Debounce, SnapshotPublisher, canonical};
@@ -30,7 +35,8 @@ use crate::crd::queue_service::QueueService;
 use crate::objects::secret_strings;
 use crate::queue_service::builders::{self, ENGINE_TOKEN_KEY, SQS_PORT};
 
-/// How often the cluster (and the store's ownership epoch) is read.
+/// How often the table is rebuilt from the caches (and the store's
+/// ownership epoch read).
 pub const POLL: Duration = Duration::from_secs(2);
 
 /// Starting the control plane again after a failure: 500 ms, doubling to 10 s.
@@ -48,20 +54,129 @@ pub async fn publish(
     service: Arc<ControlService>,
     mut stopped: watch::Receiver<bool>,
 ) {
+    let (caches, watching) = Caches::start(&client);
+    // An empty table before the first lists would take every route away.
+    tokio::select! {
+        () = caches.filled() => {}
+        _ = stopped.wait_for(|s| *s) => return,
+    }
     loop {
-        match read(&client).await {
-            Ok((queues, snapshot)) => {
-                let snapshot = canonical(snapshot);
-                publisher.publish(snapshot.clone());
-                mark_routed(&client, &service, &queues, &snapshot).await;
-            }
-            Err(e) => tracing::warn!(error = %e, "cannot read the queue services; the routing table is kept"),
-        }
+        let (queues, snapshot) = caches.read();
+        let snapshot = canonical(snapshot);
+        publisher.publish(snapshot.clone());
+        mark_routed(&client, &service, &queues, &snapshot).await;
         tokio::select! {
             () = tokio::time::sleep(POLL) => {}
-            _ = stopped.wait_for(|s| *s) => return,
+            _ = stopped.wait_for(|s| *s) => break,
         }
     }
+    watching.abort();
+}
+
+/// The objects the routing table is made of, as watches keep them.
+struct Caches {
+    queues: Store<QueueService>,
+    secrets: Store<Secret>,
+    services: Store<Service>,
+}
+
+impl Caches {
+    /// Starts the watches; the task ends them when aborted.
+    fn start(client: &Client) -> (Self, tokio::task::JoinHandle<()>) {
+        let children = watcher::Config::default().labels(CHILDREN_SELECTOR);
+        let (queues, watch_queues) = cache(Api::<QueueService>::all(client.clone()), watcher::Config::default());
+        let (secrets, watch_secrets) = cache(Api::<Secret>::all(client.clone()), children.clone());
+        let (services, watch_services) = cache(Api::<Service>::all(client.clone()), children);
+        let watching = tokio::spawn(async move {
+            tokio::join!(watch_queues, watch_secrets, watch_services);
+        });
+        (
+            Self {
+                queues,
+                secrets,
+                services,
+            },
+            watching,
+        )
+    }
+
+    async fn filled(&self) {
+        let _ = tokio::join!(
+            self.queues.wait_until_ready(),
+            self.secrets.wait_until_ready(),
+            self.services.wait_until_ready()
+        );
+    }
+
+    /// The QueueServices, and the routing table as the caches have it: a
+    /// route per QueueService that is not being deleted and has its keys.
+    /// Its engine address is empty until its Service has a ClusterIP (the
+    /// gateway then answers 503).
+    fn read(&self) -> (Vec<QueueService>, RoutingSnapshot) {
+        let queues: Vec<QueueService> = self.queues.state().iter().map(|q| (**q).clone()).collect();
+        let key = |namespace: Option<String>, name: String| (namespace.unwrap_or_default(), name);
+        let mut secrets: HashMap<(String, String), Secret> = self
+            .secrets
+            .state()
+            .iter()
+            .map(|s| (key(s.namespace(), s.name_any()), (**s).clone()))
+            .collect();
+        let addresses: HashMap<(String, String), String> = self
+            .services
+            .state()
+            .iter()
+            .filter_map(|s| {
+                let ip = s.spec.as_ref()?.cluster_ip.clone()?;
+                let usable = !ip.is_empty() && ip != "None";
+                usable.then(|| (key(s.namespace(), s.name_any()), format!("{ip}:{SQS_PORT}")))
+            })
+            .collect();
+        let mut read: Vec<Read> = Vec::new();
+        for qs in queues.iter().filter(|q| q.metadata.deletion_timestamp.is_none()) {
+            let tenant = qs.spec.tenant_id.clone();
+            let namespace = builders::namespace_name(&tenant);
+            let Some(secret) = secrets.remove(&(namespace.clone(), builders::secret_name(&tenant))) else {
+                continue;
+            };
+            let mut values = secret_strings(secret);
+            let (Some(access_key), Some(secret_key)) = (values.remove("accessKey"), values.remove("secretKey")) else {
+                continue;
+            };
+            read.push(Read {
+                backend: addresses.get(&(namespace, builders::service_name(&tenant))).cloned(),
+                token: values.remove(ENGINE_TOKEN_KEY),
+                credentials: Credentials { access_key, secret_key },
+                tenant,
+            });
+        }
+        let snapshot = routes::snapshot(read.iter().map(|r| Route {
+            tenant: &r.tenant,
+            backend_address: r.backend.as_deref(),
+            backend_token: r.token.as_deref(),
+            credentials: &r.credentials,
+        }));
+        (queues, snapshot)
+    }
+}
+
+/// A store kept by a watch of `api`, and the future that keeps it: it
+/// lists again, backing off, whenever the watch fails.
+fn cache<K>(api: Api<K>, config: watcher::Config) -> (Store<K>, impl std::future::Future<Output = ()>)
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+{
+    let (reader, writer) = reflector::store();
+    let kind = K::kind(&K::DynamicType::default()).into_owned();
+    let keeping = reflector::reflector(writer, watcher(api, config))
+        .default_backoff()
+        .for_each(move |event| {
+            if let Err(e) = event {
+                tracing::warn!(kind, error = %e, "watch failed; listing again");
+            }
+            std::future::ready(())
+        });
+    (reader, keeping)
 }
 
 /// The leader's part of the worker control plane: it claims a fresh
@@ -173,58 +288,4 @@ async fn mark_routed(client: &Client, service: &ControlService, queues: &[QueueS
 
 fn route_of<'a>(snapshot: &'a RoutingSnapshot, tenant: &str) -> Option<&'a TenantRoute> {
     snapshot.routes.iter().find(|r| r.tenant == tenant)
-}
-
-/// The QueueServices, and the routing table as the cluster has it now: a
-/// route per QueueService that is not being deleted and has its keys. Its
-/// engine address is empty until its Service has a ClusterIP (the gateway
-/// then answers 503).
-async fn read(client: &Client) -> Result<(Vec<QueueService>, RoutingSnapshot), kube::Error> {
-    let queues = Api::<QueueService>::all(client.clone())
-        .list(&ListParams::default())
-        .await?
-        .items;
-    let children = ListParams::default().labels(CHILDREN_SELECTOR);
-    let key = |namespace: Option<String>, name: String| (namespace.unwrap_or_default(), name);
-    let mut secrets: HashMap<(String, String), Secret> = Api::<Secret>::all(client.clone())
-        .list(&children)
-        .await?
-        .into_iter()
-        .map(|s| (key(s.namespace(), s.name_any()), s))
-        .collect();
-    let addresses: HashMap<(String, String), String> = Api::<Service>::all(client.clone())
-        .list(&children)
-        .await?
-        .into_iter()
-        .filter_map(|s| {
-            let ip = s.spec.as_ref()?.cluster_ip.clone()?;
-            let usable = !ip.is_empty() && ip != "None";
-            usable.then(|| (key(s.namespace(), s.name_any()), format!("{ip}:{SQS_PORT}")))
-        })
-        .collect();
-    let mut read: Vec<Read> = Vec::new();
-    for qs in queues.iter().filter(|q| q.metadata.deletion_timestamp.is_none()) {
-        let tenant = qs.spec.tenant_id.clone();
-        let namespace = builders::namespace_name(&tenant);
-        let Some(secret) = secrets.remove(&(namespace.clone(), builders::secret_name(&tenant))) else {
-            continue;
-        };
-        let mut values = secret_strings(secret);
-        let (Some(access_key), Some(secret_key)) = (values.remove("accessKey"), values.remove("secretKey")) else {
-            continue;
-        };
-        read.push(Read {
-            backend: addresses.get(&(namespace, builders::service_name(&tenant))).cloned(),
-            token: values.remove(ENGINE_TOKEN_KEY),
-            credentials: Credentials { access_key, secret_key },
-            tenant,
-        });
-    }
-    let snapshot = routes::snapshot(read.iter().map(|r| Route {
-        tenant: &r.tenant,
-        backend_address: r.backend.as_deref(),
-        backend_token: r.token.as_deref(),
-        credentials: &r.credentials,
-    }));
-    Ok((queues, snapshot))
 }

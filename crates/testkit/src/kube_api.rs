@@ -51,6 +51,8 @@ struct Store {
     version: u64,
     objects: BTreeMap<Key, Value>,
     log: Vec<Change>,
+    /// List requests (not watches) by collection, e.g. `api/v1/secrets`.
+    lists: BTreeMap<String, u64>,
 }
 
 #[derive(Clone)]
@@ -62,6 +64,7 @@ struct Shared {
 /// The stand-in, serving until dropped.
 pub struct KubeApi {
     pub addr: SocketAddr,
+    shared: Shared,
     server: tokio::task::JoinHandle<()>,
 }
 
@@ -78,7 +81,7 @@ impl KubeApi {
             store: Arc::default(),
             changes,
         };
-        let app = axum::Router::new().fallback(handle).with_state(shared);
+        let app = axum::Router::new().fallback(handle).with_state(shared.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind loopback");
@@ -86,11 +89,18 @@ impl KubeApi {
         let server = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });
-        Self { addr, server }
+        Self { addr, shared, server }
     }
 
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
+    }
+
+    /// How many lists (not watches) of `collection` (`api/v1/secrets`,
+    /// `apis/apps/v1/deployments`) were asked for so far, in any namespace.
+    pub fn lists(&self, collection: &str) -> u64 {
+        let store = self.shared.store.lock().unwrap_or_else(|p| p.into_inner());
+        store.lists.get(collection).copied().unwrap_or(0)
     }
 
     /// A kubeconfig naming this server, written to `path`.
@@ -275,7 +285,8 @@ fn key(target: &Target, name: &str) -> Key {
 }
 
 fn list(shared: &Shared, target: &Target, params: &BTreeMap<String, String>) -> Response {
-    let store = shared.store.lock().unwrap_or_else(|p| p.into_inner());
+    let mut store = shared.store.lock().unwrap_or_else(|p| p.into_inner());
+    *store.lists.entry(target.collection.clone()).or_default() += 1;
     let items: Vec<&Value> = store
         .objects
         .iter()

@@ -1,11 +1,12 @@
 //! The production path of `sless serve` on one machine. There is no
-//! kube-apiserver here: kube-fake-client stands in for it. It has no
-//! watches, no garbage collector and no admission, so this test drives
-//! the QueueService reconciler by calling it (as the controller would on
-//! each event) and plays the kubelet and the Service controller itself: it
-//! starts a real `sless queue` for each engine Deployment the operator
-//! writes, reports the Deployment available and gives the engine's Service
-//! a ClusterIP (a loopback address of its own).
+//! kube-apiserver here: `sless_testkit::kube_api` stands in for it (the
+//! route publisher's watches go over HTTP). It has no garbage collector
+//! and no admission, so this test drives the QueueService reconciler by
+//! calling it (as the controller would on each event) and plays the kubelet
+//! and the Service controller itself: it starts a real `sless queue` for
+//! each engine Deployment the operator writes, reports the Deployment
+//! available and gives the engine's Service a ClusterIP (a loopback address
+//! of its own). tests/cluster runs the same path on a real cluster.
 //!
 //! Everything else is real: two controller replicas, each on a Tokio
 //! runtime of its own (so killing one drops all its tasks and sockets at
@@ -36,6 +37,7 @@ use sless_controlplane::store::redis::RedisStore;
 use sless_operator::config::OperatorConfig;
 use sless_operator::crd::queue_service::{QueueService, QueueServiceSpec};
 use sless_operator::queue_service::{self, Context};
+use sless_testkit::kube_api::KubeApi;
 use sless_testkit::redis::RedisServer;
 use sless_testkit::tls::Ca;
 use sless_testkit::{TempDir, free_port};
@@ -43,8 +45,8 @@ use tokio::sync::watch;
 
 const TRUST_DOMAIN: &str = "sless.test";
 const ENVIRONMENT: &str = "ci";
-/// A finalizer of another controller, there from the start: the fake
-/// refuses kube's JSON-patch `test` against a missing finalizer list.
+/// A finalizer of another controller, there from the start: a deleted
+/// QueueService stays, marked, after the operator's cleanup.
 const KEEP: &str = "example.com/keep";
 const LEASE: Duration = Duration::from_secs(3);
 const FAST: Debounce = Debounce {
@@ -137,7 +139,7 @@ impl Drop for Replica {
     }
 }
 
-/// The cluster as far as this test plays it: the fake API, the operator's
+/// The cluster as far as this test plays it: the API stand-in, the operator's
 /// reconciler, and the kubelet running engines.
 struct Cluster {
     client: Client,
@@ -217,8 +219,7 @@ impl Cluster {
         let child = sless().args(&args).env("SLESS_ENGINE_TOKEN", token).spawn().unwrap();
         listening(&listen).await;
         self.engines.insert(tenant.to_owned(), (listen, Some(Process(child))));
-        // kube-fake-client bumps a Deployment's generation at every apply,
-        // even an unchanged one: the report claims every generation seen.
+        // A kubelet that keeps up: the report claims every generation.
         let available = json!({"status": {
             "observedGeneration": i64::MAX, "replicas": 1, "updatedReplicas": 1,
             "availableReplicas": 1, "readyReplicas": 1
@@ -255,16 +256,20 @@ impl Cluster {
 
     async fn delete(&self, tenant: &str) {
         let api = Api::<QueueService>::namespaced(self.client.clone(), &Self::namespace(tenant));
-        // The apiserver would mark it and the watch deliver it; the fake
-        // cannot mark, so the reconciler gets the marked object directly.
-        let mut marked = api.get("main").await.unwrap();
-        marked.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-            k8s_openapi::jiff::Timestamp::now(),
-        ));
+        // Marked by the API server, kept by its finalizers; the controller
+        // would get the marked object from its watch.
+        api.delete("main", &DeleteParams::default()).await.unwrap();
+        let marked = api.get("main").await.unwrap();
+        assert!(marked.metadata.deletion_timestamp.is_some());
         queue_service::reconcile(Arc::new(marked), self.ctx.clone())
             .await
             .unwrap();
-        api.delete("main", &DeleteParams::default()).await.unwrap();
+        // The other controller lets it go too, and the API server removes it.
+        let released = json!({"metadata": {"finalizers": []}});
+        api.patch("main", &PatchParams::default(), &Patch::Merge(&released))
+            .await
+            .unwrap();
+        assert!(api.get_opt("main").await.unwrap().is_none());
     }
 }
 
@@ -327,18 +332,13 @@ fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_kubernetes_path_routes_fences_and_survives_failures() {
+    sless_runtime::tls::install_default_provider();
     let dir = TempDir::new("k8s");
     let mut redis = RedisServer::start();
-    let client = kube_fake_client::ClientBuilder::new()
-        .with_resource::<QueueService>()
-        .with_status_subresource::<QueueService>()
-        .with_status_subresource::<Deployment>()
-        .build()
-        .await
-        .unwrap();
+    let api_server = KubeApi::start().await;
+    let client = Client::try_from(kube::Config::new(api_server.url().parse().unwrap())).unwrap();
     let config = OperatorConfig {
-        // The fake cannot route Namespace objects: tenant namespaces are
-        // taken as provisioned.
+        // Tenant namespaces are taken as provisioned.
         create_namespaces: false,
         ..OperatorConfig::default()
     };

@@ -212,6 +212,18 @@ async fn the_real_controllers_reconcile_over_http_survive_redis_and_fail_over() 
     .await;
     eprintln!("Ready through REST {took:?} after the Deployment became available");
 
+    // The route publisher watches what the table is made of: the API
+    // server lists nothing more while it rebuilds the table every 2 s.
+    let collections = [
+        "apis/sless.kube5s.ru/v1alpha1/queueservices",
+        "api/v1/secrets",
+        "api/v1/services",
+    ];
+    let before = collections.map(|c| cluster.lists(c));
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    let after = collections.map(|c| cluster.lists(c));
+    assert_eq!(before, after, "lists of {collections:?} in 7 s of steady state");
+
     // A child deleted by hand comes back at once: its controller watches it.
     services.delete("sqs-svc-acme", &DeleteParams::default()).await.unwrap();
     let back = eventually(Duration::from_secs(10), "the deleted Service is back", || async {
