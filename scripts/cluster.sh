@@ -399,14 +399,24 @@ EOF
 cert_manager_up() {
   local kubectl=("$BIN/kubectl" --kubeconfig "$KUBECONFIG_ADMIN")
   "${kubectl[@]}" apply --server-side -f "$CERT_MANAGER_CACHE/crds" >/dev/null
+  "${kubectl[@]}" wait --for=condition=Established --timeout=60s -f "$CERT_MANAGER_CACHE/crds" >/dev/null
   "${kubectl[@]}" create namespace cert-manager >/dev/null
   start cert-manager "$CERT_MANAGER_CACHE/cert-manager" --kubeconfig "$KUBECONFIG_ADMIN"
   sleep 2
   wait_for cert-manager 1 kill -0 "$(cat "$RUN/cert-manager.pid")"
 }
 
+# Whether a complete `up` left every process of the cluster running.
+running() {
+  [ -f "$RUN/up-done" ] || return 1
+  local name
+  for name in etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy coredns cert-manager containerd; do
+    [ -f "$RUN/$name.pid" ] && kill -0 "$(cat "$RUN/$name.pid")" 2>/dev/null || return 1
+  done
+}
+
 up() {
-  if [ -f "$RUN/kube-apiserver.pid" ] && kill -0 "$(cat "$RUN/kube-apiserver.pid")" 2>/dev/null; then
+  if running; then
     log "the cluster is up already"
     env_line
     return
@@ -425,6 +435,7 @@ up() {
   node_up
   storage
   cert_manager_up
+  touch "$RUN/up-done"
   log "the cluster is up in $((SECONDS - started)) s"
   env_line
 }

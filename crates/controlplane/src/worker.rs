@@ -143,6 +143,13 @@ pub struct Delivery {
     pub snapshot: Arc<PublishedSnapshot>,
 }
 
+/// A worker's last applied snapshot, as it said.
+struct Applied {
+    epoch: u64,
+    version: u64,
+    seen: Instant,
+}
+
 pub struct Service {
     pub(super) store: Arc<dyn ControlStore>,
     pub(super) config: ServiceConfig,
@@ -152,8 +159,8 @@ pub struct Service {
     pub(super) ack_signals: Mutex<HashMap<String, Arc<Notify>>>,
     /// The current stream of each worker, by a token; an older one ends.
     pub(super) streams: Mutex<HashMap<String, u64>>,
-    /// The snapshot version each worker last said it applied, and when.
-    applied: Mutex<HashMap<String, (u64, Instant)>>,
+    /// The snapshot each worker last said it applied, and when it said so.
+    applied: Mutex<HashMap<String, Applied>>,
     pub(super) shutdown: watch::Sender<bool>,
 }
 
@@ -195,19 +202,27 @@ impl Service {
     }
 
     /// The newest snapshot version that every worker heard from within a
-    /// session's TTL has applied, or `None` when no worker is live here.
-    /// A worker that just registered has applied nothing (version 0).
-    pub fn applied_everywhere(&self) -> Option<u64> {
+    /// session's TTL has applied under `ownership_epoch`, or `None` when no
+    /// worker is live here. A worker that just registered has applied
+    /// nothing (version 0), and so has one whose snapshot is of another
+    /// epoch: versions start again when the store loses its state.
+    pub fn applied_everywhere(&self, ownership_epoch: u64) -> Option<u64> {
         let now = Instant::now();
         let mut applied = self.applied.lock_unpoisoned();
-        applied.retain(|_, (_, seen)| now.duration_since(*seen) < self.config.session_ttl);
-        applied.values().map(|(version, _)| *version).min()
+        applied.retain(|_, a| now.duration_since(a.seen) < self.config.session_ttl);
+        applied
+            .values()
+            .map(|a| if a.epoch == ownership_epoch { a.version } else { 0 })
+            .min()
     }
 
-    fn note_applied(&self, worker_id: &str, version: u64) {
-        self.applied
-            .lock_unpoisoned()
-            .insert(worker_id.to_owned(), (version, Instant::now()));
+    fn note_applied(&self, worker_id: &str, epoch: u64, version: u64) {
+        let applied = Applied {
+            epoch,
+            version,
+            seen: Instant::now(),
+        };
+        self.applied.lock_unpoisoned().insert(worker_id.to_owned(), applied);
     }
 
     pub(super) fn ack_signal(&self, worker_id: &str) -> Arc<Notify> {
@@ -240,7 +255,7 @@ impl Service {
             nacked_version: 0,
         };
         let ownership_epoch = self.store.open_session(&session, self.config.session_ttl).await?;
-        self.note_applied(&session.worker_id, 0);
+        self.note_applied(&session.worker_id, 0, 0);
         // A stream of the replaced session must notice at once.
         self.ack_signal(&session.worker_id).notify_waiters();
         tracing::info!(worker_id = %session.worker_id, "worker registered");
@@ -282,7 +297,7 @@ impl Service {
         };
         self.store.acknowledge_snapshot(&ack, self.config.session_ttl).await?;
         if ack.applied {
-            self.note_applied(&ack.worker_id, ack.snapshot.version);
+            self.note_applied(&ack.worker_id, ack.snapshot.ownership_epoch, ack.snapshot.version);
         } else {
             tracing::warn!(worker_id = %ack.worker_id, version = ack.snapshot.version, error_code = %cmd.error_code,
                 "worker rejected a snapshot");
@@ -313,7 +328,7 @@ impl Service {
         {
             Ok(ownership_epoch) => {
                 // The heartbeat says which version the worker runs: it stays live.
-                self.note_applied(&report.worker_id, report.snapshot_version);
+                self.note_applied(&report.worker_id, report.ownership_epoch, report.snapshot_version);
                 Ok(RuntimeDecision {
                     require_full_snapshot: false,
                     ownership_epoch,
@@ -406,26 +421,36 @@ mod tests {
         let store = Arc::new(MemoryStore::new());
         store.claim_ownership().await.unwrap();
         let service = Service::new(store.clone(), ServiceConfig::default(), watch::channel(None).1);
-        assert_eq!(service.applied_everywhere(), None, "no worker: nothing to wait for");
+        let epoch = store.current_ownership_epoch().await.unwrap();
+        assert_eq!(
+            service.applied_everywhere(epoch),
+            None,
+            "no worker: nothing to wait for"
+        );
         let a = service.register(register("gw-a")).await.unwrap();
         let b = service.register(register("gw-b")).await.unwrap();
         assert_eq!(
-            service.applied_everywhere(),
+            service.applied_everywhere(epoch),
             Some(0),
             "registered workers have applied nothing"
         );
         apply(&service, &store, "gw-a", &a.session_id, 3).await;
-        assert_eq!(service.applied_everywhere(), Some(0), "b has not applied 3");
+        assert_eq!(service.applied_everywhere(epoch), Some(0), "b has not applied 3");
         apply(&service, &store, "gw-b", &b.session_id, 3).await;
-        assert_eq!(service.applied_everywhere(), Some(3));
+        assert_eq!(service.applied_everywhere(epoch), Some(3));
         // A worker registering again (a restart) holds it back until it applies.
         let a = service.register(register("gw-a")).await.unwrap();
-        assert_eq!(service.applied_everywhere(), Some(0));
+        assert_eq!(service.applied_everywhere(epoch), Some(0));
         apply(&service, &store, "gw-a", &a.session_id, 4).await;
-        assert_eq!(service.applied_everywhere(), Some(3));
+        assert_eq!(service.applied_everywhere(epoch), Some(3));
+        assert_eq!(
+            service.applied_everywhere(epoch + 1),
+            Some(0),
+            "what was applied under another epoch counts for nothing"
+        );
         tokio::time::advance(ServiceConfig::default().session_ttl).await;
         assert_eq!(
-            service.applied_everywhere(),
+            service.applied_everywhere(epoch),
             None,
             "workers not heard from within a TTL are gone"
         );

@@ -56,9 +56,13 @@ pub async fn publish(
 ) {
     let (caches, watching) = Caches::start(&client);
     // An empty table before the first lists would take every route away.
-    tokio::select! {
-        () = caches.filled() => {}
-        _ = stopped.wait_for(|s| *s) => return,
+    let filled = tokio::select! {
+        filled = caches.filled() => filled,
+        _ = stopped.wait_for(|s| *s) => false,
+    };
+    if !filled {
+        watching.abort();
+        return;
     }
     loop {
         let (queues, snapshot) = caches.read();
@@ -100,12 +104,19 @@ impl Caches {
         )
     }
 
-    async fn filled(&self) {
-        let _ = tokio::join!(
+    /// Whether every cache was filled by its first list (false when a
+    /// watch ended before that).
+    async fn filled(&self) -> bool {
+        let (queues, secrets, services) = tokio::join!(
             self.queues.wait_until_ready(),
             self.secrets.wait_until_ready(),
             self.services.wait_until_ready()
         );
+        let filled = queues.is_ok() && secrets.is_ok() && services.is_ok();
+        if !filled {
+            tracing::warn!("a watch of the routing table's objects ended before its first list");
+        }
+        filled
     }
 
     /// The QueueServices, and the routing table as the caches have it: a
@@ -259,7 +270,7 @@ async fn mark_routed(client: &Client, service: &ControlService, queues: &[QueueS
         return;
     };
     if service
-        .applied_everywhere()
+        .applied_everywhere(published.id.ownership_epoch)
         .is_some_and(|applied| applied < published.id.version)
     {
         return;

@@ -184,6 +184,15 @@ impl Cluster {
         }
     }
 
+    /// Whether the route publisher marked `tenant`'s QueueService routed.
+    async fn routed(&self, tenant: &str) -> bool {
+        let qs = Api::<QueueService>::namespaced(self.client.clone(), &Self::namespace(tenant))
+            .get("main")
+            .await
+            .unwrap();
+        qs.status.and_then(|s| s.routed) == Some(true)
+    }
+
     async fn secret(&self, tenant: &str) -> BTreeMap<String, String> {
         let secret = Api::<Secret>::namespaced(self.client.clone(), &Self::namespace(tenant))
             .get(&format!("sqs-creds-{tenant}"))
@@ -422,10 +431,17 @@ async fn the_kubernetes_path_routes_fences_and_survives_failures() {
     let keys_a = cluster.secret("a").await;
     let keys_b = cluster.secret("b").await;
 
-    // boto3 through each gateway, once the leader's routes reach it.
+    // boto3 through each gateway, once the leader's routes reach it; both
+    // queue services are then marked routed (the REST API's Ready).
     for (gateway, _) in &gateways {
         eventually(Duration::from_secs(30), "tenant a served through a gateway", || async {
             boto3(gateway, "a", &keys_a, "send", "first").await == json!({"ok": "sent"})
+        })
+        .await;
+    }
+    for tenant in ["a", "b"] {
+        eventually(Duration::from_secs(10), "the queue service marked routed", || async {
+            cluster.routed(tenant).await
         })
         .await;
     }
@@ -534,6 +550,27 @@ async fn the_kubernetes_path_routes_fences_and_survives_failures() {
         boto3(&gateways[1].0, "a", &keys_a, "send", "still").await,
         json!({"ok": "sent"})
     );
+    // A gateway that stops answering is waited for until its session's
+    // TTL (35 s) passes: a new queue service served by the other one is
+    // not marked routed meanwhile.
+    drop(gateways.pop());
+    cluster.create("c").await;
+    cluster.reconcile().await;
+    cluster.reconcile().await;
+    cluster.run_engine("c", &format!("127.0.0.{}", base + 2)).await;
+    let keys_c = cluster.secret("c").await;
+    eventually(
+        Duration::from_secs(30),
+        "tenant c served through the live gateway",
+        || async { boto3(&gateways[0].0, "c", &keys_c, "send", "c1").await == json!({"ok": "sent"}) },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        !cluster.routed("c").await,
+        "marked routed while a gateway never applied its route"
+    );
+
     drop(replicas);
     assert!(
         Api::<QueueService>::all(client)
@@ -541,6 +578,6 @@ async fn the_kubernetes_path_routes_fences_and_survives_failures() {
             .await
             .unwrap()
             .iter()
-            .all(|q| q.name_any() == "main" && q.spec.tenant_id == "a")
+            .all(|q| q.name_any() == "main" && q.spec.tenant_id != "b")
     );
 }
