@@ -1,24 +1,15 @@
 """The Terraform provider with the real Terraform CLI (1.0.3, protocol 6),
 offline through `dev_overrides`, against a `sless dev` started here."""
 
-import json
 import os
 import pathlib
-import shutil
 import subprocess
-import sysconfig
-import tempfile
 import time
-import textwrap
 
 import pytest
 
-from conftest import TARGET, TOKENS, sqs_client
-
-PROVIDER_DIR = TARGET / "debug"
-# The PyPI package installs its entry point beside the interpreter's scripts,
-# which a version manager's shims may not have picked up yet.
-TERRAFORM = shutil.which("terraform") or str(pathlib.Path(sysconfig.get_path("scripts")) / "terraform")
+from conftest import TOKENS, sqs_client
+from tests.terraform_cli import QUEUE, TERRAFORM, Terraform
 
 
 def psql(sql):
@@ -32,56 +23,19 @@ def orders_table():
     psql("CREATE TABLE IF NOT EXISTS orders (id serial PRIMARY KEY, card text)")
 
 
+class DevTerraform(Terraform):
+    """Against this module's `sless dev`, whose REST API the tests read too."""
+
+    def __init__(self, sless):
+        super().__init__(sless.api, TOKENS["a"])
+        self.sless = sless
+
+
 @pytest.fixture
 def tf(sless):
-    if not (PROVIDER_DIR / "terraform-provider-sless").exists():
-        pytest.fail("terraform-provider-sless is missing: run `cargo build` first")
-    if not pathlib.Path(TERRAFORM).exists():
-        pytest.fail("terraform is missing: pip install -r tests/requirements.txt")
-    work = pathlib.Path(tempfile.mkdtemp(prefix="sless-tf-"))
-    rc = work / "cli.tfrc"
-    rc.write_text(textwrap.dedent(f"""
-        provider_installation {{
-          dev_overrides {{
-            "kube5s/sless" = "{PROVIDER_DIR}"
-          }}
-          direct {{}}
-        }}
-    """))
-    yield Terraform(work, rc, sless)
-    shutil.rmtree(work, ignore_errors=True)
-
-
-class Terraform:
-    def __init__(self, work, rc, sless):
-        self.work, self.rc, self.sless = work, rc, sless
-        self.env = dict(os.environ, TF_CLI_CONFIG_FILE=str(rc), CHECKPOINT_DISABLE="1", TF_IN_AUTOMATION="1",
-                        TF_INPUT="0", SLESS_ENDPOINT=sless.api, SLESS_TOKEN=TOKENS["a"])
-
-    def write(self, body, provider='provider "sless" {}'):
-        (self.work / "main.tf").write_text(textwrap.dedent("""
-            terraform {
-              required_providers {
-                sless = { source = "kube5s/sless" }
-              }
-            }
-        """) + provider + "\n" + textwrap.dedent(body))
-
-    def run(self, *args, check=True, env=None):
-        out = subprocess.run([TERRAFORM, *args, "-no-color"], cwd=self.work, env={**self.env, **(env or {})},
-                             capture_output=True, text=True, timeout=300)
-        if check and out.returncode != 0:
-            raise AssertionError(f"terraform {' '.join(args)} failed:\n{out.stdout}\n{out.stderr}")
-        return out
-
-    def apply(self, **kw):
-        return self.run("apply", "-auto-approve", **kw)
-
-    def plan_exit(self):
-        return self.run("plan", "-detailed-exitcode", check=False)
-
-    def outputs(self):
-        return json.loads(self.run("output", "-json").stdout)
+    tf = DevTerraform(sless)
+    yield tf
+    tf.remove()
 
 
 def assert_no_resource_changes(plan):
@@ -90,26 +44,6 @@ def assert_no_resource_changes(plan):
     assert plan.returncode in (0, 2), plan.stderr
     for action in ("will be created", "will be updated", "must be replaced", "will be destroyed"):
         assert action not in plan.stdout, plan.stdout
-
-
-QUEUE = """
-resource "sless_queue_service" "main" {
-  name      = "%s"
-  memory_mb = %d
-  timeouts {
-    create = "2m"
-  }
-}
-output "endpoint"   { value = sless_queue_service.main.endpoint }
-output "access_key" {
-  value     = sless_queue_service.main.access_key
-  sensitive = true
-}
-output "secret_key" {
-  value     = sless_queue_service.main.secret_key
-  sensitive = true
-}
-"""
 
 
 def test_queue_service_lifecycle(tf):

@@ -5,12 +5,60 @@ last one, with its interfaces, iptables rules and state."""
 
 import os
 import pathlib
+import socket
 import subprocess
+import time
 
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent.parent
 SCRIPT = ROOT / "scripts" / "cluster.sh"
+# The address of the cluster's bridge on the host (scripts/cluster.sh):
+# host services the pods use are forwarded to it.
+BRIDGE = "10.250.0.1"
+PG_DSN = os.environ.get("SLESS_TEST_PG", "postgres://postgres@127.0.0.1/test")
+
+
+def psql(sql):
+    done = subprocess.run(["psql", PG_DSN, "-Atqc", sql], capture_output=True, text=True, check=True)
+    return done.stdout.strip()
+
+
+def wait_for(what, check, within):
+    """`check()` once it is truthy; `what` (or what it returns) names it
+    when it is not within `within` seconds."""
+    deadline = time.time() + within
+    while True:
+        value = check()
+        if value:
+            return value
+        assert time.time() < deadline, f"{what() if callable(what) else what} within {within} s"
+        time.sleep(0.5)
+
+
+def forward(host_port, bridge_port):
+    """socat from the bridge's `bridge_port` to a loopback service of the
+    host: its process, listening. Stop it with `stop(forwarder)`."""
+    proc = subprocess.Popen(["socat", f"TCP-LISTEN:{bridge_port},bind={BRIDGE},reuseaddr,fork",
+                             f"TCP:127.0.0.1:{host_port}"])
+
+    def listening():
+        try:
+            socket.create_connection((BRIDGE, bridge_port), timeout=1).close()
+            return True
+        except OSError:
+            return False
+    try:
+        wait_for(f"the forwarder to port {host_port}", listening, 10)
+    except BaseException:
+        stop(proc)
+        raise
+    return proc
+
+
+def stop(proc):
+    proc.terminate()
+    proc.wait()
 
 
 class Cluster:

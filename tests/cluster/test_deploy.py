@@ -13,15 +13,8 @@ forwarders on the cluster bridge's address."""
 
 import hashlib
 import json
-import os
 import re
-import pathlib
-import shutil
-import socket
 import subprocess
-import sysconfig
-import tempfile
-import textwrap
 import threading
 import time
 import uuid
@@ -31,47 +24,15 @@ import botocore.config
 import pytest
 import requests
 
-from tests.conftest import REGION, TARGET, TOKENS
-from tests.cluster.conftest import ROOT
+from tests.conftest import REGION, TOKENS
+from tests.cluster.conftest import BRIDGE, ROOT, forward, psql, stop, wait_for
+from tests.terraform_cli import QUEUE, Terraform
 
 OVERLAY = ROOT / "tests" / "cluster" / "deploy"
-BRIDGE = "10.250.0.1"
 # A Redis database of its own: the host's Redis serves other tests too.
 REDIS_DB = 11
 SYSTEM = "sless-system"
 PLATFORM_DEPLOYMENTS = ("sless-operator", "sless-gateway-a", "sless-gateway-b")
-PROVIDER_DIR = TARGET / "debug"
-TERRAFORM = shutil.which("terraform") or str(pathlib.Path(sysconfig.get_path("scripts")) / "terraform")
-PG_DSN = os.environ.get("SLESS_TEST_PG", "postgres://postgres@127.0.0.1/test")
-
-
-def psql(sql, dsn=PG_DSN):
-    done = subprocess.run(["psql", dsn, "-Atqc", sql], capture_output=True, text=True, check=True)
-    return done.stdout.strip()
-
-
-def wait_for(what, check, within):
-    deadline = time.time() + within
-    while True:
-        value = check()
-        if value:
-            return value
-        assert time.time() < deadline, f"{what} within {within} s"
-        time.sleep(0.5)
-
-
-def forward(port_on_host):
-    """socat from the bridge's address to a loopback service of the host."""
-    proc = subprocess.Popen(["socat", f"TCP-LISTEN:{port_on_host},bind={BRIDGE},reuseaddr,fork",
-                             f"TCP:127.0.0.1:{port_on_host}"])
-    def listening():
-        try:
-            socket.create_connection((BRIDGE, port_on_host), timeout=1).close()
-            return True
-        except OSError:
-            return False
-    wait_for(f"the forwarder of port {port_on_host}", listening, 10)
-    return proc
 
 
 class Platform:
@@ -95,6 +56,10 @@ class Platform:
                             aws_access_key_id=view["accessKey"], aws_secret_access_key=view["secretKey"],
                             config=config)
 
+    def terraform(self, tenant):
+        """The Terraform CLI against the API Service, as `tenant`."""
+        return Terraform(self.api, TOKENS[tenant], timeout=600)
+
     def logs(self):
         out = []
         for deployment in PLATFORM_DEPLOYMENTS:
@@ -115,27 +80,26 @@ def secrets(cluster):
 
 @pytest.fixture(scope="module")
 def platform(cluster, sless_image):
-    redis = forward(6379)
-    pg = forward(5432)
-    subprocess.run(["redis-cli", "-n", str(REDIS_DB), "FLUSHDB"], check=True, capture_output=True)
-    cluster.kubectl("create", "namespace", SYSTEM, check=False)
-    secrets(cluster)
-    started = time.time()
-    cluster.kubectl("apply", "-k", str(OVERLAY))
-    cluster.kubectl("-n", SYSTEM, "wait", "--for=condition=Ready", "certificate", "--all", "--timeout=120s")
-    for deployment in PLATFORM_DEPLOYMENTS:
-        cluster.kubectl("-n", SYSTEM, "rollout", "status", f"deployment/{deployment}", "--timeout=300s")
-    wait_for("cert-manager's CA in the webhook configuration", lambda: cluster.kubectl(
-        "get", "validatingwebhookconfiguration", "sless-dataflow",
-        "-o", "jsonpath={.webhooks[*].clientConfig.caBundle}").stdout.strip(), 60)
-    platform = Platform(cluster)
-    print(f"deploy/ applied and Ready in {time.time() - started:.0f} s")
+    forwarders = [forward(6379, 6379), forward(5432, 5432)]
     try:
+        subprocess.run(["redis-cli", "-n", str(REDIS_DB), "FLUSHDB"], check=True, capture_output=True)
+        cluster.kubectl("create", "namespace", SYSTEM, check=False)
+        secrets(cluster)
+        started = time.time()
+        cluster.kubectl("apply", "-k", str(OVERLAY))
+        cluster.kubectl("-n", SYSTEM, "wait", "--for=condition=Ready", "certificate", "--all", "--timeout=120s")
+        for deployment in PLATFORM_DEPLOYMENTS:
+            cluster.kubectl("-n", SYSTEM, "rollout", "status", f"deployment/{deployment}", "--timeout=300s")
+        wait_for("cert-manager's CA in the webhook configuration", lambda: cluster.kubectl(
+            "get", "validatingwebhookconfiguration", "sless-dataflow",
+            "-o", "jsonpath={.webhooks[*].clientConfig.caBundle}").stdout.strip(), 60)
+        platform = Platform(cluster)
+        print(f"deploy/ applied and Ready in {time.time() - started:.0f} s")
         yield platform
     finally:
         remove(cluster)
-        redis.terminate()
-        pg.terminate()
+        for forwarder in forwarders:
+            stop(forwarder)
 
 
 def remove(cluster):
@@ -150,63 +114,14 @@ def remove(cluster):
     cluster.kubectl("-n", SYSTEM, "delete", "lease", "sless-operator", check=False)
 
 
-class Terraform:
-    """The real Terraform CLI with the provider of this build (dev_overrides),
-    against the API Service."""
-
-    def __init__(self, platform, tenant):
-        self.work = pathlib.Path(tempfile.mkdtemp(prefix="sless-cluster-tf-"))
-        rc = self.work / "cli.tfrc"
-        rc.write_text(f'provider_installation {{\n  dev_overrides {{ "kube5s/sless" = "{PROVIDER_DIR}" }}\n'
-                      '  direct {}\n}\n')
-        self.env = dict(os.environ, TF_CLI_CONFIG_FILE=str(rc), CHECKPOINT_DISABLE="1", TF_IN_AUTOMATION="1",
-                        TF_INPUT="0", SLESS_ENDPOINT=platform.api, SLESS_TOKEN=TOKENS[tenant])
-
-    def write(self, body):
-        (self.work / "main.tf").write_text('terraform {\n  required_providers {\n'
-                                           '    sless = { source = "kube5s/sless" }\n  }\n}\n'
-                                           'provider "sless" {}\n' + textwrap.dedent(body))
-
-    def run(self, *args, check=True):
-        out = subprocess.run([TERRAFORM, *args, "-no-color"], cwd=self.work, env=self.env,
-                             capture_output=True, text=True, timeout=600)
-        if check:
-            assert out.returncode == 0, f"terraform {' '.join(args)}:\n{out.stdout}\n{out.stderr}"
-        return out
-
-    def outputs(self):
-        return {k: v["value"] for k, v in json.loads(self.run("output", "-json").stdout).items()}
-
-
-QUEUE_SERVICE = """
-resource "sless_queue_service" "main" {
-  name      = "main"
-  memory_mb = 128
-  timeouts {
-    create = "5m"
-  }
-}
-output "endpoint"   { value = sless_queue_service.main.endpoint }
-output "access_key" {
-  value     = sless_queue_service.main.access_key
-  sensitive = true
-}
-output "secret_key" {
-  value     = sless_queue_service.main.secret_key
-  sensitive = true
-}
-"""
-
-
 @pytest.fixture(scope="module")
 def queue_service(platform):
     """Tenant a's queue service, ordered with `terraform apply`: its view."""
-    if not (PROVIDER_DIR / "terraform-provider-sless").exists():
-        pytest.fail("terraform-provider-sless is missing: run `cargo build` first")
-    tf = Terraform(platform, "a")
-    tf.write(QUEUE_SERVICE)
-    tf.run("apply", "-auto-approve")
-    out = tf.outputs()
+    tf = platform.terraform("a")
+    # A pod on a volume: more room to start than `sless dev` needs.
+    tf.write((QUEUE % ("main", 128)).replace('create = "2m"', 'create = "5m"'))
+    tf.apply()
+    out = {name: output["value"] for name, output in tf.outputs().items()}
     view = {"endpoint": out["endpoint"], "accessKey": out["access_key"], "secretKey": out["secret_key"], "tf": tf}
     # The tenant's first call, the moment apply returns, without the SDK's
     # retries: Ready waits until every gateway routes the queue service.
@@ -216,7 +131,7 @@ def queue_service(platform):
     except Exception as e:  # judged by the test, with the reason
         view["first_call"] = repr(e)
     yield view
-    shutil.rmtree(tf.work, ignore_errors=True)
+    tf.remove()
 
 
 def engine_pod(cluster):
@@ -393,11 +308,11 @@ def test_a_wrong_password_shows_its_reason_in_rest_and_in_terraform_within_30_s(
          "EXCEPTION WHEN duplicate_object THEN NULL; END$$")
     table = f"wrong_{uuid.uuid4().hex[:6]}"
     psql(f"CREATE TABLE {table} (id serial PRIMARY KEY)")
-    tf = Terraform(platform, "a")
+    tf = platform.terraform("a")
     try:
         tf.write(WRONG_PASSWORD_FLOW % {"pg": f"{BRIDGE}:5432", "table": table})
         started = time.time()
-        applied = tf.run("apply", "-auto-approve")
+        applied = tf.apply()
         took = time.time() - started
         print(f"the wrong password's reason reached terraform in {took:.1f} s")
         assert 'password authentication failed for user "sless_password"' in applied.stdout + applied.stderr, \
@@ -409,7 +324,7 @@ def test_a_wrong_password_shows_its_reason_in_rest_and_in_terraform_within_30_s(
         assert "password authentication failed" in tf.run("show").stdout, shown.stdout
         tf.run("destroy", "-auto-approve")
     finally:
-        shutil.rmtree(tf.work, ignore_errors=True)
+        tf.remove()
         psql(f"DROP TABLE IF EXISTS {table}, {table}_copy")
 
 

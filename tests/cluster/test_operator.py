@@ -20,18 +20,10 @@ import pytest
 import requests
 
 from tests.conftest import BINARY, TOKENS, free_port
-from tests.cluster.conftest import ROOT
+from tests.cluster.conftest import BRIDGE, ROOT, forward, psql, stop, wait_for
 
-PG_DSN = os.environ.get("SLESS_TEST_PG", "postgres://postgres@127.0.0.1/test")
-# The address of the cluster's bridge on the host (scripts/cluster.sh).
-BRIDGE = "10.250.0.1"
 SERVICES, PODS = "10.252.0.0/16", "10.251.0.0/24"
 ROWS = 10_000
-
-
-def psql(sql):
-    done = subprocess.run(["psql", PG_DSN, "-Atqc", sql], capture_output=True, text=True, check=True)
-    return done.stdout.strip()
 
 
 class Operator:
@@ -125,30 +117,11 @@ def pg_on_bridge(cluster):
     with socket.socket() as s:
         s.bind((BRIDGE, 0))
         port = s.getsockname()[1]
-    forwarder = subprocess.Popen(["socat", f"TCP-LISTEN:{port},bind={BRIDGE},reuseaddr,fork", "TCP:127.0.0.1:5432"])
-    deadline = time.time() + 10
-    while True:
-        try:
-            socket.create_connection((BRIDGE, port), timeout=1).close()
-            break
-        except OSError:
-            assert time.time() < deadline, "the PostgreSQL forwarder did not listen"
-            time.sleep(0.1)
+    forwarder = forward(5432, port)
     try:
         yield f"{BRIDGE}:{port}"
     finally:
-        forwarder.terminate()
-        forwarder.wait()
-
-
-def wait_for(what, check, within):
-    deadline = time.time() + within
-    while True:
-        value = check()
-        if value:
-            return value
-        assert time.time() < deadline, f"{what() if callable(what) else what} within {within} s"
-        time.sleep(0.5)
+        stop(forwarder)
 
 
 def processor_pods(cluster, name):
