@@ -13,7 +13,9 @@
 # CoreDNS from its Go module. They are cached under
 # $SLESS_CACHE/kubernetes-$RELEASE (default ~/.cache/sless), keyed by the
 # release: a second `up` builds nothing. containerd, runc, the CNI plugins
-# and iptables are Debian's. The pause image is built from the release's own
+# and iptables are Debian's. NetworkPolicy is enforced by the controller of
+# sigs.k8s.io/kube-network-policies (scripts/cluster/netpol) on the host.
+# The pause image is built from the release's own
 # pause.c (and tests' busybox image from Debian's). Everything listens on loopback or on the interface `sless0`
 # (a bridge with no ports: this kernel has no dummy device; 10.250.0.0/24)
 # the script makes; pods live on the bridge `slesscni0`
@@ -33,6 +35,11 @@ BIN=$CACHE/bin
 # The release of scripts/cluster/cert-manager/go.mod.
 CERT_MANAGER=v1.20.3
 CERT_MANAGER_CACHE=${SLESS_CACHE:-$HOME/.cache/sless}/cert-manager-$CERT_MANAGER
+# The release of scripts/cluster/netpol/go.mod (kube-network-policies).
+NETPOL=v0.8.0
+NETPOL_CACHE=${SLESS_CACHE:-$HOME/.cache/sless}/kube-network-policies-$NETPOL
+NETPOL_CHAIN=SLESS-NETPOL
+NETPOL_QUEUE=100
 STATE=${SLESS_CLUSTER_STATE:-/var/lib/sless-cluster}
 RUN=/run/sless-cluster
 NODE=sless-node
@@ -75,7 +82,7 @@ build() {
   version+=" -X k8s.io/component-base/version.gitMajor=1"
   version+=" -X k8s.io/component-base/version.gitMinor=$(echo "$RELEASE" | cut -d. -f2)"
   version+=" -X k8s.io/component-base/version.gitTreeState=clean"
-  log "building Kubernetes $RELEASE and etcd into $BIN (once; about half an hour on 2 cores)"
+  log "building Kubernetes $RELEASE and etcd into $BIN (once; about 5 minutes on 2 cores)"
   local started=$SECONDS
   (cd scripts/cluster/kubernetes \
     && go build -trimpath -tags=selinux,notest,grpcnotrace -ldflags "-s -w $version" -o "$BIN/" \
@@ -105,6 +112,17 @@ build_cert_manager() {
   chmod -R u+w "$CERT_MANAGER_CACHE/crds"
   rm -f "$CERT_MANAGER_CACHE/crds/README.md"
   log "built cert-manager in $((SECONDS - started)) s"
+}
+
+# The NetworkPolicy enforcer (scripts/cluster/netpol: kube-network-policies'
+# controller with a kubeconfig), cached under $NETPOL_CACHE.
+build_netpol() {
+  [ -x "$NETPOL_CACHE/netpol" ] && return 0
+  mkdir -p "$NETPOL_CACHE"
+  log "building kube-network-policies $NETPOL into $NETPOL_CACHE (once)"
+  local started=$SECONDS
+  (cd scripts/cluster/netpol && go build -trimpath -ldflags "-s -w" -o "$NETPOL_CACHE/netpol" .)
+  log "built kube-network-policies in $((SECONDS - started)) s"
 }
 
 pki() {
@@ -406,11 +424,29 @@ cert_manager_up() {
   wait_for cert-manager 1 kill -0 "$(cat "$RUN/cert-manager.pid")"
 }
 
+# NetworkPolicy enforced on the node (scripts/cluster/netpol). Its hook: the
+# first packet of each connection from or to a pod, leaving through the host
+# (routed or bridged), is queued to the enforcer, which accepts or drops it by
+# the policies; with no enforcer listening the packet is dropped. The host's
+# own root processes (the kubelet's probes) pass, as upstream's hook lets them.
+# Made with the xtables NFQUEUE target: this kernel has no nftables `queue`.
+netpol_up() {
+  iptables -t mangle -N "$NETPOL_CHAIN"
+  iptables -t mangle -A "$NETPOL_CHAIN" -m owner --uid-owner 0 -j RETURN
+  iptables -t mangle -A "$NETPOL_CHAIN" -m conntrack --ctstate ESTABLISHED,RELATED -j RETURN
+  iptables -t mangle -A "$NETPOL_CHAIN" -s "$POD_SUBNET" -j NFQUEUE --queue-num "$NETPOL_QUEUE"
+  iptables -t mangle -A "$NETPOL_CHAIN" -d "$POD_SUBNET" -j NFQUEUE --queue-num "$NETPOL_QUEUE"
+  iptables -t mangle -A POSTROUTING -j "$NETPOL_CHAIN"
+  start netpol "$NETPOL_CACHE/netpol" --kubeconfig "$KUBECONFIG_ADMIN" --node "$NODE" \
+    --nfqueue-id "$NETPOL_QUEUE"
+  wait_for netpol 60 grep -q "^ *$NETPOL_QUEUE " /proc/net/netfilter/nfnetlink_queue
+}
+
 # Whether a complete `up` left every process of the cluster running.
 running() {
   [ -f "$RUN/up-done" ] || return 1
   local name
-  for name in etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy coredns cert-manager containerd; do
+  for name in etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy coredns cert-manager netpol containerd; do
     [ -f "$RUN/$name.pid" ] && kill -0 "$(cat "$RUN/$name.pid")" 2>/dev/null || return 1
   done
 }
@@ -424,6 +460,7 @@ up() {
   packages
   build
   build_cert_manager
+  build_netpol
   local started=$SECONDS
   down quiet
   mkdir -p "$STATE" "$RUN"
@@ -432,6 +469,7 @@ up() {
   containerd_up
   images
   control_plane_up
+  netpol_up
   node_up
   storage
   cert_manager_up
@@ -474,9 +512,12 @@ stop() {
 # iptables rules kube-proxy made, and the state.
 down() {
   local quiet=${1:-}
-  for name in cert-manager kube-proxy kubelet coredns kube-scheduler kube-controller-manager kube-apiserver etcd; do
+  for name in cert-manager kube-proxy kubelet coredns netpol kube-scheduler kube-controller-manager kube-apiserver etcd; do
     stop "$name"
   done
+  while iptables -t mangle -D POSTROUTING -j "$NETPOL_CHAIN" 2>/dev/null; do :; done
+  iptables -t mangle -F "$NETPOL_CHAIN" 2>/dev/null || true
+  iptables -t mangle -X "$NETPOL_CHAIN" 2>/dev/null || true
   if [ -S "$RUN/containerd.sock" ]; then
     for task in $(ctr --address "$RUN/containerd.sock" -n k8s.io tasks ls -q 2>/dev/null); do
       ctr --address "$RUN/containerd.sock" -n k8s.io tasks kill -s SIGKILL "$task" >/dev/null 2>&1 || true
@@ -517,7 +558,7 @@ case "${1:-}" in
   up) up ;;
   down) down ;;
   env) env_line ;;
-  build) packages && build && build_cert_manager ;;
+  build) packages && build && build_cert_manager && build_netpol ;;
   image) sless_image ;;
   *) echo "usage: $0 up|down|env|build|image" >&2; exit 2 ;;
 esac

@@ -3,6 +3,7 @@ session: built from the official sources on first use (cached outside the
 checkout), started before the first cluster test and removed after the
 last one, with its interfaces, iptables rules and state."""
 
+import json
 import os
 import pathlib
 import socket
@@ -60,6 +61,64 @@ def stop(proc):
     proc.terminate()
     proc.wait()
 
+
+def busybox_pod(namespace, name, script, labels=None):
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels or {}},
+        "spec": {
+            "restartPolicy": "Never",
+            "securityContext": {"runAsUser": 65532, "runAsGroup": 65532, "runAsNonRoot": True},
+            "containers": [{"name": "c", "image": "sless.local/busybox:1", "imagePullPolicy": "Never",
+                            "command": ["/bin/busybox", "sh", "-c", script]}],
+        },
+    }
+
+
+def listener(cluster, namespace, name):
+    """A pod accepting TCP on 8080, under no NetworkPolicy: its address."""
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(
+        busybox_pod(namespace, name, "exec /bin/busybox nc -ll -p 8080 -e /bin/busybox true")))
+    cluster.kubectl("-n", namespace, "wait", "--for=condition=Ready", f"pod/{name}", "--timeout=60s")
+    return cluster.kubectl("-n", namespace, "get", "pod", name, "-o", "jsonpath={.status.podIP}").stdout
+
+
+def reaches(cluster, namespace, name, targets, labels=None):
+    """Runs a pod (with `labels`) that resolves a name and opens a TCP
+    connection to each `ip:port` target, 3 s each: the lines it printed
+    (`dns`, and `reached <target>` for each connection made). The pod is
+    removed.
+
+    It starts probing only once its address is published and a second has
+    passed: the cluster's enforcer learns pods' addresses from the API server
+    (upstream closes that gap with containerd's NRI, which Debian's
+    containerd 1.6 has not), and lets a connection from an address it does
+    not know yet pass."""
+    script = "/bin/busybox nc -l -p 9999 -e /bin/busybox true;"
+    script += " /bin/busybox nslookup kubernetes.default.svc.cluster.local >/dev/null && echo dns;"
+    for target in targets:
+        ip, port = target.rsplit(":", 1)
+        script += f" /bin/busybox nc -w 3 {ip} {port} -e /bin/busybox true 2>/dev/null && echo reached {target};"
+    script += " true"
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(busybox_pod(namespace, name, script, labels)))
+    try:
+        address = wait_for(f"{name}'s address", lambda: cluster.kubectl(
+            "-n", namespace, "get", "pod", name, "-o", "jsonpath={.status.podIP}").stdout, 60)
+        time.sleep(1)
+
+        def started():
+            try:
+                socket.create_connection((address, 9999), timeout=1).close()
+                return True
+            except OSError:
+                return False
+        wait_for(f"{name} started", started, 30)
+        wait_for(f"{name} finished", lambda: cluster.kubectl("-n", namespace, "get", "pod", name, "-o",
+                                                              "jsonpath={.status.phase}").stdout == "Succeeded", 90)
+        return cluster.kubectl("-n", namespace, "logs", name).stdout.splitlines()
+    finally:
+        cluster.kubectl("-n", namespace, "delete", "pod", name, "--wait=false", check=False)
 
 class Cluster:
     def __init__(self, env):

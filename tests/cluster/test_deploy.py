@@ -25,7 +25,7 @@ import pytest
 import requests
 
 from tests.conftest import REGION, TOKENS
-from tests.cluster.conftest import BRIDGE, ROOT, forward, psql, stop, wait_for
+from tests.cluster.conftest import BRIDGE, ROOT, forward, psql, reaches, stop, wait_for
 from tests.terraform_cli import QUEUE, Terraform
 
 OVERLAY = ROOT / "tests" / "cluster" / "deploy"
@@ -181,6 +181,18 @@ def test_terraform_orders_a_queue_service_that_boto3_uses_through_the_gateways(p
     assert sorted(got) == ["m0", "m1", "m2"]
     plan = queue_service["tf"].run("plan", "-detailed-exitcode", check=False)
     assert plan.returncode == 0, f"a second plan changes nothing:\n{plan.stdout}"
+
+
+def test_only_the_gateways_reach_a_tenants_engine(platform, queue_service):
+    """The engine's NetworkPolicy, enforced by the cluster's network
+    (kube-network-policies): neither a pod of another namespace nor a
+    platform pod that is not a gateway opens a connection to the engine.
+    The gateways do: every boto3 call here goes through them."""
+    cluster = platform.cluster
+    target = f"{engine_pod(cluster)['status']['podIP']}:9324"
+    for namespace in ("default", SYSTEM):
+        lines = reaches(cluster, namespace, f"probe-{uuid.uuid4().hex[:8]}", [target])
+        assert lines == ["dns"], (namespace, lines)
 
 
 def drain(sqs, url, expect, within=120):
