@@ -245,3 +245,63 @@ async fn a_dataflow_names_its_tenants_queue_service_and_never_another_tenants() 
     assert_eq!(held(&view, &queue).await, 12);
     db.batch_execute(&format!("DROP TABLE {src}")).await.unwrap();
 }
+
+/// Rows whose bodies are equal all reach a FIFO queue: a message's
+/// deduplication id names its place in what the sink wrote, not its body
+/// (the body's hash kept one of each body within SQS's five minutes).
+#[tokio::test]
+async fn rows_with_equal_bodies_all_reach_a_fifo_queue() {
+    let db = db().await;
+    let src = unique("sqs_fifo_src");
+    db.batch_execute(&format!(
+        "CREATE TABLE {src} (id int PRIMARY KEY, amount int);
+         INSERT INTO {src} SELECT g, g % 2 FROM generate_series(1, 30) g;"
+    ))
+    .await
+    .unwrap();
+    let dir = TempDir::new("df-sqs-fifo");
+    let server = DevServer::start(&dir.0);
+    let a = server.client(TOKEN_A);
+    assert_eq!(a.post("/api/v1/queue-services", json!({"name": "main"})).await.0, 201);
+    let view = ready_queue_service(&a).await;
+    let endpoint = view["endpoint"].as_str().unwrap();
+    let created = json!({"QueueName": "equal.fifo", "Attributes": {"FifoQueue": "true"}});
+    let (status, text) = call(endpoint, &view, "CreateQueue", created).await;
+    assert_eq!(status, 200, "{text}");
+    let queue = serde_json::from_str::<Value>(&text).unwrap()["QueueUrl"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    a.create_dataflow(json!({
+        "name": "equal-bodies",
+        "source": pg(&src, json!({"pollInterval": 1})),
+        "sink": sqs(&view, &queue, json!({})),
+        "transformations": [{"type": "select", "config": {"fields": ["amount"]}}],
+    }))
+    .await;
+
+    let mut bodies = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    // Until all 30 came, then 3 s more: none may come twice either.
+    let mut quiet_until = None;
+    while quiet_until.is_none_or(|t| Instant::now() < t) {
+        assert!(Instant::now() < deadline, "{} of 30 arrived: {bodies:?}", bodies.len());
+        let receive = json!({"QueueUrl": queue, "MaxNumberOfMessages": 10, "WaitTimeSeconds": 1});
+        let (_, text) = call(endpoint, &view, "ReceiveMessage", receive).await;
+        for m in serde_json::from_str::<Value>(&text).unwrap()["Messages"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            bodies.push(m["Body"].as_str().unwrap().to_owned());
+            let delete = json!({"QueueUrl": queue, "ReceiptHandle": m["ReceiptHandle"]});
+            assert_eq!(call(endpoint, &view, "DeleteMessage", delete).await.0, 200);
+        }
+        if bodies.len() >= 30 && quiet_until.is_none() {
+            quiet_until = Some(Instant::now() + Duration::from_secs(3));
+        }
+    }
+    let zeros = bodies.iter().filter(|b| *b == r#"{"amount":0}"#).count();
+    let ones = bodies.iter().filter(|b| *b == r#"{"amount":1}"#).count();
+    assert_eq!((zeros, ones, bodies.len()), (15, 15, 30), "{bodies:?}");
+}
