@@ -131,6 +131,57 @@ async fn sigterm_writes_and_commits_the_batch_in_hand_so_a_restart_duplicates_no
         .unwrap();
 }
 
+/// Two processors of one dataflow at once, as a replacement pod started
+/// while the old one still stops, or a cut-off node's pod still running:
+/// the second waits on the first's lock on the position row, says so and
+/// is not ready; once the first is killed (`kill -9`) mid-stream its
+/// database session ends, and the second goes on from the stored position.
+/// Every row lands once.
+#[tokio::test]
+async fn a_second_processor_of_a_dataflow_waits_for_the_first_and_takes_over_when_it_dies() {
+    let db = db().await;
+    let src = bulk_table(&db, "fence_src", 30000).await;
+    let dst = unique("fence_dst");
+    let (first_dir, second_dir) = (TempDir::new("fence-1"), TempDir::new("fence-2"));
+    let spec = json!({
+        "source": pg(&src, json!({"batchSize": 50, "pollInterval": 1})),
+        "sink": pg(&dst, json!({"autoCreateTable": true})),
+        "transformations": [{"type": "remove", "config": {"fields": ["payload"]}}],
+        "channelBufferSize": 50
+    });
+    let mut first = Processor::start(&first_dir.0, &spec);
+    let rows = format!("SELECT count(*) FROM {dst}");
+    wait_mid_stream(&db, &rows, 0, 30000).await;
+    // Both pods mount the tenant's one positions key.
+    std::fs::copy(first_dir.0.join("positions.key"), second_dir.0.join("positions.key")).unwrap();
+    let second = Processor::start(&second_dir.0, &spec);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (_, status) = second.get("/status").await;
+        if status.contains("another processor of this dataflow") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the second processor does not wait: {status}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(second.get("/readyz").await.0, 503);
+    assert!(
+        count(&db, &rows).await < 30000,
+        "copied everything before the kill: make the table larger"
+    );
+
+    first.child.kill().unwrap();
+    first.child.wait().unwrap();
+    wait_for(&db, &format!("SELECT count(DISTINCT (data->>'id')) FROM {dst}"), 30000).await;
+    assert_eq!(count(&db, &rows).await, 30000, "a row written twice");
+    db.batch_execute(&format!("DROP TABLE {src}; DROP TABLE {dst}"))
+        .await
+        .unwrap();
+}
+
 #[test]
 fn a_bad_spec_stops_the_processor_with_the_field_named() {
     let dir = TempDir::new("processor-bad");
