@@ -1,6 +1,7 @@
 """Today's AWS SQS semantics where an outside test suite found sless apart
 from them (issue 14), each checked with boto3 as a tenant would meet it."""
 
+import hashlib
 import json
 import uuid
 from urllib.parse import urlsplit
@@ -23,6 +24,12 @@ def refused(call, **kwargs):
     with pytest.raises(ClientError) as e:
         call(**kwargs)
     return code(e)
+
+
+def refused_with_status(call, **kwargs):
+    with pytest.raises(ClientError) as e:
+        call(**kwargs)
+    return code(e), e.value.response["ResponseMetadata"]["HTTPStatusCode"]
 
 
 def test_arns_carry_a_12_digit_account_id(sqs):
@@ -97,19 +104,42 @@ def test_an_empty_policy_removes_it(sqs):
     assert "Policy" not in sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["Policy"]).get("Attributes", {})
 
 
+def attributes_md5(attributes):
+    """The MD5 of attributes by the algorithm AWS documents (and the Java
+    SDK checks): each name, type and value length-prefixed, values tagged."""
+    buf = b""
+    for key, attribute in sorted(attributes.items()):
+        for part in (key.encode(), attribute["DataType"].encode()):
+            buf += len(part).to_bytes(4, "big") + part
+        value = attribute["StringValue"].encode()
+        buf += b"\x01" + len(value).to_bytes(4, "big") + value
+    return hashlib.md5(buf).hexdigest()
+
+
 def test_the_trace_header_travels_with_the_message(sqs):
+    """...and its MD5 comes back as real SQS answers it, for a message and
+    for each entry of a batch (the Java SDK fails the call without it)."""
     url = sqs.create_queue(QueueName=name())["QueueUrl"]
     header = "Root=1-5759e988-bd862e3fe1be46a994272793;Sampled=1"
-    sqs.send_message(QueueUrl=url, MessageBody="traced", MessageSystemAttributes={
-        "AWSTraceHeader": {"DataType": "String", "StringValue": header}})
+    system = {"AWSTraceHeader": {"DataType": "String", "StringValue": header}}
+    sent = sqs.send_message(QueueUrl=url, MessageBody="traced", MessageSystemAttributes=system)
+    assert sent["MD5OfMessageSystemAttributes"] == attributes_md5(system)
     got = sqs.receive_message(QueueUrl=url, MessageSystemAttributeNames=["AWSTraceHeader"])["Messages"][0]
     assert got["Attributes"] == {"AWSTraceHeader": header}
+    batch = sqs.send_message_batch(QueueUrl=url, Entries=[
+        {"Id": "traced", "MessageBody": "b", "MessageSystemAttributes": system},
+        {"Id": "plain", "MessageBody": "b"}])["Successful"]
+    by_id = {entry["Id"]: entry for entry in batch}
+    assert by_id["traced"]["MD5OfMessageSystemAttributes"] == attributes_md5(system)
+    assert "MD5OfMessageSystemAttributes" not in by_id["plain"]
+    assert "MD5OfMessageSystemAttributes" not in sqs.send_message(QueueUrl=url, MessageBody="plain")
 
 
 def test_purge_and_recreate_cool_downs(sqs):
     url = sqs.create_queue(QueueName=name())["QueueUrl"]
     sqs.purge_queue(QueueUrl=url)
-    assert refused(sqs.purge_queue, QueueUrl=url) == "AWS.SimpleQueueService.PurgeQueueInProgress"
+    # 403, as AWS's service model says.
+    assert refused_with_status(sqs.purge_queue, QueueUrl=url) == ("AWS.SimpleQueueService.PurgeQueueInProgress", 403)
     queue = name()
     url = sqs.create_queue(QueueName=queue)["QueueUrl"]
     sqs.delete_queue(QueueUrl=url)
@@ -204,8 +234,8 @@ def test_permissions_are_kept_in_the_policy(sqs):
     # At most seven actions; an empty account list is an invalid value.
     eight = ["SendMessage", "ReceiveMessage", "DeleteMessage", "ChangeMessageVisibility",
              "GetQueueAttributes", "GetQueueUrl", "ListDeadLetterSourceQueues", "PurgeQueue"]
-    assert refused(sqs.add_permission, QueueUrl=url, Label="many", AWSAccountIds=["123456789012"],
-                   Actions=eight) == "OverLimit"
+    assert refused_with_status(sqs.add_permission, QueueUrl=url, Label="many", AWSAccountIds=["123456789012"],
+                               Actions=eight) == ("OverLimit", 403)
     sqs.add_permission(QueueUrl=url, Label="seven", AWSAccountIds=["123456789012"], Actions=eight[:7])
     sqs.remove_permission(QueueUrl=url, Label="seven")
     assert refused(sqs.add_permission, QueueUrl=url, Label="none", AWSAccountIds=[],

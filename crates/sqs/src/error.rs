@@ -15,12 +15,29 @@ pub struct SqsError {
     pub status: u16,
 }
 
+/// Each client error's HTTP status is the one AWS's service model gives it
+/// (400 unless named).
+macro_rules! status {
+    () => {
+        400
+    };
+    ($status:literal) => {
+        $status
+    };
+}
+
 macro_rules! errors {
-    ($($fn:ident => $shape:literal, $code:literal;)*) => {
+    ($($fn:ident => $shape:literal, $code:literal $(, $status:literal)?;)*) => {
         impl SqsError {
             $(
                 pub fn $fn(message: impl Into<String>) -> Self {
-                    Self { shape: $shape, code: $code, message: message.into(), sender_fault: true, status: 400 }
+                    Self {
+                        shape: $shape,
+                        code: $code,
+                        message: message.into(),
+                        sender_fault: true,
+                        status: status!($($status)?),
+                    }
                 }
             )*
         }
@@ -35,7 +52,7 @@ errors! {
     invalid_attribute_name => "InvalidAttributeName", "InvalidAttributeName";
     invalid_attribute_value => "InvalidAttributeValue", "InvalidAttributeValue";
     invalid_message_contents => "InvalidMessageContents", "InvalidMessageContents";
-    receipt_handle_is_invalid => "ReceiptHandleIsInvalid", "ReceiptHandleIsInvalid";
+    receipt_handle_is_invalid => "ReceiptHandleIsInvalid", "ReceiptHandleIsInvalid", 404;
     message_not_inflight => "MessageNotInflight", "AWS.SimpleQueueService.MessageNotInflight";
     too_many_entries => "TooManyEntriesInBatchRequest", "AWS.SimpleQueueService.TooManyEntriesInBatchRequest";
     empty_batch => "EmptyBatchRequest", "AWS.SimpleQueueService.EmptyBatchRequest";
@@ -45,10 +62,10 @@ errors! {
     unsupported_operation => "UnsupportedOperation", "AWS.SimpleQueueService.UnsupportedOperation";
     invalid_action => "InvalidAction", "InvalidAction";
     malformed_request => "MalformedQueryString", "MalformedQueryString";
-    over_limit => "OverLimit", "OverLimit";
-    purge_queue_in_progress => "PurgeQueueInProgress", "AWS.SimpleQueueService.PurgeQueueInProgress";
+    over_limit => "OverLimit", "OverLimit", 403;
+    purge_queue_in_progress => "PurgeQueueInProgress", "AWS.SimpleQueueService.PurgeQueueInProgress", 403;
     queue_deleted_recently => "QueueDeletedRecently", "AWS.SimpleQueueService.QueueDeletedRecently";
-    resource_not_found => "ResourceNotFoundException", "ResourceNotFoundException";
+    resource_not_found => "ResourceNotFoundException", "ResourceNotFoundException", 404;
     access_denied => "AccessDenied", "AccessDenied";
     invalid_client_token_id => "InvalidClientTokenId", "InvalidClientTokenId";
     signature_does_not_match => "SignatureDoesNotMatch", "SignatureDoesNotMatch";

@@ -157,6 +157,19 @@ pub fn attributes_md5(attrs: &MessageAttributes) -> Option<String> {
     Some(md5_hex(&buf))
 }
 
+/// `MD5OfMessageSystemAttributes` of a message carrying `AWSTraceHeader`
+/// (the only system attribute SQS takes): the same algorithm over the
+/// system attributes, as the SDKs check it.
+pub fn trace_header_md5(header: &str) -> String {
+    let attribute = AttributeValue {
+        data_type: "String".into(),
+        string_value: Some(header.into()),
+        binary_value: None,
+    };
+    let attributes = MessageAttributes::from([("AWSTraceHeader".to_owned(), attribute)]);
+    attributes_md5(&attributes).unwrap_or_default()
+}
+
 /// The JSON protocol's form of attributes.
 pub fn attributes_json(attrs: &MessageAttributes) -> BTreeMap<String, Value> {
     attrs
@@ -196,6 +209,14 @@ mod tests {
         expected.extend_from_slice(&[1, 0, 0, 0, 1, b'b']);
         assert_eq!(attributes_md5(&attrs).unwrap(), md5_hex(&expected));
         assert_eq!(md5_hex(b""), "d41d8cd98f00b204e9800998ecf8427e");
+        let mut traced = Vec::new();
+        traced.extend_from_slice(&[0, 0, 0, 14]);
+        traced.extend_from_slice(b"AWSTraceHeader");
+        traced.extend_from_slice(&[0, 0, 0, 6]);
+        traced.extend_from_slice(b"String");
+        traced.extend_from_slice(&[1, 0, 0, 0, 3]);
+        traced.extend_from_slice(b"t=1");
+        assert_eq!(trace_header_md5("t=1"), md5_hex(&traced));
     }
 
     #[test]

@@ -12,7 +12,7 @@ use sha2::{Digest, Sha256};
 use tokio::sync::Notify;
 
 use super::ids::{random_uuid, receipt_for, receipt_seq};
-use super::message::{attributes_md5, attributes_size, md5_hex, parse_attributes, validate_body};
+use super::message::{attributes_md5, attributes_size, md5_hex, parse_attributes, trace_header_md5, validate_body};
 use super::records::{StoredMessage, StoredQueue};
 use super::requests::{MAX_DELAY_SECONDS, MAX_VISIBILITY_SECONDS, SendEntry, bounded, echo, required};
 use crate::error::SqsError;
@@ -88,6 +88,7 @@ pub struct Sent {
     pub message_id: String,
     pub md5_of_body: String,
     pub md5_of_attributes: Option<String>,
+    pub md5_of_system_attributes: Option<String>,
     pub sequence_number: Option<String>,
     /// `None` for a duplicate within the deduplication window.
     pub put: Option<Put>,
@@ -268,6 +269,7 @@ impl Queue {
         let trace_header = trace_header(entry)?;
         let md5_of_body = md5_hex(body.as_bytes());
         let md5_of_attributes = attributes_md5(&attributes);
+        let md5_of_system_attributes = trace_header.as_deref().map(trace_header_md5);
         // Within the 5-minute window a duplicate is acknowledged, not enqueued.
         if let Some(d) = &dedup_id
             && let Some((expires, id, sequence_number)) = self.dedup.get(d)
@@ -277,6 +279,7 @@ impl Queue {
                 message_id: id.clone(),
                 md5_of_body,
                 md5_of_attributes,
+                md5_of_system_attributes,
                 sequence_number: sequence_number.clone(),
                 put: None,
             });
@@ -304,6 +307,7 @@ impl Queue {
             message_id: stored.id.clone(),
             md5_of_body,
             md5_of_attributes,
+            md5_of_system_attributes,
             sequence_number,
             put: Some(Put { seq, message: stored }),
         })

@@ -61,6 +61,9 @@ pub struct SendResult {
     pub md5_of_message_body: String,
     #[serde(rename = "MD5OfMessageAttributes", skip_serializing_if = "Option::is_none")]
     pub md5_of_message_attributes: Option<String>,
+    /// Of the `AWSTraceHeader` sent (the Java SDK checks it).
+    #[serde(rename = "MD5OfMessageSystemAttributes", skip_serializing_if = "Option::is_none")]
+    pub md5_of_message_system_attributes: Option<String>,
     #[serde(rename = "SequenceNumber", skip_serializing_if = "Option::is_none")]
     pub sequence_number: Option<String>,
 }
@@ -72,6 +75,7 @@ impl SendResult {
             message_id: sent.message_id.clone(),
             md5_of_message_body: sent.md5_of_body.clone(),
             md5_of_message_attributes: sent.md5_of_attributes.clone(),
+            md5_of_message_system_attributes: sent.md5_of_system_attributes.clone(),
             sequence_number: sent.sequence_number.clone(),
         }
     }

@@ -358,7 +358,7 @@ async fn a_queue_service_holds_at_most_a_thousand_queues() {
         .handle("CreateQueue", &json!({"QueueName": "one-more"}))
         .await
         .unwrap_err();
-    assert_eq!((e.code, e.status), ("OverLimit", 400), "{e}");
+    assert_eq!((e.code, e.status), ("OverLimit", 403), "{e}");
     // Creating one it has is still idempotent; after a delete there is room.
     engine.handle("CreateQueue", &json!({"QueueName": "q0"})).await.unwrap();
     engine
