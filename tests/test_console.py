@@ -88,6 +88,9 @@ def test_queue_routes_reach_only_the_tenants_own_service(sless, tenant_a):
         assert refused.status_code == 422 and refused.json()["error"]["field"] == "name", (bad, refused.text)
     sent = sless.rest("a", "POST", f"{base}/api-q/messages", {"body": "hi"})
     assert sent.status_code == 201, sent.text
+    # A body SQS refuses is the body's fault, not the name's.
+    refused = sless.rest("a", "POST", f"{base}/api-q/messages", {"body": "bell \u0007"})
+    assert (refused.status_code, refused.json()["error"]["field"]) == (422, "body"), refused.text
     listed = {q["name"]: q for q in sless.rest("a", "GET", base).json()["items"]}
     assert listed["api-q"]["visible"] == 1
     peek = sless.rest("a", "GET", f"{base}/api-q/messages").json()
@@ -104,6 +107,9 @@ def test_queue_routes_reach_only_the_tenants_own_service(sless, tenant_a):
     assert sless.rest("a", "GET", "/queue-services/nosuch/queues").status_code == 404
     assert sless.rest("a", "DELETE", f"{base}/api-q").status_code == 204
     assert sless.rest("a", "DELETE", f"{base}/api-q.fifo").status_code == 204
+    # The name is taken for 60 s more, as in SQS: a conflict, not bad input.
+    again = sless.rest("a", "POST", base, {"name": "api-q"})
+    assert again.status_code == 409 and "60 seconds" in again.json()["error"]["message"], again.text
 
 
 def dead_letter_queue(sqs, name, max_receives):

@@ -54,8 +54,9 @@ pub fn one_queue_service(tenant: &DnsLabel, existing: &str, requested: &str) -> 
         return PlatformError::AlreadyExists;
     }
     PlatformError::Conflict(format!(
-        "tenant {tenant} already has queue service {existing:?}: a tenant has one queue service, \
-         served at /sqs/{tenant}; it holds any number of queues"
+        "tenant {tenant} already has queue service \"{existing}\": a tenant has one queue service, \
+         served at /sqs/{tenant}; it holds up to {} queues",
+        sless_sqs::engine::MAX_QUEUES
     ))
 }
 

@@ -30,7 +30,7 @@ pub(super) fn check_body_name(body: Option<&str>, path: &DnsLabel) -> Result<(),
         Some(name) if name != path.as_str() => Err(ApiError::Validation(
             FieldError::invalid(
                 "name",
-                format!("cannot be changed (path says {path:?}, body says {name:?}); create a new object instead"),
+                format!("cannot be changed (path says \"{path}\", body says {name:?}); create a new object instead"),
             )
             .into(),
         )),
@@ -47,7 +47,7 @@ fn spec_of(view: &QueueServiceView) -> QueueServiceSpec {
     }
 }
 
-/// Create a queue service. A tenant has one; it holds any number of queues.
+/// Create a queue service. A tenant has one; it holds up to 1,000 queues.
 #[utoipa::path(post, path = "/api/v1/queue-services", tag = "queue-services",
     request_body = QueueServiceRequest,
     responses(

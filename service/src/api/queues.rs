@@ -189,10 +189,16 @@ impl Service {
                     ApiError::NotFound("queue".into())
                 }
                 Some("QueueAlreadyExists" | "QueueNameExists") => ApiError::AlreadyExists("queue".into()),
-                // The tenant's own queue service's words, for the tenant.
-                _ if status.is_client_error() => ApiError::Validation(
-                    FieldError::invalid("name", message.unwrap_or_else(|| "refused".into())).into(),
-                ),
+                // The name is free again 60 s after its queue was deleted.
+                Some("QueueDeletedRecently" | "AWS.SimpleQueueService.QueueDeletedRecently") => {
+                    ApiError::Conflict(message.unwrap_or_else(|| "the queue was deleted recently".into()))
+                }
+                // The tenant's own queue service's words, for the tenant,
+                // on the field the action was given.
+                _ if status.is_client_error() => {
+                    let field = if action == "SendMessage" { "body" } else { "name" };
+                    ApiError::Validation(FieldError::invalid(field, message.unwrap_or_else(|| "refused".into())).into())
+                }
                 _ => ApiError::Unavailable,
             }),
             Err(e) => {

@@ -149,7 +149,11 @@ async fn queue_service_crud() {
     assert_eq!((status, error_code(&body)), (409, "already_exists"));
     let (status, body) = a.post("/api/v1/queue-services", json!({"name": "second"})).await;
     assert_eq!((status, error_code(&body)), (409, "conflict"));
-    assert!(body["error"]["message"].as_str().unwrap().contains("one queue service"));
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains(r#"already has queue service "main""#) && message.contains("up to 1000 queues"),
+        "{message}"
+    );
 
     let (status, list) = a.get("/api/v1/queue-services").await;
     assert_eq!(status, 200);
@@ -185,6 +189,9 @@ async fn queue_service_crud() {
         let (status, err) = a.patch("/api/v1/queue-services/main", body.clone()).await;
         assert_eq!((status, error_code(&err)), (422, "validation_failed"), "{body}");
         assert_eq!(err["error"]["field"], field, "{body}");
+        // Values as the client wrote them, not as Rust debug-prints them.
+        let message = err["error"]["message"].as_str().unwrap();
+        assert!(!message.contains("DnsLabel"), "{message}");
     }
     let (_, unchanged) = a.get("/api/v1/queue-services/main").await;
     assert_eq!(
@@ -275,6 +282,9 @@ async fn bad_input_gets_4xx_json_and_creates_nothing() {
         let (status, err) = a.post("/api/v1/queue-services", body.clone()).await;
         assert_eq!((status, error_code(&err)), (422, "validation_failed"), "{body}");
         assert_eq!(err["error"]["field"], field, "{body}");
+        // Values as the client wrote them, not as Rust debug-prints them.
+        let message = err["error"]["message"].as_str().unwrap();
+        assert!(!message.contains("DnsLabel"), "{message}");
     }
     for body in [
         json!({"name": "q", "memory": 64}),
