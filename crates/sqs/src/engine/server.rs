@@ -215,24 +215,25 @@ async fn framed(id: u32, response: Response) -> Result<BytesMut, link::FrameErro
 /// `QueueUrl` parameter the path's queue is the one meant; with one, both
 /// must name the same queue. Another account's path names no queue here.
 fn queue_from_path(path: &str, account: &str, input: &mut serde_json::Value) -> Result<(), SqsError> {
-    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
-    let [path_account, queue] = segments.as_slice() else {
-        return Ok(());
-    };
-    if queue.is_empty() {
-        return Ok(());
-    }
-    if *path_account != account {
-        return Err(SqsError::queue_does_not_exist("The specified queue does not exist."));
-    }
     let serde_json::Value::Object(params) = input else {
         return Ok(());
     };
-    match params
+    let queue_url = params
         .get("QueueUrl")
         .and_then(|v| v.as_str())
-        .filter(|u| !u.is_empty())
-    {
+        .filter(|u| !u.is_empty());
+    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let (path_account, queue) = match segments.as_slice() {
+        [path_account, queue] if !queue.is_empty() => (path_account, queue),
+        [_, .., path_account, queue] if *path_account == account && !queue.is_empty() && queue_url.is_none() => {
+            return Err(appended_to_a_path(path, account, queue));
+        }
+        _ => return Ok(()),
+    };
+    if *path_account != account {
+        return Err(SqsError::queue_does_not_exist("The specified queue does not exist."));
+    }
+    match queue_url {
         None => {
             params.insert("QueueUrl".into(), serde_json::Value::String(path.to_owned()));
             Ok(())
@@ -242,6 +243,18 @@ fn queue_from_path(path: &str, account: &str, input: &mut serde_json::Value) -> 
             "The QueueUrl parameter names another queue than the request's path.",
         )),
     }
+}
+
+/// A client that appends a queue's path to its endpoint's path (boto 2)
+/// given the published endpoint, which has a path (`/sqs/{tenant}`), sends
+/// the queue's path after it: say what to configure instead.
+fn appended_to_a_path(path: &str, account: &str, queue: &str) -> SqsError {
+    SqsError::missing_parameter(format!(
+        "The request has no QueueUrl, and its path ({path} after the endpoint's) puts the queue's path \
+         /{account}/{queue} after another: the client appended the queue's path to an endpoint that has a path \
+         of its own. Configure the client with the endpoint's scheme, host and port alone (the access key names \
+         the tenant), or send the QueueUrl parameter."
+    ))
 }
 
 /// A running engine server, stopped when dropped.
@@ -361,6 +374,13 @@ mod tests {
         assert_eq!(e.code, "InvalidParameterValue");
         let e = queue_from_path("/999999999999/jobs", "000000000042", &mut json!({})).unwrap_err();
         assert_eq!(e.code, "AWS.SimpleQueueService.NonExistentQueue");
+        // The queue's path after another (boto 2 given the published
+        // endpoint): what to configure, not a bare MissingParameter.
+        let e = queue_from_path("/sqs/a/000000000042/jobs", "000000000042", &mut json!({})).unwrap_err();
+        assert_eq!(e.code, "MissingParameter");
+        assert!(e.message.contains("host and port alone"), "{e}");
+        let mut named = json!({"QueueUrl": "http://gw/sqs/a/000000000042/jobs"});
+        queue_from_path("/sqs/a/000000000042/jobs", "000000000042", &mut named).unwrap();
         // Paths that name no queue change nothing.
         for path in ["/", "", "/000000000042", "/000000000042/", "/a/b/c"] {
             let mut input = json!({});
