@@ -30,6 +30,7 @@ resource "sless_queue_service" "main" {
   }
 }
 output "endpoint"   { value = sless_queue_service.main.endpoint }
+output "region"     { value = sless_queue_service.main.region }
 output "access_key" {
   value     = sless_queue_service.main.access_key
   sensitive = true

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from conftest import TOKENS, sqs_client
+from conftest import REGION, TOKENS, sqs_client
 from tests.terraform_cli import QUEUE, TERRAFORM, Terraform
 
 
@@ -51,6 +51,7 @@ def test_queue_service_lifecycle(tf):
     tf.apply()
     out = tf.outputs()
     assert out["endpoint"]["value"].endswith("/sqs/a")
+    assert out["region"]["value"] == REGION, "the region queue ARNs carry, for the SDKs"
     assert out["access_key"]["sensitive"] and out["secret_key"]["sensitive"]
     shown = tf.run("show").stdout
     assert "SQSAKa_" not in shown and "(sensitive value)" in shown, "keys stay sensitive"

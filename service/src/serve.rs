@@ -160,6 +160,7 @@ pub async fn run(args: ServeArgs, shutdown: impl Future<Output = ()> + Send + 's
         platform: std::sync::Arc::new(sless_platform::kubernetes::KubePlatform::new(
             client.clone(),
             op.create_namespaces,
+            op.region.clone(),
         )),
         tenants: tenants.clone(),
         metrics: sless::api::metrics::Metrics::with(|registry| {

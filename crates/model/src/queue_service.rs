@@ -247,6 +247,9 @@ pub struct QueueServiceView {
     pub phase: QueueServicePhase,
     /// SQS endpoint URL for `endpoint_url`; set once Ready.
     pub endpoint: Option<String>,
+    /// The region the queues' ARNs carry, for the SDKs' `region_name` (the
+    /// gateway takes a signature of any region).
+    pub region: String,
     pub access_key: Option<String>,
     pub secret_key: Option<String>,
     pub message: Option<String>,

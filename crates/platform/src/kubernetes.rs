@@ -48,6 +48,8 @@ pub struct KubePlatform {
     create_namespaces: bool,
     /// Reads processors' counters from their pods' `/metrics`.
     processors: Processors,
+    /// The region of queue ARNs, shown with each queue service.
+    region: String,
 }
 
 /// The items of a list; a tenant whose namespace does not exist yet has none.
@@ -75,11 +77,12 @@ fn params() -> PostParams {
 }
 
 impl KubePlatform {
-    pub fn new(client: Client, create_namespaces: bool) -> Self {
+    pub fn new(client: Client, create_namespaces: bool, region: String) -> Self {
         Self {
             client,
             create_namespaces,
             processors: Processors::default(),
+            region,
         }
     }
 
@@ -192,6 +195,7 @@ impl KubePlatform {
                 status.phase.unwrap_or(QueueServicePhase::Pending)
             },
             endpoint: status.endpoint,
+            region: self.region.clone(),
             access_key: keys.get("accessKey").cloned(),
             secret_key: keys.get("secretKey").cloned(),
             message: status.message,

@@ -40,6 +40,7 @@ pub struct QueueServiceState {
     pub durability: Option<String>,
     pub phase: Option<QueueServicePhase>,
     pub endpoint: Option<String>,
+    pub region: Option<String>,
     pub access_key: Option<String>,
     pub secret_key: Option<String>,
     pub created_at: Option<String>,
@@ -66,6 +67,7 @@ impl QueueServiceState {
             durability,
             phase,
             endpoint,
+            region,
             access_key,
             secret_key,
             // Shown in diagnostics while waiting, not kept in state.
@@ -82,6 +84,7 @@ impl QueueServiceState {
             durability: Some(durability.as_str().to_owned()),
             phase: Some(phase),
             endpoint,
+            region: Some(region),
             access_key,
             secret_key,
             created_at: Some(created_at),
@@ -206,6 +209,13 @@ impl Resource for QueueService {
                     Type::String,
                     Kind::Computed,
                     "SQS endpoint URL, for `endpoint_url` of the AWS SDKs.",
+                ),
+                Attr::new(
+                    "region",
+                    Type::String,
+                    Kind::Computed,
+                    "The region the queues' ARNs carry, for `region` of the AWS SDKs (the endpoint takes a \
+                     signature of any region, so an SDK's default works too).",
                 ),
                 Attr::new(
                     "access_key",
@@ -338,6 +348,7 @@ mod tests {
             durability: Durability::Process,
             phase,
             endpoint: None,
+            region: "ru-msk-1".into(),
             access_key: Some("AK".into()),
             secret_key: Some("SK".into()),
             message: Some("the queue engine does not answer its health check".into()),

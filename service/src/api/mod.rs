@@ -117,7 +117,7 @@ mod tests {
     async fn metrics_stay_off_the_api_listener() {
         let client = kube_fake_client::ClientBuilder::new().build().await.unwrap();
         let state = AppState {
-            platform: Arc::new(KubePlatform::new(client, false)),
+            platform: Arc::new(KubePlatform::new(client, false, sless_sqs::DEFAULT_REGION.into())),
             tenants: Arc::new(Directory::default()),
             metrics: Metrics::with(|registry| {
                 OperatorMetrics::register(registry);

@@ -144,6 +144,7 @@ async fn queue_service_crud() {
         "{endpoint}"
     );
     assert!(got["readyAt"].as_str().unwrap().ends_with('Z'));
+    assert_eq!(got["region"], "ru-msk-1", "the region queue ARNs carry, for the SDKs");
 
     let (status, body) = a.post("/api/v1/queue-services", json!({"name": "main"})).await;
     assert_eq!((status, error_code(&body)), (409, "already_exists"));

@@ -24,7 +24,7 @@ async fn platform() -> (KubePlatform, Client) {
         .build()
         .await
         .unwrap();
-    (KubePlatform::new(client.clone(), false), client)
+    (KubePlatform::new(client.clone(), false, "ru-msk-1".into()), client)
 }
 
 fn flow(table: &str) -> DataFlowSpec {

@@ -111,7 +111,7 @@ pub fn now_rfc3339() -> String {
     humantime::format_rfc3339_seconds(SystemTime::now()).to_string()
 }
 
-fn queue_view(r: QueueRecord) -> QueueServiceView {
+fn queue_view(r: QueueRecord, region: &str) -> QueueServiceView {
     QueueServiceView {
         name: r.name,
         tenant_id: r.tenant,
@@ -121,6 +121,7 @@ fn queue_view(r: QueueRecord) -> QueueServiceView {
         durability: r.spec.durability,
         phase: r.status.status.phase,
         endpoint: r.status.status.endpoint,
+        region: region.to_owned(),
         access_key: Some(r.status.credentials.access_key),
         secret_key: Some(r.status.credentials.secret_key),
         message: r.status.status.message,
@@ -291,16 +292,21 @@ impl Platform for LocalPlatform {
         };
         self.store.insert(QUEUE_SERVICE, record.clone()).await?;
         self.wake.notify_one();
-        Ok(queue_view(record))
+        Ok(queue_view(record, &self.gateway.region))
     }
 
     async fn get_queue_service(&self, tenant: &DnsLabel, name: &DnsLabel) -> Result<QueueServiceView> {
-        self.queue(tenant, name).await.map(queue_view)
+        self.queue(tenant, name)
+            .await
+            .map(|r| queue_view(r, &self.gateway.region))
     }
 
     async fn list_queue_services(&self, tenant: &DnsLabel) -> Result<Vec<QueueServiceView>> {
         let records: Vec<QueueRecord> = self.store.list(QUEUE_SERVICE, Some(tenant.as_str())).await?;
-        Ok(records.into_iter().map(queue_view).collect())
+        Ok(records
+            .into_iter()
+            .map(|r| queue_view(r, &self.gateway.region))
+            .collect())
     }
 
     async fn update_queue_service(
