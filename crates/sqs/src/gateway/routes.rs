@@ -5,6 +5,8 @@
 use sless_controlplane::proto::{AccessKey, RoutingSnapshot, TenantRoute};
 use sless_model::queue_service::Credentials;
 
+use super::table::usable;
+
 /// One tenant's route: where its queue engine listens (if it runs) and the
 /// keys that may sign its requests.
 pub struct Route<'a> {
@@ -15,21 +17,27 @@ pub struct Route<'a> {
     pub credentials: &'a Credentials,
 }
 
+/// The snapshot of the routes a gateway can use: one it could not (a
+/// malformed key, a tenant named twice) is logged and left out, so that it
+/// never holds back the other tenants' routes.
 pub fn snapshot<'a>(routes: impl IntoIterator<Item = Route<'a>>) -> RoutingSnapshot {
-    RoutingSnapshot {
-        routes: routes
-            .into_iter()
-            .map(|r| TenantRoute {
-                tenant: r.tenant.to_owned(),
-                backend_address: r.backend_address.unwrap_or_default().to_owned(),
-                backend_token: r.backend_token.unwrap_or_default().to_owned(),
-                keys: vec![AccessKey {
-                    access_key_id: r.credentials.access_key.clone(),
-                    secret_access_key: r.credentials.secret_key.clone(),
-                }],
-            })
-            .collect(),
+    let routes = routes
+        .into_iter()
+        .map(|r| TenantRoute {
+            tenant: r.tenant.to_owned(),
+            backend_address: r.backend_address.unwrap_or_default().to_owned(),
+            backend_token: r.backend_token.unwrap_or_default().to_owned(),
+            keys: vec![AccessKey {
+                access_key_id: r.credentials.access_key.clone(),
+                secret_access_key: r.credentials.secret_key.clone(),
+            }],
+        })
+        .collect();
+    let (routes, left_out) = usable(routes);
+    for route in left_out {
+        tracing::warn!(tenant = %route.tenant, reason = %route.reason, "route left out of the routing table");
     }
+    RoutingSnapshot { routes }
 }
 
 #[cfg(test)]
@@ -40,6 +48,10 @@ mod tests {
     fn one_route_per_tenant_with_its_keys() {
         let creds = Credentials {
             access_key: "SQSAKa_12345678".into(),
+            secret_key: "secret".into(),
+        };
+        let others = Credentials {
+            access_key: "SQSAKb_12345678".into(),
             secret_key: "secret".into(),
         };
         let table = snapshot([
@@ -53,7 +65,7 @@ mod tests {
                 tenant: "b",
                 backend_address: None,
                 backend_token: None,
-                credentials: &creds,
+                credentials: &others,
             },
         ]);
         assert_eq!(table.routes.len(), 2);
@@ -61,5 +73,35 @@ mod tests {
         assert_eq!(table.routes[0].backend_token, "t0k3n");
         assert_eq!(table.routes[1].backend_address, "", "not provisioned yet");
         assert_eq!(table.routes[0].keys[0].access_key_id, "SQSAKa_12345678");
+    }
+
+    /// A queue service whose keys are broken (a Secret edited by hand) is
+    /// left out of the snapshot; the other tenants' routes are published.
+    #[test]
+    fn a_bad_route_does_not_hold_back_the_others() {
+        let good = Credentials {
+            access_key: "SQSAKa_12345678".into(),
+            secret_key: "secret".into(),
+        };
+        let broken = Credentials {
+            access_key: "SQSAKb_12345678".into(),
+            secret_key: String::new(),
+        };
+        let table = snapshot([
+            Route {
+                tenant: "a",
+                backend_address: Some("127.0.0.1:9324"),
+                backend_token: None,
+                credentials: &good,
+            },
+            Route {
+                tenant: "b",
+                backend_address: Some("127.0.0.1:9325"),
+                backend_token: None,
+                credentials: &broken,
+            },
+        ]);
+        let tenants: Vec<&str> = table.routes.iter().map(|r| r.tenant.as_str()).collect();
+        assert_eq!(tenants, ["a"]);
     }
 }

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
 use sless_controlplane::model::SnapshotId;
-use sless_controlplane::proto::RoutingSnapshot;
+use sless_controlplane::proto::{RoutingSnapshot, TenantRoute};
 use sless_runtime::sync::Unpoisoned;
 
 // The longest engine token accepted is what a link's hello carries.
@@ -27,70 +27,100 @@ pub struct RoutingTable {
     pub keys: HashMap<String, (String, String)>,
 }
 
+/// A route a gateway cannot use, and why.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct InvalidSnapshot(pub String);
+#[error("tenant {tenant}: {reason}")]
+pub struct InvalidRoute {
+    pub tenant: String,
+    pub reason: String,
+}
+
+/// The routes of `routes` a gateway can use, and why each other one cannot:
+/// a bad route is left out alone, never the table with it. A tenant named
+/// twice, or an access key in two routes, is ambiguous: each route involved
+/// is left out (a key is never sent to a tenant it may not be).
+pub fn usable(routes: Vec<TenantRoute>) -> (Vec<TenantRoute>, Vec<InvalidRoute>) {
+    let mut tenants: HashMap<&str, usize> = HashMap::new();
+    let mut keys: HashMap<&str, usize> = HashMap::new();
+    for route in &routes {
+        *tenants.entry(&route.tenant).or_default() += 1;
+        for key in &route.keys {
+            *keys.entry(&key.access_key_id).or_default() += 1;
+        }
+    }
+    let problem = |route: &TenantRoute| {
+        if tenants[route.tenant.as_str()] > 1 {
+            return Some("the tenant has more than one route".to_owned());
+        }
+        if route.keys.iter().any(|k| keys[k.access_key_id.as_str()] > 1) {
+            return Some("an access key appears in more than one route".to_owned());
+        }
+        check_route(route).err()
+    };
+    let verdicts: Vec<Option<String>> = routes.iter().map(problem).collect();
+    let mut good = Vec::with_capacity(routes.len());
+    let mut bad = Vec::new();
+    for (route, verdict) in routes.into_iter().zip(verdicts) {
+        match verdict {
+            None => good.push(route),
+            Some(reason) => bad.push(InvalidRoute {
+                tenant: route.tenant,
+                reason,
+            }),
+        }
+    }
+    (good, bad)
+}
+
+/// One route's own rules: a tenant id, a `host:port` backend (or none yet),
+/// keys with both halves, a token that fits a header.
+fn check_route(route: &TenantRoute) -> Result<(), String> {
+    sless_model::name::tenant_id(&route.tenant, "tenant").map_err(|e| e.to_string())?;
+    let backend_valid = route.backend_address.is_empty()
+        || route
+            .backend_address
+            .rsplit_once(':')
+            .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
+    if !backend_valid {
+        return Err("the backend is not host:port".into());
+    }
+    if route
+        .keys
+        .iter()
+        .any(|k| k.access_key_id.is_empty() || k.secret_access_key.is_empty())
+    {
+        return Err("an access key is empty".into());
+    }
+    let token = &route.backend_token;
+    if token.len() > MAX_TOKEN || !token.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(format!(
+            "the backend token is not up to {MAX_TOKEN} printable characters"
+        ));
+    }
+    Ok(())
+}
 
 impl RoutingTable {
-    /// Validates a snapshot; any problem rejects it whole.
-    pub fn from_snapshot(id: SnapshotId, snapshot: RoutingSnapshot) -> Result<Self, InvalidSnapshot> {
+    /// The table of a snapshot's usable routes, and the routes left out.
+    pub fn from_snapshot(id: SnapshotId, snapshot: RoutingSnapshot) -> (Self, Vec<InvalidRoute>) {
+        let (routes, left_out) = usable(snapshot.routes);
         let mut table = Self {
             snapshot: Some(id),
             ..Self::default()
         };
-        for route in snapshot.routes {
-            sless_model::name::tenant_id(&route.tenant, "tenant").map_err(|e| InvalidSnapshot(e.to_string()))?;
-            let backend = if route.backend_address.is_empty() {
-                None
-            } else {
-                let valid = route
-                    .backend_address
-                    .rsplit_once(':')
-                    .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
-                if !valid {
-                    return Err(InvalidSnapshot(format!(
-                        "tenant {}: backend is not host:port",
-                        route.tenant
-                    )));
-                }
-                Some(route.backend_address)
-            };
+        for route in routes {
             for key in route.keys {
-                if key.access_key_id.is_empty() || key.secret_access_key.is_empty() {
-                    return Err(InvalidSnapshot(format!("tenant {}: empty access key", route.tenant)));
-                }
-                if table
+                table
                     .keys
-                    .insert(key.access_key_id, (route.tenant.clone(), key.secret_access_key))
-                    .is_some()
-                {
-                    return Err(InvalidSnapshot(format!(
-                        "tenant {}: an access key appears twice",
-                        route.tenant
-                    )));
-                }
+                    .insert(key.access_key_id, (route.tenant.clone(), key.secret_access_key));
             }
-            let token = match route.backend_token.as_str() {
-                "" => None,
-                t if t.len() <= MAX_TOKEN && t.bytes().all(|b| b.is_ascii_graphic()) => {
-                    axum::http::HeaderValue::from_str(t).ok()
-                }
-                _ => {
-                    return Err(InvalidSnapshot(format!(
-                        "tenant {}: the backend token is not up to {MAX_TOKEN} printable characters",
-                        route.tenant
-                    )));
-                }
-            };
-            if table
-                .routes
-                .insert(route.tenant.clone(), Route { backend, token })
-                .is_some()
-            {
-                return Err(InvalidSnapshot(format!("tenant {} appears twice", route.tenant)));
-            }
+            let backend = Some(route.backend_address).filter(|b| !b.is_empty());
+            let token = Some(route.backend_token)
+                .filter(|t| !t.is_empty())
+                .and_then(|t| axum::http::HeaderValue::from_str(&t).ok());
+            table.routes.insert(route.tenant, Route { backend, token });
         }
-        Ok(table)
+        (table, left_out)
     }
 }
 
@@ -134,24 +164,40 @@ mod tests {
     }
 
     #[test]
-    fn valid_and_invalid_snapshots() {
-        let ok = RoutingTable::from_snapshot(
+    fn a_bad_route_is_left_out_alone() {
+        let (table, left_out) = RoutingTable::from_snapshot(
             id(),
             RoutingSnapshot {
                 routes: vec![route("a", "127.0.0.1:1", "k1"), route("b", "", "k2")],
             },
-        )
-        .unwrap();
-        assert_eq!(ok.keys["k2"].0, "b");
-        assert_eq!(ok.routes["b"].backend, None);
-        for bad in [
-            vec![route("a", "127.0.0.1:1", "k"), route("a", "127.0.0.1:2", "j")],
-            vec![route("a", "127.0.0.1:1", "k"), route("b", "127.0.0.1:2", "k")],
-            vec![route("Bad", "127.0.0.1:1", "k")],
-            vec![route("a", "no-port", "k")],
-            vec![route("a", "127.0.0.1:1", "")],
+        );
+        assert!(left_out.is_empty(), "{left_out:?}");
+        assert_eq!(table.keys["k2"].0, "b");
+        assert_eq!(table.routes["b"].backend, None);
+        for (bad, out) in [
+            (
+                vec![route("a", "127.0.0.1:1", "k"), route("a", "127.0.0.1:2", "j")],
+                vec!["a", "a"],
+            ),
+            (
+                vec![route("a", "127.0.0.1:1", "k"), route("b", "127.0.0.1:2", "k")],
+                vec!["a", "b"],
+            ),
+            (vec![route("Bad", "127.0.0.1:1", "k")], vec!["Bad"]),
+            (vec![route("a", "no-port", "k")], vec!["a"]),
+            (vec![route("a", "127.0.0.1:1", "")], vec!["a"]),
         ] {
-            assert!(RoutingTable::from_snapshot(id(), RoutingSnapshot { routes: bad }).is_err());
+            let mut routes = bad.clone();
+            routes.push(route("good", "127.0.0.1:3", "g"));
+            let (table, left_out) = RoutingTable::from_snapshot(id(), RoutingSnapshot { routes });
+            let tenants: Vec<&str> = left_out.iter().map(|r| r.tenant.as_str()).collect();
+            assert_eq!(tenants, out, "{bad:?}");
+            // The good route is served whatever the others hold.
+            assert_eq!(table.routes.keys().collect::<Vec<_>>(), ["good"], "{bad:?}");
+            assert_eq!(table.keys.keys().collect::<Vec<_>>(), ["g"], "{bad:?}");
         }
+        let mut tokened = route("a", "127.0.0.1:1", "k");
+        tokened.backend_token = "has space".into();
+        assert_eq!(usable(vec![tokened]).1.len(), 1);
     }
 }

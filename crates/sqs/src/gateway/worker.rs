@@ -246,10 +246,14 @@ async fn apply(
             ownership_epoch: snapshot_ref.ownership_epoch,
             checksum: sum,
         };
-        RoutingTable::from_snapshot(id, snapshot).map_err(|e| e.to_string())
+        Ok(RoutingTable::from_snapshot(id, snapshot))
     })();
     let (is_applied, error_code) = match decoded {
-        Ok(new_table) => {
+        Ok((new_table, left_out)) => {
+            // The publisher leaves out the same routes: this is a defence.
+            for route in &left_out {
+                tracing::warn!(tenant = %route.tenant, reason = %route.reason, "route left out of the table");
+            }
             let id = new_table.snapshot;
             let routes = new_table.routes.len();
             table.replace(new_table);
