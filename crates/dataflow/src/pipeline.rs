@@ -57,6 +57,8 @@ pub struct Stats {
     refusal: std::sync::Mutex<Option<Refusal>>,
     /// Why reading the source fails, while it is retried.
     read_failure: std::sync::Mutex<Option<String>>,
+    /// Why writing a batch fails, while it is retried.
+    write_failure: std::sync::Mutex<Option<String>>,
 }
 
 /// A message a sink refuses while there is no error sink to take it: the
@@ -115,6 +117,15 @@ impl Stats {
 
     fn reading(&self, failure: Option<String>) {
         *self.read_failure.lock_unpoisoned() = failure;
+    }
+
+    /// Why writing fails while the write is retried; `None` once one succeeds.
+    pub fn write_failure(&self) -> Option<String> {
+        self.write_failure.lock_unpoisoned().clone()
+    }
+
+    fn writing(&self, failure: Option<String>) {
+        *self.write_failure.lock_unpoisoned() = failure;
     }
 
     fn add(counter: &AtomicU64, n: usize) {
@@ -206,8 +217,9 @@ impl Pipeline {
     /// shutdown the records already taken from the channel are written and
     /// committed first; those still in the channel are read again next time.
     pub async fn run(self, mut shutdown: watch::Receiver<bool>) -> Result<(), ConnectorError> {
-        // An earlier run's failure is not this one's.
+        // An earlier run's failures are not this one's.
         self.stats.reading(None);
+        self.stats.writing(None);
         let (tx, mut rx) = mpsc::channel::<Transformed>(self.buffer);
         let mut reader = tokio::spawn(read_loop(
             self.source.clone(),
@@ -337,11 +349,16 @@ impl Pipeline {
             match sink.write_at(messages, position).await {
                 Ok(()) => {
                     Stats::add(&self.stats.written, messages.len());
+                    self.stats.writing(None);
                     return Ok(());
                 }
                 Err(ConnectorError::Data(_)) => break,
                 Err(e) if e.ends_run() => return Err(e),
-                Err(e) => wait(&mut retries, &e, shutdown).await?,
+                Err(e) => {
+                    self.stats
+                        .writing(Some(format!("writing to {} fails: {e}", sink.target())));
+                    wait(&mut retries, &e, shutdown).await?
+                }
             }
         }
         for message in messages {
@@ -351,6 +368,7 @@ impl Pipeline {
                     Ok(()) => {
                         Stats::add(&self.stats.written, 1);
                         self.stats.accepted();
+                        self.stats.writing(None);
                         break;
                     }
                     Err(ConnectorError::Data(reason)) if self.errors.is_some() => {
@@ -359,8 +377,11 @@ impl Pipeline {
                     }
                     Err(e) if e.ends_run() => return Err(e),
                     Err(e) => {
-                        if let ConnectorError::Data(reason) = &e {
-                            self.stats.refused(sink.target(), reason);
+                        match &e {
+                            ConnectorError::Data(reason) => self.stats.refused(sink.target(), reason),
+                            other => self
+                                .stats
+                                .writing(Some(format!("writing to {} fails: {other}", sink.target()))),
                         }
                         wait(&mut retries, &e, shutdown).await?;
                     }

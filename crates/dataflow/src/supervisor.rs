@@ -42,22 +42,26 @@ pub async fn supervise(
                 retries.succeeded();
                 let run = pipeline.run(stopped.clone());
                 tokio::pin!(run);
-                // A refused message stalls the flow without failing it: show it.
-                let mut shown = (None, None);
+                // A refused message, or a read or write retried, stalls the
+                // flow without failing it: show it.
+                let mut shown = (None, None, None);
                 let mut check = tokio::time::interval(REFUSAL_CHECK);
                 let outcome = loop {
                     tokio::select! {
                         outcome = &mut run => break outcome,
                         _ = check.tick() => {
-                            let now = (stats.refusal(), stats.read_failure());
+                            let now = (stats.refusal(), stats.write_failure(), stats.read_failure());
                             if now != shown {
                                 match &now {
-                                    (Some(r), _) => report(DataFlowPhase::Error, refusal_message(r)),
-                                    (None, Some(failure)) => report(
+                                    (Some(r), ..) => report(DataFlowPhase::Error, refusal_message(r)),
+                                    (None, Some(failure), _) => {
+                                        report(DataFlowPhase::Error, format!("{failure}; retrying"))
+                                    }
+                                    (None, None, Some(failure)) => report(
                                         DataFlowPhase::Error,
                                         format!("reading the source fails: {failure}; retrying"),
                                     ),
-                                    (None, None) => report(DataFlowPhase::Running, "running".into()),
+                                    (None, None, None) => report(DataFlowPhase::Running, "running".into()),
                                 }
                                 shown = now;
                             }
@@ -66,7 +70,13 @@ pub async fn supervise(
                 };
                 if let Err(e) = outcome {
                     tracing::warn!(dataflow = %ctx.id, error = %e, "dataflow stopped");
-                    report(DataFlowPhase::Error, format!("processor stopped: {e}; restarting"));
+                    // A lost connection after a failing write: the write's
+                    // reason is the one the tenant can act on.
+                    let after = stats.write_failure().map(|w| format!(" ({w})")).unwrap_or_default();
+                    report(
+                        DataFlowPhase::Error,
+                        format!("processor stopped: {e}{after}; restarting"),
+                    );
                 }
             }
             Err(e) => {

@@ -466,6 +466,59 @@ async fn a_message_the_sink_refuses_shows_on_the_dataflow_while_it_is_retried() 
     assert_eq!(view["message"], "running");
 }
 
+/// A write the sink keeps failing for a reason retrying may mend (here a
+/// read-only session) takes the dataflow out of `Running`, with the reason,
+/// while it is retried; once a new session can write, it runs again.
+#[tokio::test]
+async fn a_write_that_keeps_failing_shows_on_the_dataflow_while_it_is_retried() {
+    let db = db().await;
+    let (src, dst, role) = (unique("ro_src"), unique("ro_dst"), unique("ro_role"));
+    db.batch_execute(&format!(
+        "CREATE TABLE {src} (id int PRIMARY KEY, amount int); INSERT INTO {src} VALUES (1, 1), (2, 2);
+         CREATE TABLE {dst} (id int PRIMARY KEY, amount int);
+         CREATE ROLE {role} LOGIN; GRANT ALL ON {dst} TO {role};
+         ALTER ROLE {role} SET default_transaction_read_only = on;"
+    ))
+    .await
+    .unwrap();
+    let dir = TempDir::new("df-read-only");
+    let server = DevServer::start(&dir.0);
+    let a = server.client(TOKEN_A);
+    let sink = json!({"type": "postgresql", "config": {
+        "connectionString": format!("postgres://{role}@127.0.0.1/test"), "table": dst, "exactlyOnce": false}});
+    a.create_dataflow(json!({"name": "read-only", "source": pg(&src, json!({"pollInterval": 1})), "sink": sink}))
+        .await;
+    let view = a
+        .wait_for_phase("read-only", "Error", std::time::Duration::from_secs(20))
+        .await;
+    // (The refused COPY also ends the session; the write's reason stays.)
+    let message = view["message"].as_str().unwrap();
+    assert!(
+        message.contains(&format!("writing to {dst} fails")) && message.contains("read-only transaction"),
+        "{message}"
+    );
+    // New sessions may write; the sink's session is ended, it connects again.
+    db.batch_execute(&format!(
+        "ALTER ROLE {role} SET default_transaction_read_only = off;
+         SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = '{role}';"
+    ))
+    .await
+    .unwrap();
+    wait_for(&db, &format!("SELECT count(*) FROM {dst}"), 2).await;
+    let view = a
+        .wait_for_phase("read-only", "Running", std::time::Duration::from_secs(20))
+        .await;
+    assert_eq!(view["message"], "running");
+    assert_eq!(a.delete("/api/v1/dataflows/read-only").await.0, 204);
+    drop(server);
+    db.batch_execute(&format!(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = '{role}';
+         DROP TABLE {src}, {dst}; DROP ROLE {role};"
+    ))
+    .await
+    .unwrap();
+}
+
 /// `sslmode` through rustls against PostgreSQL behind TLS (a certificate
 /// made at test time): `verify-full` checks chain and name, `verify-ca` the
 /// chain only, `require` encrypts without checking; the root certificate

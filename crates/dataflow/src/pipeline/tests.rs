@@ -99,6 +99,8 @@ enum Writes {
     Stuck,
     /// Its connection is gone.
     Lost,
+    /// Busy (a transient failure) this many more times.
+    Busy(std::sync::atomic::AtomicUsize),
 }
 
 #[async_trait]
@@ -112,6 +114,14 @@ impl Sink for Written {
             Writes::Done => {}
             Writes::Stuck => return std::future::pending().await,
             Writes::Lost => return Err(ConnectorError::Closed("the server dropped it".into())),
+            Writes::Busy(ref left) => {
+                let busy = left
+                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+                    .is_ok();
+                if busy {
+                    return Err(ConnectorError::Transient("the server is busy".into()));
+                }
+            }
         }
         let last = batch.last().map(|m| m.data["n"].to_string()).unwrap_or_default();
         note(&self.log, format!("write {last}"));
@@ -255,6 +265,33 @@ async fn a_lost_connection_ends_the_run_for_its_supervisor_to_connect_again() {
             .all(|l| log.iter().any(|got| got == l)),
         "{log:?}"
     );
+}
+
+#[tokio::test]
+async fn a_write_being_retried_is_reported_until_it_succeeds() {
+    let log = Arc::default();
+    let source = Batches::new(&[&[1]], &log);
+    source.gate.add_permits(1);
+    let busy = Writes::Busy(std::sync::atomic::AtomicUsize::new(2));
+    let flow = pipeline(source, &log, busy, 8, 1);
+    let stats = flow.stats.clone();
+    let (_stop, shutdown) = watch::channel(false);
+    let run = tokio::spawn(flow.run(shutdown));
+    // What the supervisor shows in the dataflow's status, while retried.
+    timeout(WAIT, async {
+        while stats.write_failure().is_none() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("the failing write reported");
+    assert_eq!(
+        stats.write_failure().as_deref(),
+        Some("writing to the test fails: the server is busy")
+    );
+    logged(&log, "write 1").await;
+    assert_eq!(stats.write_failure(), None, "cleared once the write succeeds");
+    run.abort();
 }
 
 /// A transformation with a bug.

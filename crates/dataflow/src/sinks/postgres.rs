@@ -247,8 +247,15 @@ impl PostgresSink {
                 .copy_in::<_, bytes::Bytes>(&format!("COPY {} ({list}) FROM STDIN", self.table_quoted))
                 .await?;
             futures_util::pin_mut!(sink);
-            sink.send(rows.freeze()).await?;
-            sink.finish().await
+            let sent = sink.send(rows.freeze()).await;
+            // A COPY the server refuses fails the send as a closed channel;
+            // the server's own error (and its SQLSTATE) comes with finish.
+            let finished = sink.finish().await;
+            match (sent, finished) {
+                (Err(_), Err(server)) if server.code().is_some() => Err(server),
+                (Err(sending), _) => Err(sending),
+                (Ok(()), finished) => finished,
+            }
         }
         .await;
         match copied {
@@ -263,12 +270,20 @@ impl PostgresSink {
     async fn insert(&self, batch: &[&Value], present: &[&Column], list: &str) -> Result<(), ConnectorError> {
         let docs = serde_json::to_string(batch).map_err(|e| ConnectorError::Data(e.to_string()))?;
         let t = &self.table_quoted;
+        let rows = format!("jsonb_populate_recordset(NULL::{t}, $1::text::jsonb)");
         let sql = if self.raw {
             format!("INSERT INTO {t} (data) SELECT value FROM jsonb_array_elements($1::text::jsonb)")
         } else {
+            let mut rows = rows;
             let conflict = match &self.upsert_key {
                 Some(key) => {
                     let key_list = key.iter().map(|k| quote_ident(k)).collect::<Vec<_>>().join(", ");
+                    // One statement may not update a row twice: of a key's
+                    // messages in the batch, the last one is written.
+                    rows = format!(
+                        "(SELECT DISTINCT ON ({key_list}) * FROM {rows} WITH ORDINALITY AS batch \
+                         ORDER BY {key_list}, batch.ordinality DESC) AS last"
+                    );
                     let updates: Vec<String> = present
                         .iter()
                         .filter(|c| !key.contains(&c.name))
@@ -282,9 +297,7 @@ impl PostgresSink {
                 }
                 None => "ON CONFLICT DO NOTHING".into(),
             };
-            format!(
-                "INSERT INTO {t} ({list}) SELECT {list} FROM jsonb_populate_recordset(NULL::{t}, $1::text::jsonb) {conflict}"
-            )
+            format!("INSERT INTO {t} ({list}) SELECT {list} FROM {rows} {conflict}")
         };
         self.client
             .execute(&sql, &[&docs])

@@ -268,6 +268,18 @@ async fn a_replayed_batch_is_skipped_or_upserted_as_the_statement_would() {
     };
     assert_eq!(values(contents(&db, &skip).await), ["a", "b", "c", "d"]);
     assert_eq!(values(contents(&db, &upsert).await), ["a", "B", "c", "d"]);
+    // One batch naming a key twice (a row changed twice between two reads):
+    // the last one is written, where one statement would refuse to update
+    // a row twice (and was retried for ever).
+    let twice = messages(&[
+        json!({"id": 5, "v": "e"}),
+        json!({"id": 5, "v": "E"}),
+        json!({"id": 1, "v": "A"}),
+    ]);
+    skipping.write(&twice).await.unwrap();
+    upserting.write(&twice).await.unwrap();
+    assert_eq!(values(contents(&db, &skip).await), ["a", "b", "c", "d", "e"]);
+    assert_eq!(values(contents(&db, &upsert).await), ["A", "B", "c", "d", "E"]);
     db.batch_execute(&format!("DROP TABLE {skip}, {upsert}")).await.unwrap();
 }
 
