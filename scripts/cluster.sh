@@ -431,15 +431,17 @@ cert_manager_up() {
 # own root processes (the kubelet's probes) pass, as upstream's hook lets them.
 # Made with the xtables NFQUEUE target: this kernel has no nftables `queue`.
 netpol_up() {
-  iptables -t mangle -N "$NETPOL_CHAIN"
-  iptables -t mangle -A "$NETPOL_CHAIN" -m owner --uid-owner 0 -j RETURN
-  iptables -t mangle -A "$NETPOL_CHAIN" -m conntrack --ctstate ESTABLISHED,RELATED -j RETURN
-  iptables -t mangle -A "$NETPOL_CHAIN" -s "$POD_SUBNET" -j NFQUEUE --queue-num "$NETPOL_QUEUE"
-  iptables -t mangle -A "$NETPOL_CHAIN" -d "$POD_SUBNET" -j NFQUEUE --queue-num "$NETPOL_QUEUE"
-  iptables -t mangle -A POSTROUTING -j "$NETPOL_CHAIN"
   start netpol "$NETPOL_CACHE/netpol" --kubeconfig "$KUBECONFIG_ADMIN" --node "$NODE" \
     --nfqueue-id "$NETPOL_QUEUE"
+  # The hook only once the enforcer listens on its queue.
   wait_for netpol 60 grep -q "^ *$NETPOL_QUEUE " /proc/net/netfilter/nfnetlink_queue
+  local ipt=(iptables -w -t mangle)
+  "${ipt[@]}" -N "$NETPOL_CHAIN"
+  "${ipt[@]}" -A "$NETPOL_CHAIN" -m owner --uid-owner 0 -j RETURN
+  "${ipt[@]}" -A "$NETPOL_CHAIN" -m conntrack --ctstate ESTABLISHED,RELATED -j RETURN
+  "${ipt[@]}" -A "$NETPOL_CHAIN" -s "$POD_SUBNET" -j NFQUEUE --queue-num "$NETPOL_QUEUE"
+  "${ipt[@]}" -A "$NETPOL_CHAIN" -d "$POD_SUBNET" -j NFQUEUE --queue-num "$NETPOL_QUEUE"
+  "${ipt[@]}" -A POSTROUTING -j "$NETPOL_CHAIN"
 }
 
 # Whether a complete `up` left every process of the cluster running.
@@ -515,9 +517,9 @@ down() {
   for name in cert-manager kube-proxy kubelet coredns netpol kube-scheduler kube-controller-manager kube-apiserver etcd; do
     stop "$name"
   done
-  while iptables -t mangle -D POSTROUTING -j "$NETPOL_CHAIN" 2>/dev/null; do :; done
-  iptables -t mangle -F "$NETPOL_CHAIN" 2>/dev/null || true
-  iptables -t mangle -X "$NETPOL_CHAIN" 2>/dev/null || true
+  while iptables -w -t mangle -D POSTROUTING -j "$NETPOL_CHAIN" 2>/dev/null; do :; done
+  iptables -w -t mangle -F "$NETPOL_CHAIN" 2>/dev/null || true
+  iptables -w -t mangle -X "$NETPOL_CHAIN" 2>/dev/null || true
   if [ -S "$RUN/containerd.sock" ]; then
     for task in $(ctr --address "$RUN/containerd.sock" -n k8s.io tasks ls -q 2>/dev/null); do
       ctr --address "$RUN/containerd.sock" -n k8s.io tasks kill -s SIGKILL "$task" >/dev/null 2>&1 || true

@@ -90,7 +90,7 @@ def reaches(cluster, namespace, name, targets, labels=None):
     (`dns`, and `reached <target>` for each connection made). The pod is
     removed.
 
-    It starts probing only once its address is published and a second has
+    It starts probing only once its address is published and 3 s have
     passed: the cluster's enforcer learns pods' addresses from the API server
     (upstream closes that gap with containerd's NRI, which Debian's
     containerd 1.6 has not), and lets a connection from an address it does
@@ -105,7 +105,7 @@ def reaches(cluster, namespace, name, targets, labels=None):
     try:
         address = wait_for(f"{name}'s address", lambda: cluster.kubectl(
             "-n", namespace, "get", "pod", name, "-o", "jsonpath={.status.podIP}").stdout, 60)
-        time.sleep(1)
+        time.sleep(3)
 
         def started():
             try:

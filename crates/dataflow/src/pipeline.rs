@@ -395,9 +395,16 @@ impl Pipeline {
             let mut retries = RETRY.start();
             loop {
                 match sink.write_at(&[], Some(position)).await {
-                    Ok(()) => break,
+                    Ok(()) => {
+                        self.stats.writing(None);
+                        break;
+                    }
                     Err(e) if e.ends_run() => return Err(e),
-                    Err(e) => wait(&mut retries, &e, shutdown).await?,
+                    Err(e) => {
+                        self.stats
+                            .writing(Some(format!("writing to {} fails: {e}", sink.target())));
+                        wait(&mut retries, &e, shutdown).await?
+                    }
                 }
             }
         }

@@ -140,7 +140,7 @@ async fn sigterm_writes_and_commits_the_batch_in_hand_so_a_restart_duplicates_no
 #[tokio::test]
 async fn a_second_processor_of_a_dataflow_waits_for_the_first_and_takes_over_when_it_dies() {
     let db = db().await;
-    let src = bulk_table(&db, "fence_src", 30000).await;
+    let src = bulk_table(&db, "fence_src", 100_000).await;
     let dst = unique("fence_dst");
     let (first_dir, second_dir) = (TempDir::new("fence-1"), TempDir::new("fence-2"));
     let spec = json!({
@@ -151,7 +151,7 @@ async fn a_second_processor_of_a_dataflow_waits_for_the_first_and_takes_over_whe
     });
     let mut first = Processor::start(&first_dir.0, &spec);
     let rows = format!("SELECT count(*) FROM {dst}");
-    wait_mid_stream(&db, &rows, 0, 30000).await;
+    wait_mid_stream(&db, &rows, 0, 100_000).await;
     // Both pods mount the tenant's one positions key.
     std::fs::copy(first_dir.0.join("positions.key"), second_dir.0.join("positions.key")).unwrap();
     let second = Processor::start(&second_dir.0, &spec);
@@ -169,14 +169,19 @@ async fn a_second_processor_of_a_dataflow_waits_for_the_first_and_takes_over_whe
     }
     assert_eq!(second.get("/readyz").await.0, 503);
     assert!(
-        count(&db, &rows).await < 30000,
+        count(&db, &rows).await < 100_000,
         "copied everything before the kill: make the table larger"
     );
 
     first.child.kill().unwrap();
     first.child.wait().unwrap();
-    wait_for(&db, &format!("SELECT count(DISTINCT (data->>'id')) FROM {dst}"), 30000).await;
-    assert_eq!(count(&db, &rows).await, 30000, "a row written twice");
+    wait_for(
+        &db,
+        &format!("SELECT count(DISTINCT (data->>'id')) FROM {dst}"),
+        100_000,
+    )
+    .await;
+    assert_eq!(count(&db, &rows).await, 100_000, "a row written twice");
     db.batch_execute(&format!("DROP TABLE {src}; DROP TABLE {dst}"))
         .await
         .unwrap();

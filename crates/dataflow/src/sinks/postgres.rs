@@ -247,15 +247,8 @@ impl PostgresSink {
                 .copy_in::<_, bytes::Bytes>(&format!("COPY {} ({list}) FROM STDIN", self.table_quoted))
                 .await?;
             futures_util::pin_mut!(sink);
-            let sent = sink.send(rows.freeze()).await;
-            // A COPY the server refuses fails the send as a closed channel;
-            // the server's own error (and its SQLSTATE) comes with finish.
-            let finished = sink.finish().await;
-            match (sent, finished) {
-                (Err(_), Err(server)) if server.code().is_some() => Err(server),
-                (Err(sending), _) => Err(sending),
-                (Ok(()), finished) => finished,
-            }
+            sink.send(rows.freeze()).await?;
+            sink.finish().await
         }
         .await;
         match copied {
@@ -279,10 +272,19 @@ impl PostgresSink {
                 Some(key) => {
                     let key_list = key.iter().map(|k| quote_ident(k)).collect::<Vec<_>>().join(", ");
                     // One statement may not update a row twice: of a key's
-                    // messages in the batch, the last one is written.
+                    // messages in the batch, the last one is written (rows
+                    // with a NULL in the key conflict with none: all kept).
+                    let null_key = key
+                        .iter()
+                        .map(|k| format!("{} IS NULL", quote_ident(k)))
+                        .collect::<Vec<_>>()
+                        .join(" OR ");
+                    let alone = format!("CASE WHEN {null_key} THEN sless_n END");
                     rows = format!(
-                        "(SELECT DISTINCT ON ({key_list}) * FROM {rows} WITH ORDINALITY AS batch \
-                         ORDER BY {key_list}, batch.ordinality DESC) AS last"
+                        "(SELECT DISTINCT ON ({alone}, {key_list}) * FROM \
+                         (SELECT (jsonb_populate_record(NULL::{t}, e.doc)).*, e.sless_n \
+                          FROM jsonb_array_elements($1::text::jsonb) WITH ORDINALITY AS e(doc, sless_n)) AS batch \
+                         ORDER BY {alone}, {key_list}, sless_n DESC) AS last"
                     );
                     let updates: Vec<String> = present
                         .iter()

@@ -72,7 +72,16 @@ impl SqsSink {
     }
 }
 
-/// At most 42 characters of `[0-9a-f-]` (SQS allows 128).
+impl SqsSink {
+    /// After a refusal the pipeline sends the batch's messages one at a
+    /// time (and one may go to the error sink instead): those are other
+    /// contents, so they get other numbers, never an id a sent message had.
+    fn refused(&self) {
+        self.batches.fetch_add(1, Ordering::AcqRel);
+    }
+}
+
+/// At most 50 characters of `[0-9a-f-]` (SQS allows 128).
 fn dedup_id(run: u64, batch: u64, index: usize) -> String {
     format!("{run:016x}-{batch:x}-{index:x}")
 }
@@ -96,7 +105,12 @@ impl Sink for SqsSink {
             let out = self
                 .client
                 .call("SendMessageBatch", json!({"Entries": entries}))
-                .await?;
+                .await
+                .inspect_err(|e| {
+                    if matches!(e, ConnectorError::Data(_)) {
+                        self.refused();
+                    }
+                })?;
             if let Some(failed) = out["Failed"].as_array().filter(|f| !f.is_empty()) {
                 let reason = format!(
                     "SQS refused {} of {} messages: {}",
@@ -106,6 +120,7 @@ impl Sink for SqsSink {
                 );
                 let sender = failed.iter().all(|f| f["SenderFault"].as_bool().unwrap_or(true));
                 return Err(if sender {
+                    self.refused();
                     ConnectorError::Data(reason)
                 } else {
                     ConnectorError::Transient(reason)

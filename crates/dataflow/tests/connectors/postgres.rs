@@ -280,6 +280,26 @@ async fn a_replayed_batch_is_skipped_or_upserted_as_the_statement_would() {
     upserting.write(&twice).await.unwrap();
     assert_eq!(values(contents(&db, &skip).await), ["a", "b", "c", "d", "e"]);
     assert_eq!(values(contents(&db, &upsert).await), ["A", "B", "c", "d", "E"]);
+    // A nullable unique key: rows with a NULL key conflict with none, so
+    // all of them are written; the key named twice still keeps its last.
+    let nullable = unique("sink_nullable");
+    db.batch_execute(&format!(
+        "CREATE TABLE {nullable} (id serial PRIMARY KEY, k int UNIQUE, v text)"
+    ))
+    .await
+    .unwrap();
+    let by_k = sink(&nullable, json!({"upsertMode": true, "conflictKey": "k"})).await;
+    let rows = messages(&[
+        json!({"v": "x"}),
+        json!({"k": null, "v": "y"}),
+        json!({"k": 7, "v": "first"}),
+        json!({"k": 7, "v": "last"}),
+    ]);
+    by_k.write(&rows).await.unwrap();
+    let mut got = values(contents(&db, &nullable).await);
+    got.sort();
+    assert_eq!(got, ["last", "x", "y"]);
+    db.batch_execute(&format!("DROP TABLE {nullable}")).await.unwrap();
     db.batch_execute(&format!("DROP TABLE {skip}, {upsert}")).await.unwrap();
 }
 
