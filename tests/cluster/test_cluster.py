@@ -7,6 +7,8 @@ its USER with a read-only root filesystem."""
 import json
 import time
 
+from tests.cluster.conftest import busybox_pod
+
 
 def finished(cluster, name, within=60):
     """The pod's phase once it ended, and its log."""
@@ -21,23 +23,8 @@ def finished(cluster, name, within=60):
 
 
 def test_a_pod_runs_as_its_user_and_reaches_dns_and_the_api_server(cluster):
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "smoke", "namespace": "default"},
-        "spec": {
-            "restartPolicy": "Never",
-            "securityContext": {"runAsUser": 65532, "runAsGroup": 65532, "runAsNonRoot": True},
-            "containers": [{
-                "name": "c",
-                "image": "sless.local/busybox:1",
-                "imagePullPolicy": "Never",
-                "command": ["/bin/busybox", "sh", "-c",
-                            "id -u; /bin/busybox nslookup kubernetes.default.svc.cluster.local;"
-                            " echo | /bin/busybox nc -w 5 kubernetes.default.svc 443 && echo api-reached"],
-            }],
-        },
-    }
+    pod = busybox_pod("default", "smoke", "id -u; /bin/busybox nslookup kubernetes.default.svc.cluster.local;"
+                      " echo | /bin/busybox nc -w 5 kubernetes.default.svc 443 && echo api-reached")
     cluster.kubectl("apply", "-f", "-", input=json.dumps(pod))
     phase, logs = finished(cluster, "smoke")
     assert phase == "Succeeded", f"{phase}: {logs}"

@@ -128,6 +128,10 @@ impl Stats {
         *self.write_failure.lock_unpoisoned() = failure;
     }
 
+    fn write_failed(&self, target: &str, error: &ConnectorError) {
+        self.writing(Some(format!("writing to {target} fails: {error}")));
+    }
+
     fn add(counter: &AtomicU64, n: usize) {
         counter.fetch_add(n as u64, Ordering::Relaxed);
     }
@@ -355,8 +359,7 @@ impl Pipeline {
                 Err(ConnectorError::Data(_)) => break,
                 Err(e) if e.ends_run() => return Err(e),
                 Err(e) => {
-                    self.stats
-                        .writing(Some(format!("writing to {} fails: {e}", sink.target())));
+                    self.stats.write_failed(sink.target(), &e);
                     wait(&mut retries, &e, shutdown).await?
                 }
             }
@@ -379,9 +382,7 @@ impl Pipeline {
                     Err(e) => {
                         match &e {
                             ConnectorError::Data(reason) => self.stats.refused(sink.target(), reason),
-                            other => self
-                                .stats
-                                .writing(Some(format!("writing to {} fails: {other}", sink.target()))),
+                            other => self.stats.write_failed(sink.target(), other),
                         }
                         wait(&mut retries, &e, shutdown).await?;
                     }
@@ -401,8 +402,7 @@ impl Pipeline {
                     }
                     Err(e) if e.ends_run() => return Err(e),
                     Err(e) => {
-                        self.stats
-                            .writing(Some(format!("writing to {} fails: {e}", sink.target())));
+                        self.stats.write_failed(sink.target(), &e);
                         wait(&mut retries, &e, shutdown).await?
                     }
                 }

@@ -8,10 +8,15 @@ use crate::common::sqs::{call, ready_queue_service};
 use crate::common::{DevServer, TOKEN_A, TempDir};
 use serde_json::{Value, json};
 
-/// Creates queue `name` of the tenant of `view`: its URL.
+/// Creates queue `name` of the tenant of `view` (FIFO when the name ends
+/// in `.fifo`): its URL.
 async fn create_queue(view: &Value, name: &str) -> String {
     let endpoint = view["endpoint"].as_str().unwrap();
-    let (status, text) = call(endpoint, view, "CreateQueue", json!({"QueueName": name})).await;
+    let mut request = json!({"QueueName": name});
+    if name.ends_with(".fifo") {
+        request["Attributes"] = json!({"FifoQueue": "true"});
+    }
+    let (status, text) = call(endpoint, view, "CreateQueue", request).await;
     assert_eq!(status, 200, "{text}");
     serde_json::from_str::<Value>(&text).unwrap()["QueueUrl"]
         .as_str()
@@ -265,13 +270,7 @@ async fn rows_with_equal_bodies_all_reach_a_fifo_queue() {
     assert_eq!(a.post("/api/v1/queue-services", json!({"name": "main"})).await.0, 201);
     let view = ready_queue_service(&a).await;
     let endpoint = view["endpoint"].as_str().unwrap();
-    let created = json!({"QueueName": "equal.fifo", "Attributes": {"FifoQueue": "true"}});
-    let (status, text) = call(endpoint, &view, "CreateQueue", created).await;
-    assert_eq!(status, 200, "{text}");
-    let queue = serde_json::from_str::<Value>(&text).unwrap()["QueueUrl"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let queue = create_queue(&view, "equal.fifo").await;
     a.create_dataflow(json!({
         "name": "equal-bodies",
         "source": pg(&src, json!({"pollInterval": 1})),

@@ -70,9 +70,7 @@ impl SqsSink {
         }
         Ok(entry)
     }
-}
 
-impl SqsSink {
     /// After a refusal the pipeline sends the batch's messages one at a
     /// time (and one may go to the error sink instead): those are other
     /// contents, so they get other numbers, never an id a sent message had.

@@ -44,16 +44,16 @@ pub fn snapshot<'a>(routes: impl IntoIterator<Item = Route<'a>>) -> RoutingSnaps
 mod tests {
     use super::*;
 
+    fn keys(access_key: &str, secret_key: &str) -> Credentials {
+        Credentials {
+            access_key: access_key.into(),
+            secret_key: secret_key.into(),
+        }
+    }
+
     #[test]
     fn one_route_per_tenant_with_its_keys() {
-        let creds = Credentials {
-            access_key: "SQSAKa_12345678".into(),
-            secret_key: "secret".into(),
-        };
-        let others = Credentials {
-            access_key: "SQSAKb_12345678".into(),
-            secret_key: "secret".into(),
-        };
+        let (creds, others) = (keys("SQSAKa_12345678", "secret"), keys("SQSAKb_12345678", "secret"));
         let table = snapshot([
             Route {
                 tenant: "a",
@@ -79,14 +79,7 @@ mod tests {
     /// left out of the snapshot; the other tenants' routes are published.
     #[test]
     fn a_bad_route_does_not_hold_back_the_others() {
-        let good = Credentials {
-            access_key: "SQSAKa_12345678".into(),
-            secret_key: "secret".into(),
-        };
-        let broken = Credentials {
-            access_key: "SQSAKb_12345678".into(),
-            secret_key: String::new(),
-        };
+        let (good, broken) = (keys("SQSAKa_12345678", "secret"), keys("SQSAKb_12345678", ""));
         let table = snapshot([
             Route {
                 tenant: "a",
