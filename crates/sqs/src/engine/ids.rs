@@ -1,5 +1,7 @@
 //! Message ids and receipt handles. A receipt names the message's sequence
-//! and a random nonce, so a handle of another receive never matches.
+//! and the random nonce of the receive that took it, so a handle of another
+//! receive never matches. Both are drawn when a command is made, never when
+//! it is applied: every replica of it must apply the same.
 
 use base64::Engine as _;
 
@@ -18,8 +20,12 @@ pub(super) fn random_uuid() -> String {
     )
 }
 
-pub(super) fn receipt_for(seq: u64) -> String {
-    let nonce = sless_runtime::hex::encode(&sless_runtime::random::bytes::<12>());
+/// A receive's nonce: 96 random bits, in hex.
+pub(super) fn random_nonce() -> String {
+    sless_runtime::hex::encode(&sless_runtime::random::bytes::<12>())
+}
+
+pub(super) fn receipt_for(seq: u64, nonce: &str) -> String {
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(format!("{seq}:{nonce}"))
 }
 

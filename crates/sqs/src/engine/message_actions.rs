@@ -1,12 +1,14 @@
 //! Actions on messages: send, receive (with long polling and dead-letter
-//! moves), delete and change visibility, each journaled around the queue's
-//! state machine.
+//! moves), delete and change visibility; the requests that make their
+//! commands, and how the machine applies those.
 
 use std::time::Duration;
 
-use super::journal::{Change, Pending};
+use super::command::{Op, Reply};
+use super::ids::{random_nonce, random_uuid};
+use super::machine::Machine;
 use super::message::{attributes_size, parse_attributes};
-use super::queue::{Put, Queue, Taken};
+use super::queue::{Accepted, Digests, Message, Prepared};
 use super::requests::{
     self, Int, MAX_VISIBILITY_SECONDS, MAX_WAIT_SECONDS, Peek, ReceiptEntry, ReceiveMessage, SendEntry, VisibilityEntry,
 };
@@ -21,77 +23,161 @@ use crate::error::SqsError;
 /// timeout ended (sends wake it at once).
 const POLL_TICK: Duration = Duration::from_millis(100);
 
-/// What one receive attempt took and journaled.
-struct Received {
-    messages: Vec<ReceivedMessage>,
-    incarnation: u64,
-    taken: Taken,
-    /// The dead-letter queue (name, incarnation) and what it receives.
-    dead_letters: Option<((String, u64), Vec<Put>)>,
-    pending: Option<Pending>,
+impl Machine {
+    pub(super) fn send(
+        &mut self,
+        name: &str,
+        messages: Vec<super::records::StoredMessage>,
+        now: u64,
+    ) -> Result<Reply, SqsError> {
+        let Self { queues, next_seq, .. } = self;
+        let q = queues.get_mut(name).ok_or_else(super::machine::no_such_queue)?;
+        let accepted = messages
+            .into_iter()
+            .map(|message| {
+                let accepted = q.accept(message, *next_seq, now);
+                *next_seq += u64::from(accepted.enqueued);
+                accepted
+            })
+            .collect();
+        Ok(Reply::Sent(accepted))
+    }
+
+    /// Takes messages (a retried FIFO attempt takes what it took before),
+    /// drops expired ones and moves those received too often to the
+    /// dead-letter queue.
+    pub(super) fn receive(
+        &mut self,
+        name: &str,
+        max: usize,
+        visibility_ms: u64,
+        attempt: Option<&str>,
+        nonce: &str,
+        now: u64,
+    ) -> Result<Reply, SqsError> {
+        let source_arn = self.identity.queue_arn(name);
+        let policy = self.queue(name)?.meta.attributes.redrive_policy();
+        let dlq = policy
+            .as_ref()
+            .and_then(|p| p.dead_letter_target_arn.rsplit(':').next())
+            .filter(|n| *n != name && self.queues.contains_key(*n))
+            .map(str::to_owned);
+        let max_receive_count = dlq.as_ref().and(policy.as_ref()).map(|p| p.max_receive_count);
+        let q = self.queue_mut(name)?;
+        let held = |q: &super::queue::Queue, taken: &[(u64, String)]| {
+            taken
+                .iter()
+                .filter_map(|(seq, receipt)| Some((q.messages.get(seq)?.clone(), receipt.clone())))
+                .collect()
+        };
+        if let Some(replayed) = attempt.and_then(|id| q.replay_attempt(id, now)) {
+            return Ok(Reply::Received(held(q, &replayed)));
+        }
+        q.expire(now);
+        let taken = q.receive(max, visibility_ms, max_receive_count, now, nonce);
+        if let Some(id) = attempt {
+            q.record_attempt(id, &taken, now);
+        }
+        let received = held(q, &taken.received);
+        if let Some(dlq) = dlq {
+            for (_, m) in taken.dead_letters {
+                let mut stored = m.stored;
+                stored.receive_count = m.receive_count;
+                stored.visible_at_ms = now;
+                stored.dead_letter_source_arn = Some(source_arn.clone());
+                let seq = self.take_seq();
+                self.queue_mut(&dlq)?.insert(seq, Message::new(stored));
+            }
+        }
+        Ok(Reply::Received(received))
+    }
+
+    pub(super) fn delete(&mut self, name: &str, receipts: &[String]) -> Result<Reply, SqsError> {
+        let q = self.queue_mut(name)?;
+        let each = receipts
+            .iter()
+            .map(|r| {
+                let held = q.held_by_receipt(r)?;
+                if let Some(seq) = held {
+                    q.messages.remove(&seq);
+                }
+                Ok(())
+            })
+            .collect();
+        Ok(Reply::Each(each))
+    }
+
+    pub(super) fn change_visibility(
+        &mut self,
+        name: &str,
+        changes: &[(String, u64)],
+        now: u64,
+    ) -> Result<Reply, SqsError> {
+        let q = self.queue_mut(name)?;
+        let each = changes
+            .iter()
+            .map(|(handle, timeout)| q.change_visibility(handle, *timeout, now))
+            .collect();
+        Ok(Reply::Each(each))
+    }
+}
+
+/// Each batch entry's id and what its checks made of it.
+type Checked<T> = Vec<(String, Result<T, SqsError>)>;
+
+fn unexpected() -> SqsError {
+    SqsError::internal("a command was answered with another command's reply")
 }
 
 impl Engine {
-    /// Journals `puts` of queue `name` (under the state lock).
-    fn submit_puts(&self, name: &str, puts: &[Put]) -> Option<Pending> {
-        self.submit(
-            puts.iter()
-                .map(|p| Change::PutMessage {
-                    queue: name.to_owned(),
-                    seq: p.seq,
-                    message: p.message.clone(),
-                })
-                .collect(),
-        )
-    }
-
-    /// Commits `puts`, then makes them visible; a failed commit changes nothing.
-    async fn commit_puts(
-        &self,
-        name: &str,
-        incarnation: u64,
-        puts: Vec<Put>,
-        pending: Option<Pending>,
-    ) -> Result<(), SqsError> {
-        match Self::committed(pending).await {
-            Ok(()) => {
-                self.deliver(name, incarnation, puts);
-                Ok(())
-            }
-            Err(e) => {
-                if let Some(q) = self.lock().incarnation_mut(name, incarnation) {
-                    q.forget_dedup(&puts);
-                }
-                Err(e)
-            }
-        }
-    }
-
-    /// Sends `entries` in one commit; each entry succeeds or fails alone.
+    /// Sends `entries` in one command; each entry succeeds or fails alone.
     async fn send(&self, name: &str, entries: Vec<SendEntry>) -> Result<Outcomes<SendResult>, SqsError> {
-        let mut outcomes = Vec::with_capacity(entries.len());
-        let mut puts = Vec::new();
-        let (incarnation, pending) = {
-            let mut state = self.lock();
-            let now = now_ms();
-            let incarnation = state.queue(name)?.incarnation;
-            for entry in entries {
-                let seq = state.next_seq;
-                let outcome = state.queue_mut(name)?.send(&entry, seq, now).map(|mut sent| {
-                    if let Some(put) = sent.put.take() {
-                        puts.push(put);
-                    }
-                    SendResult::new(&sent)
-                });
-                if puts.last().is_some_and(|p| p.seq == seq) {
-                    state.next_seq += 1;
-                }
-                outcomes.push((entry.id, outcome));
-            }
-            (incarnation, self.submit_puts(name, &puts))
+        let now = now_ms();
+        let prepared: Vec<(String, Result<Prepared, SqsError>)> = {
+            let machine = self.lock();
+            let q = machine.queue(name)?;
+            entries
+                .into_iter()
+                .map(|entry| {
+                    let prepared = q.prepare(&entry, random_uuid(), now);
+                    (entry.id, prepared)
+                })
+                .collect()
         };
-        self.commit_puts(name, incarnation, puts, pending).await?;
-        Ok(outcomes)
+        let mut messages = Vec::new();
+        let prepared: Vec<(String, Result<Digests, SqsError>)> = prepared
+            .into_iter()
+            .map(|(id, p)| {
+                let digests = p.map(|Prepared { message, digests }| {
+                    messages.push(message);
+                    digests
+                });
+                (id, digests)
+            })
+            .collect();
+        let Reply::Sent(accepted) = self
+            .execute_at(
+                now,
+                Op::Send {
+                    queue: name.to_owned(),
+                    messages,
+                },
+            )
+            .await?
+        else {
+            return Err(unexpected());
+        };
+        let mut accepted = accepted.into_iter();
+        Ok(prepared
+            .into_iter()
+            .map(|(id, p)| {
+                let outcome = p.and_then(|digests| {
+                    let a: Accepted = accepted.next().ok_or_else(unexpected)?;
+                    Ok(SendResult::new(digests, a))
+                });
+                (id, outcome)
+            })
+            .collect())
     }
 
     pub(super) async fn send_message(&self, name: &str, entry: SendEntry) -> Result<SendResult, SqsError> {
@@ -117,130 +203,6 @@ impl Engine {
         }
         let outcomes = self.send(name, entries).await?;
         Ok(Batch::of(outcomes, |id, sent| SendResult { id: Some(id), ..sent }))
-    }
-
-    /// The messages of `q` that `held` names by sequence, with their receipts,
-    /// as a receive answers them.
-    fn answered<'a>(
-        &self,
-        q: &Queue,
-        held: impl Iterator<Item = (&'a u64, &'a String)>,
-        selection: &Selection,
-    ) -> Vec<ReceivedMessage> {
-        held.filter_map(|(seq, receipt)| {
-            let m = q.messages.get(seq)?;
-            Some(ReceivedMessage::new(
-                m,
-                receipt.clone(),
-                &self.config.account_id,
-                selection,
-            ))
-        })
-        .collect()
-    }
-
-    /// One receive attempt: takes up to `max` visible messages (at once, so
-    /// no other receive takes them) and journals expiries and dead-letter
-    /// moves before the lock is released.
-    fn try_receive(
-        &self,
-        name: &str,
-        max: usize,
-        visibility_ms: u64,
-        selection: &Selection,
-        attempt: Option<&str>,
-    ) -> Result<Received, SqsError> {
-        let mut state = self.lock();
-        let now = now_ms();
-        // A retried FIFO receive with the same attempt id gets the same
-        // messages and receipts while none of them changed.
-        let q = state.queue_mut(name)?;
-        if let Some(held) = attempt.and_then(|id| q.replay_attempt(id, now)) {
-            return Ok(Received {
-                messages: self.answered(q, held.iter().map(|(seq, r)| (seq, r)), selection),
-                incarnation: q.incarnation,
-                taken: Taken::default(),
-                dead_letters: None,
-                pending: None,
-            });
-        }
-        let (policy, incarnation) = {
-            let q = state.queue(name)?;
-            (q.meta.attributes.redrive_policy(), q.incarnation)
-        };
-        let dlq = policy
-            .as_ref()
-            .and_then(|p| p.dead_letter_target_arn.rsplit(':').next())
-            .filter(|n| *n != name)
-            .and_then(|n| state.queue(n).ok().map(|q| (n.to_owned(), q.incarnation)));
-        let max_receive_count = dlq.as_ref().and(policy.as_ref()).map(|p| p.max_receive_count);
-        let q = state.queue_mut(name)?;
-        let mut changes: Vec<Change> = q
-            .expire(now)
-            .into_iter()
-            .map(|seq| Change::DeleteMessage {
-                queue: name.to_owned(),
-                seq,
-            })
-            .collect();
-        let taken = q.receive(max, visibility_ms, max_receive_count, now);
-        if let Some(id) = attempt {
-            q.record_attempt(id, &taken, now);
-        }
-        let messages = self.answered(q, taken.received.iter().map(|(seq, r, _)| (seq, r)), selection);
-        let mut dead_letters = Vec::new();
-        if let Some((dlq_name, _)) = &dlq {
-            for (old_seq, m) in &taken.dead_letters {
-                let mut stored = m.stored.clone();
-                stored.receive_count = m.receive_count;
-                stored.visible_at_ms = now;
-                stored.dead_letter_source_arn = Some(self.queue_arn(name));
-                changes.push(Change::DeleteMessage {
-                    queue: name.to_owned(),
-                    seq: *old_seq,
-                });
-                let seq = state.take_seq();
-                changes.push(Change::PutMessage {
-                    queue: dlq_name.clone(),
-                    seq,
-                    message: stored.clone(),
-                });
-                dead_letters.push(Put { seq, message: stored });
-            }
-        }
-        Ok(Received {
-            messages,
-            incarnation,
-            taken,
-            dead_letters: dlq.map(|d| (d, dead_letters)),
-            pending: self.submit(changes),
-        })
-    }
-
-    /// Waits for a receive's changes to commit: then its dead letters reach
-    /// their queue; if the commit fails, everything it took is put back.
-    async fn finish_receive(&self, name: &str, received: Received) -> Result<Vec<ReceivedMessage>, SqsError> {
-        let Received {
-            messages,
-            incarnation,
-            taken,
-            dead_letters,
-            pending,
-        } = received;
-        match Self::committed(pending).await {
-            Ok(()) => {
-                if let Some(((dlq, dlq_incarnation), puts)) = dead_letters {
-                    self.deliver(&dlq, dlq_incarnation, puts);
-                }
-                Ok(messages)
-            }
-            Err(e) => {
-                if let Some(q) = self.lock().incarnation_mut(name, incarnation) {
-                    q.undo_receive(taken);
-                }
-                Err(e)
-            }
-        }
     }
 
     /// What a receive would take now, changing nothing (no journal write).
@@ -286,14 +248,37 @@ impl Engine {
             message: &request.message_attribute_names,
         };
         let deadline = tokio::time::Instant::now() + Duration::from_secs(wait);
+        // A retried attempt takes what it took before, which peeks do not show.
+        let mut replay = attempt.is_some();
         loop {
             let waiter = notify.notified();
             tokio::pin!(waiter);
             waiter.as_mut().enable();
-            let received = self.try_receive(name, max, visibility * 1000, &selection, attempt.as_deref())?;
-            let messages = self.finish_receive(name, received).await?;
-            if !messages.is_empty() || tokio::time::Instant::now() >= deadline {
-                return Ok(Messages { messages });
+            // Only a receive that may take something is a command: an
+            // empty queue's long polls journal nothing.
+            if replay || !self.lock().queue(name)?.peek(1, now_ms()).is_empty() {
+                replay = false;
+                let op = Op::Receive {
+                    queue: name.to_owned(),
+                    max,
+                    visibility_ms: visibility * 1000,
+                    attempt: attempt.clone(),
+                    nonce: random_nonce(),
+                };
+                let Reply::Received(taken) = self.execute(op).await? else {
+                    return Err(unexpected());
+                };
+                if !taken.is_empty() {
+                    let account = &self.config.account_id;
+                    let messages = taken
+                        .iter()
+                        .map(|(m, receipt)| ReceivedMessage::new(m, receipt.clone(), account, &selection))
+                        .collect();
+                    return Ok(Messages { messages });
+                }
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Ok(Messages { messages: Vec::new() });
             }
             let tick = (tokio::time::Instant::now() + POLL_TICK).min(deadline);
             tokio::select! {
@@ -303,34 +288,34 @@ impl Engine {
         }
     }
 
-    /// Deletes the messages `entries` hold receipts for, in one commit.
+    /// Deletes the messages `entries` hold receipts for, in one command.
     async fn delete(&self, name: &str, entries: Vec<ReceiptEntry>) -> Result<Outcomes<()>, SqsError> {
-        let mut outcomes = Vec::with_capacity(entries.len());
-        let mut seqs = Vec::new();
-        let (incarnation, pending) = {
-            let state = self.lock();
-            let q = state.queue(name)?;
-            for entry in entries {
-                let held =
-                    requests::required(&entry.receipt_handle, "ReceiptHandle").and_then(|h| q.held_by_receipt(h));
-                outcomes.push((entry.id, held.map(|seq| seqs.extend(seq))));
-            }
-            let changes = seqs
-                .iter()
-                .map(|seq| Change::DeleteMessage {
-                    queue: name.to_owned(),
-                    seq: *seq,
-                })
-                .collect();
-            (q.incarnation, self.submit(changes))
+        let checked: Checked<String> = entries
+            .into_iter()
+            .map(|e| {
+                let receipt = requests::required(&e.receipt_handle, "ReceiptHandle").map(str::to_owned);
+                (e.id, receipt)
+            })
+            .collect();
+        let receipts = checked.iter().filter_map(|(_, r)| r.clone().ok()).collect();
+        let op = Op::Delete {
+            queue: name.to_owned(),
+            receipts,
         };
-        Self::committed(pending).await?;
-        if let Some(q) = self.lock().incarnation_mut(name, incarnation) {
-            for seq in seqs {
-                q.messages.remove(&seq);
-            }
-        }
-        Ok(outcomes)
+        self.each(op, checked).await
+    }
+
+    /// Runs `op`, made of the entries of `checked` that passed their checks,
+    /// and answers each entry: refused by its check, or what `op` did with it.
+    async fn each<T>(&self, op: Op, checked: Checked<T>) -> Result<Outcomes<()>, SqsError> {
+        let Reply::Each(done) = self.execute(op).await? else {
+            return Err(unexpected());
+        };
+        let mut done = done.into_iter();
+        Ok(checked
+            .into_iter()
+            .map(|(id, c)| (id, c.and_then(|_| done.next().unwrap_or_else(|| Err(unexpected())))))
+            .collect())
     }
 
     pub(super) async fn delete_message(&self, name: &str, entry: ReceiptEntry) -> Result<Empty, SqsError> {
@@ -347,31 +332,40 @@ impl Engine {
         Ok(Batch::of(outcomes, |id, ()| EntryId { id }))
     }
 
-    fn change_one(&self, name: &str, entry: &VisibilityEntry) -> Result<(), SqsError> {
-        let handle = requests::required(&entry.receipt_handle, "ReceiptHandle")?;
-        let Int(timeout) = entry
-            .visibility_timeout
-            .ok_or_else(|| SqsError::missing_parameter("The request must contain the parameter VisibilityTimeout."))?;
-        self.with_queue(name, |q, now| q.change_visibility(handle, timeout, now))
+    /// Changes the visibility of the messages `entries` hold receipts for,
+    /// in one command.
+    async fn change(&self, name: &str, entries: Vec<VisibilityEntry>) -> Result<Outcomes<()>, SqsError> {
+        let checked: Checked<(String, u64)> = entries
+            .into_iter()
+            .map(|e| {
+                let change = requests::required(&e.receipt_handle, "ReceiptHandle").and_then(|handle| {
+                    let Int(timeout) = e.visibility_timeout.ok_or_else(|| {
+                        SqsError::missing_parameter("The request must contain the parameter VisibilityTimeout.")
+                    })?;
+                    Ok((handle.to_owned(), timeout))
+                });
+                (e.id, change)
+            })
+            .collect();
+        let changes = checked.iter().filter_map(|(_, c)| c.clone().ok()).collect();
+        let op = Op::ChangeVisibility {
+            queue: name.to_owned(),
+            changes,
+        };
+        self.each(op, checked).await
     }
 
-    pub(super) fn change_visibility(&self, name: &str, entry: &VisibilityEntry) -> Result<Empty, SqsError> {
-        self.change_one(name, entry)?;
+    pub(super) async fn change_visibility(&self, name: &str, entry: VisibilityEntry) -> Result<Empty, SqsError> {
+        single(self.change(name, vec![entry]).await?)?;
         Ok(Empty {})
     }
 
-    pub(super) fn change_visibility_batch(
+    pub(super) async fn change_visibility_batch(
         &self,
         name: &str,
         entries: Vec<VisibilityEntry>,
     ) -> Result<Batch<EntryId>, SqsError> {
-        let mut outcomes = Vec::with_capacity(entries.len());
-        for entry in entries {
-            match self.change_one(name, &entry) {
-                Err(e) if e.shape == "QueueDoesNotExist" => return Err(e),
-                outcome => outcomes.push((entry.id, outcome)),
-            }
-        }
+        let outcomes = self.change(name, entries).await?;
         Ok(Batch::of(outcomes, |id, ()| EntryId { id }))
     }
 }

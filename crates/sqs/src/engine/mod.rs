@@ -1,20 +1,17 @@
 //! An SQS-compatible queue engine: one tenant's queues, in memory, made
 //! durable by an optional journal (see [`journal`]). A request is parsed
-//! into a typed [`requests::Request`], each queue's rules are the pure state
-//! machine in [`queue`], and this module journals what they decide;
-//! [`super::protocol`] adapts the wire protocols.
-//!
-//! Durability before visibility: an action submits its changes to the
-//! journal while it holds the state lock (so the journal commits in the
-//! order the engine decided), and a change that adds (a message, a queue, an
-//! attribute, a deletion) reaches memory only once committed. Changes that
-//! hide (a receive taking messages, a queue being deleted) apply at once and
-//! are undone when the commit fails, so a failed write leaves the engine as
-//! it was. Queue-level actions are serialised by `meta`.
+//! into a typed [`requests::Request`]; a request that changes anything
+//! becomes one [`command::Command`], which the journal commits before the
+//! [`machine::Machine`] applies it, so what a reply says is durable, and a
+//! command whose commit failed changed nothing. Each queue's rules are the
+//! pure state machine in [`queue`]; [`super::protocol`] adapts the wire
+//! protocols.
 
 pub mod attributes;
+pub mod command;
 mod ids;
 pub mod journal;
+pub mod machine;
 pub mod message;
 mod message_actions;
 mod move_tasks;
@@ -35,7 +32,6 @@ pub mod responses;
 pub mod server;
 
 use crate::now_ms;
-use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
@@ -43,10 +39,13 @@ use serde_json::Value;
 use sless_model::queue_service::Durability;
 
 use crate::error::SqsError;
-use journal::{Change, Journal, Pending};
-use queue::{Message, Put, Queue};
+use command::{Command, Op, Reply};
+use journal::Journal;
+use machine::{Identity, Machine};
+use queue::Queue;
 use requests::{QueueRequest, Request};
 use sless_runtime::sync::Unpoisoned;
+
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
     /// Account id in queue URLs and ARNs (the tenant, as seed 000 has it).
@@ -63,50 +62,12 @@ pub struct Persistence {
     pub durability: Durability,
 }
 
-struct State {
-    queues: BTreeMap<String, Queue>,
-    next_seq: u64,
-    /// When each queue was last deleted (ms): its name is not taken again
-    /// for 60 s, as in SQS. In memory: a restart forgets it.
-    deleted: HashMap<String, u64>,
-    /// Finished message move tasks, for ListMessageMoveTasks (in memory).
-    tasks: Vec<move_tasks::MoveTask>,
-}
-
-fn no_such_queue() -> SqsError {
-    SqsError::queue_does_not_exist("The specified queue does not exist.")
-}
-
-impl State {
-    fn queue(&self, name: &str) -> Result<&Queue, SqsError> {
-        self.queues.get(name).filter(|q| !q.deleting).ok_or_else(no_such_queue)
-    }
-
-    fn queue_mut(&mut self, name: &str) -> Result<&mut Queue, SqsError> {
-        self.queues
-            .get_mut(name)
-            .filter(|q| !q.deleting)
-            .ok_or_else(no_such_queue)
-    }
-
-    /// The queue `name` if it is still the creation `incarnation`.
-    fn incarnation_mut(&mut self, name: &str, incarnation: u64) -> Option<&mut Queue> {
-        self.queue_mut(name).ok().filter(|q| q.incarnation == incarnation)
-    }
-
-    fn take_seq(&mut self) -> u64 {
-        let seq = self.next_seq;
-        self.next_seq += 1;
-        seq
-    }
-}
-
 pub struct Engine {
     config: EngineConfig,
-    state: Mutex<State>,
+    identity: Identity,
+    /// Shared with the journal's writer, which applies what it committed.
+    machine: Arc<Mutex<Machine>>,
     journal: Option<Journal>,
-    /// Serialises queue-level actions (create, delete, purge, attributes, tags).
-    meta: tokio::sync::Mutex<()>,
 }
 
 fn reply(result: impl Serialize) -> Result<Value, SqsError> {
@@ -117,34 +78,22 @@ impl Engine {
     /// An engine with its journal replayed, or in memory only without
     /// `persistence`.
     pub fn open(config: EngineConfig, persistence: Option<&Persistence>) -> Result<Arc<Self>, SqsError> {
-        let mut state = State {
-            queues: BTreeMap::new(),
-            next_seq: 1,
-            deleted: HashMap::new(),
-            tasks: Vec::new(),
+        let identity = Identity {
+            account_id: config.account_id.clone(),
+            region: config.region.clone(),
         };
-        let journal = match persistence {
-            None => None,
+        let (machine, journal) = match persistence {
+            None => (Arc::new(Mutex::new(Machine::new(identity.clone()))), None),
             Some(Persistence { journal, durability }) => {
-                let (journal, queues, messages) = Journal::open(journal, *durability)?;
-                for q in queues {
-                    let incarnation = state.take_seq();
-                    state.queues.insert(q.name.clone(), Queue::new(q, incarnation));
-                }
-                for (queue, seq, stored) in messages {
-                    if let Some(q) = state.queues.get_mut(&queue) {
-                        state.next_seq = state.next_seq.max(seq + 1);
-                        q.messages.insert(seq, Message::new(stored));
-                    }
-                }
-                Some(journal)
+                let (journal, machine) = Journal::open(journal, *durability, identity.clone())?;
+                (machine, Some(journal))
             }
         };
         Ok(Arc::new(Self {
             config,
-            state: Mutex::new(state),
+            identity,
+            machine,
             journal,
-            meta: tokio::sync::Mutex::new(()),
         }))
     }
 
@@ -176,58 +125,43 @@ impl Engine {
                 QueueRequest::Peek(r) => reply(self.peek_messages(&name, &r)?),
                 QueueRequest::DeleteMessage(r) => reply(self.delete_message(&name, r).await?),
                 QueueRequest::DeleteMessageBatch(r) => reply(self.delete_message_batch(&name, r).await?),
-                QueueRequest::ChangeMessageVisibility(r) => reply(self.change_visibility(&name, &r)?),
-                QueueRequest::ChangeMessageVisibilityBatch(r) => reply(self.change_visibility_batch(&name, r)?),
+                QueueRequest::ChangeMessageVisibility(r) => reply(self.change_visibility(&name, r).await?),
+                QueueRequest::ChangeMessageVisibilityBatch(r) => reply(self.change_visibility_batch(&name, r).await?),
                 QueueRequest::AddPermission(r) => reply(self.add_permission(&name, r).await?),
                 QueueRequest::RemovePermission(r) => reply(self.remove_permission(&name, &r).await?),
             },
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock_unpoisoned()
+    fn lock(&self) -> std::sync::MutexGuard<'_, Machine> {
+        self.machine.lock_unpoisoned()
     }
 
-    /// Submits `changes` to the journal; call it under the state lock.
-    fn submit(&self, changes: Vec<Change>) -> Option<Pending> {
+    /// Commits `op`, made now, and applies it: its reply.
+    async fn execute(&self, op: Op) -> Result<Reply, SqsError> {
+        self.execute_at(now_ms(), op).await
+    }
+
+    /// Commits `op`, made at `now_ms`, and applies it.
+    async fn execute_at(&self, now_ms: u64, op: Op) -> Result<Reply, SqsError> {
+        let command = Command { now_ms, op };
         match &self.journal {
-            Some(journal) if !changes.is_empty() => Some(journal.submit(changes)),
-            _ => None,
+            Some(journal) => journal.submit(command).await,
+            None => self.lock().apply(command),
         }
     }
 
-    async fn committed(pending: Option<Pending>) -> Result<(), SqsError> {
-        match pending {
-            Some(p) => p.committed().await,
-            None => Ok(()),
-        }
-    }
-
-    /// Makes committed messages visible in queue `name` (unless it was
-    /// deleted meanwhile).
-    fn deliver(&self, name: &str, incarnation: u64, puts: Vec<Put>) {
-        if let Some(q) = self.lock().incarnation_mut(name, incarnation) {
-            q.deliver(puts);
-        }
-    }
-
-    fn with_queue<R>(&self, name: &str, f: impl FnOnce(&mut Queue, u64) -> Result<R, SqsError>) -> Result<R, SqsError> {
-        let mut state = self.lock();
-        f(state.queue_mut(name)?, now_ms())
+    fn with_queue<R>(&self, name: &str, f: impl FnOnce(&Queue, u64) -> Result<R, SqsError>) -> Result<R, SqsError> {
+        let machine = self.lock();
+        f(machine.queue(name)?, now_ms())
     }
 
     fn queue_url(&self, name: &str) -> String {
         queue_url(&self.config.base_url, &self.config.account_id, name)
     }
 
-    /// The name of this engine's existing queue whose ARN is `arn`.
-    fn queue_named_by<'a>(&self, state: &State, arn: &'a str) -> Option<&'a str> {
-        let name = arn.rsplit(':').next()?;
-        (arn == self.queue_arn(name) && state.queue(name).is_ok()).then_some(name)
-    }
-
     fn queue_arn(&self, name: &str) -> String {
-        format!("arn:aws:sqs:{}:{}:{name}", self.config.region, self.config.account_id)
+        self.identity.queue_arn(name)
     }
 }
 

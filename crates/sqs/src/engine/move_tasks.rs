@@ -5,13 +5,14 @@
 //! answered, and cancelling it finds nothing running (sless differs from
 //! SQS, which moves at a rate, here; see the README).
 
-use std::collections::BTreeMap;
+use serde::{Deserialize, Serialize};
 
-use super::journal::Change;
-use super::queue::{Message, Put};
+use super::Engine;
+use super::command::{Op, Reply};
+use super::machine::Machine;
+use super::queue::Message;
 use super::requests::{self, CancelMessageMoveTask, Int, ListMessageMoveTasks, StartMessageMoveTask};
 use super::responses::{Empty, MoveTaskResult, MoveTasks, TaskHandle};
-use super::{Engine, State, now_ms};
 use crate::error::SqsError;
 
 /// Tasks kept per source queue for ListMessageMoveTasks.
@@ -19,7 +20,7 @@ const KEPT_TASKS: usize = 10;
 const MAX_RATE: u64 = 500;
 
 /// One finished move task.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct MoveTask {
     pub handle: String,
     pub source_arn: String,
@@ -45,16 +46,87 @@ impl MoveTask {
     }
 }
 
-impl Engine {
+impl Machine {
     /// The name of this engine's existing queue `arn`.
-    fn local_queue(&self, state: &State, arn: &str, parameter: &str) -> Result<String, SqsError> {
-        self.queue_named_by(state, arn).map(str::to_owned).ok_or_else(|| {
+    fn local_queue(&self, arn: &str, parameter: &str) -> Result<String, SqsError> {
+        self.queue_named_by(arn).map(str::to_owned).ok_or_else(|| {
             SqsError::resource_not_found(format!(
                 "The resource that you specified for the {parameter} parameter doesn't exist."
             ))
         })
     }
 
+    /// Moves every message of dead-letter queue `source_arn` that is not in
+    /// flight to `destination_arn`, or back where it came from.
+    pub(super) fn move_messages(
+        &mut self,
+        source_arn: String,
+        destination_arn: Option<String>,
+        rate: Option<u64>,
+        handle: String,
+        now: u64,
+    ) -> Result<Reply, SqsError> {
+        let source = self.local_queue(&source_arn, "SourceArn")?;
+        let is_dead_letter_queue = self.queues.values().any(|q| {
+            q.meta
+                .attributes
+                .redrive_policy()
+                .is_some_and(|p| p.dead_letter_target_arn == source_arn)
+        });
+        if !is_dead_letter_queue {
+            return Err(SqsError::invalid_parameter_value(
+                "Source queue must be configured as a Dead Letter Queue.",
+            ));
+        }
+        let destination = match &destination_arn {
+            Some(arn) => Some(self.local_queue(arn, "DestinationArn")?),
+            None => None,
+        };
+        let taken = self.queue_mut(&source)?.take_movable(now);
+        let mut moved = 0;
+        for (seq, m) in taken {
+            // Where it goes: the destination, or back where it came from.
+            let target = destination
+                .clone()
+                .or_else(|| {
+                    self.queue_named_by(m.stored.dead_letter_source_arn.as_deref()?)
+                        .map(str::to_owned)
+                })
+                .filter(|t| *t != source);
+            let Some(target) = target else {
+                self.queue_mut(&source)?.messages.insert(seq, m);
+                continue;
+            };
+            let mut stored = m.stored;
+            stored.receive_count = 0;
+            stored.visible_at_ms = now;
+            stored.dead_letter_source_arn = None;
+            let new_seq = self.take_seq();
+            self.queue_mut(&target)?.insert(new_seq, Message::new(stored));
+            moved += 1;
+        }
+        self.tasks.push(MoveTask {
+            handle,
+            source_arn: source_arn.clone(),
+            destination_arn,
+            rate,
+            moved,
+            to_move: moved,
+            started_ms: now,
+        });
+        // Only the newest few per source are kept.
+        let total = self.tasks.iter().filter(|t| t.source_arn == source_arn).count();
+        let mut dropped = total.saturating_sub(KEPT_TASKS);
+        self.tasks.retain(|t| {
+            let drop = dropped > 0 && t.source_arn == source_arn;
+            dropped -= usize::from(drop);
+            !drop
+        });
+        Ok(Reply::Done)
+    }
+}
+
+impl Engine {
     pub(super) async fn start_message_move_task(&self, request: StartMessageMoveTask) -> Result<TaskHandle, SqsError> {
         let source_arn = requests::required(&request.source_arn, "SourceArn")?.to_owned();
         let rate = requests::bounded(
@@ -67,109 +139,14 @@ impl Engine {
                 "Value 0 for parameter MaxNumberOfMessagesPerSecond is invalid. Reason: must be between 1 and {MAX_RATE}."
             )));
         }
-        let (source, incarnation, moved, deliveries, pending, started_ms) = {
-            let mut state = self.lock();
-            let now = now_ms();
-            let source = self.local_queue(&state, &source_arn, "SourceArn")?;
-            let is_dead_letter_queue = state.queues.values().any(|q| {
-                !q.deleting
-                    && q.meta
-                        .attributes
-                        .redrive_policy()
-                        .is_some_and(|p| p.dead_letter_target_arn == source_arn)
-            });
-            if !is_dead_letter_queue {
-                return Err(SqsError::invalid_parameter_value(
-                    "Source queue must be configured as a Dead Letter Queue.",
-                ));
-            }
-            let destination = match &request.destination_arn {
-                Some(arn) => Some(self.local_queue(&state, arn, "DestinationArn")?),
-                None => None,
-            };
-            let q = state.queue_mut(&source)?;
-            let incarnation = q.incarnation;
-            let taken = q.take_movable(now);
-            // Where each goes: the destination, or back where it came from.
-            let mut moved: Vec<(u64, Message)> = Vec::new();
-            let mut stays: Vec<(u64, Message)> = Vec::new();
-            let mut changes = Vec::new();
-            let mut deliveries: BTreeMap<String, (u64, Vec<Put>)> = BTreeMap::new();
-            for (seq, m) in taken {
-                let target = destination.clone().or_else(|| {
-                    let arn = m.stored.dead_letter_source_arn.as_deref()?;
-                    self.local_queue(&state, arn, "DestinationArn").ok()
-                });
-                let Some(target) = target.filter(|t| *t != source) else {
-                    stays.push((seq, m));
-                    continue;
-                };
-                let Ok(target_incarnation) = state.queue(&target).map(|q| q.incarnation) else {
-                    stays.push((seq, m));
-                    continue;
-                };
-                let mut stored = m.stored.clone();
-                stored.receive_count = 0;
-                stored.visible_at_ms = now;
-                stored.dead_letter_source_arn = None;
-                let new_seq = state.take_seq();
-                changes.push(Change::DeleteMessage {
-                    queue: source.clone(),
-                    seq,
-                });
-                changes.push(Change::PutMessage {
-                    queue: target.clone(),
-                    seq: new_seq,
-                    message: stored.clone(),
-                });
-                deliveries
-                    .entry(target)
-                    .or_insert_with(|| (target_incarnation, Vec::new()))
-                    .1
-                    .push(Put {
-                        seq: new_seq,
-                        message: stored,
-                    });
-                moved.push((seq, m));
-            }
-            if let Ok(q) = state.queue_mut(&source) {
-                q.messages.extend(stays);
-            }
-            (source, incarnation, moved, deliveries, self.submit(changes), now)
-        };
-        let count = moved.len() as u64;
-        match Self::committed(pending).await {
-            Ok(()) => {
-                for (target, (target_incarnation, puts)) in deliveries {
-                    self.deliver(&target, target_incarnation, puts);
-                }
-            }
-            Err(e) => {
-                if let Some(q) = self.lock().incarnation_mut(&source, incarnation) {
-                    q.messages.extend(moved);
-                }
-                return Err(e);
-            }
-        }
         let handle = sless_runtime::hex::encode(&sless_runtime::random::bytes::<16>());
-        let mut state = self.lock();
-        state.tasks.push(MoveTask {
-            handle: handle.clone(),
-            source_arn: source_arn.clone(),
+        self.execute(Op::MoveMessages {
+            source_arn,
             destination_arn: request.destination_arn,
             rate,
-            moved: count,
-            to_move: count,
-            started_ms,
-        });
-        // Only the newest few per source are kept.
-        let total = state.tasks.iter().filter(|t| t.source_arn == source_arn).count();
-        let mut dropped = total.saturating_sub(KEPT_TASKS);
-        state.tasks.retain(|t| {
-            let drop = dropped > 0 && t.source_arn == source_arn;
-            dropped -= usize::from(drop);
-            !drop
-        });
+            handle: handle.clone(),
+        })
+        .await?;
         Ok(TaskHandle { task_handle: handle })
     }
 
@@ -184,9 +161,9 @@ impl Engine {
                 )));
             }
         };
-        let state = self.lock();
-        self.local_queue(&state, source_arn, "SourceArn")?;
-        let results = state
+        let machine = self.lock();
+        machine.local_queue(source_arn, "SourceArn")?;
+        let results = machine
             .tasks
             .iter()
             .rev()

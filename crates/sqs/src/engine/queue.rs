@@ -1,9 +1,9 @@
 //! One queue's state machine, pure: every change takes the time as an
 //! argument and does no I/O, so its rules (visibility, FIFO groups, the
 //! deduplication window, dead-letter moves, delays, retention) are tested
-//! here without a clock. The engine around it journals what it decides.
-//! It is one file because the rules read as a whole: each change here has
-//! its undo beside it.
+//! here without a clock, and every replica that applies the same commands
+//! ends in the same state ([`super::machine`] applies them). It is one file
+//! because the rules read as a whole.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -11,7 +11,7 @@ use std::sync::Arc;
 use sha2::{Digest, Sha256};
 use tokio::sync::Notify;
 
-use super::ids::{random_uuid, receipt_for, receipt_seq};
+use super::ids::{receipt_for, receipt_seq};
 use super::message::{attributes_md5, attributes_size, md5_hex, parse_attributes, trace_header_md5, validate_body};
 use super::records::{StoredMessage, StoredQueue};
 use super::requests::{MAX_DELAY_SECONDS, MAX_VISIBILITY_SECONDS, SendEntry, bounded, echo, required};
@@ -21,12 +21,7 @@ const DEDUP_WINDOW_MS: u64 = 5 * 60 * 1000;
 /// How long a FIFO receive can be retried with its attempt id.
 const ATTEMPT_WINDOW_MS: u64 = 5 * 60 * 1000;
 
-/// A message decided, to be made visible once committed.
-pub struct Put {
-    pub seq: u64,
-    pub message: StoredMessage,
-}
-
+#[derive(Debug, Clone)]
 pub struct Message {
     pub stored: StoredMessage,
     pub md5_body: String,
@@ -38,14 +33,8 @@ pub struct Message {
     receipt: Option<String>,
 }
 
-/// A message's receive state, kept to undo a receive whose commit failed.
-pub struct Delivery {
-    visible_at_ms: u64,
-    receive_count: u32,
-    first_receive_ms: Option<u64>,
-    received_ms: u64,
-    receipt: Option<String>,
-}
+/// A message as a snapshot keeps it: its record and its receive state.
+pub type MessageImage = (StoredMessage, u64, u32, Option<u64>, u64, Option<String>);
 
 impl Message {
     pub fn new(stored: StoredMessage) -> Self {
@@ -64,41 +53,59 @@ impl Message {
         self.receipt.is_some() && self.visible_at_ms > now
     }
 
-    fn delivery(&self) -> Delivery {
-        Delivery {
-            visible_at_ms: self.visible_at_ms,
-            receive_count: self.receive_count,
-            first_receive_ms: self.first_receive_ms,
-            received_ms: self.received_ms,
-            receipt: self.receipt.clone(),
-        }
+    /// What a snapshot keeps of it ([`MessageImage`], borrowed).
+    pub fn image(&self) -> impl serde::Serialize + '_ {
+        (
+            &self.stored,
+            self.visible_at_ms,
+            self.receive_count,
+            self.first_receive_ms,
+            self.received_ms,
+            &self.receipt,
+        )
     }
 
-    fn restore(&mut self, d: Delivery) {
-        self.visible_at_ms = d.visible_at_ms;
-        self.receive_count = d.receive_count;
-        self.first_receive_ms = d.first_receive_ms;
-        self.received_ms = d.received_ms;
-        self.receipt = d.receipt;
+    pub fn from_image(
+        (stored, visible_at_ms, receive_count, first_receive_ms, received_ms, receipt): MessageImage,
+    ) -> Self {
+        Self {
+            visible_at_ms,
+            receive_count,
+            first_receive_ms,
+            received_ms,
+            receipt,
+            ..Self::new(stored)
+        }
     }
 }
 
-/// What sending one message decided.
-pub struct Sent {
-    pub message_id: String,
+/// A message checked against its queue's rules, ready to be sent by a
+/// command, and the digests its sender is answered with.
+pub struct Prepared {
+    pub message: StoredMessage,
+    pub digests: Digests,
+}
+
+pub struct Digests {
     pub md5_of_body: String,
     pub md5_of_attributes: Option<String>,
     pub md5_of_system_attributes: Option<String>,
+}
+
+/// What sending a prepared message did.
+#[derive(Debug, Clone)]
+pub struct Accepted {
+    pub message_id: String,
     pub sequence_number: Option<String>,
-    /// `None` for a duplicate within the deduplication window.
-    pub put: Option<Put>,
+    /// False for a duplicate within the deduplication window.
+    pub enqueued: bool,
 }
 
 /// What one receive took.
 #[derive(Default)]
 pub struct Taken {
-    /// Each taken message's sequence, the receipt it was given, and its state before.
-    pub received: Vec<(u64, String, Delivery)>,
+    /// Each taken message's sequence and the receipt it was given.
+    pub received: Vec<(u64, String)>,
     /// Messages taken out for the dead-letter queue, by their sequence here.
     pub dead_letters: Vec<(u64, Message)>,
 }
@@ -111,25 +118,34 @@ pub struct Counts {
     pub delayed: usize,
 }
 
+/// A FIFO receive attempt: when it expires and what it took.
+type Attempt = (u64, Vec<(u64, String)>);
+/// A deduplication id's expiry, message id and sequence number.
+type Dedup = (u64, String, Option<String>);
+
 pub struct Queue {
     pub meta: StoredQueue,
-    /// Unique per creation: a change decided for one queue is never applied
-    /// to a later queue of the same name.
-    pub incarnation: u64,
-    /// Messages below this sequence were purged (their late commits are dropped).
-    purge_floor: u64,
-    /// Its deletion is being committed: absent to every action.
-    pub deleting: bool,
+    /// Counts changes of `meta`: a change decided on an older version is refused.
+    pub meta_version: u64,
     /// When it was last purged (ms), for SQS's one purge a minute.
     pub purged_ms: Option<u64>,
-    /// FIFO receive attempt id → (expiry, what that receive took).
-    attempts: HashMap<String, (u64, Vec<(u64, String)>)>,
+    /// FIFO receive attempt id → what that receive took.
+    attempts: HashMap<String, Attempt>,
     pub messages: BTreeMap<u64, Message>,
-    /// Deduplication id → (expiry, message id, sequence number).
-    dedup: HashMap<String, (u64, String, Option<String>)>,
-    /// Woken when messages may have become receivable.
+    /// Deduplication id → the message it sent.
+    dedup: HashMap<String, Dedup>,
+    /// Woken when messages may have become receivable (or the queue went).
     pub notify: Arc<Notify>,
 }
+
+/// A queue as a snapshot keeps it, without its messages.
+pub type QueueImage = (
+    StoredQueue,
+    u64,
+    Option<u64>,
+    HashMap<String, Attempt>,
+    HashMap<String, Dedup>,
+);
 
 /// The one message system attribute SQS takes: `AWSTraceHeader`, a string.
 fn trace_header(entry: &SendEntry) -> Result<Option<String>, SqsError> {
@@ -154,17 +170,36 @@ fn trace_header(entry: &SendEntry) -> Result<Option<String>, SqsError> {
 }
 
 impl Queue {
-    pub fn new(meta: StoredQueue, incarnation: u64) -> Self {
+    pub fn new(meta: StoredQueue) -> Self {
         Self {
             meta,
-            incarnation,
-            purge_floor: 0,
-            deleting: false,
+            meta_version: 0,
             purged_ms: None,
             attempts: HashMap::new(),
             messages: BTreeMap::new(),
             dedup: HashMap::new(),
             notify: Arc::new(Notify::new()),
+        }
+    }
+
+    /// What a snapshot keeps of it besides its messages ([`QueueImage`], borrowed).
+    pub fn image(&self) -> impl serde::Serialize + '_ {
+        (
+            &self.meta,
+            self.meta_version,
+            self.purged_ms,
+            &self.attempts,
+            &self.dedup,
+        )
+    }
+
+    pub fn from_image((meta, meta_version, purged_ms, attempts, dedup): QueueImage) -> Self {
+        Self {
+            meta_version,
+            purged_ms,
+            attempts,
+            dedup,
+            ..Self::new(meta)
         }
     }
 
@@ -214,10 +249,10 @@ impl Queue {
             .map_or(0, |sent| now.saturating_sub(sent) / 1000)
     }
 
-    /// Checks one message against this queue's rules and decides it as
-    /// sequence `seq`. A deduplication id is reserved at once
-    /// ([`Self::forget_dedup`] undoes that).
-    pub fn send(&mut self, entry: &SendEntry, seq: u64, now: u64) -> Result<Sent, SqsError> {
+    /// Checks one message against this queue's rules and makes it message
+    /// `id`, sent at `now`; [`Self::accept`] then sends it (or not, when
+    /// it is a duplicate by then).
+    pub fn prepare(&self, entry: &SendEntry, id: String, now: u64) -> Result<Prepared, SqsError> {
         let body = required(&entry.message_body, "MessageBody")?;
         validate_body(body)?;
         let attributes = parse_attributes(&entry.message_attributes)?;
@@ -270,79 +305,89 @@ impl Queue {
         let md5_of_body = md5_hex(body.as_bytes());
         let md5_of_attributes = attributes_md5(&attributes);
         let md5_of_system_attributes = trace_header.as_deref().map(trace_header_md5);
-        // Within the 5-minute window a duplicate is acknowledged, not enqueued.
-        if let Some(d) = &dedup_id
-            && let Some((expires, id, sequence_number)) = self.dedup.get(d)
-            && *expires > now
-        {
-            return Ok(Sent {
-                message_id: id.clone(),
-                md5_of_body,
-                md5_of_attributes,
-                md5_of_system_attributes,
-                sequence_number: sequence_number.clone(),
-                put: None,
-            });
-        }
         let delay_ms = delay.unwrap_or_else(|| u64::from(self.meta.attributes.number("DelaySeconds"))) * 1000;
-        let sequence_number = self.meta.fifo.then(|| format!("{seq:020}"));
-        let stored = StoredMessage {
-            id: random_uuid(),
+        let message = StoredMessage {
+            id,
             body: body.to_owned(),
             attributes,
             sent_ms: now,
             visible_at_ms: now + delay_ms,
             group_id,
-            dedup_id: dedup_id.clone(),
-            sequence_number: sequence_number.clone(),
+            dedup_id,
+            sequence_number: None,
             receive_count: 0,
             trace_header,
             dead_letter_source_arn: None,
         };
-        if let Some(d) = dedup_id {
-            self.dedup
-                .insert(d, (now + DEDUP_WINDOW_MS, stored.id.clone(), sequence_number.clone()));
-        }
-        Ok(Sent {
-            message_id: stored.id.clone(),
-            md5_of_body,
-            md5_of_attributes,
-            md5_of_system_attributes,
-            sequence_number,
-            put: Some(Put { seq, message: stored }),
+        Ok(Prepared {
+            message,
+            digests: Digests {
+                md5_of_body,
+                md5_of_attributes,
+                md5_of_system_attributes,
+            },
         })
     }
 
-    /// After a failed commit: the deduplication ids `puts` reserved are free again.
-    pub fn forget_dedup(&mut self, puts: &[Put]) {
-        for put in puts {
-            if let Some(d) = &put.message.dedup_id
-                && self.dedup.get(d).is_some_and(|(_, id, _)| *id == put.message.id)
-            {
-                self.dedup.remove(d);
-            }
+    /// Sends a prepared message as sequence `seq`, unless its deduplication
+    /// id sent one within the 5-minute window: a duplicate is acknowledged
+    /// as that one, not enqueued.
+    pub fn accept(&mut self, mut message: StoredMessage, seq: u64, now: u64) -> Accepted {
+        if let Some(d) = &message.dedup_id
+            && let Some((expires, id, sequence_number)) = self.dedup.get(d)
+            && *expires > now
+        {
+            return Accepted {
+                message_id: id.clone(),
+                sequence_number: sequence_number.clone(),
+                enqueued: false,
+            };
         }
+        message.sequence_number = self.meta.fifo.then(|| format!("{seq:020}"));
+        if let Some(d) = &message.dedup_id {
+            self.dedup.insert(
+                d.clone(),
+                (
+                    now + DEDUP_WINDOW_MS,
+                    message.id.clone(),
+                    message.sequence_number.clone(),
+                ),
+            );
+        }
+        let accepted = Accepted {
+            message_id: message.id.clone(),
+            sequence_number: message.sequence_number.clone(),
+            enqueued: true,
+        };
+        self.insert(seq, Message::new(message));
+        accepted
     }
 
-    /// Makes committed messages receivable (unless purged past them meanwhile).
-    pub fn deliver(&mut self, puts: Vec<Put>) {
-        for put in puts.into_iter().filter(|p| p.seq >= self.purge_floor) {
-            self.messages.insert(put.seq, Message::new(put.message));
-        }
+    /// Puts a message in as sequence `seq` and wakes the receives waiting.
+    pub fn insert(&mut self, seq: u64, message: Message) {
+        self.messages.insert(seq, message);
         self.notify.notify_waiters();
     }
 
-    /// Drops every message below sequence `floor`, now and when it commits late.
-    pub fn purge(&mut self, floor: u64) {
-        self.purge_floor = floor;
-        self.messages.retain(|seq, _| *seq >= floor);
+    /// Drops every message, in flight or not.
+    pub fn purge(&mut self) {
+        self.messages.clear();
     }
 
     /// Takes up to `max` receivable messages for `visibility_ms`. In a FIFO
     /// queue a group with a message in flight or delayed yields nothing
     /// behind it. With `max_receive_count`, a message received that often
     /// already is taken out for the dead-letter queue instead.
-    pub fn receive(&mut self, max: usize, visibility_ms: u64, max_receive_count: Option<u32>, now: u64) -> Taken {
+    /// Receipts name the message's sequence and `nonce`, which each receive
+    /// draws anew.
+    pub fn receive(
+        &mut self,
+        max: usize,
+        visibility_ms: u64,
+        max_receive_count: Option<u32>,
+        now: u64,
+        nonce: &str,
+    ) -> Taken {
         let fifo = self.meta.fifo;
         let mut taken = Taken::default();
         let mut to_dead_letter = Vec::new();
@@ -367,14 +412,13 @@ impl Queue {
                 to_dead_letter.push(*seq);
                 continue;
             }
-            let before = m.delivery();
             m.receive_count += 1;
             m.first_receive_ms.get_or_insert(now);
             m.received_ms = now;
             m.visible_at_ms = now + visibility_ms;
-            let receipt = receipt_for(*seq);
+            let receipt = receipt_for(*seq, nonce);
             m.receipt = Some(receipt.clone());
-            taken.received.push((*seq, receipt, before));
+            taken.received.push((*seq, receipt));
         }
         taken.dead_letters = to_dead_letter
             .iter()
@@ -434,25 +478,8 @@ impl Queue {
 
     /// Remembers what a receive with attempt `id` took, for 5 minutes.
     pub fn record_attempt(&mut self, id: &str, taken: &Taken, now: u64) {
-        let held = taken
-            .received
-            .iter()
-            .map(|(seq, receipt, _)| (*seq, receipt.clone()))
-            .collect();
-        self.attempts.insert(id.to_owned(), (now + ATTEMPT_WINDOW_MS, held));
-    }
-
-    /// After a failed commit: what a receive took is as it was.
-    pub fn undo_receive(&mut self, taken: Taken) {
-        for (seq, receipt, before) in taken.received {
-            if let Some(m) = self.messages.get_mut(&seq)
-                && m.receipt.as_deref() == Some(receipt.as_str())
-            {
-                m.restore(before);
-            }
-        }
-        self.messages.extend(taken.dead_letters);
-        self.notify.notify_waiters();
+        self.attempts
+            .insert(id.to_owned(), (now + ATTEMPT_WINDOW_MS, taken.received.clone()));
     }
 
     /// The sequence of the message a receipt handle names, if it is still

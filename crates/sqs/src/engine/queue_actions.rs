@@ -1,15 +1,17 @@
 //! Actions on queues themselves: create, find, list, delete, purge, their
-//! attributes and tags. Each holds `meta` while its change commits.
+//! attributes and tags; the requests that make their commands, and how the
+//! machine applies those.
 
 use std::collections::BTreeMap;
 
+use super::Engine;
 use super::attributes::{self, QueueAttributes, validate_queue_name};
-use super::journal::Change;
+use super::command::{Op, Reply};
+use super::machine::Machine;
 use super::queue::Queue;
 use super::records::StoredQueue;
 use super::requests::{self, AttributeNames, CreateQueue, GetQueueUrl, ListQueues, SetAttributes, TagKeys, Tags};
 use super::responses::{self, DeadLetterSources, Empty, QueueUrl, QueueUrls};
-use super::{Engine, State, now_ms};
 use crate::error::SqsError;
 
 /// Most tags on one queue.
@@ -23,39 +25,82 @@ const MAX_LIST_RESULTS: u64 = 1000;
 /// account's queues by quota, and this way one ListQueues page lists them
 /// all.
 pub const MAX_QUEUES: usize = MAX_LIST_RESULTS as usize;
+/// How often a change of a queue's metadata is decided again when another
+/// change came first.
+const META_TRIES: usize = 5;
 
-impl Engine {
-    /// Commits a new version of queue `name`'s metadata made by `change`,
-    /// then applies it. Holds `meta`, so nothing else changes the queue.
-    pub(super) async fn update_meta(
-        &self,
-        name: &str,
-        change: impl FnOnce(&State, &mut StoredQueue, u64) -> Result<(), SqsError>,
-    ) -> Result<Empty, SqsError> {
-        let _meta = self.meta.lock().await;
-        let (meta, pending) = {
-            let state = self.lock();
-            let mut meta = state.queue(name)?.meta.clone();
-            change(&state, &mut meta, now_ms())?;
-            let pending = self.submit(vec![Change::PutQueue(meta.clone())]);
-            (meta, pending)
-        };
-        Self::committed(pending).await?;
-        if let Ok(q) = self.lock().queue_mut(name) {
-            q.meta = meta;
+impl Machine {
+    pub(super) fn create_queue(
+        &mut self,
+        mut meta: StoredQueue,
+        given: &[String],
+        now: u64,
+    ) -> Result<Reply, SqsError> {
+        let name = meta.name.clone();
+        if let Ok(existing) = self.queue(&name) {
+            // Creating an existing queue again is idempotent when every
+            // attribute given has the value the queue already has.
+            let same = given
+                .iter()
+                .all(|k| existing.meta.attributes.0.get(k) == meta.attributes.0.get(k));
+            if !same {
+                return Err(SqsError::queue_name_exists(
+                    "A queue already exists with the same name and a different value for attribute(s)",
+                ));
+            }
+            return Ok(Reply::Done);
         }
-        Ok(Empty {})
+        self.deleted.retain(|_, at| now < *at + RECREATE_AFTER_MS);
+        if self.deleted.contains_key(&name) {
+            return Err(SqsError::queue_deleted_recently(
+                "You must wait 60 seconds after deleting a queue before you can create another with the same name.",
+            ));
+        }
+        self.check_redrive(&name, &meta.attributes, meta.fifo)?;
+        if self.queues.len() >= MAX_QUEUES {
+            return Err(SqsError::over_limit(format!(
+                "A queue service holds at most {MAX_QUEUES} queues; delete one to create another."
+            )));
+        }
+        meta.created_s = now / 1000;
+        meta.modified_s = meta.created_s;
+        self.queues.insert(name, Queue::new(meta));
+        Ok(Reply::Done)
+    }
+
+    pub(super) fn update_queue(&mut self, name: &str, version: u64, meta: StoredQueue) -> Result<Reply, SqsError> {
+        let q = self.queue_mut(name)?;
+        if q.meta_version != version {
+            return Ok(Reply::Stale);
+        }
+        q.meta = meta;
+        q.meta_version += 1;
+        Ok(Reply::Done)
+    }
+
+    pub(super) fn delete_queue(&mut self, name: &str, now: u64) -> Result<Reply, SqsError> {
+        let q = self.queues.remove(name).ok_or_else(super::machine::no_such_queue)?;
+        // Its long polls wake up and find it gone.
+        q.notify.notify_waiters();
+        self.deleted.insert(name.to_owned(), now);
+        Ok(Reply::Done)
+    }
+
+    pub(super) fn purge_queue(&mut self, name: &str, now: u64) -> Result<Reply, SqsError> {
+        let q = self.queue_mut(name)?;
+        if q.purged_ms.is_some_and(|at| now < at + PURGE_EVERY_MS) {
+            return Err(SqsError::purge_queue_in_progress(format!(
+                "Only one PurgeQueue operation on {name} is allowed every 60 seconds."
+            )));
+        }
+        q.purge();
+        q.purged_ms = Some(now);
+        Ok(Reply::Done)
     }
 
     /// A redrive policy must name an existing queue of this tenant, of the
     /// same type (FIFO or standard), other than the queue itself.
-    fn check_redrive(
-        &self,
-        state: &State,
-        name: &str,
-        attributes: &QueueAttributes,
-        fifo: bool,
-    ) -> Result<(), SqsError> {
+    fn check_redrive(&self, name: &str, attributes: &QueueAttributes, fifo: bool) -> Result<(), SqsError> {
         let Some(policy) = attributes.redrive_policy() else {
             return Ok(());
         };
@@ -66,14 +111,44 @@ impl Engine {
             ))
         };
         let target = self
-            .queue_named_by(state, &policy.dead_letter_target_arn)
+            .queue_named_by(&policy.dead_letter_target_arn)
             .filter(|target| *target != name)
             .ok_or_else(|| invalid("Dead-letter target does not exist."))?;
-        let dlq = state.queue(target)?;
-        if dlq.meta.fifo != fifo {
+        if self.queue(target)?.meta.fifo != fifo {
             return Err(invalid("Dead-letter queue must be same type of queue as the source."));
         }
         Ok(())
+    }
+}
+
+impl Engine {
+    /// Changes queue `name`'s metadata by `change`, decided on the latest
+    /// version: when another change was applied between deciding and
+    /// applying, it is decided again.
+    pub(super) async fn update_meta(
+        &self,
+        name: &str,
+        change: impl Fn(&Machine, &mut StoredQueue, u64) -> Result<(), SqsError>,
+    ) -> Result<Empty, SqsError> {
+        for _ in 0..META_TRIES {
+            let op = {
+                let machine = self.lock();
+                let q = machine.queue(name)?;
+                let mut meta = q.meta.clone();
+                change(&machine, &mut meta, super::now_ms())?;
+                Op::UpdateQueue {
+                    name: name.to_owned(),
+                    version: q.meta_version,
+                    meta,
+                }
+            };
+            if let Reply::Done = self.execute(op).await? {
+                return Ok(Empty {});
+            }
+        }
+        Err(SqsError::internal(format!(
+            "queue {name} was changed by other requests meanwhile; retry"
+        )))
     }
 
     pub(super) async fn create_queue(&self, request: CreateQueue) -> Result<QueueUrl, SqsError> {
@@ -83,58 +158,19 @@ impl Engine {
         validate_queue_name(name, fifo || given.get("FifoQueue").is_some_and(|v| v == "true"))?;
         let mut attributes = QueueAttributes::default();
         attributes.apply(given, true, fifo)?;
-        let url = QueueUrl {
+        let queue = StoredQueue {
+            name: name.to_owned(),
+            fifo,
+            attributes,
+            tags: request.tags,
+            created_s: 0,
+            modified_s: 0,
+        };
+        let given = given.keys().cloned().collect();
+        self.execute(Op::CreateQueue { queue, given }).await?;
+        Ok(QueueUrl {
             queue_url: self.queue_url(name),
-        };
-        let _meta = self.meta.lock().await;
-        let (meta, pending) = {
-            let state = self.lock();
-            if let Ok(existing) = state.queue(name) {
-                // Creating an existing queue again is idempotent when every
-                // attribute given has the value the queue already has.
-                let same = given
-                    .keys()
-                    .all(|k| existing.meta.attributes.0.get(k) == attributes.0.get(k));
-                if !same {
-                    return Err(SqsError::queue_name_exists(
-                        "A queue already exists with the same name and a different value for attribute(s)",
-                    ));
-                }
-                return Ok(url);
-            }
-            if state
-                .deleted
-                .get(name)
-                .is_some_and(|at| now_ms() < at + RECREATE_AFTER_MS)
-            {
-                return Err(SqsError::queue_deleted_recently(
-                    "You must wait 60 seconds after deleting a queue before you can create another with the same \
-                     name.",
-                ));
-            }
-            self.check_redrive(&state, name, &attributes, fifo)?;
-            if state.queues.len() >= MAX_QUEUES {
-                return Err(SqsError::over_limit(format!(
-                    "A queue service holds at most {MAX_QUEUES} queues; delete one to create another."
-                )));
-            }
-            let now = now_ms() / 1000;
-            let meta = StoredQueue {
-                name: name.to_owned(),
-                fifo,
-                attributes,
-                tags: request.tags,
-                created_s: now,
-                modified_s: now,
-            };
-            let pending = self.submit(vec![Change::PutQueue(meta.clone())]);
-            (meta, pending)
-        };
-        Self::committed(pending).await?;
-        let mut state = self.lock();
-        let incarnation = state.take_seq();
-        state.queues.insert(name.to_owned(), Queue::new(meta, incarnation));
-        Ok(url)
+        })
     }
 
     pub(super) fn get_queue_url(&self, request: &GetQueueUrl) -> Result<QueueUrl, SqsError> {
@@ -152,9 +188,7 @@ impl Engine {
             .lock()
             .queues
             .iter()
-            .filter(|(n, q)| {
-                !q.deleting && n.starts_with(&request.queue_name_prefix) && n.as_str() > request.next_token.as_str()
-            })
+            .filter(|(n, _)| n.starts_with(&request.queue_name_prefix) && n.as_str() > request.next_token.as_str())
             .map(|(n, _)| n.clone())
             .collect();
         Ok(QueueUrls {
@@ -165,51 +199,12 @@ impl Engine {
     }
 
     pub(super) async fn delete_queue(&self, name: &str) -> Result<Empty, SqsError> {
-        let _meta = self.meta.lock().await;
-        let pending = {
-            let mut state = self.lock();
-            let q = state.queue_mut(name)?;
-            // Gone for every action from now on, so nothing new is journaled
-            // for it behind its deletion.
-            q.deleting = true;
-            q.notify.notify_waiters();
-            self.submit(vec![Change::DeleteQueue(name.to_owned())])
-        };
-        let committed = Self::committed(pending).await;
-        let mut state = self.lock();
-        match committed {
-            Ok(()) => {
-                state.queues.remove(name);
-                state.deleted.insert(name.to_owned(), now_ms());
-                Ok(Empty {})
-            }
-            Err(e) => {
-                if let Some(q) = state.queues.get_mut(name) {
-                    q.deleting = false;
-                }
-                Err(e)
-            }
-        }
+        self.execute(Op::DeleteQueue { name: name.to_owned() }).await?;
+        Ok(Empty {})
     }
 
     pub(super) async fn purge_queue(&self, name: &str) -> Result<Empty, SqsError> {
-        let _meta = self.meta.lock().await;
-        let (floor, pending) = {
-            let state = self.lock();
-            let q = state.queue(name)?;
-            if q.purged_ms.is_some_and(|at| now_ms() < at + PURGE_EVERY_MS) {
-                return Err(SqsError::purge_queue_in_progress(format!(
-                    "Only one PurgeQueue operation on {name} is allowed every 60 seconds."
-                )));
-            }
-            // Every message journaled before the purge has a lower sequence.
-            (state.next_seq, self.submit(vec![Change::PurgeQueue(name.to_owned())]))
-        };
-        Self::committed(pending).await?;
-        if let Ok(q) = self.lock().queue_mut(name) {
-            q.purge(floor);
-            q.purged_ms = Some(now_ms());
-        }
+        self.execute(Op::PurgeQueue { name: name.to_owned() }).await?;
         Ok(Empty {})
     }
 
@@ -263,13 +258,13 @@ impl Engine {
     }
 
     pub(super) async fn set_queue_attributes(&self, name: &str, request: SetAttributes) -> Result<Empty, SqsError> {
-        self.update_meta(name, |state, meta, now| {
+        self.update_meta(name, |machine, meta, now| {
             let fifo = meta.fifo;
             meta.attributes.apply(&request.attributes, false, fifo)?;
             // Only a policy being set is checked: a queue whose dead-letter
             // queue was deleted takes its other changes, as on AWS.
             if request.attributes.contains_key("RedrivePolicy") {
-                self.check_redrive(state, name, &meta.attributes, fifo)?;
+                machine.check_redrive(name, &meta.attributes, fifo)?;
             }
             meta.modified_s = now / 1000;
             Ok(())
@@ -290,7 +285,7 @@ impl Engine {
                     "Too many tags added for queue (at most {MAX_TAGS})."
                 )));
             }
-            meta.tags.extend(request.tags);
+            meta.tags.extend(request.tags.clone());
             Ok(())
         })
         .await
@@ -321,17 +316,16 @@ impl Engine {
 
     pub(super) fn list_dead_letter_sources(&self, name: &str) -> Result<DeadLetterSources, SqsError> {
         let arn = self.queue_arn(name);
-        let state = self.lock();
-        state.queue(name)?;
-        let queue_urls = state
+        let machine = self.lock();
+        machine.queue(name)?;
+        let queue_urls = machine
             .queues
             .values()
             .filter(|q| {
-                !q.deleting
-                    && q.meta
-                        .attributes
-                        .redrive_policy()
-                        .is_some_and(|p| p.dead_letter_target_arn == arn)
+                q.meta
+                    .attributes
+                    .redrive_policy()
+                    .is_some_and(|p| p.dead_letter_target_arn == arn)
             })
             .map(|q| self.queue_url(&q.meta.name))
             .collect();

@@ -7,7 +7,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::message::{attributes_json, attributes_md5};
-use super::queue::{Message, Sent};
+use super::queue::{Accepted, Digests, Message};
 use crate::error::SqsError;
 
 /// A result with no members: `{}`.
@@ -69,14 +69,14 @@ pub struct SendResult {
 }
 
 impl SendResult {
-    pub fn new(sent: &Sent) -> Self {
+    pub fn new(digests: Digests, accepted: Accepted) -> Self {
         Self {
             id: None,
-            message_id: sent.message_id.clone(),
-            md5_of_message_body: sent.md5_of_body.clone(),
-            md5_of_message_attributes: sent.md5_of_attributes.clone(),
-            md5_of_message_system_attributes: sent.md5_of_system_attributes.clone(),
-            sequence_number: sent.sequence_number.clone(),
+            message_id: accepted.message_id,
+            md5_of_message_body: digests.md5_of_body,
+            md5_of_message_attributes: digests.md5_of_attributes,
+            md5_of_message_system_attributes: digests.md5_of_system_attributes,
+            sequence_number: accepted.sequence_number,
         }
     }
 }

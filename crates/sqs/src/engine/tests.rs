@@ -1,6 +1,7 @@
-//! The engine's durability contract with an injected journal failure: a
-//! change is visible only once committed, and a failed commit leaves the
-//! engine (and the journal, so the next start) as it was.
+//! The engine's durability contract: a change is visible only once
+//! committed, a failed commit (an injected journal failure) leaves the
+//! engine (and the journal, so the next start) as it was, and a restart
+//! keeps what receives did (in-flight messages, receipts, deduplication).
 
 use serde_json::{Value, json};
 
@@ -122,6 +123,55 @@ async fn a_message_whose_commit_failed_is_never_received() {
     j.reopen();
     let bodies: Vec<_> = j.receive(Q).await.iter().map(|m| m["Body"].clone()).collect();
     assert_eq!(bodies, [json!("kept")]);
+}
+
+#[tokio::test]
+async fn a_restart_keeps_messages_in_flight_their_receipts_and_fifo_deduplication() {
+    let mut j = Journaled::new();
+    j.ok(
+        "CreateQueue",
+        json!({"QueueName": "jobs.fifo", "Attributes": {"FifoQueue": "true"}}),
+    )
+    .await;
+    let fifo = "http://engine/acme/jobs.fifo";
+    for (body, dedup) in [("first", "d1"), ("second", "d2")] {
+        let send =
+            json!({"QueueUrl": fifo, "MessageBody": body, "MessageGroupId": "g", "MessageDeduplicationId": dedup});
+        j.ok("SendMessage", send).await;
+    }
+    let taken = j
+        .ok(
+            "ReceiveMessage",
+            json!({"QueueUrl": fifo, "MaxNumberOfMessages": 1, "VisibilityTimeout": 60}),
+        )
+        .await;
+    let receipt = taken["Messages"][0]["ReceiptHandle"].clone();
+    assert_eq!(taken["Messages"][0]["Body"], "first");
+    j.reopen();
+    // Still in flight, so its group yields nothing, before and after a restart.
+    let again = j
+        .ok("ReceiveMessage", json!({"QueueUrl": fifo, "MaxNumberOfMessages": 10}))
+        .await;
+    assert!(
+        again.get("Messages").is_none(),
+        "received again after a restart: {again}"
+    );
+    let attributes = j
+        .ok(
+            "GetQueueAttributes",
+            json!({"QueueUrl": fifo, "AttributeNames": ["ApproximateNumberOfMessagesNotVisible"]}),
+        )
+        .await;
+    assert_eq!(attributes["Attributes"]["ApproximateNumberOfMessagesNotVisible"], "1");
+    // A duplicate of the first is still a duplicate.
+    let duplicate =
+        json!({"QueueUrl": fifo, "MessageBody": "first", "MessageGroupId": "g", "MessageDeduplicationId": "d1"});
+    j.ok("SendMessage", duplicate).await;
+    // Its receipt from before the restart still deletes it.
+    j.ok("DeleteMessage", json!({"QueueUrl": fifo, "ReceiptHandle": receipt}))
+        .await;
+    let bodies: Vec<_> = j.receive(fifo).await.iter().map(|m| m["Body"].clone()).collect();
+    assert_eq!(bodies, [json!("second")]);
 }
 
 #[tokio::test]

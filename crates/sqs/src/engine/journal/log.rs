@@ -1,44 +1,52 @@
-//! The journal's file: an append-only log. It starts with [`MAGIC`]; each
-//! record after it is one group commit,
+//! The journal's file: an append-only log. It starts with [`MAGIC`] and a
+//! snapshot of the machine, then holds the commands applied after it. Each
+//! record is one group commit (or a part of a snapshot),
 //! `[payload length: u32 LE][CRC-32 of the payload: u32 LE][payload]`, and a
-//! payload is one entry per change,
+//! payload is one entry after another,
 //! `[tag: u8][queue name length: u16 LE][queue name][seq: u64 LE][value length: u32 LE][value]`,
-//! the value being the JSON of a queue or a message (empty for deletions).
+//! the value being the JSON of the machine's header, a queue, a message or
+//! a command.
 //!
 //! A record is written with one `write` into preallocated zeros and made
 //! durable with one `fdatasync`, so a crash can tear only the last record,
 //! which no request was answered for: the log ends at the first invalid
 //! record, and opening cuts the rest off. A whole valid record after an
 //! invalid one means damage, not a torn write, and opening refuses it rather
-//! than drop what follows. The log remembers where each live entry lies; once
-//! dead entries outweigh the live ones (and [`COMPACT_MIN`]), it copies the
-//! live entries into a new file and renames that over the old one.
+//! than drop what follows. Once the commands outweigh the snapshot (and
+//! [`COMPACT_MIN`]), the log writes a new snapshot into a new file and
+//! renames that over the old one.
 
-use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::io::{self, BufReader, Read, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use super::{Change, sibling};
-use crate::engine::records::{StoredMessage, StoredQueue};
+use super::sibling;
+use crate::engine::command::Command;
+use crate::engine::machine::{Identity, Machine};
 
 /// The first bytes of every journal file (and its format's version).
-const MAGIC: &[u8; 8] = b"SLESSQJ1";
+const MAGIC: &[u8; 8] = b"SLESSQJ2";
+/// The first bytes of a journal of the format before: live records of
+/// queues and messages (see [`super::v1`]).
+pub const V1_MAGIC: &[u8; 8] = b"SLESSQJ1";
 /// Bytes before each record's payload: its length and CRC.
 const HEADER: usize = 8;
-/// Dead bytes below this never trigger a compaction.
+/// Commands below this size never trigger a compaction.
 const COMPACT_MIN: u64 = 16 << 20;
 /// The file grows by this much at a time, in zeros (see [`Log::preallocate`]).
 const PREALLOCATE: u64 = 4 << 20;
-/// A compaction (or a migration) writes records of about this size.
+/// A snapshot is written in records of about this size.
 const COPY_RECORD: usize = 1 << 20;
 
-const PUT_QUEUE: u8 = 1;
-const DELETE_QUEUE: u8 = 2;
-const PURGE_QUEUE: u8 = 3;
-const PUT_MESSAGE: u8 = 4;
-const DELETE_MESSAGE: u8 = 5;
+/// The machine's header: next sequence, clock, deleted names, move tasks.
+const MACHINE: u8 = 16;
+/// A queue, without its messages.
+const QUEUE: u8 = 17;
+/// A message of the queue the entry names, as sequence `seq`.
+const MESSAGE: u8 = 18;
+/// A command applied after the snapshot.
+const COMMAND: u8 = 19;
 
 #[derive(Debug, thiserror::Error)]
 pub enum LogError {
@@ -54,127 +62,12 @@ pub enum LogError {
     Poisoned(String),
 }
 
-/// Where an entry lies in the file.
-#[derive(Debug, Clone, Copy)]
-struct Span {
-    at: u64,
-    len: u32,
-}
-
-/// What a value of the tables occupies in the file.
-trait Placed {
-    fn span(&self) -> Span;
-}
-
-impl Placed for Span {
-    fn span(&self) -> Span {
-        *self
-    }
-}
-
-impl<T> Placed for (Span, T) {
-    fn span(&self) -> Span {
-        self.0
-    }
-}
-
-/// The live queues and messages, as the log's entries leave them; `bytes`
-/// is the size of their entries. The writer keeps spans; opening also keeps
-/// the decoded records.
-struct Tables<Q, M> {
-    queues: HashMap<String, Q>,
-    messages: HashMap<String, BTreeMap<u64, M>>,
-    bytes: u64,
-}
-
-impl<Q: Placed, M: Placed> Tables<Q, M> {
-    fn new() -> Self {
-        Self {
-            queues: HashMap::new(),
-            messages: HashMap::new(),
-            bytes: 0,
-        }
-    }
-
-    fn put_queue(&mut self, name: &str, value: Q) {
-        self.bytes += u64::from(value.span().len);
-        if let Some(old) = self.queues.insert(name.to_owned(), value) {
-            self.bytes -= u64::from(old.span().len);
-        }
-    }
-
-    fn delete_queue(&mut self, name: &str) {
-        if let Some(old) = self.queues.remove(name) {
-            self.bytes -= u64::from(old.span().len);
-        }
-        self.purge_queue(name);
-    }
-
-    fn purge_queue(&mut self, name: &str) {
-        if let Some(old) = self.messages.remove(name) {
-            self.bytes -= old.values().map(|m| u64::from(m.span().len)).sum::<u64>();
-        }
-    }
-
-    fn put_message(&mut self, queue: &str, seq: u64, value: M) {
-        self.bytes += u64::from(value.span().len);
-        let messages = match self.messages.get_mut(queue) {
-            Some(messages) => messages,
-            None => self.messages.entry(queue.to_owned()).or_default(),
-        };
-        if let Some(old) = messages.insert(seq, value) {
-            self.bytes -= u64::from(old.span().len);
-        }
-    }
-
-    fn delete_message(&mut self, queue: &str, seq: u64) {
-        if let Some(messages) = self.messages.get_mut(queue) {
-            if let Some(old) = messages.remove(&seq) {
-                self.bytes -= u64::from(old.span().len);
-            }
-            if messages.is_empty() {
-                self.messages.remove(queue);
-            }
-        }
-    }
-
-    /// Applies entry `e`; a put keeps the value `queue` or `message` makes.
-    fn apply(
-        &mut self,
-        e: &Entry<'_>,
-        queue: impl FnOnce() -> Result<Q, String>,
-        message: impl FnOnce() -> Result<M, String>,
-    ) -> Result<(), String> {
-        match e.tag {
-            PUT_QUEUE => self.put_queue(e.queue, queue()?),
-            DELETE_QUEUE => self.delete_queue(e.queue),
-            PURGE_QUEUE => self.purge_queue(e.queue),
-            PUT_MESSAGE => self.put_message(e.queue, e.seq, message()?),
-            DELETE_MESSAGE => self.delete_message(e.queue, e.seq),
-            tag => return Err(format!("unknown entry tag {tag}")),
-        }
-        Ok(())
-    }
-}
-
 /// One entry, as read back.
-struct Entry<'a> {
-    tag: u8,
-    queue: &'a str,
-    seq: u64,
-    value: &'a [u8],
-}
-
-/// Appends the entry of `change` to `buf`.
-fn encode(change: &Change, buf: &mut Vec<u8>) -> Result<(), LogError> {
-    let (tag, queue, seq, value) = match change {
-        Change::PutQueue(q) => (PUT_QUEUE, q.name.as_str(), 0, json(q)?),
-        Change::DeleteQueue(name) => (DELETE_QUEUE, name.as_str(), 0, Vec::new()),
-        Change::PurgeQueue(name) => (PURGE_QUEUE, name.as_str(), 0, Vec::new()),
-        Change::PutMessage { queue, seq, message } => (PUT_MESSAGE, queue.as_str(), *seq, json(message)?),
-        Change::DeleteMessage { queue, seq } => (DELETE_MESSAGE, queue.as_str(), *seq, Vec::new()),
-    };
-    push_entry(buf, tag, queue, seq, &value)
+pub(super) struct Entry<'a> {
+    pub tag: u8,
+    pub queue: &'a str,
+    pub seq: u64,
+    pub value: &'a [u8],
 }
 
 fn json(value: &impl serde::Serialize) -> Result<Vec<u8>, LogError> {
@@ -195,7 +88,7 @@ fn push_entry(buf: &mut Vec<u8>, tag: u8, queue: &str, seq: u64, value: &[u8]) -
 
 /// Splits a payload into its entries with their offsets and lengths, or
 /// says what is wrong with it.
-fn entries(payload: &[u8]) -> impl Iterator<Item = Result<(usize, usize, Entry<'_>), String>> {
+pub(super) fn entries(payload: &[u8]) -> impl Iterator<Item = Result<(usize, usize, Entry<'_>), String>> {
     let mut at = 0;
     std::iter::from_fn(move || {
         if at >= payload.len() {
@@ -231,7 +124,7 @@ fn little_endian(bytes: &[u8]) -> u64 {
     bytes.iter().rev().fold(0, |v, b| v << 8 | u64::from(*b))
 }
 
-fn from_json<T: serde::de::DeserializeOwned>(value: &[u8]) -> Result<T, String> {
+pub(super) fn from_json<T: serde::de::DeserializeOwned>(value: &[u8]) -> Result<T, String> {
     serde_json::from_slice(value).map_err(|e| e.to_string())
 }
 
@@ -267,17 +160,13 @@ impl RecordWriter {
         })
     }
 
-    /// Adds an entry's bytes; returns where it will lie in the file.
-    fn push(&mut self, entry: &[u8]) -> io::Result<Span> {
+    /// Adds an entry's bytes.
+    fn push(&mut self, entry: &[u8]) -> io::Result<()> {
         if self.buf.len() + entry.len() > COPY_RECORD && self.buf.len() > HEADER {
             self.flush()?;
         }
-        let span = Span {
-            at: self.end + self.buf.len() as u64,
-            len: u32::try_from(entry.len()).map_err(io::Error::other)?,
-        };
         self.buf.extend_from_slice(entry);
-        Ok(span)
+        Ok(())
     }
 
     fn flush(&mut self) -> io::Result<()> {
@@ -307,25 +196,47 @@ fn seal(record: &mut [u8]) -> Result<(), LogError> {
     Ok(())
 }
 
-/// Writes a new journal at `path` holding `queues` and `messages` (a
-/// journal's first version, or one migrated from an older format).
-pub fn create(path: &Path, queues: &[StoredQueue], messages: &[(String, u64, StoredMessage)]) -> Result<(), LogError> {
+/// Writes `machine` as a snapshot's entries.
+fn write_snapshot(out: &mut RecordWriter, machine: &Machine) -> Result<(), LogError> {
+    let mut entry = Vec::new();
+    push_entry(&mut entry, MACHINE, "", 0, &json(&machine.header())?)?;
+    out.push(&entry)?;
+    for (name, q) in &machine.queues {
+        entry.clear();
+        push_entry(&mut entry, QUEUE, name, 0, &json(&q.image())?)?;
+        out.push(&entry)?;
+        for (seq, m) in &q.messages {
+            entry.clear();
+            push_entry(&mut entry, MESSAGE, name, *seq, &json(&m.image())?)?;
+            out.push(&entry)?;
+        }
+    }
+    Ok(())
+}
+
+/// Writes a new journal at `path` holding `machine` (a journal's first
+/// version, or one migrated from an older format).
+pub fn create(path: &Path, machine: &Machine) -> Result<(), LogError> {
     let tmp = sibling(path, "-new");
     let mut out = RecordWriter::create(&tmp)?;
-    let mut entry = Vec::new();
-    for q in queues {
-        entry.clear();
-        push_entry(&mut entry, PUT_QUEUE, &q.name, 0, &json(q)?)?;
-        out.push(&entry)?;
-    }
-    for (queue, seq, message) in messages {
-        entry.clear();
-        push_entry(&mut entry, PUT_MESSAGE, queue, *seq, &json(message)?)?;
-        out.push(&entry)?;
-    }
+    write_snapshot(&mut out, machine)?;
     out.finish()?;
     std::fs::rename(&tmp, path)?;
     sync_dir(path)?;
+    Ok(())
+}
+
+/// Applies one entry of a journal to `machine`: the snapshot's entries
+/// rebuild it, the commands after them are applied again, as they were.
+fn replay(machine: &mut Machine, e: &Entry<'_>) -> Result<(), String> {
+    match e.tag {
+        MACHINE => machine.restore_header(from_json(e.value)?),
+        QUEUE => machine.restore_queue(from_json(e.value)?),
+        MESSAGE => machine.restore_message(e.queue, e.seq, from_json(e.value)?)?,
+        // Its reply went to its request; an error here was its reply then.
+        COMMAND => drop(machine.apply(from_json(e.value)?)),
+        tag => return Err(format!("unknown entry tag {tag}")),
+    }
     Ok(())
 }
 
@@ -334,7 +245,8 @@ pub struct Log {
     path: PathBuf,
     file: File,
     end: u64,
-    live: Tables<Span, Span>,
+    /// Where the snapshot ends and the commands begin.
+    snapshot: u64,
     buf: Vec<u8>,
     /// Set once a sync failed: what reached the disk is then unknown.
     poisoned: Option<String>,
@@ -346,17 +258,88 @@ pub struct Log {
 /// What a journal holds, as opening found it.
 pub struct Opened {
     pub log: Log,
-    pub queues: Vec<StoredQueue>,
-    pub messages: Vec<(String, u64, StoredMessage)>,
+    pub machine: Machine,
     /// Whether opening cut off a torn write: a crash during a commit that
     /// was not answered.
     pub torn: bool,
 }
 
+/// Where a scan of a log file ended.
+pub(super) struct Scanned {
+    /// The end of its last valid record.
+    pub end: u64,
+    /// The end of its last record of entries other than commands.
+    pub snapshot: u64,
+    /// Whether bytes other than zeros follow `end`.
+    pub torn: bool,
+}
+
+/// Reads the log file `file` of format `magic` record by record, giving
+/// each entry to `on_entry`, up to its first invalid record.
+pub(super) fn scan(
+    file: &File,
+    path: &Path,
+    magic: &[u8; 8],
+    mut on_entry: impl FnMut(&Entry<'_>) -> Result<(), String>,
+) -> Result<Scanned, LogError> {
+    let size = file.metadata()?.len();
+    let mut reader = BufReader::with_capacity(1 << 16, file);
+    let mut found = [0; 8];
+    if reader.read_exact(&mut found).is_err() || &found != magic {
+        return Err(LogError::NotAJournal(path.to_owned()));
+    }
+    let damaged = |at: u64, what: String| LogError::Damaged {
+        path: path.to_owned(),
+        at,
+        what,
+    };
+    let mut end = magic.len() as u64;
+    let mut snapshot = end;
+    let mut payload = Vec::new();
+    // Each pass reads one record; an invalid one ends the log there.
+    while let Some((len, crc)) = next_header(&mut reader, size - end)? {
+        payload.resize(len, 0);
+        reader.read_exact(&mut payload)?;
+        if crc32fast::hash(&payload) != crc {
+            break;
+        }
+        let base = end + HEADER as u64;
+        let mut commands = true;
+        for entry in entries(&payload) {
+            let (offset, _, e) = entry.map_err(|what| damaged(end, what))?;
+            commands &= e.tag == COMMAND;
+            on_entry(&e).map_err(|what| damaged(base + offset as u64, what))?;
+        }
+        end = base + len as u64;
+        if !commands {
+            snapshot = end;
+        }
+    }
+    drop(reader);
+    let mut torn = false;
+    if end < size {
+        let mut tail = vec![0; usize::try_from(size - end).map_err(io::Error::other)?];
+        file.read_exact_at(&mut tail, end)?;
+        if let Some(at) = whole_record(&tail) {
+            return Err(damaged(
+                end,
+                format!(
+                    "an invalid record, and a valid one after it at byte {}",
+                    end + at as u64
+                ),
+            ));
+        }
+        // Zeros are what preallocation left (after every clean
+        // shutdown too): only other bytes are a write a crash tore.
+        torn = tail.iter().any(|b| *b != 0);
+    }
+    Ok(Scanned { end, snapshot, torn })
+}
+
 impl Log {
     /// Opens the journal at `path` (which must exist), cutting off a torn
-    /// last record.
-    pub fn open(path: &Path) -> Result<Opened, LogError> {
+    /// last record, and replays it into a machine for `identity`.
+    pub fn open(path: &Path, identity: Identity) -> Result<Opened, LogError> {
         // A compaction or a creation that a crash interrupted.
         for stale in [sibling(path, "-compact"), sibling(path, "-new")] {
             match std::fs::remove_file(&stale) {
@@ -365,91 +348,24 @@ impl Log {
             }
         }
         let file = std::fs::OpenOptions::new().read(true).write(true).open(path)?;
-        let size = file.metadata()?.len();
-        let mut reader = BufReader::with_capacity(1 << 16, &file);
-        let mut magic = [0; MAGIC.len()];
-        if reader.read_exact(&mut magic).is_err() || &magic != MAGIC {
-            return Err(LogError::NotAJournal(path.to_owned()));
-        }
-        let damaged = |at: u64, what: String| LogError::Damaged {
-            path: path.to_owned(),
-            at,
-            what,
-        };
-        let mut tables: Tables<(Span, StoredQueue), (Span, StoredMessage)> = Tables::new();
-        let mut end = MAGIC.len() as u64;
-        let mut payload = Vec::new();
-        // Each pass reads one record; an invalid one ends the log there.
-        while let Some((len, crc)) = next_header(&mut reader, size - end)? {
-            payload.resize(len, 0);
-            reader.read_exact(&mut payload)?;
-            if crc32fast::hash(&payload) != crc {
-                break;
-            }
-            let base = end + HEADER as u64;
-            for entry in entries(&payload) {
-                let (offset, len, e) = entry.map_err(|what| damaged(end, what))?;
-                let span = Span {
-                    at: base + offset as u64,
-                    len: u32::try_from(len).map_err(io::Error::other)?,
-                };
-                tables
-                    .apply(
-                        &e,
-                        || Ok((span, from_json(e.value)?)),
-                        || Ok((span, from_json(e.value)?)),
-                    )
-                    .map_err(|what| damaged(span.at, what))?;
-            }
-            end = base + len as u64;
-        }
-        drop(reader);
-        let mut torn = false;
-        if end < size {
-            let mut tail = vec![0; usize::try_from(size - end).map_err(io::Error::other)?];
-            file.read_exact_at(&mut tail, end)?;
-            if let Some(at) = whole_record(&tail) {
-                return Err(damaged(
-                    end,
-                    format!(
-                        "an invalid record, and a valid one after it at byte {}",
-                        end + at as u64
-                    ),
-                ));
-            }
-            // Zeros are what preallocation left (after every clean
-            // shutdown too): only other bytes are a write a crash tore.
-            torn = tail.iter().any(|b| *b != 0);
+        let mut machine = Machine::new(identity);
+        let Scanned { end, snapshot, torn } = scan(&file, path, MAGIC, |e| replay(&mut machine, e))?;
+        if file.metadata()?.len() > end {
             file.set_len(end)?;
             file.sync_all()?;
         }
-        let mut live = Tables::new();
-        let mut queues = Vec::with_capacity(tables.queues.len());
-        let mut messages = Vec::new();
-        for (name, (span, queue)) in tables.queues {
-            live.put_queue(&name, span);
-            queues.push(queue);
-        }
-        for (queue, held) in tables.messages {
-            for (seq, (span, message)) in held {
-                live.put_message(&queue, seq, span);
-                messages.push((queue.clone(), seq, message));
-            }
-        }
-        messages.sort_by_key(|(_, seq, _)| *seq);
         Ok(Opened {
             log: Self {
                 path: path.to_owned(),
                 file,
                 end,
-                live,
+                snapshot,
                 buf: Vec::new(),
                 poisoned: None,
                 compact_min: COMPACT_MIN,
                 allocated: end,
             },
-            queues,
-            messages,
+            machine,
             torn,
         })
     }
@@ -460,15 +376,15 @@ impl Log {
         self.compact_min = bytes;
     }
 
-    /// Writes `changes` as one record; [`Log::sync`] makes it durable.
-    pub fn commit<'a>(&mut self, changes: impl Iterator<Item = &'a Change>) -> Result<(), LogError> {
+    /// Writes `commands` as one record; [`Log::sync`] makes it durable.
+    pub fn commit<'a>(&mut self, commands: impl Iterator<Item = &'a Command>) -> Result<(), LogError> {
         if let Some(e) = &self.poisoned {
             return Err(LogError::Poisoned(e.clone()));
         }
         self.buf.clear();
         self.buf.resize(HEADER, 0);
-        for change in changes {
-            encode(change, &mut self.buf)?;
+        for command in commands {
+            push_entry(&mut self.buf, COMMAND, "", 0, &json(command)?)?;
         }
         seal(&mut self.buf)?;
         if self.end + self.buf.len() as u64 > self.allocated {
@@ -482,19 +398,9 @@ impl Log {
             }
             return Err(e.into());
         }
-        let base = self.end + HEADER as u64;
-        for (offset, len, e) in entries(&self.buf[HEADER..]).flatten() {
-            let span = Span {
-                at: base + offset as u64,
-                len: u32::try_from(len).unwrap_or(u32::MAX),
-            };
-            // The log's own encoding: every entry parses, every tag is known.
-            let _ = self.live.apply(&e, || Ok(span), || Ok(span));
-        }
         self.end += self.buf.len() as u64;
         Ok(())
     }
-
     /// Makes every record written so far durable.
     pub fn sync(&mut self) -> Result<(), LogError> {
         if let Some(e) = &self.poisoned {
@@ -529,46 +435,35 @@ impl Log {
         Ok(())
     }
 
-    /// Compacts the log once its dead entries outweigh the live ones (and
-    /// the threshold). A failure leaves the old file in use, or poisons the
-    /// log if the new one may already have replaced it.
-    pub fn compact_if_due(&mut self) {
-        let dead = self.end - self.live.bytes;
+    /// Compacts the log once the commands since its snapshot outweigh the
+    /// snapshot (and the threshold). A failure leaves the old file in use,
+    /// or poisons the log if the new one may already have replaced it.
+    pub fn compact_if_due(&mut self, machine: &Machine) {
+        let commands = self.end - self.snapshot;
         if self.poisoned.is_none()
-            && dead > self.compact_min.max(self.live.bytes)
-            && let Err(e) = self.compact()
+            && commands > self.compact_min.max(self.snapshot)
+            && let Err(e) = self.compact(machine)
         {
             tracing::error!(journal = %self.path.display(), error = %e, "compacting the queue journal failed");
         }
     }
 
-    /// Copies the live entries into a new file and renames it over the log.
-    /// It runs between commits, so the writer waits for it: its cost is the
-    /// live entries' size, paid once per as many dead bytes.
-    fn compact(&mut self) -> Result<(), LogError> {
+    /// Writes a snapshot of `machine`, which has applied every command of
+    /// the log, into a new file and renames it over the log. It runs
+    /// between commits, so the writer waits for it: its cost is the
+    /// snapshot's size, paid once per as many bytes of commands.
+    fn compact(&mut self, machine: &Machine) -> Result<(), LogError> {
         let started = std::time::Instant::now();
         let tmp = sibling(&self.path, "-compact");
-        let mut out = RecordWriter::create(&tmp)?;
-        let mut live = Tables::new();
-        let mut entry = Vec::new();
-        let mut copy = |span: Span, out: &mut RecordWriter| -> io::Result<Span> {
-            entry.resize(usize::try_from(span.len).map_err(io::Error::other)?, 0);
-            self.file.read_exact_at(&mut entry, span.at)?;
-            out.push(&entry)
-        };
-        for (name, span) in &self.live.queues {
-            live.put_queue(name, copy(*span, &mut out)?);
-        }
-        for (queue, held) in &self.live.messages {
-            for (seq, span) in held {
-                live.put_message(queue, *seq, copy(*span, &mut out)?);
-            }
-        }
-        let (file, end) = match out.finish() {
+        let written = RecordWriter::create(&tmp).map_err(LogError::from).and_then(|mut out| {
+            write_snapshot(&mut out, machine)?;
+            Ok(out.finish()?)
+        });
+        let (file, end) = match written {
             Ok(done) => done,
             Err(e) => {
                 let _ = std::fs::remove_file(&tmp);
-                return Err(e.into());
+                return Err(e);
             }
         };
         if let Err(e) = std::fs::rename(&tmp, &self.path) {
@@ -582,9 +477,9 @@ impl Log {
             return Err(e.into());
         }
         let before = std::mem::replace(&mut self.end, end);
+        self.snapshot = end;
         self.allocated = end;
         self.file = file;
-        self.live = live;
         tracing::info!(
             journal = %self.path.display(),
             before,

@@ -1,50 +1,42 @@
-//! Durability of a queue engine: an append-only log file (see [`log`]).
-//! Writes from concurrent requests are committed together (group commit) by
-//! one writer thread, one write a group. With [`Durability::Disk`] each
-//! group is also synced (`fdatasync`) before its requests are answered; with
-//! [`Durability::Process`] they are answered once the write is in the
-//! kernel's page cache, which a crash of the engine does not lose, and the
-//! writer syncs at most [`PROCESS_SYNC_MS`] later. Journals of the earlier
-//! SQLite format are migrated on open (see [`legacy`]).
+//! Durability of a queue engine: an append-only log file of commands (see
+//! [`log`]). Commands of concurrent requests are committed together (group
+//! commit) by one writer thread, one write a group, which then applies them
+//! to the machine in the order they were written and answers each with its
+//! reply. With [`Durability::Disk`] each group is also synced (`fdatasync`)
+//! before it is applied; with [`Durability::Process`] it is applied once the
+//! write is in the kernel's page cache, which a crash of the engine does not
+//! lose, and the writer syncs at most [`PROCESS_SYNC_MS`] later. Journals of
+//! earlier formats (SQLite, see [`legacy`]; `SLESSQJ1`, see [`v1`]) are
+//! migrated on open.
 
 mod legacy;
 mod log;
+mod v1;
 
 use std::fs::{File, TryLockError};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
+use std::sync::{Arc, Mutex};
+
 use sless_model::queue_service::{Durability, PROCESS_SYNC_MS};
+use sless_runtime::sync::Unpoisoned;
 use tokio::sync::oneshot;
 
-use super::records::{StoredMessage, StoredQueue};
+use super::command::{Command, Reply};
+use super::machine::{Identity, Machine};
 use crate::error::SqsError;
 use log::{Log, LogError, Opened};
 
-/// Most changes folded into one commit.
+/// Most commands folded into one commit.
 const MAX_GROUP: usize = 512;
 /// How long opening waits for another engine to release the journal.
 const LOCK_WAIT: Duration = Duration::from_secs(5);
 
-pub enum Change {
-    PutQueue(StoredQueue),
-    DeleteQueue(String),
-    PurgeQueue(String),
-    PutMessage {
-        queue: String,
-        seq: u64,
-        message: StoredMessage,
-    },
-    DeleteMessage {
-        queue: String,
-        seq: u64,
-    },
-}
-
-type Request = (Vec<Change>, oneshot::Sender<Result<(), String>>);
+type Answer = oneshot::Sender<Result<Reply, SqsError>>;
+type Request = (Command, Answer);
 
 pub struct Journal {
     tx: mpsc::Sender<Request>,
@@ -61,72 +53,60 @@ struct Probe {
     syncs: AtomicU64,
 }
 
-/// A submitted write: [`Pending::committed`] resolves once it is durable.
-pub struct Pending(oneshot::Receiver<Result<(), String>>);
-
 fn journal_error(e: impl std::fmt::Display) -> SqsError {
     SqsError::internal(format!("queue journal: {e}"))
 }
 
-type Loaded = (Journal, Vec<StoredQueue>, Vec<(String, u64, StoredMessage)>);
-
 impl Journal {
-    /// Opens the journal at `path` and returns what it holds. The engine
+    /// Opens the journal at `path` and the machine it holds. The engine
     /// holds the journal's lock (a file beside it) for as long as it runs.
-    pub fn open(path: &Path, durability: Durability) -> Result<Loaded, SqsError> {
+    pub fn open(
+        path: &Path,
+        durability: Durability,
+        identity: Identity,
+    ) -> Result<(Self, Arc<Mutex<Machine>>), SqsError> {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(journal_error)?;
         }
         let lock = lock(path)?;
-        let legacy = path.with_extension("db");
-        if !path.exists() {
-            let (queues, messages) = legacy::read(&legacy)?.unwrap_or_default();
-            log::create(path, &queues, &messages).map_err(journal_error)?;
-        }
-        // Also after a crash between a migration's rename and this.
-        legacy::remove(&legacy)?;
-        let Opened {
-            log,
-            queues,
-            messages,
-            torn,
-        } = Log::open(path).map_err(journal_error)?;
+        migrate(path, &identity)?;
+        let Opened { log, machine, torn } = Log::open(path, identity).map_err(journal_error)?;
         if torn {
             tracing::warn!(
                 journal = %path.display(),
                 "cut off the journal's torn last write (a crash during a commit that was not answered)"
             );
         }
+        let machine = Arc::new(Mutex::new(machine));
         let (tx, rx) = mpsc::channel::<Request>();
         let probe = Arc::new(Probe::default());
         std::thread::Builder::new()
             .name("sqs-journal".into())
             .spawn({
                 let probe = probe.clone();
+                let machine = machine.clone();
                 move || {
-                    writer(log, rx, durability, &probe);
+                    writer(log, &rx, durability, &machine, &probe);
                     drop(lock);
                 }
             })
             .map_err(journal_error)?;
-        Ok((
-            Self {
-                tx,
-                #[cfg(test)]
-                probe,
-            },
-            queues,
-            messages,
-        ))
+        let journal = Self {
+            tx,
+            #[cfg(test)]
+            probe,
+        };
+        Ok((journal, machine))
     }
 
-    /// Queues `changes` behind everything submitted before: the journal
-    /// commits in submission order, so the engine submits under its lock.
-    pub fn submit(&self, changes: Vec<Change>) -> Pending {
+    /// Commits `command` behind everything submitted before, then applies
+    /// it: its reply, or the error that kept it out (then it changed nothing).
+    pub async fn submit(&self, command: Command) -> Result<Reply, SqsError> {
         let (done, wait) = oneshot::channel();
-        // A stopped writer drops `done`, which `committed` reports.
-        let _ = self.tx.send((changes, done));
-        Pending(wait)
+        // A stopped writer drops `done`, which is answered below.
+        let _ = self.tx.send((command, done));
+        wait.await
+            .unwrap_or_else(|_| Err(SqsError::internal("queue journal stopped")))
     }
 
     #[cfg(test)]
@@ -140,18 +120,21 @@ impl Journal {
     }
 }
 
-impl Pending {
-    /// Returns once the changes are durable, or the error that kept them out.
-    pub async fn committed(self) -> Result<(), SqsError> {
-        match self.0.await {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => {
-                tracing::error!(error = %e, "queue journal write failed");
-                Err(SqsError::internal("the message store failed; retry"))
-            }
-            Err(_) => Err(SqsError::internal("queue journal stopped")),
-        }
+/// Brings a journal of an earlier format at `path` (or, when there is none,
+/// a SQLite one beside it) to the current format.
+fn migrate(path: &Path, identity: &Identity) -> Result<(), SqsError> {
+    let legacy = path.with_extension("db");
+    if !path.exists() {
+        let (queues, messages) = legacy::read(&legacy)?.unwrap_or_default();
+        log::create(path, &Machine::with(identity.clone(), queues, messages)).map_err(journal_error)?;
+    } else if v1::is_v1(path).map_err(journal_error)? {
+        let (queues, messages) = v1::read(path).map_err(journal_error)?;
+        let count = messages.len();
+        log::create(path, &Machine::with(identity.clone(), queues, messages)).map_err(journal_error)?;
+        tracing::info!(journal = %path.display(), messages = count, "migrated the queue journal to its current format");
     }
+    // Also after a crash between a migration's rename and this.
+    legacy::remove(&legacy)
 }
 
 /// `path` with `suffix` appended to its file name: the files beside a
@@ -184,9 +167,9 @@ fn lock(path: &Path) -> Result<File, SqsError> {
     }
 }
 
-fn writer(mut log: Log, rx: mpsc::Receiver<Request>, durability: Durability, probe: &Probe) {
+fn writer(mut log: Log, rx: &mpsc::Receiver<Request>, durability: Durability, machine: &Mutex<Machine>, probe: &Probe) {
     let sync_every = Duration::from_millis(PROCESS_SYNC_MS);
-    // With `process` durability: since when answered writes wait for a sync.
+    // With `process` durability: since when applied commands wait for a sync.
     let mut unsynced: Option<Instant> = None;
     loop {
         let first = match unsynced {
@@ -203,38 +186,43 @@ fn writer(mut log: Log, rx: mpsc::Receiver<Request>, durability: Durability, pro
             Err(RecvTimeoutError::Disconnected) => break,
         };
         let mut group = vec![first];
-        let mut count = group[0].0.len();
-        while count < MAX_GROUP {
+        while group.len() < MAX_GROUP {
             match rx.try_recv() {
-                Ok(next) => {
-                    count += next.0.len();
-                    group.push(next);
-                }
+                Ok(next) => group.push(next),
                 Err(_) => break,
             }
         }
-        let result = if probe.failing.load(Ordering::SeqCst) {
+        let written = if probe.failing.load(Ordering::SeqCst) {
             Err("injected failure".to_owned())
         } else {
-            log.commit(group.iter().flat_map(|(changes, _)| changes))
+            log.commit(group.iter().map(|(command, _)| command))
                 .and_then(|()| match durability {
                     Durability::Disk => sync(&mut log, probe),
                     Durability::Process => Ok(()),
                 })
                 .map_err(|e: LogError| e.to_string())
         };
-        let written = result.is_ok();
-        for (_, done) in group {
-            let _ = done.send(result.clone());
+        if let Err(e) = written {
+            tracing::error!(error = %e, "queue journal write failed");
+            for (_, answer) in group {
+                let _ = answer.send(Err(SqsError::internal("the message store failed; retry")));
+            }
+            continue;
         }
-        if durability == Durability::Process && written {
+        {
+            let mut machine = machine.lock_unpoisoned();
+            for (command, answer) in group {
+                let _ = answer.send(machine.apply(command));
+            }
+            log.compact_if_due(&machine);
+        }
+        if durability == Durability::Process {
             let since = *unsynced.get_or_insert_with(Instant::now);
             if since.elapsed() >= sync_every {
                 deferred_sync(&mut log, probe);
                 unsynced = None;
             }
         }
-        log.compact_if_due();
     }
     // The engine is closing: what it answered is made durable now.
     if unsynced.is_some() {

@@ -25,21 +25,18 @@ fn queue(fifo: bool, attributes: &[(&str, &str)]) -> Queue {
         created_s: 0,
         modified_s: 0,
     };
-    Queue::new(meta, 1)
+    Queue::new(meta)
 }
 
 fn entry(fields: serde_json::Value) -> SendEntry {
     serde_json::from_value(fields).expect("a send entry")
 }
 
-/// Sends `body` at `now` as sequence `seq` and delivers it, as a commit would.
-fn send(q: &mut Queue, seq: u64, fields: serde_json::Value, now: u64) -> Result<Sent, SqsError> {
-    let mut sent = q.send(&entry(fields), seq, now)?;
-    if let Some(put) = sent.put.take() {
-        q.deliver(vec![put]);
-        sent.put = None;
-    }
-    Ok(sent)
+/// Prepares a message of `fields` at `now` and sends it as sequence `seq`,
+/// as a command would.
+fn send(q: &mut Queue, seq: u64, fields: serde_json::Value, now: u64) -> Result<Accepted, SqsError> {
+    let prepared = q.prepare(&entry(fields), format!("id-{seq}"), now)?;
+    Ok(q.accept(prepared.message, seq, now))
 }
 
 fn bodies(q: &Queue, taken: &Taken) -> Vec<String> {
@@ -51,8 +48,8 @@ fn bodies(q: &Queue, taken: &Taken) -> Vec<String> {
 }
 
 fn receive(q: &mut Queue, max: usize, visibility_s: u64, now: u64) -> (Vec<String>, Vec<String>) {
-    let taken = q.receive(max, visibility_s * SECOND, None, now);
-    let receipts = taken.received.iter().map(|(_, r, _)| r.clone()).collect();
+    let taken = q.receive(max, visibility_s * SECOND, None, now, &format!("nonce{now}"));
+    let receipts = taken.received.iter().map(|(_, r)| r.clone()).collect();
     (bodies(q, &taken), receipts)
 }
 
@@ -192,24 +189,27 @@ fn a_duplicate_within_five_minutes_is_acknowledged_not_enqueued() {
     let fields = json!({"MessageBody": "a", "MessageGroupId": "g", "MessageDeduplicationId": "d"});
     let first = send(&mut q, 1, fields.clone(), 0).unwrap();
     assert_eq!(first.sequence_number.as_deref(), Some("00000000000000000001"));
-    let mut again = q.send(&entry(fields.clone()), 2, 5 * 60 * SECOND - 1).unwrap();
-    assert!(again.put.take().is_none());
+    let again = send(&mut q, 2, fields.clone(), 5 * 60 * SECOND - 1).unwrap();
+    assert!(!again.enqueued);
     assert_eq!(again.message_id, first.message_id);
     assert_eq!(again.sequence_number, first.sequence_number);
+    assert_eq!(q.messages.len(), 1);
     q.expire(5 * 60 * SECOND);
-    let later = q.send(&entry(fields), 3, 5 * 60 * SECOND).unwrap();
-    assert!(later.put.is_some(), "the window has passed");
+    let later = send(&mut q, 3, fields, 5 * 60 * SECOND).unwrap();
+    assert!(later.enqueued, "the window has passed");
     assert_ne!(later.message_id, first.message_id);
 }
 
 #[test]
-fn a_dedup_id_whose_commit_failed_is_free_again() {
+fn two_sends_prepared_alike_before_either_was_applied_enqueue_once() {
     let mut q = queue(true, &[]);
     let fields = json!({"MessageBody": "a", "MessageGroupId": "g", "MessageDeduplicationId": "d"});
-    let mut sent = q.send(&entry(fields.clone()), 1, 0).unwrap();
-    let put = sent.put.take().unwrap();
-    q.forget_dedup(&[put]);
-    assert!(q.send(&entry(fields), 2, 0).unwrap().put.is_some());
+    let one = q.prepare(&entry(fields.clone()), "one".into(), 0).unwrap();
+    let two = q.prepare(&entry(fields), "two".into(), 0).unwrap();
+    let first = q.accept(one.message, 1, 0);
+    let second = q.accept(two.message, 2, 0);
+    assert!(first.enqueued && !second.enqueued);
+    assert_eq!(second.message_id, "one");
 }
 
 #[test]
@@ -218,21 +218,16 @@ fn a_message_received_too_often_is_taken_out_for_the_dead_letter_queue() {
     send(&mut q, 1, json!({"MessageBody": "poison"}), 0).unwrap();
     send(&mut q, 2, json!({"MessageBody": "fine"}), 0).unwrap();
     for round in 0..2 {
-        let taken = q.receive(1, 0, Some(2), round);
+        let taken = q.receive(1, 0, Some(2), round, "n");
         assert_eq!(bodies(&q, &taken), ["poison"]);
         assert!(taken.dead_letters.is_empty());
     }
-    let taken = q.receive(1, 0, Some(2), 5);
+    let taken = q.receive(1, 0, Some(2), 5, "n");
     assert_eq!(bodies(&q, &taken), ["fine"]);
     let moved: Vec<u64> = taken.dead_letters.iter().map(|(seq, _)| *seq).collect();
     assert_eq!(moved, [1]);
     assert_eq!(taken.dead_letters[0].1.receive_count, 2);
     assert!(!q.messages.contains_key(&1));
-    // A failed commit puts both back as they were.
-    q.undo_receive(taken);
-    assert!(q.messages.contains_key(&1));
-    assert_eq!(q.messages[&2].receive_count, 0);
-    assert_eq!(q.counts(5).visible, 2);
 }
 
 #[test]
@@ -246,12 +241,12 @@ fn messages_past_retention_expire() {
 }
 
 #[test]
-fn a_purge_drops_what_it_covers_even_when_committed_late() {
+fn a_purge_drops_every_message_in_flight_or_not() {
     let mut q = queue(false, &[]);
-    send(&mut q, 1, json!({"MessageBody": "before"}), 0).unwrap();
-    let mut late = q.send(&entry(json!({"MessageBody": "late"})), 2, 0).unwrap();
-    q.purge(3);
-    q.deliver(late.put.take().into_iter().collect());
+    send(&mut q, 1, json!({"MessageBody": "in flight"}), 0).unwrap();
+    send(&mut q, 2, json!({"MessageBody": "waiting"}), 0).unwrap();
+    receive(&mut q, 1, 30, 0);
+    q.purge();
     send(&mut q, 3, json!({"MessageBody": "after"}), 0).unwrap();
     assert_eq!(receive(&mut q, 10, 30, 0).0, ["after"]);
 }
@@ -308,16 +303,16 @@ fn a_fifo_receive_retried_with_its_attempt_id_gets_the_same_messages_until_one_c
         )
         .unwrap();
     }
-    let taken = q.receive(10, 30 * SECOND, None, 0);
+    let taken = q.receive(10, 30 * SECOND, None, 0, "n1");
     q.record_attempt("try-1", &taken, 0);
-    let first: Vec<(u64, String)> = taken.received.iter().map(|(s, r, _)| (*s, r.clone())).collect();
+    let first = taken.received.clone();
     assert_eq!(q.replay_attempt("try-1", SECOND), Some(first.clone()));
     assert_eq!(q.replay_attempt("other", SECOND), None);
     // One of them made visible again: the attempt no longer replays.
     q.change_visibility(&first[0].1, 0, 2 * SECOND).unwrap();
     assert_eq!(q.replay_attempt("try-1", 2 * SECOND), None);
     // And an attempt is forgotten after five minutes.
-    let taken = q.receive(10, 600 * SECOND, None, 3 * SECOND);
+    let taken = q.receive(10, 600 * SECOND, None, 3 * SECOND, "n2");
     q.record_attempt("try-2", &taken, 3 * SECOND);
     assert!(q.replay_attempt("try-2", 3 * SECOND + 5 * 60 * SECOND).is_none());
 }
