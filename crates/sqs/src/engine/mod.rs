@@ -19,6 +19,7 @@ mod params;
 mod permissions;
 pub mod queue;
 mod queue_actions;
+pub mod raft;
 pub use queue_actions::MAX_QUEUES;
 pub mod records;
 pub mod requests;

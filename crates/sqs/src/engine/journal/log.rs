@@ -31,7 +31,7 @@ const MAGIC: &[u8; 8] = b"SLESSQJ2";
 /// queues and messages (see [`super::v1`]).
 pub const V1_MAGIC: &[u8; 8] = b"SLESSQJ1";
 /// Bytes before each record's payload: its length and CRC.
-const HEADER: usize = 8;
+pub(crate) const HEADER: usize = 8;
 /// Commands below this size never trigger a compaction.
 const COMPACT_MIN: u64 = 16 << 20;
 /// The file grows by this much at a time, in zeros (see [`Log::preallocate`]).
@@ -47,6 +47,10 @@ const QUEUE: u8 = 17;
 const MESSAGE: u8 = 18;
 /// A command applied after the snapshot.
 const COMMAND: u8 = 19;
+/// A snapshot file's position in the replicated log it was taken of.
+const META: u8 = 20;
+/// The first bytes of a snapshot file of a replicated engine.
+const SNAPSHOT_MAGIC: &[u8; 8] = b"SLESSQS1";
 
 #[derive(Debug, thiserror::Error)]
 pub enum LogError {
@@ -129,7 +133,7 @@ pub(super) fn from_json<T: serde::de::DeserializeOwned>(value: &[u8]) -> Result<
 }
 
 /// Makes a rename or a creation in `path`'s directory durable.
-fn sync_dir(path: &Path) -> io::Result<()> {
+pub(crate) fn sync_dir(path: &Path) -> io::Result<()> {
     match path.parent() {
         Some(dir) if !dir.as_os_str().is_empty() => File::open(dir)?.sync_all(),
         _ => File::open(".")?.sync_all(),
@@ -144,7 +148,7 @@ struct RecordWriter {
 }
 
 impl RecordWriter {
-    fn create(path: &Path) -> io::Result<Self> {
+    fn create(path: &Path, magic: &[u8; 8]) -> io::Result<Self> {
         // Read too: a compacted file is the log that the next compaction reads.
         let mut file = std::fs::OpenOptions::new()
             .read(true)
@@ -152,10 +156,10 @@ impl RecordWriter {
             .create(true)
             .truncate(true)
             .open(path)?;
-        file.write_all(MAGIC)?;
+        file.write_all(magic)?;
         Ok(Self {
             file,
-            end: MAGIC.len() as u64,
+            end: magic.len() as u64,
             buf: vec![0; HEADER],
         })
     }
@@ -188,7 +192,7 @@ impl RecordWriter {
 }
 
 /// Fills in the header of a record whose payload follows `HEADER` bytes.
-fn seal(record: &mut [u8]) -> Result<(), LogError> {
+pub(crate) fn seal(record: &mut [u8]) -> Result<(), LogError> {
     let (header, payload) = record.split_at_mut(HEADER);
     let len = u32::try_from(payload.len()).map_err(|_| LogError::Unencodable("a group too large".into()))?;
     header[..4].copy_from_slice(&len.to_le_bytes());
@@ -218,12 +222,78 @@ fn write_snapshot(out: &mut RecordWriter, machine: &Machine) -> Result<(), LogEr
 /// version, or one migrated from an older format).
 pub fn create(path: &Path, machine: &Machine) -> Result<(), LogError> {
     let tmp = sibling(path, "-new");
-    let mut out = RecordWriter::create(&tmp)?;
+    let mut out = RecordWriter::create(&tmp, MAGIC)?;
     write_snapshot(&mut out, machine)?;
     out.finish()?;
     std::fs::rename(&tmp, path)?;
     sync_dir(path)?;
     Ok(())
+}
+
+/// Writes a snapshot file at `path` (replaced whole, synced): `meta` (the
+/// replicated log's position it stands for, opaque here), then `machine`.
+pub fn write_snapshot_file(path: &Path, meta: &[u8], machine: &Machine) -> Result<File, LogError> {
+    let tmp = sibling(path, "-new");
+    let mut out = RecordWriter::create(&tmp, SNAPSHOT_MAGIC)?;
+    let mut entry = Vec::new();
+    push_entry(&mut entry, META, "", 0, meta)?;
+    out.push(&entry)?;
+    write_snapshot(&mut out, machine)?;
+    let (file, _) = out.finish()?;
+    std::fs::rename(&tmp, path)?;
+    sync_dir(path)?;
+    Ok(file)
+}
+
+/// The `meta` and the machine (for `identity`) of the snapshot file at
+/// `path`; a file cut short is refused, not read in part.
+pub fn read_snapshot_file(path: &Path, identity: Identity) -> Result<(Vec<u8>, Machine), LogError> {
+    let file = File::open(path)?;
+    let mut machine = Machine::new(identity);
+    let mut meta = None;
+    let scanned = scan(&file, path, SNAPSHOT_MAGIC, |e| match e.tag {
+        META => {
+            meta = Some(e.value.to_vec());
+            Ok(())
+        }
+        COMMAND => Err("a command in a snapshot".into()),
+        _ => replay(&mut machine, e),
+    })?;
+    let damaged = |what: &str| LogError::Damaged {
+        path: path.to_owned(),
+        at: scanned.end,
+        what: what.to_owned(),
+    };
+    if scanned.end != file.metadata()?.len() {
+        return Err(damaged("the snapshot is cut short"));
+    }
+    Ok((meta.ok_or_else(|| damaged("no meta"))?, machine))
+}
+
+/// Only the `meta` of the snapshot file at `path`: its first entry.
+pub fn read_snapshot_meta(path: &Path) -> Result<Vec<u8>, LogError> {
+    let file = File::open(path)?;
+    let size = file.metadata()?.len();
+    let mut reader = BufReader::new(&file);
+    let mut magic = [0; 8];
+    if reader.read_exact(&mut magic).is_err() || &magic != SNAPSHOT_MAGIC {
+        return Err(LogError::NotAJournal(path.to_owned()));
+    }
+    let damaged = |what: &str| LogError::Damaged {
+        path: path.to_owned(),
+        at: SNAPSHOT_MAGIC.len() as u64,
+        what: what.to_owned(),
+    };
+    let (len, crc) = next_header(&mut reader, size - SNAPSHOT_MAGIC.len() as u64)?.ok_or_else(|| damaged("no meta"))?;
+    let mut payload = vec![0; len];
+    reader.read_exact(&mut payload)?;
+    if crc32fast::hash(&payload) != crc {
+        return Err(damaged("its first record is invalid"));
+    }
+    match entries(&payload).next() {
+        Some(Ok((_, _, e))) if e.tag == META => Ok(e.value.to_vec()),
+        _ => Err(damaged("no meta")),
+    }
 }
 
 /// Applies one entry of a journal to `machine`: the snapshot's entries
@@ -455,10 +525,12 @@ impl Log {
     fn compact(&mut self, machine: &Machine) -> Result<(), LogError> {
         let started = std::time::Instant::now();
         let tmp = sibling(&self.path, "-compact");
-        let written = RecordWriter::create(&tmp).map_err(LogError::from).and_then(|mut out| {
-            write_snapshot(&mut out, machine)?;
-            Ok(out.finish()?)
-        });
+        let written = RecordWriter::create(&tmp, MAGIC)
+            .map_err(LogError::from)
+            .and_then(|mut out| {
+                write_snapshot(&mut out, machine)?;
+                Ok(out.finish()?)
+            });
         let (file, end) = match written {
             Ok(done) => done,
             Err(e) => {
@@ -502,7 +574,7 @@ fn parse_header(bytes: &[u8]) -> (u32, u32) {
 
 /// The length and CRC of the record at the reader, if a record of that
 /// length fits in the `left` bytes.
-fn next_header(reader: &mut impl Read, left: u64) -> io::Result<Option<(usize, u32)>> {
+pub(crate) fn next_header(reader: &mut impl Read, left: u64) -> io::Result<Option<(usize, u32)>> {
     if left < HEADER as u64 {
         return Ok(None);
     }
@@ -518,7 +590,7 @@ fn next_header(reader: &mut impl Read, left: u64) -> io::Result<Option<(usize, u
 /// the one record being written, in any order, then the preallocated
 /// zeros; a whole record there means the invalid one before it was
 /// damaged after it was synced.
-fn whole_record(tail: &[u8]) -> Option<usize> {
+pub(crate) fn whole_record(tail: &[u8]) -> Option<usize> {
     (0..tail.len().saturating_sub(HEADER)).find(|&at| {
         let (len, crc) = parse_header(&tail[at..]);
         let len = len as usize;

@@ -10,7 +10,7 @@
 //! migrated on open.
 
 mod legacy;
-mod log;
+pub(crate) mod log;
 mod v1;
 
 use std::fs::{File, TryLockError};
