@@ -148,14 +148,11 @@ async fn engine_vs_moto() -> anyhow::Result<()> {
 }
 
 async fn gateway_vs_direct() -> anyhow::Result<()> {
-    let engine = Engine::open(
-        EngineConfig {
-            account_id: "bench".into(),
-            region: REGION.into(),
-            base_url: "http://unused".into(),
-        },
-        None,
-    )?;
+    let engine = Engine::in_memory(EngineConfig {
+        account_id: "bench".into(),
+        region: REGION.into(),
+        base_url: "http://unused".into(),
+    });
     // As in sless dev: the engine takes only its gateway's token.
     let engine_server = EngineServer::start(engine, "127.0.0.1:0".parse()?, Some(ENGINE_TOKEN.into())).await?;
     let control_plane = support::control_plane_routing(engine_server.addr).await?;

@@ -17,15 +17,12 @@ fuzz_target!(|data: &[u8]| {
     let Ok(decoded) = protocol::query::decode(None, &body) else {
         return;
     };
-    let engine = Engine::open(
+    let engine = Engine::in_memory(
         EngineConfig {
             account_id: "acme".into(),
             region: "ru-msk-1".into(),
             base_url: "http://engine".into(),
-        },
-        None,
-    )
-    .expect("an in-memory engine");
+        });
     // Long polls are cut short: the fuzzer wants answers, not waits.
     let result = RUNTIME.block_on(async {
         tokio::time::timeout(std::time::Duration::from_millis(50), engine.handle(&decoded.action, &decoded.input))

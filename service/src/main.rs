@@ -289,9 +289,9 @@ async fn queue(args: QueueArgs) -> anyhow::Result<()> {
         base_url: args.base_url.unwrap_or_else(|| format!("http://{}", args.listen)),
     };
     let durability = persistence.as_ref().map(|p| p.durability.as_str());
-    let engine = tokio::task::spawn_blocking(move || Engine::open(config, persistence.as_ref()))
-        .await?
-        .context("cannot open the queue journal")?;
+    let engine = Engine::open(config, persistence.as_ref())
+        .await
+        .context("cannot open the queue store")?;
     let server = EngineServer::start(engine, args.listen, args.token)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;

@@ -21,15 +21,11 @@ use tokio::net::TcpStream;
 const TOKEN: &str = "the-engines-token";
 
 fn engine() -> Arc<Engine> {
-    Engine::open(
-        EngineConfig {
-            account_id: "000000000042".into(),
-            region: "ru-msk-1".into(),
-            base_url: "http://gateway/sqs/acme".into(),
-        },
-        None,
-    )
-    .unwrap()
+    Engine::in_memory(EngineConfig {
+        account_id: "000000000042".into(),
+        region: "ru-msk-1".into(),
+        base_url: "http://gateway/sqs/acme".into(),
+    })
 }
 
 async fn started() -> EngineServer {

@@ -78,15 +78,11 @@ async fn gateway_applies_snapshots_verifies_proxies_and_reports() {
         .unwrap()
         .port();
     let engine_addr: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
-    let engine = Engine::open(
-        EngineConfig {
-            account_id: "acme".into(),
-            region: "ru-msk-1".into(),
-            base_url: acme.clone(),
-        },
-        None,
-    )
-    .unwrap();
+    let engine = Engine::in_memory(EngineConfig {
+        account_id: "acme".into(),
+        region: "ru-msk-1".into(),
+        base_url: acme.clone(),
+    });
     let engine_server = EngineServer::start(engine.clone(), engine_addr, Some(ENGINE_TOKEN.into()))
         .await
         .unwrap();
@@ -297,15 +293,11 @@ async fn an_engine_in_process_is_called_directly_with_its_token_check() {
     // Port 1: no engine listens there.
     let backend = "127.0.0.1:1";
     let engine = |token: &str| {
-        let engine = Engine::open(
-            EngineConfig {
-                account_id: "acme".into(),
-                region: "ru-msk-1".into(),
-                base_url: acme.clone(),
-            },
-            None,
-        )
-        .unwrap();
+        let engine = Engine::in_memory(EngineConfig {
+            account_id: "acme".into(),
+            region: "ru-msk-1".into(),
+            base_url: acme.clone(),
+        });
         router(engine, Some(token.into()))
     };
     engines.insert(backend.into(), engine(ENGINE_TOKEN));

@@ -24,7 +24,7 @@ impl LoopbackEngine {
             region: sless_sqs::DEFAULT_REGION.into(),
             base_url: BASE_URL.into(),
         };
-        let engine = Engine::open(config, None).expect("an in-memory engine opens");
+        let engine = Engine::in_memory(config);
         let server = EngineServer::start(engine.clone(), "127.0.0.1:0".parse().expect("an address"), None)
             .await
             .expect("a loopback port");

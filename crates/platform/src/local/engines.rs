@@ -81,14 +81,9 @@ impl LocalPlatform {
             region: self.gateway.region.clone(),
             base_url: self.endpoint(&q.tenant),
         };
-        // Replaying a journal reads the disk: off the async runtime.
-        let engine = tokio::task::spawn_blocking({
-            let persistence = persistence.clone();
-            move || Engine::open(config, persistence.as_ref())
-        })
-        .await
-        .map_err(|e| format!("cannot open the message store: {e}"))?
-        .map_err(|e| format!("cannot open the message store: {}", e.message))?;
+        let engine = Engine::open(config, persistence.as_ref())
+            .await
+            .map_err(|e| format!("cannot open the message store: {}", e.message))?;
         // Only the gateway, which learns it from the routing snapshot, can
         // reach the engine's loopback port.
         let token = sless_sqs::credentials::engine_token();

@@ -1,7 +1,7 @@
 //! An SQS-compatible queue engine: one tenant's queues, in memory, made
-//! durable by an optional journal (see [`journal`]). A request is parsed
-//! into a typed [`requests::Request`]; a request that changes anything
-//! becomes one [`command::Command`], which the journal commits before the
+//! durable by a replicated log (see [`raft`]). A request is parsed into a
+//! typed [`requests::Request`]; a request that changes anything becomes one
+//! [`command::Command`], which the log commits before the
 //! [`machine::Machine`] applies it, so what a reply says is durable, and a
 //! command whose commit failed changed nothing. Each queue's rules are the
 //! pure state machine in [`queue`]; [`super::protocol`] adapts the wire
@@ -41,9 +41,9 @@ use sless_model::queue_service::Durability;
 
 use crate::error::SqsError;
 use command::{Command, Op, Reply};
-use journal::Journal;
 use machine::{Identity, Machine};
 use queue::Queue;
+use raft::state_machine::Applied;
 use requests::{QueueRequest, Request};
 use sless_runtime::sync::Unpoisoned;
 
@@ -56,7 +56,9 @@ pub struct EngineConfig {
     pub base_url: String,
 }
 
-/// Where an engine keeps its journal, and when a change counts as kept.
+/// Where an engine keeps its store, and when a change counts as kept. The
+/// replica's files are in the directory `journal` names with the extension
+/// `raft`; a journal of an earlier version at `journal` is read into it once.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Persistence {
     pub journal: std::path::PathBuf,
@@ -66,9 +68,22 @@ pub struct Persistence {
 pub struct Engine {
     config: EngineConfig,
     identity: Identity,
-    /// Shared with the journal's writer, which applies what it committed.
-    machine: Arc<Mutex<Machine>>,
-    journal: Option<Journal>,
+    /// The queues, as the commands applied so far left them (shared with
+    /// the replica's state machine, which applies them).
+    machine: Arc<Mutex<Applied>>,
+    /// The replica that commits commands; none for an engine in memory.
+    replica: Option<raft::Replica>,
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        // Its files' lock is released once the replica has stopped.
+        if let Some(replica) = self.replica.take()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            runtime.spawn(async move { replica.raft.shutdown().await });
+        }
+    }
 }
 
 fn reply(result: impl Serialize) -> Result<Value, SqsError> {
@@ -76,25 +91,56 @@ fn reply(result: impl Serialize) -> Result<Value, SqsError> {
 }
 
 impl Engine {
-    /// An engine with its journal replayed, or in memory only without
-    /// `persistence`.
-    pub fn open(config: EngineConfig, persistence: Option<&Persistence>) -> Result<Arc<Self>, SqsError> {
+    /// An engine whose queues live in memory only.
+    pub fn in_memory(config: EngineConfig) -> Arc<Self> {
         let identity = Identity {
             account_id: config.account_id.clone(),
             region: config.region.clone(),
         };
-        let (machine, journal) = match persistence {
-            None => (Arc::new(Mutex::new(Machine::new(identity.clone()))), None),
-            Some(Persistence { journal, durability }) => {
-                let (journal, machine) = Journal::open(journal, *durability, identity.clone())?;
-                (machine, Some(journal))
-            }
-        };
-        Ok(Arc::new(Self {
+        Arc::new(Self {
+            machine: Arc::new(Mutex::new(Applied::new(Machine::new(identity.clone())))),
             config,
             identity,
-            machine,
-            journal,
+            replica: None,
+        })
+    }
+
+    /// An engine with its store's state, in memory only without
+    /// `persistence`. A replica without files starts from a journal of an
+    /// earlier version, if there is one.
+    pub async fn open(config: EngineConfig, persistence: Option<&Persistence>) -> Result<Arc<Self>, SqsError> {
+        let Some(Persistence { journal, durability }) = persistence.cloned() else {
+            return Ok(Self::in_memory(config));
+        };
+        let identity = Identity {
+            account_id: config.account_id.clone(),
+            region: config.region.clone(),
+        };
+        let dir = journal.with_extension("raft");
+        // Reading an earlier store reads the disk: off the async runtime.
+        let lock = tokio::task::spawn_blocking({
+            let (dir, identity) = (dir.clone(), identity.clone());
+            move || {
+                std::fs::create_dir_all(&dir).map_err(journal::journal_error)?;
+                let lock = journal::lock(&dir.join("raft"))?;
+                if raft::is_new(&dir) {
+                    let earlier = journal::read_earlier(&journal, &identity)?;
+                    let machine = earlier.unwrap_or_else(|| Machine::new(identity.clone()));
+                    raft::bootstrap(&dir, &machine)?;
+                }
+                // Also after a crash between the bootstrap and this.
+                journal::remove_earlier(&journal)?;
+                Ok::<_, SqsError>(lock)
+            }
+        })
+        .await
+        .map_err(journal::journal_error)??;
+        let replica = raft::Replica::start_single(dir, durability, identity.clone(), lock).await?;
+        Ok(Arc::new(Self {
+            machine: replica.state.shared(),
+            config,
+            identity,
+            replica: Some(replica),
         }))
     }
 
@@ -134,7 +180,7 @@ impl Engine {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Machine> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Applied> {
         self.machine.lock_unpoisoned()
     }
 
@@ -146,8 +192,8 @@ impl Engine {
     /// Commits `op`, made at `now_ms`, and applies it.
     async fn execute_at(&self, now_ms: u64, op: Op) -> Result<Reply, SqsError> {
         let command = Command { now_ms, op };
-        match &self.journal {
-            Some(journal) => journal.submit(command).await,
+        match &self.replica {
+            Some(replica) => raft::propose(&replica.raft, command).await,
             None => self.lock().apply(command),
         }
     }

@@ -1,7 +1,8 @@
 //! The engine's durability contract: a change is visible only once
-//! committed, a failed commit (an injected journal failure) leaves the
-//! engine (and the journal, so the next start) as it was, and a restart
-//! keeps what receives did (in-flight messages, receipts, deduplication).
+//! committed; a write that failed (an injected failure) stops the replica,
+//! and the next start has nothing of the change; a restart keeps what
+//! receives did (in-flight messages, receipts, deduplication); stores of
+//! earlier versions are read into the replica once.
 
 use serde_json::{Value, json};
 
@@ -21,37 +22,39 @@ fn config() -> EngineConfig {
 }
 
 impl Journaled {
-    fn new() -> Self {
-        Self::with(Durability::Disk)
+    async fn new() -> Self {
+        Self::with(Durability::Disk).await
     }
 
-    fn with(durability: Durability) -> Self {
+    async fn with(durability: Durability) -> Self {
         let persistence = Persistence {
             journal: std::env::temp_dir()
                 .join(format!("sless-engine-{}-{}", std::process::id(), rand::random::<u64>()))
                 .join("queues.journal"),
             durability,
         };
-        let engine = Engine::open(config(), Some(&persistence)).unwrap();
+        let engine = Engine::open(config(), Some(&persistence)).await.unwrap();
         Self { persistence, engine }
     }
 
+    fn probe(&self) -> &raft::log_store::Probe {
+        &self.engine.replica.as_ref().unwrap().probe
+    }
+
     fn syncs(&self) -> u64 {
-        self.engine.journal.as_ref().unwrap().syncs()
+        self.probe().syncs.load(std::sync::atomic::Ordering::SeqCst)
     }
 
-    /// A restart: the engine stops (releasing its journal), and a new one
-    /// starts from what the journal has.
-    fn reopen(&mut self) {
-        drop(std::mem::replace(
-            &mut self.engine,
-            Engine::open(config(), None).unwrap(),
-        ));
-        self.engine = Engine::open(config(), Some(&self.persistence)).unwrap();
+    /// A restart: the engine stops (releasing its store), and a new one
+    /// starts from what the store has.
+    async fn reopen(&mut self) {
+        drop(std::mem::replace(&mut self.engine, Engine::in_memory(config())));
+        self.engine = Engine::open(config(), Some(&self.persistence)).await.unwrap();
     }
 
-    fn fail_commits(&self, fail: bool) {
-        self.engine.journal.as_ref().unwrap().fail_commits(fail);
+    /// Makes every write fail from now on: the replica stops at the first.
+    fn fail_writes(&self) {
+        self.probe().failing.store(true, std::sync::atomic::Ordering::SeqCst);
     }
 
     async fn call(&self, action: &str, input: Value) -> Result<Value, SqsError> {
@@ -96,16 +99,16 @@ impl Journaled {
 const Q: &str = "http://engine/acme/jobs";
 
 fn failed(result: Result<Value, SqsError>) -> SqsError {
-    let e = result.expect_err("the commit was made to fail");
-    assert_eq!(e.status, 500, "{e}");
+    let e = result.expect_err("the write was made to fail");
+    assert!(e.status >= 500, "{e}");
     e
 }
 
 #[tokio::test]
 async fn a_message_whose_commit_failed_is_never_received() {
-    let mut j = Journaled::new();
+    let mut j = Journaled::new().await;
     j.ok("CreateQueue", json!({"QueueName": "jobs"})).await;
-    j.fail_commits(true);
+    j.fail_writes();
     failed(
         j.call("SendMessage", json!({"QueueUrl": Q, "MessageBody": "lost"}))
             .await,
@@ -117,17 +120,17 @@ async fn a_message_whose_commit_failed_is_never_received() {
         )
         .await,
     );
-    j.fail_commits(false);
+    j.reopen().await;
     assert!(j.receive(Q).await.is_empty(), "nothing uncommitted is received");
     j.ok("SendMessage", json!({"QueueUrl": Q, "MessageBody": "kept"})).await;
-    j.reopen();
+    j.reopen().await;
     let bodies: Vec<_> = j.receive(Q).await.iter().map(|m| m["Body"].clone()).collect();
     assert_eq!(bodies, [json!("kept")]);
 }
 
 #[tokio::test]
 async fn a_restart_keeps_messages_in_flight_their_receipts_and_fifo_deduplication() {
-    let mut j = Journaled::new();
+    let mut j = Journaled::new().await;
     j.ok(
         "CreateQueue",
         json!({"QueueName": "jobs.fifo", "Attributes": {"FifoQueue": "true"}}),
@@ -147,7 +150,7 @@ async fn a_restart_keeps_messages_in_flight_their_receipts_and_fifo_deduplicatio
         .await;
     let receipt = taken["Messages"][0]["ReceiptHandle"].clone();
     assert_eq!(taken["Messages"][0]["Body"], "first");
-    j.reopen();
+    j.reopen().await;
     // Still in flight, so its group yields nothing, before and after a restart.
     let again = j
         .ok("ReceiveMessage", json!({"QueueUrl": fifo, "MaxNumberOfMessages": 10}))
@@ -176,7 +179,7 @@ async fn a_restart_keeps_messages_in_flight_their_receipts_and_fifo_deduplicatio
 
 #[tokio::test]
 async fn a_fifo_retry_after_a_failed_commit_is_not_taken_for_a_duplicate() {
-    let j = Journaled::new();
+    let mut j = Journaled::new().await;
     j.ok(
         "CreateQueue",
         json!({"QueueName": "jobs.fifo", "Attributes": {"FifoQueue": "true"}}),
@@ -184,19 +187,19 @@ async fn a_fifo_retry_after_a_failed_commit_is_not_taken_for_a_duplicate() {
     .await;
     let fifo = "http://engine/acme/jobs.fifo";
     let send = json!({"QueueUrl": fifo, "MessageBody": "m", "MessageGroupId": "g", "MessageDeduplicationId": "d1"});
-    j.fail_commits(true);
+    j.fail_writes();
     failed(j.call("SendMessage", send.clone()).await);
-    j.fail_commits(false);
+    j.reopen().await;
     j.ok("SendMessage", send).await;
     assert_eq!(j.receive(fifo).await.len(), 1, "the retry was enqueued");
 }
 
 #[tokio::test]
 async fn queue_changes_whose_commit_failed_leave_the_queue_as_it_was() {
-    let mut j = Journaled::new();
+    let mut j = Journaled::new().await;
     j.ok("CreateQueue", json!({"QueueName": "jobs"})).await;
     j.ok("SendMessage", json!({"QueueUrl": Q, "MessageBody": "m"})).await;
-    j.fail_commits(true);
+    j.fail_writes();
     failed(j.call("CreateQueue", json!({"QueueName": "other"})).await);
     failed(j.call("DeleteQueue", json!({"QueueUrl": Q})).await);
     failed(j.call("PurgeQueue", json!({"QueueUrl": Q})).await);
@@ -208,7 +211,7 @@ async fn queue_changes_whose_commit_failed_leave_the_queue_as_it_was() {
         .await,
     );
     failed(j.call("TagQueue", json!({"QueueUrl": Q, "Tags": {"team": "a"}})).await);
-    j.fail_commits(false);
+    j.reopen().await;
     for check in 0..2 {
         assert_eq!(j.queues().await, json!([Q]), "check {check}");
         let attrs = j
@@ -218,20 +221,20 @@ async fn queue_changes_whose_commit_failed_leave_the_queue_as_it_was() {
         assert_eq!(j.ok("ListQueueTags", json!({"QueueUrl": Q})).await, json!({}));
         assert_eq!(j.receive(Q).await.len(), 1, "not purged");
         // The deleted queue did not come back after a restart: it was never deleted.
-        j.reopen();
+        j.reopen().await;
     }
     j.ok("DeleteQueue", json!({"QueueUrl": Q})).await;
-    j.reopen();
+    j.reopen().await;
     assert_eq!(j.queues().await, Value::Null);
 }
 
 #[tokio::test]
 async fn a_delete_whose_commit_failed_keeps_the_message() {
-    let mut j = Journaled::new();
+    let mut j = Journaled::new().await;
     j.ok("CreateQueue", json!({"QueueName": "jobs"})).await;
     j.ok("SendMessage", json!({"QueueUrl": Q, "MessageBody": "m"})).await;
     let receipt = j.receive(Q).await[0]["ReceiptHandle"].clone();
-    j.fail_commits(true);
+    j.fail_writes();
     failed(
         j.call("DeleteMessage", json!({"QueueUrl": Q, "ReceiptHandle": receipt}))
             .await,
@@ -243,9 +246,9 @@ async fn a_delete_whose_commit_failed_keeps_the_message() {
         )
         .await,
     );
-    j.fail_commits(false);
+    j.reopen().await;
     assert_eq!(j.receive(Q).await.len(), 1);
-    j.reopen();
+    j.reopen().await;
     let again = j.receive(Q).await;
     assert_eq!(again.len(), 1);
     j.ok(
@@ -253,17 +256,17 @@ async fn a_delete_whose_commit_failed_keeps_the_message() {
         json!({"QueueUrl": Q, "ReceiptHandle": again[0]["ReceiptHandle"]}),
     )
     .await;
-    j.reopen();
+    j.reopen().await;
     assert!(j.receive(Q).await.is_empty());
 }
 
 #[tokio::test]
 async fn a_dead_letter_move_whose_commit_failed_is_undone() {
-    let j = Journaled::new();
+    let mut j = Journaled::new().await;
     let dlq = j.one_message_before_a_dead_letter_queue().await;
     assert_eq!(j.receive(Q).await.len(), 1);
     // The second receive moves it to the dead-letter queue: make that fail.
-    j.fail_commits(true);
+    j.fail_writes();
     let taken = j
         .call(
             "ReceiveMessage",
@@ -271,7 +274,7 @@ async fn a_dead_letter_move_whose_commit_failed_is_undone() {
         )
         .await;
     failed(taken);
-    j.fail_commits(false);
+    j.reopen().await;
     assert!(j.receive(dlq.as_str().unwrap()).await.is_empty(), "not moved");
     // Still in its queue; the next receive moves it.
     assert!(j.receive(Q).await.is_empty());
@@ -280,29 +283,27 @@ async fn a_dead_letter_move_whose_commit_failed_is_undone() {
 
 #[tokio::test]
 async fn a_second_engine_cannot_open_a_journal_in_use() {
-    let mut j = Journaled::new();
+    let mut j = Journaled::new().await;
     j.ok("CreateQueue", json!({"QueueName": "jobs"})).await;
     // Two engines on one journal would number their messages alike and
     // overwrite each other's: the second waits LOCK_WAIT, then refuses.
     let persistence = j.persistence.clone();
-    let second = tokio::task::spawn_blocking(move || Engine::open(config(), Some(&persistence)))
-        .await
-        .unwrap();
+    let second = Engine::open(config(), Some(&persistence)).await;
     let Err(e) = second else {
         panic!("a second engine opened the journal")
     };
     assert!(e.message.contains("in use by another queue engine"), "{e}");
     // The first still writes, and once it stops the journal opens.
     j.ok("SendMessage", json!({"QueueUrl": Q, "MessageBody": "m"})).await;
-    j.reopen();
+    j.reopen().await;
     assert_eq!(j.receive(Q).await.len(), 1);
 }
 
 #[tokio::test]
 async fn a_journal_of_the_sqlite_format_is_migrated_with_what_its_wal_held() {
-    let mut j = Journaled::new();
-    j.engine = Engine::open(config(), None).unwrap();
-    std::fs::remove_file(&j.persistence.journal).unwrap();
+    let mut j = Journaled::new().await;
+    j.engine = Engine::in_memory(config());
+    std::fs::remove_dir_all(j.persistence.journal.with_extension("raft")).unwrap();
     // An engine of the earlier version, killed: its last commits are still
     // in the WAL, not yet checkpointed into the database.
     let legacy = j.persistence.journal.with_extension("db");
@@ -341,7 +342,7 @@ async fn a_journal_of_the_sqlite_format_is_migrated_with_what_its_wal_held() {
     std::fs::write(&legacy, &left[0]).unwrap();
     std::fs::write(&wal, &left[1]).unwrap();
 
-    j.reopen();
+    j.reopen().await;
     for suffix in ["", "-wal", "-shm"] {
         assert!(
             !super::journal::sibling(&legacy, suffix).exists(),
@@ -352,7 +353,7 @@ async fn a_journal_of_the_sqlite_format_is_migrated_with_what_its_wal_held() {
     assert_eq!(tags["Tags"], json!({"team": "a"}));
     // Numbering goes on after the migrated messages, and all survive a restart.
     j.ok("SendMessage", json!({"QueueUrl": Q, "MessageBody": "new"})).await;
-    j.reopen();
+    j.reopen().await;
     let mut bodies: Vec<_> = j.receive(Q).await.iter().map(|m| m["Body"].clone()).collect();
     bodies.sort_by_key(|b| b.to_string());
     assert_eq!(bodies, [json!("new"), json!("old one"), json!("old two")]);
@@ -363,7 +364,7 @@ async fn a_journal_of_the_sqlite_format_is_migrated_with_what_its_wal_held() {
 /// receive move nothing and count no receive.
 #[tokio::test]
 async fn a_peek_counts_no_receive_and_moves_nothing() {
-    let j = Journaled::new();
+    let j = Journaled::new().await;
     let dlq = j.one_message_before_a_dead_letter_queue().await;
     let peek = json!({"QueueUrl": Q, "MaxNumberOfMessages": 10});
     for _ in 0..3 {
@@ -397,7 +398,7 @@ async fn a_peek_counts_no_receive_and_moves_nothing() {
 /// at most MAX_QUEUES, and then refuses with OverLimit.
 #[tokio::test]
 async fn a_queue_service_holds_at_most_a_thousand_queues() {
-    let engine = Engine::open(config(), None).unwrap();
+    let engine = Engine::in_memory(config());
     for i in 0..queue_actions::MAX_QUEUES {
         engine
             .handle("CreateQueue", &json!({"QueueName": format!("q{i}")}))
@@ -437,11 +438,11 @@ async fn process_durability_syncs_on_a_timer_not_per_send() {
         (j.syncs() - before, started.elapsed())
     }
 
-    let disk = Journaled::new();
+    let disk = Journaled::new().await;
     let (synced, _) = send_many(&disk, 50).await;
     assert!(synced >= 50, "disk synced {synced} times for 50 sends");
 
-    let mut process = Journaled::with(Durability::Process);
+    let mut process = Journaled::with(Durability::Process).await;
     let (synced, took) = send_many(&process, 300).await;
     let periods = took.as_millis() as u64 / sless_model::queue_service::PROCESS_SYNC_MS;
     assert!(
@@ -455,7 +456,7 @@ async fn process_durability_syncs_on_a_timer_not_per_send() {
         assert!(std::time::Instant::now() < deadline, "an idle journal never synced");
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
-    process.reopen();
+    process.reopen().await;
     let attributes = process
         .ok(
             "GetQueueAttributes",
@@ -463,4 +464,31 @@ async fn process_durability_syncs_on_a_timer_not_per_send() {
         )
         .await;
     assert_eq!(attributes["Attributes"]["ApproximateNumberOfMessages"], "300");
+}
+
+/// Once the log outweighs the last snapshot (and 16 MiB), the replica
+/// snapshots its state and the log before it is purged and rewritten; a
+/// restart starts from the snapshot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_log_is_compacted_into_a_snapshot_that_a_restart_starts_from() {
+    let mut j = Journaled::new().await;
+    j.ok("CreateQueue", json!({"QueueName": "jobs"})).await;
+    let body = "x".repeat(200_000);
+    for _ in 0..100 {
+        j.ok("SendMessage", json!({"QueueUrl": Q, "MessageBody": body})).await;
+        let taken = j.receive(Q).await;
+        let receipt = taken[0]["ReceiptHandle"].clone();
+        j.ok("DeleteMessage", json!({"QueueUrl": Q, "ReceiptHandle": receipt}))
+            .await;
+    }
+    j.ok("SendMessage", json!({"QueueUrl": Q, "MessageBody": "kept"})).await;
+    let log = j.persistence.journal.with_extension("raft").join("raft.log");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while std::fs::metadata(&log).unwrap().len() > 1 << 20 {
+        assert!(std::time::Instant::now() < deadline, "the log was never compacted");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    j.reopen().await;
+    let bodies: Vec<_> = j.receive(Q).await.iter().map(|m| m["Body"].clone()).collect();
+    assert_eq!(bodies, [json!("kept")]);
 }

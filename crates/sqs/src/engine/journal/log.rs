@@ -1,20 +1,19 @@
-//! The journal's file: an append-only log. It starts with [`MAGIC`] and a
-//! snapshot of the machine, then holds the commands applied after it. Each
-//! record is one group commit (or a part of a snapshot),
+//! The record files of queue engines. Each file starts with eight bytes
+//! naming its kind; each record after them is
 //! `[payload length: u32 LE][CRC-32 of the payload: u32 LE][payload]`, and a
 //! payload is one entry after another,
 //! `[tag: u8][queue name length: u16 LE][queue name][seq: u64 LE][value length: u32 LE][value]`,
 //! the value being the JSON of the machine's header, a queue, a message or
-//! a command.
+//! a command. Two kinds are written today: a replica's snapshot
+//! ([`SNAPSHOT_MAGIC`]: its position in the log, then the machine) and, in
+//! `super::super::raft`, the Raft log. The journal of the version before
+//! ([`MAGIC`]: a snapshot, then the commands applied after it) is only read,
+//! once, to start a replica from it.
 //!
-//! A record is written with one `write` into preallocated zeros and made
-//! durable with one `fdatasync`, so a crash can tear only the last record,
-//! which no request was answered for: the log ends at the first invalid
-//! record, and opening cuts the rest off. A whole valid record after an
-//! invalid one means damage, not a torn write, and opening refuses it rather
-//! than drop what follows. Once the commands outweigh the snapshot (and
-//! [`COMPACT_MIN`]), the log writes a new snapshot into a new file and
-//! renames that over the old one.
+//! A crash can tear only the last record written: a file is read up to its
+//! first invalid record. A whole valid record after an invalid one means
+//! damage, not a torn write, and reading refuses it rather than drop what
+//! follows.
 
 use std::fs::File;
 use std::io::{self, BufReader, Read, Write};
@@ -22,20 +21,15 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use super::sibling;
-use crate::engine::command::Command;
 use crate::engine::machine::{Identity, Machine};
 
-/// The first bytes of every journal file (and its format's version).
+/// The first bytes of a journal of the version before.
 const MAGIC: &[u8; 8] = b"SLESSQJ2";
 /// The first bytes of a journal of the format before: live records of
 /// queues and messages (see [`super::v1`]).
 pub const V1_MAGIC: &[u8; 8] = b"SLESSQJ1";
 /// Bytes before each record's payload: its length and CRC.
 pub(crate) const HEADER: usize = 8;
-/// Commands below this size never trigger a compaction.
-const COMPACT_MIN: u64 = 16 << 20;
-/// The file grows by this much at a time, in zeros (see [`Log::preallocate`]).
-const PREALLOCATE: u64 = 4 << 20;
 /// A snapshot is written in records of about this size.
 const COPY_RECORD: usize = 1 << 20;
 
@@ -62,8 +56,6 @@ pub enum LogError {
     Damaged { path: PathBuf, at: u64, what: String },
     #[error("a change cannot be journaled: {0}")]
     Unencodable(String),
-    #[error("the journal failed earlier and takes no more writes until the engine restarts: {0}")]
-    Poisoned(String),
 }
 
 /// One entry, as read back.
@@ -218,18 +210,6 @@ fn write_snapshot(out: &mut RecordWriter, machine: &Machine) -> Result<(), LogEr
     Ok(())
 }
 
-/// Writes a new journal at `path` holding `machine` (a journal's first
-/// version, or one migrated from an older format).
-pub fn create(path: &Path, machine: &Machine) -> Result<(), LogError> {
-    let tmp = sibling(path, "-new");
-    let mut out = RecordWriter::create(&tmp, MAGIC)?;
-    write_snapshot(&mut out, machine)?;
-    out.finish()?;
-    std::fs::rename(&tmp, path)?;
-    sync_dir(path)?;
-    Ok(())
-}
-
 /// Writes a snapshot file at `path` (replaced whole, synced): `meta` (the
 /// replicated log's position it stands for, opaque here), then `machine`.
 pub fn write_snapshot_file(path: &Path, meta: &[u8], machine: &Machine) -> Result<File, LogError> {
@@ -310,36 +290,10 @@ fn replay(machine: &mut Machine, e: &Entry<'_>) -> Result<(), String> {
     Ok(())
 }
 
-/// An open journal file, appended to by the journal's writer.
-pub struct Log {
-    path: PathBuf,
-    file: File,
-    end: u64,
-    /// Where the snapshot ends and the commands begin.
-    snapshot: u64,
-    buf: Vec<u8>,
-    /// Set once a sync failed: what reached the disk is then unknown.
-    poisoned: Option<String>,
-    compact_min: u64,
-    /// The file's size: `end` and the preallocated zeros after it.
-    allocated: u64,
-}
-
-/// What a journal holds, as opening found it.
-pub struct Opened {
-    pub log: Log,
-    pub machine: Machine,
-    /// Whether opening cut off a torn write: a crash during a commit that
-    /// was not answered.
-    pub torn: bool,
-}
-
 /// Where a scan of a log file ended.
 pub(super) struct Scanned {
     /// The end of its last valid record.
     pub end: u64,
-    /// The end of its last record of entries other than commands.
-    pub snapshot: u64,
     /// Whether bytes other than zeros follow `end`.
     pub torn: bool,
 }
@@ -364,7 +318,6 @@ pub(super) fn scan(
         what,
     };
     let mut end = magic.len() as u64;
-    let mut snapshot = end;
     let mut payload = Vec::new();
     // Each pass reads one record; an invalid one ends the log there.
     while let Some((len, crc)) = next_header(&mut reader, size - end)? {
@@ -374,16 +327,11 @@ pub(super) fn scan(
             break;
         }
         let base = end + HEADER as u64;
-        let mut commands = true;
         for entry in entries(&payload) {
             let (offset, _, e) = entry.map_err(|what| damaged(end, what))?;
-            commands &= e.tag == COMMAND;
             on_entry(&e).map_err(|what| damaged(base + offset as u64, what))?;
         }
         end = base + len as u64;
-        if !commands {
-            snapshot = end;
-        }
     }
     drop(reader);
     let mut torn = false;
@@ -403,164 +351,17 @@ pub(super) fn scan(
         // shutdown too): only other bytes are a write a crash tore.
         torn = tail.iter().any(|b| *b != 0);
     }
-    Ok(Scanned { end, snapshot, torn })
+    Ok(Scanned { end, torn })
 }
 
-impl Log {
-    /// Opens the journal at `path` (which must exist), cutting off a torn
-    /// last record, and replays it into a machine for `identity`.
-    pub fn open(path: &Path, identity: Identity) -> Result<Opened, LogError> {
-        // A compaction or a creation that a crash interrupted.
-        for stale in [sibling(path, "-compact"), sibling(path, "-new")] {
-            match std::fs::remove_file(&stale) {
-                Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e.into()),
-                _ => {}
-            }
-        }
-        let file = std::fs::OpenOptions::new().read(true).write(true).open(path)?;
-        let mut machine = Machine::new(identity);
-        let Scanned { end, snapshot, torn } = scan(&file, path, MAGIC, |e| replay(&mut machine, e))?;
-        if file.metadata()?.len() > end {
-            file.set_len(end)?;
-            file.sync_all()?;
-        }
-        Ok(Opened {
-            log: Self {
-                path: path.to_owned(),
-                file,
-                end,
-                snapshot,
-                buf: Vec::new(),
-                poisoned: None,
-                compact_min: COMPACT_MIN,
-                allocated: end,
-            },
-            machine,
-            torn,
-        })
-    }
-
-    /// Lowers the compaction threshold (tests compact small journals).
-    #[cfg(test)]
-    pub fn compact_above(&mut self, bytes: u64) {
-        self.compact_min = bytes;
-    }
-
-    /// Writes `commands` as one record; [`Log::sync`] makes it durable.
-    pub fn commit<'a>(&mut self, commands: impl Iterator<Item = &'a Command>) -> Result<(), LogError> {
-        if let Some(e) = &self.poisoned {
-            return Err(LogError::Poisoned(e.clone()));
-        }
-        self.buf.clear();
-        self.buf.resize(HEADER, 0);
-        for command in commands {
-            push_entry(&mut self.buf, COMMAND, "", 0, &json(command)?)?;
-        }
-        seal(&mut self.buf)?;
-        if self.end + self.buf.len() as u64 > self.allocated {
-            self.preallocate(self.end + self.buf.len() as u64)?;
-        }
-        if let Err(e) = self.file.write_all_at(&self.buf, self.end) {
-            // A partial record would read as damage once a later one follows.
-            match self.file.set_len(self.end) {
-                Ok(()) => self.allocated = self.end,
-                Err(cut) => self.poisoned = Some(cut.to_string()),
-            }
-            return Err(e.into());
-        }
-        self.end += self.buf.len() as u64;
-        Ok(())
-    }
-    /// Makes every record written so far durable.
-    pub fn sync(&mut self) -> Result<(), LogError> {
-        if let Some(e) = &self.poisoned {
-            return Err(LogError::Poisoned(e.clone()));
-        }
-        if let Err(e) = self.file.sync_data() {
-            // After a failed sync the kernel may have dropped the pages: what
-            // the file holds is unknown, so nothing more is written to it.
-            self.poisoned = Some(e.to_string());
-            return Err(e.into());
-        }
-        Ok(())
-    }
-
-    /// Extends the file with synced zeros past `needed`, so that commits
-    /// overwrite allocated blocks: syncing an append also journals the
-    /// file's new size, which took commits about half again as long here.
-    fn preallocate(&mut self, needed: u64) -> Result<(), LogError> {
-        let size = needed.div_ceil(PREALLOCATE) * PREALLOCATE;
-        let zeros = vec![0; 1 << 20];
-        let mut at = self.allocated;
-        while at < size {
-            let n = (size - at).min(zeros.len() as u64);
-            self.file.write_all_at(&zeros[..n as usize], at)?;
-            at += n;
-        }
-        if let Err(e) = self.file.sync_data() {
-            self.poisoned = Some(e.to_string());
-            return Err(e.into());
-        }
-        self.allocated = size;
-        Ok(())
-    }
-
-    /// Compacts the log once the commands since its snapshot outweigh the
-    /// snapshot (and the threshold). A failure leaves the old file in use,
-    /// or poisons the log if the new one may already have replaced it.
-    pub fn compact_if_due(&mut self, machine: &Machine) {
-        let commands = self.end - self.snapshot;
-        if self.poisoned.is_none()
-            && commands > self.compact_min.max(self.snapshot)
-            && let Err(e) = self.compact(machine)
-        {
-            tracing::error!(journal = %self.path.display(), error = %e, "compacting the queue journal failed");
-        }
-    }
-
-    /// Writes a snapshot of `machine`, which has applied every command of
-    /// the log, into a new file and renames it over the log. It runs
-    /// between commits, so the writer waits for it: its cost is the
-    /// snapshot's size, paid once per as many bytes of commands.
-    fn compact(&mut self, machine: &Machine) -> Result<(), LogError> {
-        let started = std::time::Instant::now();
-        let tmp = sibling(&self.path, "-compact");
-        let written = RecordWriter::create(&tmp, MAGIC)
-            .map_err(LogError::from)
-            .and_then(|mut out| {
-                write_snapshot(&mut out, machine)?;
-                Ok(out.finish()?)
-            });
-        let (file, end) = match written {
-            Ok(done) => done,
-            Err(e) => {
-                let _ = std::fs::remove_file(&tmp);
-                return Err(e);
-            }
-        };
-        if let Err(e) = std::fs::rename(&tmp, &self.path) {
-            let _ = std::fs::remove_file(&tmp);
-            return Err(e.into());
-        }
-        // Appending to the new file before its name is durable could lose
-        // those appends to a crash that brings the old name back.
-        if let Err(e) = sync_dir(&self.path) {
-            self.poisoned = Some(e.to_string());
-            return Err(e.into());
-        }
-        let before = std::mem::replace(&mut self.end, end);
-        self.snapshot = end;
-        self.allocated = end;
-        self.file = file;
-        tracing::info!(
-            journal = %self.path.display(),
-            before,
-            after = self.end,
-            ms = started.elapsed().as_millis(),
-            "compacted the queue journal"
-        );
-        Ok(())
-    }
+/// The machine (for `identity`) that the journal at `path` holds, and
+/// whether its last write was torn (a crash during a commit nobody was
+/// answered for).
+pub fn read_journal(path: &Path, identity: Identity) -> Result<(Machine, bool), LogError> {
+    let file = File::open(path)?;
+    let mut machine = Machine::new(identity);
+    let Scanned { torn, .. } = scan(&file, path, MAGIC, |e| replay(&mut machine, e))?;
+    Ok((machine, torn))
 }
 
 /// The length and CRC in the record header that `bytes` start with (at

@@ -18,6 +18,7 @@ use std::io::{self, BufReader, Read};
 use std::ops::RangeBounds;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -76,6 +77,17 @@ struct Inner {
 pub struct LogStore {
     inner: Arc<Mutex<Inner>>,
     syncs: mpsc::Sender<Sync>,
+    probe: Arc<Probe>,
+}
+
+/// What the syncing thread and tests tell a log.
+#[derive(Default)]
+pub struct Probe {
+    /// Makes every append fail while set: a sync failed, so what the file
+    /// holds is unknown (or a test injects write failures).
+    pub failing: AtomicBool,
+    /// Syncs that reached the disk.
+    pub syncs: AtomicU64,
 }
 
 /// A sync for the syncing thread: the file, and who waits for it.
@@ -83,8 +95,8 @@ type Sync = (Arc<File>, Option<LogFlushed<TypeConfig>>);
 
 impl LogStore {
     /// Opens (or creates) the log at `dir/raft.log`, cutting off a torn
-    /// last record.
-    pub fn open(dir: &Path, durability: Durability) -> Result<Self, Error> {
+    /// last record. It keeps `lock` (the replica's) until it is closed.
+    pub fn open(dir: &Path, durability: Durability, lock: File, probe: Arc<Probe>) -> Result<Self, Error> {
         std::fs::create_dir_all(dir).map_err(log_error(ErrorVerb::Write))?;
         let path = dir.join("raft.log");
         if !path.exists() {
@@ -101,16 +113,28 @@ impl LogStore {
         let (syncs, rx) = mpsc::channel();
         std::thread::Builder::new()
             .name("raft-log-sync".into())
-            .spawn(move || syncer(&rx, durability))
+            .spawn({
+                let probe = probe.clone();
+                move || {
+                    syncer(&rx, durability, &probe);
+                    drop(lock);
+                }
+            })
             .map_err(log_error(ErrorVerb::Write))?;
         Ok(Self {
             inner: Arc::new(Mutex::new(Inner { vote, ..inner })),
             syncs,
+            probe,
         })
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         self.inner.lock_unpoisoned()
+    }
+
+    /// The bytes of the entries not purged yet.
+    pub fn live_bytes(&self) -> u64 {
+        self.lock().entries.values().map(|s| s.len).sum()
     }
 }
 
@@ -274,7 +298,7 @@ impl Inner {
 
 /// Syncs the log for every append that waits (group commit); with
 /// `process` durability they waited for nothing, and it syncs on a timer.
-fn syncer(rx: &mpsc::Receiver<Sync>, durability: Durability) {
+fn syncer(rx: &mpsc::Receiver<Sync>, durability: Durability, probe: &Probe) {
     let every = Duration::from_millis(PROCESS_SYNC_MS);
     // With `process` durability: since when answered appends wait for a sync.
     let mut unsynced: Option<(Instant, Vec<Arc<File>>)> = None;
@@ -300,12 +324,12 @@ fn syncer(rx: &mpsc::Receiver<Sync>, durability: Durability) {
                 && let Some((_, files)) = unsynced.take()
             {
                 // Already answered: a failure is only logged.
-                let _ = sync_all(files);
+                let _ = sync_all(files, probe);
             }
             continue;
         }
         let files = batch.iter().map(|(f, _)| f.clone()).collect();
-        let synced = sync_all(files);
+        let synced = sync_all(files, probe);
         for (_, flushed) in batch {
             if let Some(flushed) = flushed {
                 let result = synced.as_ref().map_err(|e| io::Error::new(e.kind(), e.to_string()));
@@ -314,16 +338,20 @@ fn syncer(rx: &mpsc::Receiver<Sync>, durability: Durability) {
         }
     }
     if let Some((_, files)) = unsynced {
-        let _ = sync_all(files);
+        let _ = sync_all(files, probe);
     }
 }
 
 /// Syncs each of `files` once.
-fn sync_all(mut files: Vec<Arc<File>>) -> io::Result<()> {
+fn sync_all(mut files: Vec<Arc<File>>, probe: &Probe) -> io::Result<()> {
     files.dedup_by(|a, b| Arc::ptr_eq(a, b));
     let synced = files.iter().try_for_each(|f| f.sync_data());
-    if let Err(e) = &synced {
-        tracing::error!(error = %e, "syncing the Raft log failed");
+    match &synced {
+        Ok(()) => drop(probe.syncs.fetch_add(1, Ordering::SeqCst)),
+        Err(e) => {
+            tracing::error!(error = %e, "syncing the Raft log failed; the replica takes no more writes");
+            probe.failing.store(true, Ordering::SeqCst);
+        }
     }
     synced
 }
@@ -392,6 +420,10 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = Entry<TypeConfig>> + Send,
         I::IntoIter: Send,
     {
+        if self.probe.failing.load(Ordering::SeqCst) {
+            let failed = io::Error::other("a write or sync of the log failed before");
+            return Err(io_error(ErrorSubject::Logs, ErrorVerb::Write, failed));
+        }
         let file = {
             let mut inner = self.lock();
             for entry in entries {
@@ -459,7 +491,12 @@ mod tests {
     #[tokio::test]
     async fn truncation_purges_and_a_torn_tail_survive_a_reopening() {
         let dir = std::env::temp_dir().join(format!("sless-raftlog-{}", rand::random::<u64>()));
-        let mut store = LogStore::open(&dir, Durability::Disk).unwrap();
+        let open = || {
+            let lock = crate::engine::journal::lock(&dir.join("raft")).unwrap();
+            LogStore::open(&dir, Durability::Disk, lock, Arc::default()).unwrap()
+        };
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut store = open();
         store.blocking_append((1..=10).map(entry)).await.unwrap();
         store.truncate(entry(7).log_id).await.unwrap();
         store.purge(entry(3).log_id).await.unwrap();
@@ -471,7 +508,7 @@ mod tests {
         bytes.extend_from_slice(&[9, 0, 0, 0, 1, 2, 3]);
         std::fs::write(&path, &bytes).unwrap();
 
-        let mut store = LogStore::open(&dir, Durability::Disk).unwrap();
+        let mut store = open();
         assert_eq!(indexes(&mut store).await, [4, 5, 6, 7]);
         let state = store.get_log_state().await.unwrap();
         assert_eq!(state.last_purged_log_id.map(|l| l.index), Some(3));

@@ -13,16 +13,29 @@ pub mod log_store;
 #[allow(clippy::result_large_err)]
 pub mod memory_network;
 #[allow(clippy::result_large_err)]
+pub mod network;
+#[allow(clippy::result_large_err)]
 pub mod state_machine;
 
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use openraft::error::{ClientWriteError, RaftError};
-use openraft::{BasicNode, Config, Raft, SnapshotPolicy};
+use openraft::{
+    BasicNode, CommittedLeaderId, Config, LogId, Membership, Raft, SnapshotMeta, SnapshotPolicy, StoredMembership,
+};
 use serde::{Deserialize, Serialize};
+use sless_model::queue_service::Durability;
 
 use super::command::{Command, Reply};
+use super::journal::log::write_snapshot_file;
+use super::machine::{Identity, Machine};
 use crate::error::SqsError;
+use log_store::{LogStore, Probe};
+use state_machine::StateMachine;
 
 /// A replica's id within its queue service (1, 2, 3…).
 pub type NodeId = u64;
@@ -94,6 +107,103 @@ pub async fn propose(raft: &Raft<TypeConfig>, command: Command) -> Result<Reply,
             Err(SqsError::unavailable(
                 "the queue service's replicas cannot commit now; retry",
             ))
+        }
+    }
+}
+
+/// How long a starting replica waits to lead (a single replica elects itself at once).
+const LEAD_WAIT: Duration = Duration::from_secs(10);
+/// A log below this size is never compacted into a snapshot…
+const COMPACT_MIN: u64 = 16 << 20;
+/// …and above it, once it outweighs the snapshot, checked this often: so
+/// the files stay within about twice the live data.
+const COMPACT_CHECK: Duration = Duration::from_secs(1);
+
+/// A running replica of an engine: its Raft and its state machine.
+pub struct Replica {
+    pub raft: Raft<TypeConfig>,
+    pub state: StateMachine,
+    pub probe: Arc<Probe>,
+}
+
+fn store_error(e: impl std::fmt::Display) -> SqsError {
+    SqsError::internal(format!("queue store: {e}"))
+}
+
+/// Whether the replica directory `dir` holds nothing yet.
+pub fn is_new(dir: &Path) -> bool {
+    !dir.join("raft.log").exists() && !dir.join("raft.snapshot").exists()
+}
+
+/// Makes `dir` the files of an engine's first replica holding `machine`: a
+/// snapshot at the log's start whose membership is that replica alone.
+pub fn bootstrap(dir: &Path, machine: &Machine) -> Result<(), SqsError> {
+    std::fs::create_dir_all(dir).map_err(store_error)?;
+    let start = LogId::new(CommittedLeaderId::new(0, 0), 0);
+    let members: BTreeMap<NodeId, BasicNode> = [(1, BasicNode::default())].into();
+    let meta = SnapshotMeta {
+        last_log_id: Some(start),
+        last_membership: StoredMembership::new(Some(start), Membership::from(members)),
+        snapshot_id: "bootstrap".into(),
+    };
+    let meta = serde_json::to_vec(&meta).map_err(store_error)?;
+    write_snapshot_file(&dir.join("raft.snapshot"), &meta, machine).map_err(store_error)?;
+    Ok(())
+}
+
+impl Replica {
+    /// Starts the only replica of an engine from its files in `dir` (see
+    /// [`bootstrap`]), holding its `lock`, and waits until it leads.
+    pub async fn start_single(
+        dir: PathBuf,
+        durability: Durability,
+        identity: Identity,
+        lock: File,
+    ) -> Result<Self, SqsError> {
+        let probe = Arc::new(Probe::default());
+        let (log, state) = tokio::task::spawn_blocking({
+            let probe = probe.clone();
+            move || {
+                let log = LogStore::open(&dir, durability, lock, probe).map_err(store_error)?;
+                let state = StateMachine::open(&dir, identity).map_err(store_error)?;
+                Ok::<_, SqsError>((log, state))
+            }
+        })
+        .await
+        .map_err(store_error)??;
+        let log_reader = log.clone();
+        let raft = Raft::new(1, config()?, network::NoPeers, log, state.clone())
+            .await
+            .map_err(store_error)?;
+        raft.trigger().elect().await.map_err(store_error)?;
+        raft.wait(Some(LEAD_WAIT))
+            .state(openraft::ServerState::Leader, "a single replica leads")
+            .await
+            .map_err(store_error)?;
+        // Everything the log holds is applied before the first request.
+        raft.ensure_linearizable().await.map_err(store_error)?;
+        tokio::spawn(compact_when_due(raft.clone(), log_reader, state.snapshot_path()));
+        Ok(Self { raft, state, probe })
+    }
+}
+
+/// Snapshots the state (and so purges the log) whenever the log outweighs
+/// the last snapshot, until the replica stops.
+async fn compact_when_due(raft: Raft<TypeConfig>, log: LogStore, snapshot: PathBuf) {
+    let metrics = raft.metrics();
+    loop {
+        tokio::time::sleep(COMPACT_CHECK).await;
+        let stopped = {
+            let m = metrics.borrow();
+            m.state == openraft::ServerState::Shutdown || m.running_state.is_err()
+        };
+        // A stopped replica's files are released once this lets go of its log.
+        if stopped || metrics.has_changed().is_err() {
+            return;
+        }
+        let snapshot_bytes = std::fs::metadata(&snapshot).map_or(0, |m| m.len());
+        if log.live_bytes() > COMPACT_MIN.max(snapshot_bytes) && raft.trigger().snapshot().await.is_err() {
+            return;
         }
     }
 }

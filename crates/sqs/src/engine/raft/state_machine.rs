@@ -22,11 +22,36 @@ use crate::engine::machine::{Identity, Machine};
 type Error = StorageError<NodeId>;
 type Meta = SnapshotMeta<NodeId, BasicNode>;
 
-/// The machine and how far into the log it is.
+/// The machine and how far into the log it is. It reads as the machine.
 pub struct Applied {
     pub machine: Machine,
     pub last: Option<LogId<NodeId>>,
     pub membership: StoredMembership<NodeId, BasicNode>,
+}
+
+impl Applied {
+    /// `machine`, at the log's start.
+    pub fn new(machine: Machine) -> Self {
+        Self {
+            machine,
+            last: None,
+            membership: StoredMembership::default(),
+        }
+    }
+}
+
+impl std::ops::Deref for Applied {
+    type Target = Machine;
+
+    fn deref(&self) -> &Machine {
+        &self.machine
+    }
+}
+
+impl std::ops::DerefMut for Applied {
+    fn deref_mut(&mut self) -> &mut Machine {
+        &mut self.machine
+    }
 }
 
 /// A replica's state machine. Clones share it: the engine reads the
@@ -53,11 +78,7 @@ impl StateMachine {
                 membership: meta.last_membership,
             }
         } else {
-            Applied {
-                machine: Machine::new(identity.clone()),
-                last: None,
-                membership: StoredMembership::default(),
-            }
+            Applied::new(Machine::new(identity.clone()))
         };
         Ok(Self {
             applied: Arc::new(Mutex::new(applied)),
@@ -68,6 +89,15 @@ impl StateMachine {
 
     pub fn lock(&self) -> MutexGuard<'_, Applied> {
         self.applied.lock_unpoisoned()
+    }
+
+    pub fn snapshot_path(&self) -> PathBuf {
+        self.snapshot.clone()
+    }
+
+    /// The state, for readers beside the replica.
+    pub fn shared(&self) -> Arc<Mutex<Applied>> {
+        self.applied.clone()
     }
 
     fn meta_of(applied: &Applied) -> Meta {

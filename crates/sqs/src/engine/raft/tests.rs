@@ -62,7 +62,9 @@ impl Cluster {
     /// Starts replica `id` from its files (a new one has none).
     async fn start(&mut self, id: NodeId) {
         let dir = self.root.join(id.to_string());
-        let log = LogStore::open(&dir, Durability::Disk).unwrap();
+        std::fs::create_dir_all(&dir).unwrap();
+        let lock = crate::engine::journal::lock(&dir.join("raft")).unwrap();
+        let log = LogStore::open(&dir, Durability::Disk, lock, Default::default()).unwrap();
         let state = StateMachine::open(&dir, identity()).unwrap();
         let network = Factory {
             router: self.router.clone(),

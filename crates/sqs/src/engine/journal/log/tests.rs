@@ -1,14 +1,13 @@
-//! The log's file format against crashes at the worst moments: a torn last
-//! record, a tail of zeros, damage in the middle, an interrupted
-//! compaction; replay ending in the state the commands made, compaction
-//! keeping exactly that state, and journals of the format before migrated.
+//! The record files against crashes at the worst moments (a torn last
+//! record, damage in the middle, a snapshot cut short), a journal of the
+//! version before replaying to the state its commands made, and one of the
+//! version before that read as it was.
 
-use std::io::Write;
-
-use super::*;
-use crate::engine::command::{Op, Reply};
+use crate::engine::command::{Command, Op, Reply};
 use crate::engine::records::{StoredMessage, StoredQueue};
 use crate::error::SqsError;
+
+use super::*;
 
 struct Dir(PathBuf);
 
@@ -55,41 +54,6 @@ fn put(queue: &str, body: &str) -> Command {
     })
 }
 
-/// A log beside the machine it journals, as the journal's writer keeps them.
-struct Journaled {
-    log: Log,
-    machine: Machine,
-}
-
-impl Journaled {
-    fn new(path: &Path) -> Self {
-        create(path, &Machine::new(identity())).unwrap();
-        Self::open(path)
-    }
-
-    fn open(path: &Path) -> Self {
-        let Opened { log, machine, .. } = Log::open(path, identity()).unwrap();
-        Self { log, machine }
-    }
-
-    /// Commits `commands` as one group, then applies them.
-    fn commit(&mut self, commands: Vec<Command>) -> Vec<Result<Reply, SqsError>> {
-        self.log.commit(commands.iter()).unwrap();
-        commands.into_iter().map(|c| self.machine.apply(c)).collect()
-    }
-
-    fn end(&self) -> u64 {
-        self.log.end
-    }
-}
-
-/// A new journal holding queue `a` with message 1 of `body`.
-fn open_with_one(path: &Path, body: &str) -> Journaled {
-    let mut j = Journaled::new(path);
-    j.commit(vec![create_queue("a"), put("a", body)]);
-    j
-}
-
 /// Everything a snapshot keeps of `machine`, as JSON.
 fn image(machine: &Machine) -> Vec<String> {
     let mut image = vec![serde_json::to_string(&machine.header()).unwrap()];
@@ -104,223 +68,142 @@ fn image(machine: &Machine) -> Vec<String> {
     image
 }
 
-/// The bodies the journal holds, by queue and sequence.
-fn held(path: &Path) -> Vec<(String, u64, String)> {
-    let machine = Log::open(path, identity()).unwrap().machine;
-    machine
-        .queues
-        .iter()
-        .flat_map(|(name, q)| {
-            q.messages
-                .iter()
-                .map(|(seq, m)| (name.clone(), *seq, m.stored.body.clone()))
-        })
-        .collect()
-}
-
 fn row(queue: &str, seq: u64, body: &str) -> (String, u64, String) {
     (queue.into(), seq, body.into())
 }
 
-/// The receipt handle of the message a receive of `queue` took.
-fn receive(j: &mut Journaled, queue: &str, nonce: &str) -> String {
+/// Writes a journal of the version before at `path`, as its writer did: a
+/// snapshot of an empty machine, then each group of commands as a record,
+/// applied to `machine` as they were.
+fn journal(path: &Path, machine: &mut Machine, groups: Vec<Vec<Command>>) -> Vec<u64> {
+    let mut out = RecordWriter::create(path, MAGIC).unwrap();
+    write_snapshot(&mut out, machine).unwrap();
+    out.flush().unwrap();
+    let mut ends = Vec::new();
+    for group in groups {
+        let mut entry = Vec::new();
+        for c in group {
+            push_entry(&mut entry, COMMAND, "", 0, &serde_json::to_vec(&c).unwrap()).unwrap();
+            let _: Result<Reply, SqsError> = machine.apply(c);
+        }
+        out.push(&entry).unwrap();
+        out.flush().unwrap();
+        ends.push(out.end);
+    }
+    out.finish().unwrap();
+    ends
+}
+
+fn receipt(machine: &mut Machine, queue: &str) -> String {
     let op = Op::Receive {
         queue: queue.into(),
         max: 1,
         visibility_ms: 30_000,
         attempt: None,
-        nonce: nonce.into(),
+        nonce: "n".into(),
     };
-    match j.commit(vec![command(op)]).remove(0) {
+    match machine.apply(command(op)) {
         Ok(Reply::Received(taken)) => taken[0].1.clone(),
         other => panic!("a receive took nothing: {other:?}"),
     }
 }
 
 #[test]
-fn a_replay_ends_in_the_state_the_commands_made() {
+fn a_journal_replays_to_the_state_its_commands_made() {
     let dir = Dir::new();
     let path = dir.journal();
-    let mut j = Journaled::new(&path);
-    j.commit(vec![create_queue("a"), create_queue("b"), create_queue("c")]);
-    j.commit(vec![
-        put("a", "one"),
-        put("a", "two"),
-        put("b", "three"),
-        put("c", "four"),
-    ]);
-    let receipt = receive(&mut j, "a", "n1");
-    receive(&mut j, "a", "n2");
-    j.commit(vec![
-        command(Op::Delete {
+    let mut scratch = Machine::new(identity());
+    scratch.apply(create_queue("a")).unwrap();
+    scratch.apply(put("a", "one")).unwrap();
+    let handle = receipt(&mut scratch, "a");
+    let mut machine = Machine::new(identity());
+    let groups = vec![
+        vec![create_queue("a"), create_queue("b"), create_queue("c")],
+        vec![put("a", "one"), put("a", "two"), put("b", "three")],
+        vec![command(Op::Receive {
             queue: "a".into(),
-            receipts: vec![receipt],
-        }),
-        command(Op::PurgeQueue { name: "b".into() }),
-    ]);
-    j.commit(vec![put("b", "five"), command(Op::DeleteQueue { name: "c".into() })]);
-    // A command that fails fails again, alike, when replayed.
-    let again = j.commit(vec![command(Op::PurgeQueue { name: "b".into() })]);
-    assert!(again[0].is_err());
-    let before = image(&j.machine);
-    drop(j);
-    let reopened = Journaled::open(&path);
-    assert_eq!(image(&reopened.machine), before);
-    assert_eq!(held(&path), [row("a", 2, "two"), row("b", 5, "five")]);
-    assert_eq!(
-        reopened.machine.queues["a"].counts(1_000).in_flight,
-        1,
-        "a receive's in-flight state is journaled"
+            max: 1,
+            visibility_ms: 30_000,
+            attempt: None,
+            nonce: "n".into(),
+        })],
+        vec![
+            command(Op::Delete {
+                queue: "a".into(),
+                receipts: vec![handle],
+            }),
+            command(Op::PurgeQueue { name: "b".into() }),
+            command(Op::DeleteQueue { name: "c".into() }),
+        ],
+        // It fails now, and fails again alike when replayed.
+        vec![command(Op::PurgeQueue { name: "b".into() })],
+    ];
+    journal(&path, &mut machine, groups);
+    let (read, torn) = read_journal(&path, identity()).unwrap();
+    assert!(!torn);
+    assert_eq!(image(&read), image(&machine));
+    let held: Vec<_> = read
+        .queues
+        .iter()
+        .flat_map(|(n, q)| q.messages.iter().map(|(seq, m)| row(n, *seq, &m.stored.body)))
+        .collect();
+    assert_eq!(held, [row("a", 2, "two")], "one was received and deleted");
+}
+
+#[test]
+fn a_torn_last_record_is_left_out_and_damage_before_it_refused() {
+    let dir = Dir::new();
+    let path = dir.journal();
+    let mut machine = Machine::new(identity());
+    let ends = journal(
+        &path,
+        &mut machine,
+        vec![vec![create_queue("a"), put("a", "kept")], vec![put("a", "torn")]],
     );
-}
-
-#[test]
-fn a_torn_last_record_is_cut_off_and_the_log_goes_on() {
-    let dir = Dir::new();
-    let path = dir.journal();
-    let mut j = open_with_one(&path, "kept");
-    let good = j.end();
-    j.commit(vec![put("a", "torn")]);
-    drop(j);
-    // A crash during the second write left part of it.
-    let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
-    file.set_len(good + 20).unwrap();
-    drop(file);
-
-    let opened = Log::open(&path, identity()).unwrap();
-    assert!(opened.torn, "a torn write is reported");
-    let mut j = Journaled {
-        log: opened.log,
-        machine: opened.machine,
-    };
-    assert_eq!(
-        std::fs::metadata(&path).unwrap().len(),
-        good,
-        "the torn record is cut off"
-    );
-    j.commit(vec![put("a", "after")]);
-    drop(j);
-    assert_eq!(held(&path), [row("a", 1, "kept"), row("a", 2, "after")]);
-}
-
-#[test]
-fn a_tail_of_zeros_is_a_write_the_crash_lost() {
-    let dir = Dir::new();
-    let path = dir.journal();
-    drop(open_with_one(&path, "kept"));
-    // The size reached the disk, the data did not.
-    std::fs::OpenOptions::new()
-        .append(true)
-        .open(&path)
-        .unwrap()
-        .write_all(&[0; 5000])
-        .unwrap();
-    assert_eq!(held(&path), [row("a", 1, "kept")]);
-}
-
-#[test]
-fn a_torn_record_whose_first_page_was_lost_is_cut_off_too() {
-    let dir = Dir::new();
-    let path = dir.journal();
-    let mut j = open_with_one(&path, "kept");
-    let good = j.end();
-    let big = "y".repeat(10_000);
-    j.commit(vec![put("a", &big)]);
-    drop(j);
-    // The record's later pages reached the disk, its first did not: its
-    // header reads as zeros, with its payload's bytes after them.
-    let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
-    file.write_all_at(&[0; 4096], good).unwrap();
-    drop(file);
-    assert_eq!(held(&path), [row("a", 1, "kept")]);
-    assert_eq!(std::fs::metadata(&path).unwrap().len(), good);
-}
-
-#[test]
-fn commits_go_into_preallocated_zeros_that_opening_gives_back() {
-    let dir = Dir::new();
-    let path = dir.journal();
-    let mut j = open_with_one(&path, "one");
-    let end = j.end();
-    assert_eq!(std::fs::metadata(&path).unwrap().len(), PREALLOCATE);
-    j.commit(vec![put("a", "two")]);
-    assert_eq!(std::fs::metadata(&path).unwrap().len(), PREALLOCATE, "written in place");
-    drop(j);
-    // A clean close leaves only zeros after the last record: no torn write.
-    assert!(
-        !Log::open(&path, identity()).unwrap().torn,
-        "the preallocated zeros read as a torn write"
-    );
-    assert_eq!(held(&path), [row("a", 1, "one"), row("a", 2, "two")]);
-    assert!(std::fs::metadata(&path).unwrap().len() > end);
-    assert!(
-        std::fs::metadata(&path).unwrap().len() < PREALLOCATE,
-        "the zeros are cut off"
-    );
-}
-
-#[test]
-fn damage_before_the_last_record_is_refused_not_skipped() {
-    let dir = Dir::new();
-    let path = dir.journal();
-    let mut j = open_with_one(&path, "first");
-    j.commit(vec![put("a", "second")]);
-    drop(j);
-    let mut bytes = std::fs::read(&path).unwrap();
-    let at = bytes.windows(5).position(|w| w == b"first").unwrap();
-    bytes[at] = b'F';
-    std::fs::write(&path, &bytes).unwrap();
-    match Log::open(&path, identity()) {
+    let whole = std::fs::read(&path).unwrap();
+    std::fs::write(&path, &whole[..whole.len() - 5]).unwrap();
+    let (read, torn) = read_journal(&path, identity()).unwrap();
+    assert!(torn, "a torn write is reported");
+    let bodies: Vec<_> = read.queues["a"]
+        .messages
+        .values()
+        .map(|m| m.stored.body.clone())
+        .collect();
+    assert_eq!(bodies, ["kept"]);
+    // A byte changed in the first group, with a whole record after it: damage.
+    let mut damaged = whole.clone();
+    let at = damaged.windows(4).position(|w| w == b"kept").unwrap();
+    damaged[at] = b'K';
+    assert!(at < ends[0] as usize);
+    std::fs::write(&path, &damaged).unwrap();
+    match read_journal(&path, identity()) {
         Err(LogError::Damaged { what, .. }) => assert!(what.contains("a valid one after it"), "{what}"),
         Err(e) => panic!("another error: {e}"),
-        Ok(_) => panic!("a damaged journal opened"),
+        Ok(_) => panic!("a damaged journal was read"),
     }
-    // And the file is left as it was, for whoever repairs it.
-    assert_eq!(std::fs::read(&path).unwrap(), bytes);
-}
-
-#[test]
-fn a_file_of_another_kind_is_not_taken_for_a_journal() {
-    let dir = Dir::new();
-    let path = dir.journal();
     std::fs::write(&path, b"SQLite format 3\0").unwrap();
-    assert!(matches!(Log::open(&path, identity()), Err(LogError::NotAJournal(_))));
+    assert!(matches!(read_journal(&path, identity()), Err(LogError::NotAJournal(_))));
 }
 
 #[test]
-fn compaction_keeps_exactly_the_state_and_bounds_the_file() {
+fn a_snapshot_file_reads_back_whole_or_not_at_all() {
     let dir = Dir::new();
-    let path = dir.journal();
-    let mut j = Journaled::new(&path);
-    j.log.compact_above(64 << 10);
-    j.commit(vec![create_queue("a"), create_queue("b"), create_queue("k")]);
-    let body = "x".repeat(500);
-    let mut largest = 0;
-    // Each hundredth message is kept in k; the others are received from a
-    // and deleted again.
-    for n in 1..=2000u64 {
-        let queue = if n % 100 == 0 { "k" } else { "a" };
-        j.commit(vec![put(queue, &format!("{n}{body}"))]);
-        if queue == "a" {
-            let receipt = receive(&mut j, "a", &format!("n{n}"));
-            j.commit(vec![command(Op::Delete {
-                queue: "a".into(),
-                receipts: vec![receipt],
-            })]);
-        }
-        j.log.compact_if_due(&j.machine);
-        largest = largest.max(j.end());
-    }
-    j.commit(vec![command(Op::DeleteQueue { name: "b".into() })]);
-    let before = image(&j.machine);
-    drop(j);
-    assert!(largest < 400 << 10, "the journal grew to {largest} bytes");
-    let reopened = Journaled::open(&path);
-    assert_eq!(image(&reopened.machine), before);
-    assert_eq!(reopened.machine.queues.keys().collect::<Vec<_>>(), ["a", "k"]);
-    let bodies: Vec<String> = held(&path).into_iter().map(|(_, _, b)| b).collect();
-    let kept: Vec<String> = (1..=20).map(|i| format!("{}{body}", i * 100)).collect();
-    assert_eq!(bodies, kept);
+    let path = dir.0.join("raft.snapshot");
+    let mut machine = Machine::new(identity());
+    machine.apply(create_queue("a")).unwrap();
+    machine.apply(put("a", "m")).unwrap();
+    receipt(&mut machine, "a");
+    write_snapshot_file(&path, b"{\"meta\":1}", &machine).unwrap();
+    assert_eq!(read_snapshot_meta(&path).unwrap(), b"{\"meta\":1}");
+    let (meta, read) = read_snapshot_file(&path, identity()).unwrap();
+    assert_eq!(meta, b"{\"meta\":1}");
+    assert_eq!(image(&read), image(&machine), "receive state included");
+    let whole = std::fs::read(&path).unwrap();
+    std::fs::write(&path, &whole[..whole.len() - 3]).unwrap();
+    assert!(
+        read_snapshot_file(&path, identity()).is_err(),
+        "a snapshot cut short was read"
+    );
 }
 
 #[test]
@@ -355,14 +238,4 @@ fn a_journal_of_the_format_before_is_read_as_it_was() {
     assert_eq!(names, ["a", "b"]);
     let bodies: Vec<(String, u64, String)> = messages.into_iter().map(|(q, seq, m)| (q, seq, m.body)).collect();
     assert_eq!(bodies, [row("a", 2, "two")]);
-}
-
-#[test]
-fn a_compaction_a_crash_interrupted_leaves_the_journal_as_it_was() {
-    let dir = Dir::new();
-    let path = dir.journal();
-    drop(open_with_one(&path, "kept"));
-    std::fs::write(sibling(&path, "-compact"), b"SLESSQJ1 half written").unwrap();
-    assert_eq!(held(&path), [row("a", 1, "kept")]);
-    assert!(!sibling(&path, "-compact").exists());
 }
