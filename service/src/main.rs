@@ -155,6 +155,49 @@ struct QueueArgs {
     /// anyone who reaches it: keep it on loopback or behind a network policy.
     #[arg(long, env = "SLESS_ENGINE_TOKEN", hide_env_values = true)]
     token: Option<String>,
+    /// Every replica of this queue service and its peer address,
+    /// `1=HOST:PORT,2=HOST:PORT,3=HOST:PORT`: the replicas keep the queues
+    /// together and any of them serves requests (a follower passes them to
+    /// the leader). Replica 1 starts the queue service; the others join it.
+    #[arg(long, requires_all = ["replica_id", "data_dir", "peer_token"])]
+    peers: Option<String>,
+    /// This replica's id among --peers.
+    #[arg(long, requires = "peers")]
+    replica_id: Option<u64>,
+    /// Address of this replica's peer port (default: its address in --peers).
+    #[arg(long, requires = "peers")]
+    peer_listen: Option<SocketAddr>,
+    /// The token the replicas present to each other.
+    #[arg(long, env = "SLESS_PEER_TOKEN", hide_env_values = true)]
+    peer_token: Option<String>,
+}
+
+/// The replicas `--peers` names: `1=HOST:PORT,2=HOST:PORT`.
+fn parse_peers(text: &str) -> anyhow::Result<std::collections::BTreeMap<u64, String>> {
+    let mut peers = std::collections::BTreeMap::new();
+    for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (id, addr) = part
+            .split_once('=')
+            .with_context(|| format!("--peers: {part:?} is not ID=HOST:PORT"))?;
+        let id: u64 = id
+            .parse()
+            .ok()
+            .filter(|id| *id > 0)
+            .with_context(|| format!("--peers: {id:?} is not a replica id (1, 2, 3…)"))?;
+        if addr
+            .rsplit_once(':')
+            .is_none_or(|(_, port)| port.parse::<u16>().is_err())
+        {
+            anyhow::bail!("--peers: {addr:?} is not HOST:PORT");
+        }
+        if peers.insert(id, addr.to_owned()).is_some() {
+            anyhow::bail!("--peers: replica {id} is named twice");
+        }
+    }
+    if !peers.contains_key(&1) {
+        anyhow::bail!("--peers must name replica 1, which starts the queue service");
+    }
+    Ok(peers)
 }
 
 #[derive(clap::Args)]
@@ -289,9 +332,28 @@ async fn queue(args: QueueArgs) -> anyhow::Result<()> {
         base_url: args.base_url.unwrap_or_else(|| format!("http://{}", args.listen)),
     };
     let durability = persistence.as_ref().map(|p| p.durability.as_str());
-    let engine = Engine::open(config, persistence.as_ref())
+    let replication = match (args.peers, args.replica_id, args.peer_token) {
+        (Some(peers), Some(me), Some(token)) => {
+            let peers = parse_peers(&peers)?;
+            let own = peers
+                .get(&me)
+                .with_context(|| format!("--replica-id {me} is not among --peers"))?;
+            let listen = match args.peer_listen {
+                Some(listen) => listen,
+                None => own
+                    .parse()
+                    .with_context(|| format!("--peer-listen is needed: {own} is not an IP address and port"))?,
+            };
+            Some((sless_sqs::engine::raft::Replication { me, peers, token }, listen))
+        }
+        _ => None,
+    };
+    let engine = Engine::open_replica(config, persistence.as_ref(), replication)
         .await
         .context("cannot open the queue store")?;
+    if let Some(addr) = engine.peer_addr() {
+        tracing::info!(addr = %addr, "serving the other replicas");
+    }
     let server = EngineServer::start(engine, args.listen, args.token)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;

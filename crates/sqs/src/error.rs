@@ -40,6 +40,9 @@ macro_rules! errors {
                     }
                 }
             )*
+
+            /// Every (shape, code) of the errors above, for [`SqsError::from_wire`].
+            const KNOWN: &[(&'static str, &'static str)] = &[$(($shape, $code)),*];
         }
     };
 }
@@ -89,6 +92,40 @@ impl SqsError {
         }
     }
 
+    /// The error another replica answered (see [`Wire`]); a shape this
+    /// version does not know is its internal error.
+    pub fn from_wire(wire: Wire) -> Self {
+        let known = Self::KNOWN
+            .iter()
+            .chain(
+                [
+                    ("InternalError", "InternalError"),
+                    ("ServiceUnavailable", "ServiceUnavailable"),
+                ]
+                .iter(),
+            )
+            .find(|(shape, _)| *shape == wire.shape);
+        match known {
+            Some((shape, code)) => Self {
+                shape,
+                code,
+                message: wire.message,
+                sender_fault: wire.sender_fault,
+                status: wire.status,
+            },
+            None => Self::internal(wire.message),
+        }
+    }
+
+    pub fn to_wire(&self) -> Wire {
+        Wire {
+            shape: self.shape.to_owned(),
+            message: self.message.clone(),
+            sender_fault: self.sender_fault,
+            status: self.status,
+        }
+    }
+
     pub fn unavailable(message: impl Into<String>) -> Self {
         Self {
             shape: "ServiceUnavailable",
@@ -98,4 +135,13 @@ impl SqsError {
             status: 503,
         }
     }
+}
+
+/// An error as one replica answers it to another.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+pub struct Wire {
+    pub shape: String,
+    pub message: String,
+    pub sender_fault: bool,
+    pub status: u16,
 }

@@ -21,4 +21,5 @@ mod kubernetes;
 mod kubernetes_wire;
 mod processor;
 mod processor_status;
+mod replicas;
 mod restart;

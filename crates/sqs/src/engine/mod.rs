@@ -73,6 +73,8 @@ pub struct Engine {
     machine: Arc<Mutex<Applied>>,
     /// The replica that commits commands; none for an engine in memory.
     replica: Option<raft::Replica>,
+    /// Where the other replicas reach this one, if there are others.
+    peer_server: Option<raft::peers::PeerServer>,
 }
 
 impl Drop for Engine {
@@ -102,6 +104,7 @@ impl Engine {
             config,
             identity,
             replica: None,
+            peer_server: None,
         })
     }
 
@@ -109,6 +112,16 @@ impl Engine {
     /// `persistence`. A replica without files starts from a journal of an
     /// earlier version, if there is one.
     pub async fn open(config: EngineConfig, persistence: Option<&Persistence>) -> Result<Arc<Self>, SqsError> {
+        Self::open_replica(config, persistence, None).await
+    }
+
+    /// An engine that is one of `replication`'s replicas, served to the
+    /// others on `peer_listen` (or, without `replication`, the only one).
+    pub async fn open_replica(
+        config: EngineConfig,
+        persistence: Option<&Persistence>,
+        replication: Option<(raft::Replication, std::net::SocketAddr)>,
+    ) -> Result<Arc<Self>, SqsError> {
         let Some(Persistence { journal, durability }) = persistence.cloned() else {
             return Ok(Self::in_memory(config));
         };
@@ -117,16 +130,23 @@ impl Engine {
             region: config.region.clone(),
         };
         let dir = journal.with_extension("raft");
+        // The first replica starts the queue service; the others join it.
+        let first = match &replication {
+            None => Some(openraft::BasicNode::default()),
+            Some((r, _)) => (r.me == 1).then(|| openraft::BasicNode::new(r.peers.get(&1).map_or("", String::as_str))),
+        };
         // Reading an earlier store reads the disk: off the async runtime.
         let lock = tokio::task::spawn_blocking({
             let (dir, identity) = (dir.clone(), identity.clone());
             move || {
                 std::fs::create_dir_all(&dir).map_err(journal::journal_error)?;
                 let lock = journal::lock(&dir.join("raft"))?;
-                if raft::is_new(&dir) {
+                if let Some(node) = first
+                    && raft::is_new(&dir)
+                {
                     let earlier = journal::read_earlier(&journal, &identity)?;
                     let machine = earlier.unwrap_or_else(|| Machine::new(identity.clone()));
-                    raft::bootstrap(&dir, &machine)?;
+                    raft::bootstrap(&dir, &machine, node)?;
                 }
                 // Also after a crash between the bootstrap and this.
                 journal::remove_earlier(&journal)?;
@@ -135,21 +155,53 @@ impl Engine {
         })
         .await
         .map_err(journal::journal_error)??;
-        let replica = raft::Replica::start_single(dir, durability, identity.clone(), lock).await?;
-        Ok(Arc::new(Self {
+        let peers = replication.as_ref().map(|(r, _)| r);
+        let replica = raft::Replica::start(dir, durability, identity.clone(), lock, peers).await?;
+        let listener = match &replication {
+            Some((_, listen)) => {
+                let cannot = |e: std::io::Error| {
+                    SqsError::internal(format!("cannot listen for the other replicas on {listen}: {e}"))
+                };
+                let listener = tokio::net::TcpListener::bind(listen).await.map_err(cannot)?;
+                let addr = listener.local_addr().map_err(cannot)?;
+                Some((listener, addr))
+            }
+            None => None,
+        };
+        let raft = replica.raft.clone();
+        let token = replication.map(|(r, _)| r.token).unwrap_or_default();
+        let engine = Arc::new_cyclic(|weak| Self {
             machine: replica.state.shared(),
+            peer_server: listener.map(|(l, addr)| raft::peers::serve(l, addr, raft, weak.clone(), &token)),
             config,
             identity,
             replica: Some(replica),
-        }))
+        });
+        Ok(engine)
     }
 
     pub fn config(&self) -> &EngineConfig {
         &self.config
     }
 
-    /// Runs one action of the JSON protocol's shape.
+    /// Runs one action of the JSON protocol's shape: here, or at the
+    /// leader when another replica leads.
     pub async fn handle(&self, action: &str, input: &Value) -> Result<Value, SqsError> {
+        if let Some(replica) = &self.replica
+            && let Some(leader) = replica.leader_elsewhere()?
+        {
+            return replica.forward(&leader, action, input).await;
+        }
+        self.handle_here(action, input).await
+    }
+
+    /// The address of this replica's peer port, if it has peers.
+    pub fn peer_addr(&self) -> Option<std::net::SocketAddr> {
+        self.peer_server.as_ref().map(|p| p.addr)
+    }
+
+    /// Runs one action of the JSON protocol's shape on this replica.
+    pub async fn handle_here(&self, action: &str, input: &Value) -> Result<Value, SqsError> {
         match Request::parse(action, input)? {
             Request::CreateQueue(r) => reply(self.create_queue(r).await?),
             Request::GetQueueUrl(r) => reply(self.get_queue_url(&r)?),

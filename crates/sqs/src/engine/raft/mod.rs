@@ -14,6 +14,7 @@ pub mod log_store;
 pub mod memory_network;
 #[allow(clippy::result_large_err)]
 pub mod network;
+pub mod peers;
 #[allow(clippy::result_large_err)]
 pub mod state_machine;
 
@@ -78,8 +79,8 @@ pub fn config() -> Result<Arc<Config>, SqsError> {
     let config = Config {
         cluster_name: "sless-queues".into(),
         heartbeat_interval: 250,
-        election_timeout_min: 1000,
-        election_timeout_max: 2000,
+        election_timeout_min: 750,
+        election_timeout_max: 1500,
         install_snapshot_timeout: 5000,
         // The state machine's log store triggers snapshots by size.
         snapshot_policy: SnapshotPolicy::Never,
@@ -96,7 +97,12 @@ pub fn config() -> Result<Arc<Config>, SqsError> {
 /// its reply. A replica that is not the leader answers a retryable error
 /// naming the leader, if it knows one.
 pub async fn propose(raft: &Raft<TypeConfig>, command: Command) -> Result<Reply, SqsError> {
-    match raft.client_write(command).await {
+    let Ok(written) = tokio::time::timeout(COMMIT_WAIT, raft.client_write(command)).await else {
+        return Err(SqsError::unavailable(
+            "the queue service's replicas did not commit the change in time; retry",
+        ));
+    };
+    match written {
         Ok(written) => written
             .data
             .0
@@ -119,11 +125,34 @@ const COMPACT_MIN: u64 = 16 << 20;
 /// the files stay within about twice the live data.
 const COMPACT_CHECK: Duration = Duration::from_secs(1);
 
+/// How long a change waits to be committed before it is answered 503
+/// (a leader cut off from its majority never commits it).
+const COMMIT_WAIT: Duration = Duration::from_secs(10);
+/// How long a follower waits for the leader to answer a forwarded request
+/// (a long poll takes up to 20 s).
+const FORWARD_WAIT: Duration = Duration::from_secs(30);
+/// How often the leader checks that the members are the replicas configured.
+const MEMBERS_CHECK: Duration = Duration::from_secs(1);
+
+/// Where an engine's replicas are.
+#[derive(Debug, Clone)]
+pub struct Replication {
+    /// This replica's id.
+    pub me: NodeId,
+    /// Every replica's peer address (`host:port`), by id.
+    pub peers: BTreeMap<NodeId, String>,
+    /// The replicas' shared token.
+    pub token: String,
+}
+
 /// A running replica of an engine: its Raft and its state machine.
 pub struct Replica {
     pub raft: Raft<TypeConfig>,
     pub state: StateMachine,
     pub probe: Arc<Probe>,
+    me: NodeId,
+    /// How it reaches its peers; none for an engine of one replica.
+    http: Option<network::Http>,
 }
 
 fn store_error(e: impl std::fmt::Display) -> SqsError {
@@ -135,12 +164,13 @@ pub fn is_new(dir: &Path) -> bool {
     !dir.join("raft.log").exists() && !dir.join("raft.snapshot").exists()
 }
 
-/// Makes `dir` the files of an engine's first replica holding `machine`: a
-/// snapshot at the log's start whose membership is that replica alone.
-pub fn bootstrap(dir: &Path, machine: &Machine) -> Result<(), SqsError> {
+/// Makes `dir` the files of an engine's first replica (1, at `node`)
+/// holding `machine`: a snapshot at the log's start whose membership is
+/// that replica alone. The others join it.
+pub fn bootstrap(dir: &Path, machine: &Machine, node: BasicNode) -> Result<(), SqsError> {
     std::fs::create_dir_all(dir).map_err(store_error)?;
     let start = LogId::new(CommittedLeaderId::new(0, 0), 0);
-    let members: BTreeMap<NodeId, BasicNode> = [(1, BasicNode::default())].into();
+    let members: BTreeMap<NodeId, BasicNode> = [(1, node)].into();
     let meta = SnapshotMeta {
         last_log_id: Some(start),
         last_membership: StoredMembership::new(Some(start), Membership::from(members)),
@@ -152,13 +182,17 @@ pub fn bootstrap(dir: &Path, machine: &Machine) -> Result<(), SqsError> {
 }
 
 impl Replica {
-    /// Starts the only replica of an engine from its files in `dir` (see
-    /// [`bootstrap`]), holding its `lock`, and waits until it leads.
-    pub async fn start_single(
+    /// Starts a replica of an engine from its files in `dir` (see
+    /// [`bootstrap`]), holding its `lock`. The only replica of an engine
+    /// elects itself and is returned once it leads; one of several joins
+    /// the others, and the leader among them keeps the membership equal to
+    /// `replication`'s replicas.
+    pub async fn start(
         dir: PathBuf,
         durability: Durability,
         identity: Identity,
         lock: File,
+        replication: Option<&Replication>,
     ) -> Result<Self, SqsError> {
         let probe = Arc::new(Probe::default());
         let (log, state) = tokio::task::spawn_blocking({
@@ -172,18 +206,115 @@ impl Replica {
         .await
         .map_err(store_error)??;
         let log_reader = log.clone();
-        let raft = Raft::new(1, config()?, network::NoPeers, log, state.clone())
-            .await
-            .map_err(store_error)?;
-        raft.trigger().elect().await.map_err(store_error)?;
-        raft.wait(Some(LEAD_WAIT))
-            .state(openraft::ServerState::Leader, "a single replica leads")
-            .await
-            .map_err(store_error)?;
-        // Everything the log holds is applied before the first request.
-        raft.ensure_linearizable().await.map_err(store_error)?;
+        let (raft, me, http) = match replication {
+            None => {
+                let raft = Raft::new(1, config()?, network::NoPeers, log, state.clone())
+                    .await
+                    .map_err(store_error)?;
+                raft.trigger().elect().await.map_err(store_error)?;
+                raft.wait(Some(LEAD_WAIT))
+                    .state(openraft::ServerState::Leader, "a single replica leads")
+                    .await
+                    .map_err(store_error)?;
+                // Everything the log holds is applied before the first request.
+                raft.ensure_linearizable().await.map_err(store_error)?;
+                (raft, 1, None)
+            }
+            Some(r) => {
+                let http = network::Http::new(&r.token).map_err(store_error)?;
+                let raft = Raft::new(r.me, config()?, http.clone(), log, state.clone())
+                    .await
+                    .map_err(store_error)?;
+                let peers = r.peers.iter().map(|(id, addr)| (*id, BasicNode::new(addr))).collect();
+                tokio::spawn(keep_members(raft.clone(), peers));
+                (raft, r.me, Some(http))
+            }
+        };
         tokio::spawn(compact_when_due(raft.clone(), log_reader, state.snapshot_path()));
-        Ok(Self { raft, state, probe })
+        Ok(Self {
+            raft,
+            state,
+            probe,
+            me,
+            http,
+        })
+    }
+
+    /// The peer address of the leader, when another replica leads; an
+    /// error while none does.
+    pub fn leader_elsewhere(&self) -> Result<Option<String>, SqsError> {
+        if self.http.is_none() {
+            return Ok(None);
+        }
+        let metrics = self.raft.metrics();
+        let m = metrics.borrow();
+        match m.current_leader {
+            Some(id) if id == self.me => Ok(None),
+            Some(id) => match m.membership_config.membership().get_node(&id) {
+                Some(node) => Ok(Some(node.addr.clone())),
+                None => Err(not_leader(Some(id))),
+            },
+            None => Err(not_leader(None)),
+        }
+    }
+
+    /// Has the leader at `addr` run an SQS request: its answer.
+    pub async fn forward(
+        &self,
+        addr: &str,
+        action: &str,
+        input: &serde_json::Value,
+    ) -> Result<serde_json::Value, SqsError> {
+        let Some(http) = &self.http else {
+            return Err(not_leader(None));
+        };
+        let forwarded = peers::Forwarded {
+            action: action.to_owned(),
+            input: input.clone(),
+        };
+        let answer: Result<serde_json::Value, crate::error::Wire> = http
+            .post(addr, "/request", &forwarded, FORWARD_WAIT)
+            .await
+            .map_err(|e| SqsError::unavailable(format!("the queue service's leader cannot be reached ({e}); retry")))?;
+        answer.map_err(SqsError::from_wire)
+    }
+}
+
+/// Keeps the members of the queue service the replicas `peers`, while this
+/// replica leads: a replica configured but not yet a member joins as a
+/// learner, then becomes a voter (a single replica grows to three in place).
+async fn keep_members(raft: Raft<TypeConfig>, peers: BTreeMap<NodeId, BasicNode>) {
+    let metrics = raft.metrics();
+    let wanted: std::collections::BTreeSet<NodeId> = peers.keys().copied().collect();
+    loop {
+        tokio::time::sleep(MEMBERS_CHECK).await;
+        let (stopped, leads, membership) = {
+            let m = metrics.borrow();
+            let stopped = m.state == openraft::ServerState::Shutdown || m.running_state.is_err();
+            (
+                stopped,
+                m.state == openraft::ServerState::Leader,
+                m.membership_config.membership().clone(),
+            )
+        };
+        if stopped {
+            return;
+        }
+        let voters: std::collections::BTreeSet<NodeId> = membership.voter_ids().collect();
+        if !leads || voters == wanted {
+            continue;
+        }
+        for (id, node) in &peers {
+            if membership.get_node(id).is_none()
+                && let Err(e) = raft.add_learner(*id, node.clone(), false).await
+            {
+                tracing::warn!(replica = id, error = %e, "adding a replica failed; retrying");
+            }
+        }
+        match raft.change_membership(wanted.clone(), false).await {
+            Ok(_) => tracing::info!(voters = ?wanted, "the queue service's replicas are its voters"),
+            Err(e) => tracing::warn!(error = %e, "changing the replicas failed; retrying"),
+        }
     }
 }
 

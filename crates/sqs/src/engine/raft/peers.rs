@@ -1,0 +1,120 @@
+//! A replica's peer port: the Raft RPCs of the other replicas, and the SQS
+//! requests a follower forwards to its leader. It serves only requests
+//! that carry the replicas' shared token, and is meant for their network
+//! alone (the gateways reach the engine's own port).
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Weak};
+
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::StatusCode;
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::{Json, Router};
+use openraft::Raft;
+use openraft::raft::{AppendEntriesRequest, InstallSnapshotRequest, VoteRequest};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio::net::TcpListener;
+
+use super::network::PEER_TOKEN;
+use super::{NodeId, TypeConfig};
+use crate::engine::Engine;
+use crate::error::Wire;
+
+/// Largest peer request: a batch of log entries or a snapshot chunk.
+const BODY_LIMIT: usize = 64 << 20;
+
+#[derive(Clone)]
+struct Peer {
+    raft: Raft<TypeConfig>,
+    engine: Weak<Engine>,
+    token: Arc<str>,
+}
+
+/// An SQS request a follower passes on to its leader.
+#[derive(Serialize, Deserialize)]
+pub struct Forwarded {
+    pub action: String,
+    pub input: Value,
+}
+
+/// The peer port, served until dropped.
+pub struct PeerServer {
+    pub addr: SocketAddr,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for PeerServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Serves replica `raft` (of `engine`) to its peers on `listener`, bound at `addr`.
+pub fn serve(
+    listener: TcpListener,
+    addr: SocketAddr,
+    raft: Raft<TypeConfig>,
+    engine: Weak<Engine>,
+    token: &str,
+) -> PeerServer {
+    let peer = Peer {
+        raft,
+        engine,
+        token: Arc::from(token),
+    };
+    let app = Router::new()
+        .route("/raft/append", post(append))
+        .route("/raft/vote", post(vote))
+        .route("/raft/snapshot", post(snapshot))
+        .route("/request", post(request))
+        .layer(middleware::from_fn_with_state(peer.clone(), admit))
+        .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .with_state(peer);
+    let task = tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app).await {
+            tracing::error!(error = %e, "the peer port stopped");
+        }
+    });
+    PeerServer { addr, task }
+}
+
+/// Compares in time independent of where the texts differ.
+fn same_secret(given: &[u8], expected: &[u8]) -> bool {
+    given.len() == expected.len() && given.iter().zip(expected).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
+}
+
+async fn admit(State(peer): State<Peer>, request: Request, next: Next) -> Response {
+    let given = request.headers().get(PEER_TOKEN).map_or(&[][..], |v| v.as_bytes());
+    if !same_secret(given, peer.token.as_bytes()) {
+        return StatusCode::FORBIDDEN.into_response();
+    }
+    next.run(request).await
+}
+
+async fn append(State(peer): State<Peer>, Json(rpc): Json<AppendEntriesRequest<TypeConfig>>) -> Response {
+    Json(peer.raft.append_entries(rpc).await).into_response()
+}
+
+async fn vote(State(peer): State<Peer>, Json(rpc): Json<VoteRequest<NodeId>>) -> Response {
+    Json(peer.raft.vote(rpc).await).into_response()
+}
+
+async fn snapshot(State(peer): State<Peer>, Json(rpc): Json<InstallSnapshotRequest<TypeConfig>>) -> Response {
+    Json(peer.raft.install_snapshot(rpc).await).into_response()
+}
+
+/// Runs a request a follower forwarded, here: this replica leads, or it
+/// answers that it does not (never forwarding it again).
+async fn request(State(peer): State<Peer>, Json(forwarded): Json<Forwarded>) -> Response {
+    let Some(engine) = peer.engine.upgrade() else {
+        return StatusCode::SERVICE_UNAVAILABLE.into_response();
+    };
+    let answer: Result<Value, Wire> = engine
+        .handle_here(&forwarded.action, &forwarded.input)
+        .await
+        .map_err(|e| e.to_wire());
+    Json(answer).into_response()
+}
