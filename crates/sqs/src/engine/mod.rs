@@ -245,7 +245,7 @@ impl Engine {
     async fn execute_at(&self, now_ms: u64, op: Op) -> Result<Reply, SqsError> {
         let command = Command { now_ms, op };
         match &self.replica {
-            Some(replica) => raft::propose(&replica.raft, command).await,
+            Some(replica) => replica.propose(command).await,
             None => self.lock().apply(command),
         }
     }

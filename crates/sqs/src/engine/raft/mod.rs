@@ -30,6 +30,7 @@ use openraft::{
 };
 use serde::{Deserialize, Serialize};
 use sless_model::queue_service::Durability;
+use tokio::sync::{mpsc, oneshot};
 
 use super::command::{Command, Reply};
 use super::journal::log::write_snapshot_file;
@@ -43,7 +44,7 @@ pub type NodeId = u64;
 
 openraft::declare_raft_types!(
     pub TypeConfig:
-        D = Command,
+        D = Commands,
         R = Outcome,
         NodeId = NodeId,
         Node = BasicNode,
@@ -52,12 +53,19 @@ openraft::declare_raft_types!(
         AsyncRuntime = openraft::TokioRuntime,
 );
 
-/// What applying a log entry gave: a command's reply, `None` for Raft's
-/// own entries. It stays on the replica that applied it: the leader hands
-/// it to the request that proposed the command, and it never crosses the
-/// network (openraft only asks that it could), so it encodes as nothing.
+/// The commands of concurrent requests, committed as one log entry: the
+/// replica appends and syncs once for all of them (group commit).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Commands(pub Vec<Command>);
+
+/// What applying a log entry gave: each command's reply, in order (none
+/// for Raft's own entries). It stays on the replica that applied it: the
+/// leader hands the replies to the requests that made the commands, and
+/// they never cross the network (openraft only asks that they could), so
+/// it encodes as nothing.
 #[derive(Debug, Default)]
-pub struct Outcome(pub Option<Result<Reply, SqsError>>);
+pub struct Outcome(pub Vec<Result<Reply, SqsError>>);
 
 impl Serialize for Outcome {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
@@ -68,7 +76,7 @@ impl Serialize for Outcome {
 impl<'de> Deserialize<'de> for Outcome {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         <()>::deserialize(deserializer)?;
-        Ok(Self(None))
+        Ok(Self(Vec::new()))
     }
 }
 
@@ -93,26 +101,68 @@ pub fn config() -> Result<Arc<Config>, SqsError> {
         .map_err(|e| SqsError::internal(format!("replication settings: {e}")))
 }
 
-/// Proposes `command` through `raft` and waits until the leader applied it:
-/// its reply. A replica that is not the leader answers a retryable error
-/// naming the leader, if it knows one.
-pub async fn propose(raft: &Raft<TypeConfig>, command: Command) -> Result<Reply, SqsError> {
-    let Ok(written) = tokio::time::timeout(COMMIT_WAIT, raft.client_write(command)).await else {
+/// Commits `commands` through `raft` as one entry and waits until the
+/// leader applied them: their replies. A replica that is not the leader
+/// answers a retryable error naming the leader, if it knows one.
+pub async fn write(raft: &Raft<TypeConfig>, commands: Commands) -> Result<Vec<Result<Reply, SqsError>>, SqsError> {
+    let Ok(written) = tokio::time::timeout(COMMIT_WAIT, raft.client_write(commands)).await else {
         return Err(SqsError::unavailable(
             "the queue service's replicas did not commit the change in time; retry",
         ));
     };
     match written {
-        Ok(written) => written
-            .data
-            .0
-            .unwrap_or_else(|| Err(SqsError::internal("a command was applied without a reply"))),
+        Ok(written) => Ok(written.data.0),
         Err(RaftError::APIError(ClientWriteError::ForwardToLeader(forward))) => Err(not_leader(forward.leader_id)),
         Err(e) => {
             tracing::error!(error = %e, "replicating a command failed");
             Err(SqsError::unavailable(
                 "the queue service's replicas cannot commit now; retry",
             ))
+        }
+    }
+}
+
+/// Commits one command through `raft`: its reply.
+pub async fn propose(raft: &Raft<TypeConfig>, command: Command) -> Result<Reply, SqsError> {
+    write(raft, Commands(vec![command]))
+        .await?
+        .pop()
+        .unwrap_or_else(|| Err(SqsError::internal("a command was applied without a reply")))
+}
+
+/// A command waiting to be committed, and who waits for its reply.
+type Waiting = (Command, oneshot::Sender<Result<Reply, SqsError>>);
+
+/// Most commands in one log entry.
+const MAX_GROUP: usize = 512;
+
+/// Commits the commands of concurrent requests together: while one entry
+/// is being committed, the next gathers every command that arrives.
+async fn group_commit(raft: Raft<TypeConfig>, mut waiting: mpsc::UnboundedReceiver<Waiting>) {
+    while let Some(first) = waiting.recv().await {
+        let mut group = vec![first];
+        while group.len() < MAX_GROUP {
+            match waiting.try_recv() {
+                Ok(next) => group.push(next),
+                Err(_) => break,
+            }
+        }
+        let (commands, answers): (Vec<Command>, Vec<_>) = group.into_iter().unzip();
+        match write(&raft, Commands(commands)).await {
+            Ok(replies) => {
+                let mut replies = replies.into_iter();
+                for answer in answers {
+                    let reply = replies
+                        .next()
+                        .unwrap_or_else(|| Err(SqsError::internal("a command was applied without a reply")));
+                    let _ = answer.send(reply);
+                }
+            }
+            Err(e) => {
+                for answer in answers {
+                    let _ = answer.send(Err(e.clone()));
+                }
+            }
         }
     }
 }
@@ -153,6 +203,8 @@ pub struct Replica {
     me: NodeId,
     /// How it reaches its peers; none for an engine of one replica.
     http: Option<network::Http>,
+    /// Where commands wait to be committed together.
+    proposals: mpsc::UnboundedSender<Waiting>,
 }
 
 fn store_error(e: impl std::fmt::Display) -> SqsError {
@@ -231,13 +283,28 @@ impl Replica {
             }
         };
         tokio::spawn(compact_when_due(raft.clone(), log_reader, state.snapshot_path()));
+        let (proposals, waiting) = mpsc::unbounded_channel();
+        tokio::spawn(group_commit(raft.clone(), waiting));
         Ok(Self {
             raft,
             state,
             probe,
             me,
             http,
+            proposals,
         })
+    }
+
+    /// Commits `command` (with the commands of other requests meanwhile)
+    /// and waits until this replica, the leader, applied it: its reply.
+    pub async fn propose(&self, command: Command) -> Result<Reply, SqsError> {
+        let (answer, reply) = oneshot::channel();
+        if self.proposals.send((command, answer)).is_err() {
+            return Err(SqsError::unavailable("the queue service's replica is stopping; retry"));
+        }
+        reply
+            .await
+            .unwrap_or_else(|_| Err(SqsError::unavailable("the queue service's replica is stopping; retry")))
     }
 
     /// The peer address of the leader, when another replica leads; an

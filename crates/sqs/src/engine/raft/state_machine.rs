@@ -171,11 +171,13 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             .map(|entry| {
                 applied.last = Some(entry.log_id);
                 match entry.payload {
-                    EntryPayload::Blank => Outcome(None),
-                    EntryPayload::Normal(command) => Outcome(Some(applied.machine.apply(command))),
+                    EntryPayload::Blank => Outcome::default(),
+                    EntryPayload::Normal(commands) => {
+                        Outcome(commands.0.into_iter().map(|c| applied.machine.apply(c)).collect())
+                    }
                     EntryPayload::Membership(membership) => {
                         applied.membership = StoredMembership::new(Some(entry.log_id), membership);
-                        Outcome(None)
+                        Outcome::default()
                     }
                 }
             })
