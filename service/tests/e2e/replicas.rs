@@ -50,18 +50,21 @@ impl Replicas {
 
     /// Starts replica `id` (1-based) from its files.
     fn spawn(&mut self, id: usize) {
-        let child = Command::new(env!("CARGO_BIN_EXE_sless"))
+        let child = self.command(id).stderr(Stdio::null()).spawn().unwrap();
+        self.children[id - 1] = Some(child);
+    }
+
+    fn command(&self, id: usize) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_sless"));
+        command
             .args(["queue", "--listen", &format!("127.0.0.1:{}", self.sqs[id - 1])])
             .arg("--data-dir")
             .arg(self.dir.join(id.to_string()))
             .args(["--peers", &self.peers, "--replica-id", &id.to_string()])
             .env("SLESS_PEER_TOKEN", "the-replicas-token")
             .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        self.children[id - 1] = Some(child);
+            .stdout(Stdio::null());
+        command
     }
 
     fn kill9(&mut self, id: usize) {
@@ -211,4 +214,25 @@ async fn three_replicas_keep_every_acknowledged_message_across_a_killed_leader()
     .await
     .unwrap();
     assert_eq!(attributes["Attributes"]["ApproximateNumberOfMessages"], "0");
+
+    // Replica 1 loses its files: it must not start the queue service anew
+    // beside the replicas that hold it.
+    replicas.kill9(1);
+    std::fs::remove_dir_all(replicas.dir.join("1")).unwrap();
+    let mut again = replicas.command(1).stderr(Stdio::piped()).spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = again.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            again.kill().unwrap();
+            panic!("replica 1 without files started beside the replicas that hold the queue service");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut again.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(!status.success());
+    assert!(stderr.contains("holds the queue service"), "{stderr}");
 }

@@ -20,6 +20,17 @@ pub struct Command {
     pub op: Op,
 }
 
+impl Command {
+    /// About how many bytes it takes in the log.
+    pub fn weight(&self) -> usize {
+        const BASE: usize = 256;
+        match &self.op {
+            Op::Send { messages, .. } => messages.iter().map(|m| BASE + m.body.len()).sum(),
+            _ => BASE,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum Op {

@@ -15,7 +15,7 @@ use super::requests::{
 use super::responses::{
     Batch, Empty, EntryId, Messages, Outcomes, Peeked, PeekedMessage, ReceivedMessage, Selection, SendResult, single,
 };
-use super::{Engine, now_ms};
+use super::{Engine, clock};
 use crate::engine::attributes::MAX_MESSAGE_SIZE;
 use crate::error::SqsError;
 
@@ -132,17 +132,18 @@ fn unexpected() -> SqsError {
 impl Engine {
     /// Sends `entries` in one command; each entry succeeds or fails alone.
     async fn send(&self, name: &str, entries: Vec<SendEntry>) -> Result<Outcomes<SendResult>, SqsError> {
-        let now = now_ms();
-        let prepared: Vec<(String, Result<Prepared, SqsError>)> = {
+        let (now, prepared): (u64, Checked<Prepared>) = {
             let machine = self.lock();
+            let now = clock(&machine);
             let q = machine.queue(name)?;
-            entries
+            let prepared = entries
                 .into_iter()
                 .map(|entry| {
                     let prepared = q.prepare(&entry, random_uuid(), now);
                     (entry.id, prepared)
                 })
-                .collect()
+                .collect();
+            (now, prepared)
         };
         let mut messages = Vec::new();
         let prepared: Vec<(String, Result<Digests, SqsError>)> = prepared
@@ -256,7 +257,11 @@ impl Engine {
             waiter.as_mut().enable();
             // Only a receive that may take something is a command: an
             // empty queue's long polls journal nothing.
-            if replay || !self.lock().queue(name)?.peek(1, now_ms()).is_empty() {
+            let receivable = {
+                let machine = self.lock();
+                !machine.queue(name)?.peek(1, clock(&machine)).is_empty()
+            };
+            if replay || receivable {
                 replay = false;
                 let op = Op::Receive {
                     queue: name.to_owned(),

@@ -88,6 +88,14 @@ impl Drop for Engine {
     }
 }
 
+/// The time a command is made at: this clock, or the state's when that is
+/// ahead (the clock of another replica that led, or before a step back):
+/// delays, visibility and retention then count from the same time that
+/// applying will.
+fn clock(machine: &Machine) -> u64 {
+    now_ms().max(machine.clock_ms)
+}
+
 fn reply(result: impl Serialize) -> Result<Value, SqsError> {
     serde_json::to_value(result).map_err(|e| SqsError::internal(format!("encoding a result: {e}")))
 }
@@ -135,21 +143,29 @@ impl Engine {
             None => Some(openraft::BasicNode::default()),
             Some((r, _)) => (r.me == 1).then(|| openraft::BasicNode::new(r.peers.get(&1).map_or("", String::as_str))),
         };
+        if let Some((r, _)) = &replication
+            && first.is_some()
+            && raft::is_new(&dir)
+        {
+            raft::refuse_a_second_start(r).await?;
+        }
         // Reading an earlier store reads the disk: off the async runtime.
         let lock = tokio::task::spawn_blocking({
             let (dir, identity) = (dir.clone(), identity.clone());
             move || {
                 std::fs::create_dir_all(&dir).map_err(journal::journal_error)?;
                 let lock = journal::lock(&dir.join("raft"))?;
-                if let Some(node) = first
-                    && raft::is_new(&dir)
-                {
-                    let earlier = journal::read_earlier(&journal, &identity)?;
-                    let machine = earlier.unwrap_or_else(|| Machine::new(identity.clone()));
-                    raft::bootstrap(&dir, &machine, node)?;
+                // Only the first replica reads (and then removes) a store
+                // of an earlier version: the others join it.
+                if let Some(node) = first {
+                    if raft::is_new(&dir) {
+                        let earlier = journal::read_earlier(&journal, &identity)?;
+                        let machine = earlier.unwrap_or_else(|| Machine::new(identity.clone()));
+                        raft::bootstrap(&dir, &machine, node)?;
+                    }
+                    // Also after a crash between the bootstrap and this.
+                    journal::remove_earlier(&journal)?;
                 }
-                // Also after a crash between the bootstrap and this.
-                journal::remove_earlier(&journal)?;
                 Ok::<_, SqsError>(lock)
             }
         })
@@ -238,7 +254,8 @@ impl Engine {
 
     /// Commits `op`, made now, and applies it: its reply.
     async fn execute(&self, op: Op) -> Result<Reply, SqsError> {
-        self.execute_at(now_ms(), op).await
+        let now = clock(&self.lock());
+        self.execute_at(now, op).await
     }
 
     /// Commits `op`, made at `now_ms`, and applies it.
@@ -252,7 +269,7 @@ impl Engine {
 
     fn with_queue<R>(&self, name: &str, f: impl FnOnce(&Queue, u64) -> Result<R, SqsError>) -> Result<R, SqsError> {
         let machine = self.lock();
-        f(machine.queue(name)?, now_ms())
+        f(machine.queue(name)?, clock(&machine))
     }
 
     fn queue_url(&self, name: &str) -> String {

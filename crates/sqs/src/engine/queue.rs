@@ -5,7 +5,7 @@
 //! ends in the same state ([`super::machine`] applies them). It is one file
 //! because the rules read as a whole.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
@@ -130,10 +130,10 @@ pub struct Queue {
     /// When it was last purged (ms), for SQS's one purge a minute.
     pub purged_ms: Option<u64>,
     /// FIFO receive attempt id → what that receive took.
-    attempts: HashMap<String, Attempt>,
+    attempts: BTreeMap<String, Attempt>,
     pub messages: BTreeMap<u64, Message>,
     /// Deduplication id → the message it sent.
-    dedup: HashMap<String, Dedup>,
+    dedup: BTreeMap<String, Dedup>,
     /// Woken when messages may have become receivable (or the queue went).
     pub notify: Arc<Notify>,
 }
@@ -143,8 +143,8 @@ pub type QueueImage = (
     StoredQueue,
     u64,
     Option<u64>,
-    HashMap<String, Attempt>,
-    HashMap<String, Dedup>,
+    BTreeMap<String, Attempt>,
+    BTreeMap<String, Dedup>,
 );
 
 /// The one message system attribute SQS takes: `AWSTraceHeader`, a string.
@@ -175,9 +175,9 @@ impl Queue {
             meta,
             meta_version: 0,
             purged_ms: None,
-            attempts: HashMap::new(),
+            attempts: BTreeMap::new(),
             messages: BTreeMap::new(),
-            dedup: HashMap::new(),
+            dedup: BTreeMap::new(),
             notify: Arc::new(Notify::new()),
         }
     }
@@ -478,6 +478,10 @@ impl Queue {
 
     /// Remembers what a receive with attempt `id` took, for 5 minutes.
     pub fn record_attempt(&mut self, id: &str, taken: &Taken, now: u64) {
+        // A retry of a receive that took nothing takes what is there then.
+        if taken.received.is_empty() {
+            return;
+        }
         self.attempts
             .insert(id.to_owned(), (now + ATTEMPT_WINDOW_MS, taken.received.clone()));
     }

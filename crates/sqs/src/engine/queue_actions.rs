@@ -135,7 +135,7 @@ impl Engine {
                 let machine = self.lock();
                 let q = machine.queue(name)?;
                 let mut meta = q.meta.clone();
-                change(&machine, &mut meta, super::now_ms())?;
+                change(&machine, &mut meta, super::clock(&machine))?;
                 Op::UpdateQueue {
                     name: name.to_owned(),
                     version: q.meta_version,

@@ -21,6 +21,14 @@ fn config() -> EngineConfig {
     }
 }
 
+impl Drop for Journaled {
+    fn drop(&mut self) {
+        if let Some(dir) = self.persistence.journal.parent() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
 impl Journaled {
     async fn new() -> Self {
         Self::with(Durability::Disk).await

@@ -16,7 +16,7 @@
 //! follows.
 
 use std::fs::File;
-use std::io::{self, BufReader, Read, Write};
+use std::io::{self, BufReader, Read, Seek, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
@@ -250,11 +250,11 @@ pub fn read_snapshot_file(path: &Path, identity: Identity) -> Result<(Vec<u8>, M
     Ok((meta.ok_or_else(|| damaged("no meta"))?, machine))
 }
 
-/// Only the `meta` of the snapshot file at `path`: its first entry.
-pub fn read_snapshot_meta(path: &Path) -> Result<Vec<u8>, LogError> {
-    let file = File::open(path)?;
+/// Only the `meta` of the snapshot file `file` (at `path`): its first
+/// entry. The file's position is left at its start.
+pub fn read_snapshot_meta(file: &File, path: &Path) -> Result<Vec<u8>, LogError> {
     let size = file.metadata()?.len();
-    let mut reader = BufReader::new(&file);
+    let mut reader = BufReader::new(file);
     let mut magic = [0; 8];
     if reader.read_exact(&mut magic).is_err() || &magic != SNAPSHOT_MAGIC {
         return Err(LogError::NotAJournal(path.to_owned()));
@@ -270,10 +270,13 @@ pub fn read_snapshot_meta(path: &Path) -> Result<Vec<u8>, LogError> {
     if crc32fast::hash(&payload) != crc {
         return Err(damaged("its first record is invalid"));
     }
-    match entries(&payload).next() {
-        Some(Ok((_, _, e))) if e.tag == META => Ok(e.value.to_vec()),
-        _ => Err(damaged("no meta")),
-    }
+    let meta = match entries(&payload).next() {
+        Some(Ok((_, _, e))) if e.tag == META => e.value.to_vec(),
+        _ => return Err(damaged("no meta")),
+    };
+    drop(reader);
+    (&*file).seek(std::io::SeekFrom::Start(0))?;
+    Ok(meta)
 }
 
 /// Applies one entry of a journal to `machine`: the snapshot's entries

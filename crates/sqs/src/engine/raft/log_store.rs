@@ -1,8 +1,10 @@
 //! A replica's Raft log: one append-only file of records,
 //! `[payload length: u32 LE][CRC-32 of the payload: u32 LE][payload]`, a
 //! payload being the JSON of a log entry, or of the point up to which the
-//! log was purged. It is read back up to its first invalid record (a torn
-//! write), as the journal is. The vote is a file of its own, replaced whole.
+//! log was purged. It is read back up to its first invalid record: records
+//! are synced together, so what follows a torn one was not synced either,
+//! and none of it was acknowledged. The vote is a file of its own, replaced
+//! whole.
 //!
 //! An append is written at once and readable when it returns; it counts as
 //! held once the syncing thread has synced it (`disk` durability), or once
@@ -186,16 +188,12 @@ fn read(path: &Path) -> Result<Inner, Error> {
         let mut tail = vec![0; usize::try_from(size - inner.end).unwrap_or(usize::MAX)];
         file.read_exact_at(&mut tail, inner.end)
             .map_err(log_error(ErrorVerb::Read))?;
-        if whole_record(&tail).is_some() {
-            let what = format!(
-                "{} is damaged at byte {}: a valid record after an invalid one",
-                path.display(),
-                inner.end
-            );
-            return Err(StorageIOError::read_logs(&Failure(what)).into());
-        }
-        if tail.iter().any(|b| *b != 0) {
-            tracing::warn!(log = %path.display(), "cut off the Raft log's torn last write");
+        // Entries are written a record each and synced together, so a
+        // crash can leave valid records after a torn one: none of them was
+        // acknowledged by this replica (the leader sends them again).
+        if whole_record(&tail).is_some() || tail.iter().any(|b| *b != 0) {
+            let cut = size - inner.end;
+            tracing::warn!(log = %path.display(), at = inner.end, cut, "cut off the Raft log's unsynced last writes");
         }
         file.set_len(inner.end).map_err(log_error(ErrorVerb::Write))?;
         file.sync_all().map_err(log_error(ErrorVerb::Write))?;
@@ -460,7 +458,11 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         inner
             .write(&Record::Purged(log_id))
             .map_err(log_error(ErrorVerb::Delete))?;
-        inner.rewrite_if_due().map_err(log_error(ErrorVerb::Delete))
+        // A rewrite that failed (a full disk) is tried again at the next purge.
+        if let Err(e) = inner.rewrite_if_due() {
+            tracing::warn!(error = %e, "rewriting the Raft log without its purged entries failed");
+        }
+        Ok(())
     }
 }
 

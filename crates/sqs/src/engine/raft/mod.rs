@@ -22,7 +22,7 @@ use std::collections::BTreeMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::{
@@ -90,6 +90,9 @@ pub fn config() -> Result<Arc<Config>, SqsError> {
         election_timeout_min: 750,
         election_timeout_max: 1500,
         install_snapshot_timeout: 5000,
+        // An append's RPC, the follower's sync included, must answer within
+        // the heartbeat: a few groups of at most MAX_GROUP_BYTES each.
+        max_payload_entries: 8,
         // The state machine's log store triggers snapshots by size.
         snapshot_policy: SnapshotPolicy::Never,
         max_in_snapshot_log_to_keep: 0,
@@ -130,24 +133,52 @@ pub async fn propose(raft: &Raft<TypeConfig>, command: Command) -> Result<Reply,
         .unwrap_or_else(|| Err(SqsError::internal("a command was applied without a reply")))
 }
 
-/// A command waiting to be committed, and who waits for its reply.
-type Waiting = (Command, oneshot::Sender<Result<Reply, SqsError>>);
+/// A command waiting to be committed, since when, and who waits for its reply.
+type Waiting = (Command, Instant, oneshot::Sender<Result<Reply, SqsError>>);
 
-/// Most commands in one log entry.
+/// Most commands in one log entry…
 const MAX_GROUP: usize = 512;
+/// …and about the most bytes (one command may be larger alone).
+const MAX_GROUP_BYTES: usize = 1 << 20;
+/// Most commands waiting to be committed; more are answered 503.
+const MAX_WAITING: usize = 8192;
 
 /// Commits the commands of concurrent requests together: while one entry
 /// is being committed, the next gathers every command that arrives.
-async fn group_commit(raft: Raft<TypeConfig>, mut waiting: mpsc::UnboundedReceiver<Waiting>) {
-    while let Some(first) = waiting.recv().await {
+async fn group_commit(raft: Raft<TypeConfig>, mut waiting: mpsc::Receiver<Waiting>) {
+    let mut next = None;
+    loop {
+        let Some(first) = next.take().or(waiting.recv().await) else {
+            return;
+        };
+        let mut bytes = first.0.weight();
         let mut group = vec![first];
-        while group.len() < MAX_GROUP {
+        while group.len() < MAX_GROUP && bytes < MAX_GROUP_BYTES {
             match waiting.try_recv() {
-                Ok(next) => group.push(next),
+                Ok(more) if bytes + more.0.weight() > MAX_GROUP_BYTES => {
+                    next = Some(more);
+                    break;
+                }
+                Ok(more) => {
+                    bytes += more.0.weight();
+                    group.push(more);
+                }
                 Err(_) => break,
             }
         }
-        let (commands, answers): (Vec<Command>, Vec<_>) = group.into_iter().unzip();
+        // A command that waited its whole time is answered, not committed.
+        let (late, group): (Vec<Waiting>, Vec<Waiting>) = group
+            .into_iter()
+            .partition(|(_, since, _)| since.elapsed() >= COMMIT_WAIT);
+        for (_, _, answer) in late {
+            let _ = answer.send(Err(SqsError::unavailable(
+                "the change waited too long to be committed; retry",
+            )));
+        }
+        if group.is_empty() {
+            continue;
+        }
+        let (commands, answers): (Vec<Command>, Vec<_>) = group.into_iter().map(|(c, _, a)| (c, a)).unzip();
         match write(&raft, Commands(commands)).await {
             Ok(replies) => {
                 let mut replies = replies.into_iter();
@@ -181,6 +212,8 @@ const COMMIT_WAIT: Duration = Duration::from_secs(10);
 /// How long a follower waits for the leader to answer a forwarded request
 /// (a long poll takes up to 20 s).
 const FORWARD_WAIT: Duration = Duration::from_secs(30);
+/// The shortest token the replicas may share.
+pub const MIN_TOKEN: usize = 16;
 /// How often the leader checks that the members are the replicas configured.
 const MEMBERS_CHECK: Duration = Duration::from_secs(1);
 
@@ -204,7 +237,9 @@ pub struct Replica {
     /// How it reaches its peers; none for an engine of one replica.
     http: Option<network::Http>,
     /// Where commands wait to be committed together.
-    proposals: mpsc::UnboundedSender<Waiting>,
+    proposals: mpsc::Sender<Waiting>,
+    /// Every replica's peer address, as configured here.
+    peers: BTreeMap<NodeId, String>,
 }
 
 fn store_error(e: impl std::fmt::Display) -> SqsError {
@@ -273,6 +308,11 @@ impl Replica {
                 (raft, 1, None)
             }
             Some(r) => {
+                if r.token.len() < MIN_TOKEN {
+                    return Err(SqsError::internal(format!(
+                        "the replicas' token must be at least {MIN_TOKEN} characters"
+                    )));
+                }
                 let http = network::Http::new(&r.token).map_err(store_error)?;
                 let raft = Raft::new(r.me, config()?, http.clone(), log, state.clone())
                     .await
@@ -283,7 +323,7 @@ impl Replica {
             }
         };
         tokio::spawn(compact_when_due(raft.clone(), log_reader, state.snapshot_path()));
-        let (proposals, waiting) = mpsc::unbounded_channel();
+        let (proposals, waiting) = mpsc::channel(MAX_WAITING);
         tokio::spawn(group_commit(raft.clone(), waiting));
         Ok(Self {
             raft,
@@ -292,6 +332,7 @@ impl Replica {
             me,
             http,
             proposals,
+            peers: replication.map(|r| r.peers.clone()).unwrap_or_default(),
         })
     }
 
@@ -299,8 +340,16 @@ impl Replica {
     /// and waits until this replica, the leader, applied it: its reply.
     pub async fn propose(&self, command: Command) -> Result<Reply, SqsError> {
         let (answer, reply) = oneshot::channel();
-        if self.proposals.send((command, answer)).is_err() {
-            return Err(SqsError::unavailable("the queue service's replica is stopping; retry"));
+        match self.proposals.try_send((command, Instant::now(), answer)) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                return Err(SqsError::unavailable(
+                    "too many changes are waiting to be committed; retry",
+                ));
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => {
+                return Err(SqsError::unavailable("the queue service's replica is stopping; retry"));
+            }
         }
         reply
             .await
@@ -317,9 +366,14 @@ impl Replica {
         let m = metrics.borrow();
         match m.current_leader {
             Some(id) if id == self.me => Ok(None),
-            Some(id) => match m.membership_config.membership().get_node(&id) {
-                Some(node) => Ok(Some(node.addr.clone())),
-                None => Err(not_leader(Some(id))),
+            // The address configured here first: the membership's may be of
+            // before (a replica that grew from one has none).
+            Some(id) => match self.peers.get(&id).cloned() {
+                Some(addr) => Ok(Some(addr)),
+                None => match m.membership_config.membership().get_node(&id) {
+                    Some(node) if !node.addr.is_empty() => Ok(Some(node.addr.clone())),
+                    _ => Err(not_leader(Some(id))),
+                },
             },
             None => Err(not_leader(None)),
         }
@@ -347,6 +401,27 @@ impl Replica {
     }
 }
 
+/// Refuses to start the queue service anew as replica 1 (which has no
+/// files) when another replica already holds it: replica 1's files were
+/// lost, and starting anew would make a second queue service of one. Peers
+/// that cannot be reached are taken to be starting too.
+pub async fn refuse_a_second_start(replication: &Replication) -> Result<(), SqsError> {
+    let http = network::Http::new(&replication.token).map_err(store_error)?;
+    for (id, addr) in replication.peers.iter().filter(|(id, _)| **id != replication.me) {
+        let members: Result<Vec<NodeId>, _> = http.post(addr, "/raft/members", &(), Duration::from_secs(2)).await;
+        if let Ok(members) = members
+            && !members.is_empty()
+        {
+            return Err(SqsError::internal(format!(
+                "replica {} has no files, but replica {id} holds the queue service (members {members:?}): \
+                 restore replica {}'s files, or add a replica under a new id",
+                replication.me, replication.me
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Keeps the members of the queue service the replicas `peers`, while this
 /// replica leads: a replica configured but not yet a member joins as a
 /// learner, then becomes a voter (a single replica grows to three in place).
@@ -368,7 +443,10 @@ async fn keep_members(raft: Raft<TypeConfig>, peers: BTreeMap<NodeId, BasicNode>
             return;
         }
         let voters: std::collections::BTreeSet<NodeId> = membership.voter_ids().collect();
-        if !leads || voters == wanted {
+        let addressed = peers
+            .iter()
+            .all(|(id, node)| membership.get_node(id).is_none_or(|n| n.addr == node.addr));
+        if !leads || (voters == wanted && addressed) {
             continue;
         }
         for (id, node) in &peers {
@@ -378,9 +456,25 @@ async fn keep_members(raft: Raft<TypeConfig>, peers: BTreeMap<NodeId, BasicNode>
                 tracing::warn!(replica = id, error = %e, "adding a replica failed; retrying");
             }
         }
-        match raft.change_membership(wanted.clone(), false).await {
-            Ok(_) => tracing::info!(voters = ?wanted, "the queue service's replicas are its voters"),
-            Err(e) => tracing::warn!(error = %e, "changing the replicas failed; retrying"),
+        // A member's address as configured (the first replica of a queue
+        // service that grew from one had none).
+        let moved: BTreeMap<NodeId, BasicNode> = peers
+            .iter()
+            .filter(|(id, node)| membership.get_node(id).is_some_and(|n| n.addr != node.addr))
+            .map(|(id, node)| (*id, node.clone()))
+            .collect();
+        if !moved.is_empty()
+            && let Err(e) = raft
+                .change_membership(openraft::ChangeMembers::SetNodes(moved), true)
+                .await
+        {
+            tracing::warn!(error = %e, "updating the replicas' addresses failed; retrying");
+        }
+        if voters != wanted {
+            match raft.change_membership(wanted.clone(), false).await {
+                Ok(_) => tracing::info!(voters = ?wanted, "the queue service's replicas are its voters"),
+                Err(e) => tracing::warn!(error = %e, "changing the replicas failed; retrying"),
+            }
         }
     }
 }

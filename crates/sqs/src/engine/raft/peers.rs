@@ -69,6 +69,7 @@ pub fn serve(
         .route("/raft/append", post(append))
         .route("/raft/vote", post(vote))
         .route("/raft/snapshot", post(snapshot))
+        .route("/raft/members", post(members))
         .route("/request", post(request))
         .layer(middleware::from_fn_with_state(peer.clone(), admit))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
@@ -104,6 +105,13 @@ async fn vote(State(peer): State<Peer>, Json(rpc): Json<VoteRequest<NodeId>>) ->
 
 async fn snapshot(State(peer): State<Peer>, Json(rpc): Json<InstallSnapshotRequest<TypeConfig>>) -> Response {
     Json(peer.raft.install_snapshot(rpc).await).into_response()
+}
+
+/// The voters this replica knows (none before it joined a queue service).
+async fn members(State(peer): State<Peer>) -> Response {
+    let metrics = peer.raft.metrics();
+    let voters: Vec<NodeId> = metrics.borrow().membership_config.membership().voter_ids().collect();
+    Json(voters).into_response()
 }
 
 /// Runs a request a follower forwarded, here: this replica leads, or it

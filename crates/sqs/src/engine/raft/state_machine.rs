@@ -15,7 +15,7 @@ use openraft::{
 use sless_runtime::sync::Unpoisoned;
 
 use super::{Failure, NodeId, Outcome, TypeConfig};
-use crate::engine::journal::log::{read_snapshot_file, read_snapshot_meta, write_snapshot_file};
+use crate::engine::journal::log::{read_snapshot_file, read_snapshot_meta, sync_dir, write_snapshot_file};
 use crate::engine::journal::sibling;
 use crate::engine::machine::{Identity, Machine};
 
@@ -113,14 +113,14 @@ impl StateMachine {
         if !self.snapshot.exists() {
             return Ok(None);
         }
-        let meta = read_snapshot_meta(&self.snapshot).map_err(|e| StorageIOError::read_snapshot(None, &e))?;
+        // One handle for the meta and the data: a snapshot replacing the
+        // file meanwhile cannot pair one's meta with the other's data.
+        let file = std::fs::File::open(&self.snapshot).map_err(|e| StorageIOError::read_snapshot(None, &e))?;
+        let meta = read_snapshot_meta(&file, &self.snapshot).map_err(|e| StorageIOError::read_snapshot(None, &e))?;
         let meta: Meta = serde_json::from_slice(&meta).map_err(|e| StorageIOError::read_snapshot(None, &e))?;
-        let file = tokio::fs::File::open(&self.snapshot)
-            .await
-            .map_err(|e| StorageIOError::read_snapshot(Some(meta.signature()), &e))?;
         Ok(Some(Snapshot {
             meta,
-            snapshot: Box::new(file),
+            snapshot: Box::new(tokio::fs::File::from_std(file)),
         }))
     }
 }
@@ -205,9 +205,21 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         snapshot.sync_all().await.map_err(|e| failed(&e))?;
         drop(snapshot);
         let incoming = sibling(&self.snapshot, "-incoming");
-        let (_, machine) = read(&incoming, self.identity.clone())?;
-        std::fs::rename(&incoming, &self.snapshot).map_err(|e| failed(&e))?;
+        let (sent, machine) = read(&incoming, self.identity.clone())?;
+        if sent.last_log_id != meta.last_log_id {
+            return Err(failed(&Failure(format!(
+                "the snapshot received is of {:?}, not of {:?}",
+                sent.last_log_id, meta.last_log_id
+            )))
+            .into());
+        }
+        // Under the machine's lock, as a snapshot being built replaces the
+        // file under it: one replaces the file after the other, never a
+        // newer one with an older.
         let mut applied = self.lock();
+        std::fs::rename(&incoming, &self.snapshot)
+            .and_then(|()| sync_dir(&self.snapshot))
+            .map_err(|e| failed(&e))?;
         *applied = Applied {
             machine,
             last: meta.last_log_id,
