@@ -137,7 +137,7 @@ struct QueueArgs {
     #[arg(long)]
     data_dir: Option<PathBuf>,
     /// When a change is acknowledged: `disk` once synced to disk (survives
-    /// a crash of the machine), `process` once written to the journal
+    /// a crash of the machine), `process` once written to the log
     /// (survives a crash of this process; synced within 100 ms).
     #[arg(long, default_value = "disk", requires = "data_dir", value_parser = durability_arg)]
     durability: sless_model::queue_service::Durability,

@@ -37,7 +37,7 @@ impl LocalPlatform {
         queues: &[QueueRecord],
     ) -> HashMap<String, Result<(String, String), String>> {
         let mut engines = self.engines.lock().await;
-        // A changed durability restarts the engine on the same journal.
+        // A changed durability restarts the engine on the same store.
         engines.retain(|tenant, running| {
             queues
                 .iter()
