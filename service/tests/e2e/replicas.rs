@@ -135,6 +135,25 @@ async fn three_replicas_keep_every_acknowledged_message_across_a_killed_leader()
     )
     .await;
     let queue = created["QueueUrl"].as_str().unwrap().to_owned();
+    // The peer port takes nothing without the replicas' token.
+    let peer = replicas
+        .peers
+        .split(',')
+        .nth(1)
+        .unwrap()
+        .split_once('=')
+        .unwrap()
+        .1
+        .to_owned();
+    for token in [None, Some("the-wrong-token-entirely")] {
+        let mut request = http.post(format!("http://{peer}/request")).json(&json!({
+            "action": "DeleteQueue", "input": {"QueueUrl": queue}
+        }));
+        if let Some(token) = token {
+            request = request.header("x-sless-peer-token", token);
+        }
+        assert_eq!(request.send().await.unwrap().status(), 403, "token {token:?}");
+    }
     // Replica 1 started the queue service and leads it; the producer sends
     // through the followers, so every send is passed on.
     let mut acknowledged = BTreeSet::new();

@@ -155,3 +155,33 @@ impl Machine {
         Ok(())
     }
 }
+
+#[cfg(test)]
+impl Identity {
+    /// The identity tests give their machines.
+    pub fn for_tests() -> Self {
+        Self {
+            account_id: "000000000000".into(),
+            region: "r".into(),
+        }
+    }
+}
+
+#[cfg(test)]
+impl Machine {
+    /// Everything a snapshot keeps of it, as JSON lines: two machines with
+    /// the same image are the same state.
+    pub fn image(&self) -> String {
+        let mut image = vec![serde_json::to_string(&self.header()).expect("a header encodes")];
+        for q in self.queues.values() {
+            image.push(serde_json::to_string(&q.image()).expect("a queue encodes"));
+            image.extend(q.messages.iter().map(|(seq, m)| {
+                format!(
+                    "{seq} {}",
+                    serde_json::to_string(&m.image()).expect("a message encodes")
+                )
+            }));
+        }
+        image.join("\n")
+    }
+}

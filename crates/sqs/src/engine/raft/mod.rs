@@ -33,6 +33,7 @@ use sless_model::queue_service::Durability;
 use tokio::sync::{mpsc, oneshot};
 
 use super::command::{Command, Reply};
+use super::journal::journal_error;
 use super::journal::log::write_snapshot_file;
 use super::machine::{Identity, Machine};
 use crate::error::SqsError;
@@ -242,10 +243,6 @@ pub struct Replica {
     peers: BTreeMap<NodeId, String>,
 }
 
-fn store_error(e: impl std::fmt::Display) -> SqsError {
-    SqsError::internal(format!("queue store: {e}"))
-}
-
 /// Whether the replica directory `dir` holds nothing yet.
 pub fn is_new(dir: &Path) -> bool {
     !dir.join("raft.log").exists() && !dir.join("raft.snapshot").exists()
@@ -255,7 +252,7 @@ pub fn is_new(dir: &Path) -> bool {
 /// holding `machine`: a snapshot at the log's start whose membership is
 /// that replica alone. The others join it.
 pub fn bootstrap(dir: &Path, machine: &Machine, node: BasicNode) -> Result<(), SqsError> {
-    std::fs::create_dir_all(dir).map_err(store_error)?;
+    std::fs::create_dir_all(dir).map_err(journal_error)?;
     let start = LogId::new(CommittedLeaderId::new(0, 0), 0);
     let members: BTreeMap<NodeId, BasicNode> = [(1, node)].into();
     let meta = SnapshotMeta {
@@ -263,8 +260,8 @@ pub fn bootstrap(dir: &Path, machine: &Machine, node: BasicNode) -> Result<(), S
         last_membership: StoredMembership::new(Some(start), Membership::from(members)),
         snapshot_id: "bootstrap".into(),
     };
-    let meta = serde_json::to_vec(&meta).map_err(store_error)?;
-    write_snapshot_file(&dir.join("raft.snapshot"), &meta, machine).map_err(store_error)?;
+    let meta = serde_json::to_vec(&meta).map_err(journal_error)?;
+    write_snapshot_file(&dir.join("raft.snapshot"), &meta, machine).map_err(journal_error)?;
     Ok(())
 }
 
@@ -285,26 +282,26 @@ impl Replica {
         let (log, state) = tokio::task::spawn_blocking({
             let probe = probe.clone();
             move || {
-                let log = LogStore::open(&dir, durability, lock, probe).map_err(store_error)?;
-                let state = StateMachine::open(&dir, identity).map_err(store_error)?;
+                let log = LogStore::open(&dir, durability, lock, probe).map_err(journal_error)?;
+                let state = StateMachine::open(&dir, identity).map_err(journal_error)?;
                 Ok::<_, SqsError>((log, state))
             }
         })
         .await
-        .map_err(store_error)??;
+        .map_err(journal_error)??;
         let log_reader = log.clone();
         let (raft, me, http) = match replication {
             None => {
                 let raft = Raft::new(1, config()?, network::NoPeers, log, state.clone())
                     .await
-                    .map_err(store_error)?;
-                raft.trigger().elect().await.map_err(store_error)?;
+                    .map_err(journal_error)?;
+                raft.trigger().elect().await.map_err(journal_error)?;
                 raft.wait(Some(LEAD_WAIT))
                     .state(openraft::ServerState::Leader, "a single replica leads")
                     .await
-                    .map_err(store_error)?;
+                    .map_err(journal_error)?;
                 // Everything the log holds is applied before the first request.
-                raft.ensure_linearizable().await.map_err(store_error)?;
+                raft.ensure_linearizable().await.map_err(journal_error)?;
                 (raft, 1, None)
             }
             Some(r) => {
@@ -313,10 +310,10 @@ impl Replica {
                         "the replicas' token must be at least {MIN_TOKEN} characters"
                     )));
                 }
-                let http = network::Http::new(&r.token).map_err(store_error)?;
+                let http = network::Http::new(&r.token).map_err(journal_error)?;
                 let raft = Raft::new(r.me, config()?, http.clone(), log, state.clone())
                     .await
-                    .map_err(store_error)?;
+                    .map_err(journal_error)?;
                 let peers = r.peers.iter().map(|(id, addr)| (*id, BasicNode::new(addr))).collect();
                 tokio::spawn(keep_members(raft.clone(), peers));
                 (raft, r.me, Some(http))
@@ -406,7 +403,7 @@ impl Replica {
 /// lost, and starting anew would make a second queue service of one. Peers
 /// that cannot be reached are taken to be starting too.
 pub async fn refuse_a_second_start(replication: &Replication) -> Result<(), SqsError> {
-    let http = network::Http::new(&replication.token).map_err(store_error)?;
+    let http = network::Http::new(&replication.token).map_err(journal_error)?;
     for (id, addr) in replication.peers.iter().filter(|(id, _)| **id != replication.me) {
         let members: Result<Vec<NodeId>, _> = http.post(addr, "/raft/members", &(), Duration::from_secs(2)).await;
         if let Ok(members) = members
@@ -430,16 +427,15 @@ async fn keep_members(raft: Raft<TypeConfig>, peers: BTreeMap<NodeId, BasicNode>
     let wanted: std::collections::BTreeSet<NodeId> = peers.keys().copied().collect();
     loop {
         tokio::time::sleep(MEMBERS_CHECK).await;
-        let (stopped, leads, membership) = {
+        let (gone, leads, membership) = {
             let m = metrics.borrow();
-            let stopped = m.state == openraft::ServerState::Shutdown || m.running_state.is_err();
             (
-                stopped,
+                stopped(&m),
                 m.state == openraft::ServerState::Leader,
                 m.membership_config.membership().clone(),
             )
         };
-        if stopped {
+        if gone {
             return;
         }
         let voters: std::collections::BTreeSet<NodeId> = membership.voter_ids().collect();
@@ -479,18 +475,20 @@ async fn keep_members(raft: Raft<TypeConfig>, peers: BTreeMap<NodeId, BasicNode>
     }
 }
 
+/// Whether the replica these metrics are of has stopped (shut down, or
+/// failed for good).
+fn stopped(m: &openraft::RaftMetrics<NodeId, BasicNode>) -> bool {
+    m.state == openraft::ServerState::Shutdown || m.running_state.is_err()
+}
+
 /// Snapshots the state (and so purges the log) whenever the log outweighs
 /// the last snapshot, until the replica stops.
 async fn compact_when_due(raft: Raft<TypeConfig>, log: LogStore, snapshot: PathBuf) {
     let metrics = raft.metrics();
     loop {
         tokio::time::sleep(COMPACT_CHECK).await;
-        let stopped = {
-            let m = metrics.borrow();
-            m.state == openraft::ServerState::Shutdown || m.running_state.is_err()
-        };
         // A stopped replica's files are released once this lets go of its log.
-        if stopped || metrics.has_changed().is_err() {
+        if stopped(&metrics.borrow()) || metrics.has_changed().is_err() {
             return;
         }
         let snapshot_bytes = std::fs::metadata(&snapshot).map_or(0, |m| m.len());

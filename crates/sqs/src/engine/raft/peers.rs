@@ -21,6 +21,7 @@ use tokio::net::TcpListener;
 use super::network::PEER_TOKEN;
 use super::{NodeId, TypeConfig};
 use crate::engine::Engine;
+use crate::engine::server::same_secret;
 use crate::error::Wire;
 
 /// Largest peer request: a batch of log entries or a snapshot chunk.
@@ -80,11 +81,6 @@ pub fn serve(
         }
     });
     PeerServer { addr, task }
-}
-
-/// Compares in time independent of where the texts differ.
-fn same_secret(given: &[u8], expected: &[u8]) -> bool {
-    given.len() == expected.len() && given.iter().zip(expected).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
 }
 
 async fn admit(State(peer): State<Peer>, request: Request, next: Next) -> Response {

@@ -15,15 +15,8 @@ use super::memory_network::{Factory, Router};
 use super::state_machine::StateMachine;
 use super::*;
 use crate::engine::command::Op;
-use crate::engine::machine::{Identity, Machine};
+use crate::engine::machine::Identity;
 use crate::engine::records::{StoredMessage, StoredQueue};
-
-fn identity() -> Identity {
-    Identity {
-        account_id: "000000000000".into(),
-        region: "r".into(),
-    }
-}
 
 struct Replica {
     raft: Raft<TypeConfig>,
@@ -65,7 +58,7 @@ impl Cluster {
         std::fs::create_dir_all(&dir).unwrap();
         let lock = crate::engine::journal::lock(&dir.join("raft")).unwrap();
         let log = LogStore::open(&dir, Durability::Disk, lock, Default::default()).unwrap();
-        let state = StateMachine::open(&dir, identity()).unwrap();
+        let state = StateMachine::open(&dir, Identity::for_tests()).unwrap();
         let network = Factory {
             router: self.router.clone(),
             from: id,
@@ -125,22 +118,8 @@ impl Cluster {
                 .await
                 .unwrap();
         }
-        self.replicas.values().map(|r| image(&r.state.lock().machine)).collect()
+        self.replicas.values().map(|r| r.state.lock().machine.image()).collect()
     }
-}
-
-/// Everything a snapshot keeps of `machine`, as JSON.
-fn image(machine: &Machine) -> String {
-    let mut image = vec![serde_json::to_string(&machine.header()).unwrap()];
-    for q in machine.queues.values() {
-        image.push(serde_json::to_string(&q.image()).unwrap());
-        image.extend(
-            q.messages
-                .iter()
-                .map(|(seq, m)| format!("{seq} {}", serde_json::to_string(&m.image()).unwrap())),
-        );
-    }
-    image.join("\n")
 }
 
 fn create(name: &str) -> Op {

@@ -29,13 +29,6 @@ impl Drop for Dir {
     }
 }
 
-fn identity() -> Identity {
-    Identity {
-        account_id: "000000000000".into(),
-        region: "r".into(),
-    }
-}
-
 fn command(op: Op) -> Command {
     Command { now_ms: 1_000, op }
 }
@@ -52,20 +45,6 @@ fn put(queue: &str, body: &str) -> Command {
         queue: queue.into(),
         messages: vec![StoredMessage::with_body(&format!("id-{body}"), body, 1)],
     })
-}
-
-/// Everything a snapshot keeps of `machine`, as JSON.
-fn image(machine: &Machine) -> Vec<String> {
-    let mut image = vec![serde_json::to_string(&machine.header()).unwrap()];
-    for q in machine.queues.values() {
-        image.push(serde_json::to_string(&q.image()).unwrap());
-        image.extend(
-            q.messages
-                .iter()
-                .map(|(seq, m)| format!("{seq} {}", serde_json::to_string(&m.image()).unwrap())),
-        );
-    }
-    image
 }
 
 fn row(queue: &str, seq: u64, body: &str) -> (String, u64, String) {
@@ -112,11 +91,11 @@ fn receipt(machine: &mut Machine, queue: &str) -> String {
 fn a_journal_replays_to_the_state_its_commands_made() {
     let dir = Dir::new();
     let path = dir.journal();
-    let mut scratch = Machine::new(identity());
+    let mut scratch = Machine::new(Identity::for_tests());
     scratch.apply(create_queue("a")).unwrap();
     scratch.apply(put("a", "one")).unwrap();
     let handle = receipt(&mut scratch, "a");
-    let mut machine = Machine::new(identity());
+    let mut machine = Machine::new(Identity::for_tests());
     let groups = vec![
         vec![create_queue("a"), create_queue("b"), create_queue("c")],
         vec![put("a", "one"), put("a", "two"), put("b", "three")],
@@ -139,9 +118,9 @@ fn a_journal_replays_to_the_state_its_commands_made() {
         vec![command(Op::PurgeQueue { name: "b".into() })],
     ];
     journal(&path, &mut machine, groups);
-    let (read, torn) = read_journal(&path, identity()).unwrap();
+    let (read, torn) = read_journal(&path, Identity::for_tests()).unwrap();
     assert!(!torn);
-    assert_eq!(image(&read), image(&machine));
+    assert_eq!(read.image(), machine.image());
     let held: Vec<_> = read
         .queues
         .iter()
@@ -154,7 +133,7 @@ fn a_journal_replays_to_the_state_its_commands_made() {
 fn a_torn_last_record_is_left_out_and_damage_before_it_refused() {
     let dir = Dir::new();
     let path = dir.journal();
-    let mut machine = Machine::new(identity());
+    let mut machine = Machine::new(Identity::for_tests());
     let ends = journal(
         &path,
         &mut machine,
@@ -162,7 +141,7 @@ fn a_torn_last_record_is_left_out_and_damage_before_it_refused() {
     );
     let whole = std::fs::read(&path).unwrap();
     std::fs::write(&path, &whole[..whole.len() - 5]).unwrap();
-    let (read, torn) = read_journal(&path, identity()).unwrap();
+    let (read, torn) = read_journal(&path, Identity::for_tests()).unwrap();
     assert!(torn, "a torn write is reported");
     let bodies: Vec<_> = read.queues["a"]
         .messages
@@ -176,33 +155,36 @@ fn a_torn_last_record_is_left_out_and_damage_before_it_refused() {
     damaged[at] = b'K';
     assert!(at < ends[0] as usize);
     std::fs::write(&path, &damaged).unwrap();
-    match read_journal(&path, identity()) {
+    match read_journal(&path, Identity::for_tests()) {
         Err(LogError::Damaged { what, .. }) => assert!(what.contains("a valid one after it"), "{what}"),
         Err(e) => panic!("another error: {e}"),
         Ok(_) => panic!("a damaged journal was read"),
     }
     std::fs::write(&path, b"SQLite format 3\0").unwrap();
-    assert!(matches!(read_journal(&path, identity()), Err(LogError::NotAJournal(_))));
+    assert!(matches!(
+        read_journal(&path, Identity::for_tests()),
+        Err(LogError::NotAJournal(_))
+    ));
 }
 
 #[test]
 fn a_snapshot_file_reads_back_whole_or_not_at_all() {
     let dir = Dir::new();
     let path = dir.0.join("raft.snapshot");
-    let mut machine = Machine::new(identity());
+    let mut machine = Machine::new(Identity::for_tests());
     machine.apply(create_queue("a")).unwrap();
     machine.apply(put("a", "m")).unwrap();
     receipt(&mut machine, "a");
     write_snapshot_file(&path, b"{\"meta\":1}", &machine).unwrap();
     let file = File::open(&path).unwrap();
     assert_eq!(read_snapshot_meta(&file, &path).unwrap(), b"{\"meta\":1}");
-    let (meta, read) = read_snapshot_file(&path, identity()).unwrap();
+    let (meta, read) = read_snapshot_file(&path, Identity::for_tests()).unwrap();
     assert_eq!(meta, b"{\"meta\":1}");
-    assert_eq!(image(&read), image(&machine), "receive state included");
+    assert_eq!(read.image(), machine.image(), "receive state included");
     let whole = std::fs::read(&path).unwrap();
     std::fs::write(&path, &whole[..whole.len() - 3]).unwrap();
     assert!(
-        read_snapshot_file(&path, identity()).is_err(),
+        read_snapshot_file(&path, Identity::for_tests()).is_err(),
         "a snapshot cut short was read"
     );
 }
