@@ -4,7 +4,9 @@
 
 pub mod clickhouse;
 pub mod cp;
+pub mod history;
 pub mod kube_api;
+pub mod netns;
 pub mod redis;
 pub mod sqs;
 pub mod tls;

@@ -62,7 +62,7 @@ impl Replicas {
             .arg(self.dir.join(id.to_string()))
             .args(["--peers", &self.peers, "--replica-id", &id.to_string()])
             .env("SLESS_PEER_TOKEN", "the-replicas-token")
-            .env("RUST_LOG", "warn")
+            .env("SLESS_LOG", "warn")
             .stdout(Stdio::null());
         command
     }

@@ -134,9 +134,10 @@ impl LogStore {
         self.inner.lock_unpoisoned()
     }
 
-    /// The bytes of the entries not purged yet.
-    pub fn live_bytes(&self) -> u64 {
-        self.lock().entries.values().map(|s| s.len).sum()
+    /// The bytes of the entries after `index` (all, without one).
+    pub fn bytes_after(&self, index: Option<u64>) -> u64 {
+        let from = index.map_or(0, |i| i + 1);
+        self.lock().entries.range(from..).map(|(_, s)| s.len).sum()
     }
 }
 

@@ -81,19 +81,23 @@ impl<'de> Deserialize<'de> for Outcome {
     }
 }
 
-/// The timing every replica of a queue service runs with: a leader lost is
-/// noticed within the election timeout; an append (a follower's write and
-/// sync included) must answer within the heartbeat.
+/// The timing every replica of a queue service runs with: an append (a
+/// follower's write and sync included) must answer within the heartbeat.
+/// A follower that heard nothing from its leader for the leader's lease
+/// (openraft takes the longest election timeout) and then its own
+/// election timeout stands for election: a leader lost is replaced after
+/// 1.5–2 s.
 pub fn config() -> Result<Arc<Config>, SqsError> {
     let config = Config {
         cluster_name: "sless-queues".into(),
         heartbeat_interval: 250,
-        election_timeout_min: 750,
-        election_timeout_max: 1500,
+        election_timeout_min: 500,
+        election_timeout_max: 1000,
         install_snapshot_timeout: 5000,
         // An append's RPC, the follower's sync included, must answer within
-        // the heartbeat: a few groups of at most MAX_GROUP_BYTES each.
-        max_payload_entries: 8,
+        // the heartbeat (openraft 0.9 times it out then); the network sends
+        // about 512 KiB of these entries at a time (network::APPEND_BUDGET).
+        max_payload_entries: 64,
         // The state machine's log store triggers snapshots by size.
         snapshot_policy: SnapshotPolicy::Never,
         max_in_snapshot_log_to_keep: 0,
@@ -140,7 +144,7 @@ type Waiting = (Command, Instant, oneshot::Sender<Result<Reply, SqsError>>);
 /// Most commands in one log entry…
 const MAX_GROUP: usize = 512;
 /// …and about the most bytes (one command may be larger alone).
-const MAX_GROUP_BYTES: usize = 1 << 20;
+const MAX_GROUP_BYTES: usize = 256 << 10;
 /// Most commands waiting to be committed; more are answered 503.
 const MAX_WAITING: usize = 8192;
 
@@ -213,6 +217,11 @@ const COMMIT_WAIT: Duration = Duration::from_secs(10);
 /// How long a follower waits for the leader to answer a forwarded request
 /// (a long poll takes up to 20 s).
 const FORWARD_WAIT: Duration = Duration::from_secs(30);
+/// A leader that heard from no majority for this long refuses changes:
+/// the followers may be electing another (after the lease and an election
+/// timeout, at least 1.5 s), and openraft reports the silence about every
+/// heartbeat.
+const QUORUM_SILENCE_MS: u64 = 1250;
 /// The shortest token the replicas may share.
 pub const MIN_TOKEN: usize = 16;
 /// How often the leader checks that the members are the replicas configured.
@@ -354,7 +363,8 @@ impl Replica {
     }
 
     /// The peer address of the leader, when another replica leads; an
-    /// error while none does.
+    /// error while none does, or while this one leads without having
+    /// heard from a majority lately.
     pub fn leader_elsewhere(&self) -> Result<Option<String>, SqsError> {
         if self.http.is_none() {
             return Ok(None);
@@ -362,6 +372,13 @@ impl Replica {
         let metrics = self.raft.metrics();
         let m = metrics.borrow();
         match m.current_leader {
+            // A leader cut off from the majority may have been replaced:
+            // what it takes now would wait for a commit that never comes.
+            Some(id) if id == self.me && m.millis_since_quorum_ack.is_some_and(|ms| ms > QUORUM_SILENCE_MS) => {
+                Err(SqsError::unavailable(
+                    "this replica led the queue service but has not heard from most replicas in a while; retry",
+                ))
+            }
             Some(id) if id == self.me => Ok(None),
             // The address configured here first: the membership's may be of
             // before (a replica that grew from one has none).
@@ -390,10 +407,21 @@ impl Replica {
             action: action.to_owned(),
             input: input.clone(),
         };
-        let answer: Result<serde_json::Value, crate::error::Wire> = http
-            .post(addr, "/request", &forwarded, FORWARD_WAIT)
-            .await
-            .map_err(|e| SqsError::unavailable(format!("the queue service's leader cannot be reached ({e}); retry")))?;
+        // A leader that is replaced meanwhile (a new one was elected
+        // because the majority cannot reach it) may never answer.
+        let mut metrics = self.raft.metrics();
+        let leader = metrics.borrow().current_leader;
+        let replaced = metrics.wait_for(|m| m.current_leader != leader);
+        let answer: Result<serde_json::Value, crate::error::Wire> = tokio::select! {
+            answer = http.post(addr, "/request", &forwarded, FORWARD_WAIT) => answer.map_err(|e| {
+                SqsError::unavailable(format!("the queue service's leader cannot be reached ({e}); retry"))
+            })?,
+            _ = replaced => {
+                return Err(SqsError::unavailable(
+                    "the queue service's leader changed while it had the request; retry",
+                ));
+            }
+        };
         answer.map_err(SqsError::from_wire)
     }
 }
@@ -491,8 +519,12 @@ async fn compact_when_due(raft: Raft<TypeConfig>, log: LogStore, snapshot: PathB
         if stopped(&metrics.borrow()) || metrics.has_changed().is_err() {
             return;
         }
+        // Counted from the last snapshot, not from the purge point: a
+        // lagging follower may hold the purge back, and a snapshot again
+        // of the same entries would only burn the CPU it needs.
         let snapshot_bytes = std::fs::metadata(&snapshot).map_or(0, |m| m.len());
-        if log.live_bytes() > COMPACT_MIN.max(snapshot_bytes) && raft.trigger().snapshot().await.is_err() {
+        let since = metrics.borrow().snapshot.map(|s| s.index);
+        if log.bytes_after(since) > COMPACT_MIN.max(snapshot_bytes) && raft.trigger().snapshot().await.is_err() {
             return;
         }
     }

@@ -71,6 +71,7 @@ pub fn serve(
         .route("/raft/vote", post(vote))
         .route("/raft/snapshot", post(snapshot))
         .route("/raft/members", post(members))
+        .route("/raft/status", axum::routing::get(status))
         .route("/request", post(request))
         .layer(middleware::from_fn_with_state(peer.clone(), admit))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
@@ -108,6 +109,31 @@ async fn members(State(peer): State<Peer>) -> Response {
     let metrics = peer.raft.metrics();
     let voters: Vec<NodeId> = metrics.borrow().membership_config.membership().voter_ids().collect();
     Json(voters).into_response()
+}
+
+/// What this replica knows of its queue service: who it is, whom it takes
+/// for the leader, the term and how far it applied the log. For operators
+/// and fault tests; the replicas do not use it.
+#[derive(Serialize, Deserialize)]
+pub struct Status {
+    pub id: NodeId,
+    pub leader: Option<NodeId>,
+    pub term: u64,
+    pub voters: Vec<NodeId>,
+    pub last_applied: Option<u64>,
+}
+
+async fn status(State(peer): State<Peer>) -> Response {
+    let metrics = peer.raft.metrics();
+    let m = metrics.borrow();
+    Json(Status {
+        id: m.id,
+        leader: m.current_leader,
+        term: m.current_term,
+        voters: m.membership_config.membership().voter_ids().collect(),
+        last_applied: m.last_applied.map(|l| l.index),
+    })
+    .into_response()
 }
 
 /// Runs a request a follower forwarded, here: this replica leads, or it
