@@ -329,3 +329,121 @@ async fn an_engine_in_process_is_called_directly_with_its_token_check() {
     let (status, _) = call(&acme, SECRET, "ListQueues", json!({})).await;
     assert_eq!(status, 503, "nothing answers at port 1");
 }
+
+/// A route naming a queue engine's three replicas (and, first, an address
+/// where nothing listens): the gateway skips what it cannot reach, any
+/// replica serves, and once the leader's process is gone the others take
+/// its requests.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_route_of_three_replicas_is_served_by_any_that_answers() {
+    use sless_sqs::engine::Persistence;
+    use sless_sqs::engine::raft::Replication;
+    let store = Arc::new(MemoryStore::new());
+    let cp = Harness::start(store.clone(), config(None)).await;
+    let gateway = plaintext_gateway(cp.addr, "gw-replicas").await;
+    let acme = format!("{}/sqs/acme", gateway.public_url());
+    tokio::spawn(gateway.run(std::future::pending()));
+    let dir = sless_testkit::TempDir::new("gateway-replicas");
+    let peer_ports: Vec<u16> = (0..3).map(|_| sless_testkit::free_port()).collect();
+    let peers: std::collections::BTreeMap<u64, String> = (1..=3)
+        .map(|id| (id, format!("127.0.0.1:{}", peer_ports[id as usize - 1])))
+        .collect();
+    let mut replicas = Vec::new();
+    for id in 1..=3u64 {
+        let replication = Replication {
+            me: id,
+            peers: peers.clone(),
+            token: "the-replicas-token-of-the-test".into(),
+        };
+        let listen = peers[&id].parse().unwrap();
+        let persistence = Persistence {
+            journal: dir.0.join(id.to_string()).join("queues.journal"),
+            durability: Default::default(),
+        };
+        std::fs::create_dir_all(dir.0.join(id.to_string())).unwrap();
+        let config = EngineConfig {
+            account_id: "acme".into(),
+            region: "ru-msk-1".into(),
+            base_url: acme.clone(),
+        };
+        let engine = Engine::open_replica(config, Some(&persistence), Some((replication, listen)))
+            .await
+            .unwrap();
+        let server = EngineServer::start(
+            engine.clone(),
+            "127.0.0.1:0".parse().unwrap(),
+            Some(ENGINE_TOKEN.into()),
+        )
+        .await
+        .unwrap();
+        replicas.push(Some((engine, server)));
+    }
+    let nowhere = format!("127.0.0.1:{}", sless_testkit::free_port());
+    let members: Vec<String> = std::iter::once(nowhere)
+        .chain(replicas.iter().flatten().map(|(_, s)| s.addr.to_string()))
+        .collect();
+    cp.publisher.publish(RoutingSnapshot {
+        routes: vec![route("acme", &members.join(","))],
+    });
+    let healthz = format!("{}/healthz", acme.trim_end_matches("/sqs/acme"));
+    eventually("the gateway to apply the route", || async {
+        reqwest::get(&healthz).await.is_ok_and(|r| r.status() == 200)
+    })
+    .await;
+    // Until the replicas elected a leader, the SDKs' retry: so does this.
+    let retrying = |action: &'static str, body: Value| {
+        let acme = acme.clone();
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(20);
+            loop {
+                let (status, answer) = call(&acme, SECRET, action, body.clone()).await;
+                if status == 200 {
+                    return answer;
+                }
+                assert!(
+                    status == 503 && Instant::now() < deadline,
+                    "{action}: {status} {answer}"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    let created = retrying("CreateQueue", json!({"QueueName": "jobs"})).await;
+    let queue = created["QueueUrl"].as_str().unwrap().to_owned();
+    retrying("SendMessage", json!({"QueueUrl": queue, "MessageBody": "before"})).await;
+    // Replica 1 started the queue service alone and leads it; once the
+    // others are voters, it goes away with its peer port, and they elect a
+    // leader and serve its requests.
+    eventually("the three replicas to be voters", || async {
+        let status = reqwest::Client::new()
+            .get(format!("http://{}/raft/status", peers[&2]))
+            .header("x-sless-peer-token", "the-replicas-token-of-the-test")
+            .send()
+            .await;
+        match status {
+            Ok(status) => status
+                .json::<Value>()
+                .await
+                .is_ok_and(|s| s["voters"] == json!([1, 2, 3])),
+            Err(_) => false,
+        }
+    })
+    .await;
+    let (engine, server) = replicas[0].take().unwrap();
+    drop(server);
+    drop(engine);
+    retrying("SendMessage", json!({"QueueUrl": queue, "MessageBody": "after"})).await;
+    let mut bodies = Vec::new();
+    while bodies.len() < 2 {
+        let received = retrying(
+            "ReceiveMessage",
+            json!({"QueueUrl": queue, "MaxNumberOfMessages": 10, "WaitTimeSeconds": 1}),
+        )
+        .await;
+        for m in received["Messages"].as_array().into_iter().flatten() {
+            bodies.push(m["Body"].as_str().unwrap().to_owned());
+        }
+    }
+    bodies.sort();
+    assert_eq!(bodies, ["after", "before"]);
+}

@@ -36,6 +36,15 @@ pub enum LinkError {
     Closed,
     #[error("the engine refused the routing table's token")]
     Denied,
+    #[error("the engine could not be reached a moment ago")]
+    Down,
+}
+
+impl LinkError {
+    /// Whether the request certainly never reached the engine.
+    pub fn nothing_sent(&self) -> bool {
+        !matches!(self, LinkError::Closed)
+    }
 }
 
 /// How to reach one backend.
@@ -56,10 +65,18 @@ enum State {
         token: Option<HeaderValue>,
         until: Instant,
     },
+    /// It could not be reached: requests fail at once for a moment (a
+    /// route's other replicas take them) instead of each waiting to
+    /// connect to a host that is gone.
+    Down {
+        until: Instant,
+    },
 }
 
 /// How long an engine's refusal of a token is taken as its answer.
 const DENIED_FOR: Duration = Duration::from_secs(1);
+/// How long an engine that could not be reached is taken to be down.
+const DOWN_FOR: Duration = Duration::from_secs(1);
 
 struct Slot {
     state: State,
@@ -73,7 +90,7 @@ impl Slot {
     fn live(&self) -> bool {
         match &self.state {
             State::Open(link) => link.is_open(),
-            State::Http { until } | State::Denied { until, .. } => Instant::now() < *until,
+            State::Http { until } | State::Denied { until, .. } | State::Down { until } => Instant::now() < *until,
             State::Unknown => Arc::strong_count(&self.opening) > 1,
         }
     }
@@ -84,6 +101,8 @@ enum Known {
     Way(Way),
     /// It refused this token a moment ago.
     Denied,
+    /// It could not be reached a moment ago.
+    Down,
     /// Nothing current: open a link under this lock.
     Opening(Arc<tokio::sync::Mutex<()>>),
 }
@@ -98,6 +117,7 @@ impl Links {
         let opening = match self.known(backend, token) {
             Known::Way(way) => return Ok(way),
             Known::Denied => return Err(LinkError::Denied),
+            Known::Down => return Err(LinkError::Down),
             Known::Opening(opening) => opening,
         };
         let _opening = opening.lock().await;
@@ -105,8 +125,10 @@ impl Links {
         match self.known(backend, token) {
             Known::Way(way) => return Ok(way),
             Known::Denied => return Err(LinkError::Denied),
+            Known::Down => return Err(LinkError::Down),
             Known::Opening(_) => {}
         }
+        let mut unreachable = None;
         let state = match Link::open(backend, token).await {
             Ok(Some(link)) => State::Open(link),
             Ok(None) => {
@@ -122,6 +144,12 @@ impl Links {
                     until: Instant::now() + DENIED_FOR,
                 }
             }
+            Err(e @ (LinkError::Connect(_) | LinkError::Timeout)) => {
+                unreachable = Some(e);
+                State::Down {
+                    until: Instant::now() + DOWN_FOR,
+                }
+            }
             Err(e) => return Err(e),
         };
         let mut slots = self.0.lock_unpoisoned();
@@ -130,6 +158,9 @@ impl Links {
             opening: opening.clone(),
         });
         slot.state = state;
+        if let Some(e) = unreachable {
+            return Err(e);
+        }
         match &slot.state {
             State::Open(link) => Ok(Way::Link(link.clone())),
             State::Denied { .. } => Err(LinkError::Denied),
@@ -163,6 +194,7 @@ impl Links {
             State::Denied { token: refused, until } if refused.as_ref() == token && Instant::now() < *until => {
                 Known::Denied
             }
+            State::Down { until } if Instant::now() < *until => Known::Down,
             _ => Known::Opening(slot.opening.clone()),
         }
     }

@@ -217,11 +217,7 @@ pub async fn handle(State(state): State<GatewayState>, request: Request) -> Resp
         counters.record(action, OutcomeKind::AuthFailed, started.elapsed());
         return error(protocol, auth_error(e));
     }
-    let Some((backend, token)) = table
-        .routes
-        .get(tenant)
-        .and_then(|r| Some((r.backend.clone()?, r.token.clone())))
-    else {
+    let Some(route) = table.routes.get(tenant).filter(|r| !r.members.is_empty()) else {
         counters.record(action, OutcomeKind::BackendError, started.elapsed());
         return error(protocol, SqsError::unavailable("The queue service is not ready yet."));
     };
@@ -231,29 +227,19 @@ pub async fn handle(State(state): State<GatewayState>, request: Request) -> Resp
         .bytes_in
         .fetch_add(i64::try_from(body.len()).unwrap_or(i64::MAX), Ordering::Relaxed);
     let target = engine_target(rest, parts.uri.query());
-    // An engine of this process is called by path; any other over its
-    // link, or at its address over HTTP if it speaks no link.
-    let exchange = async {
-        if let Some(router) = state.engines.get(&backend) {
-            let request = backend_request(None, token.as_ref(), &target, &parts.method, &parts.headers);
-            return in_process(router, request, body).await;
-        }
-        match state.links.way(&backend, token.as_ref()).await? {
-            Way::Link(link) => {
-                let forwarded = FORWARDED
-                    .iter()
-                    .filter_map(|name| parts.headers.get(*name).map(|value| (*name, value)));
-                let frame = crate::link::request_frame(&parts.method, &target, forwarded, &body)?;
-                let answer = link.call(frame).await?;
-                Ok((answer.status, answer.headers, answer.body))
-            }
-            Way::Http => {
-                let request = backend_request(Some(&backend), token.as_ref(), &target, &parts.method, &parts.headers);
-                forward(&state.http, request, body).await
-            }
-        }
+    let asked = Asked {
+        token: route.token.as_ref(),
+        target: &target,
+        method: &parts.method,
+        headers: &parts.headers,
+        body,
     };
-    let result = match tokio::time::timeout(BACKEND_TIMEOUT, exchange).await {
+    let result = match tokio::time::timeout(
+        BACKEND_TIMEOUT,
+        across(&state, &route.members, read_only(action), &asked),
+    )
+    .await
+    {
         Ok(Ok((status, headers, bytes))) => Ok(relay(status, &headers, bytes)),
         Ok(Err(e)) => Err(e),
         Err(_) => Err(ForwardError::Timeout(BACKEND_TIMEOUT)),
@@ -315,6 +301,86 @@ pub enum ForwardError {
     Link(#[from] LinkError),
     #[error("the request does not fit the engine link: {0}")]
     Frame(#[from] FrameError),
+}
+
+impl ForwardError {
+    /// Whether the request certainly never reached the engine.
+    fn nothing_sent(&self) -> bool {
+        match self {
+            ForwardError::Connect(e) => e.is_connect(),
+            ForwardError::Link(e) => e.nothing_sent(),
+            _ => false,
+        }
+    }
+}
+
+/// What the gateway asks a tenant's engine.
+struct Asked<'a> {
+    token: Option<&'a axum::http::HeaderValue>,
+    target: &'a str,
+    method: &'a axum::http::Method,
+    headers: &'a HeaderMap,
+    body: Bytes,
+}
+
+/// The actions that change nothing: one whose answer was lost may be
+/// asked of another replica.
+fn read_only(action: usize) -> bool {
+    [
+        "GetQueueUrl",
+        "ListQueues",
+        "GetQueueAttributes",
+        "ListQueueTags",
+        "ListDeadLetterSourceQueues",
+        "ListMessageMoveTasks",
+    ]
+    .iter()
+    .any(|a| counters::action_index(a) == action)
+}
+
+/// Asks the replicas of a queue engine in turn (any replica serves; a
+/// follower passes the request to its leader): one that cannot be reached,
+/// so was sent nothing, gives way to the next, and so does one that broke
+/// off a read-only request. Any other failure is the answer: the request
+/// may have been done, and the client's SDK decides whether to retry.
+async fn across(
+    state: &GatewayState,
+    members: &[String],
+    read_only: bool,
+    asked: &Asked<'_>,
+) -> Result<Exchanged, ForwardError> {
+    let mut failed = None;
+    for backend in members {
+        match exchange(state, backend, asked).await {
+            Ok(answer) => return Ok(answer),
+            Err(e) if e.nothing_sent() || (read_only && !matches!(e, ForwardError::Frame(_))) => {
+                tracing::debug!(backend, error = %e, "a replica of the queue engine failed; trying the next");
+                failed = Some(e);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Err(failed.unwrap_or(ForwardError::Link(LinkError::Down)))
+}
+
+/// Asks the engine (replica) at `backend`: one of this process is called
+/// by path; any other over its link, or over HTTP if it speaks no link.
+async fn exchange(state: &GatewayState, backend: &str, asked: &Asked<'_>) -> Result<Exchanged, ForwardError> {
+    let request = |origin| backend_request(origin, asked.token, asked.target, asked.method, asked.headers);
+    if let Some(router) = state.engines.get(backend) {
+        return in_process(router, request(None), asked.body.clone()).await;
+    }
+    match state.links.way(backend, asked.token).await? {
+        Way::Link(link) => {
+            let forwarded = FORWARDED
+                .iter()
+                .filter_map(|name| asked.headers.get(*name).map(|value| (*name, value)));
+            let frame = crate::link::request_frame(asked.method, asked.target, forwarded, &asked.body)?;
+            let answer = link.call(frame).await?;
+            Ok((answer.status, answer.headers, answer.body))
+        }
+        Way::Http => forward(&state.http, request(Some(backend)), asked.body.clone()).await,
+    }
 }
 
 /// Longer than the longest long poll (20 s).

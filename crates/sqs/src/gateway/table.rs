@@ -13,8 +13,10 @@ use crate::link::MAX_TOKEN;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Route {
-    /// `host:port` of the tenant's queue engine, if it runs.
-    pub backend: Option<String>,
+    /// `host:port` of each replica of the tenant's queue engine, none
+    /// while it does not run (the route's backend names them all, with
+    /// commas between).
+    pub members: Vec<String>,
     /// What the engine expects in `x-sless-engine-token`, if anything.
     pub token: Option<axum::http::HeaderValue>,
 }
@@ -72,17 +74,32 @@ pub fn usable(routes: Vec<TenantRoute>) -> (Vec<TenantRoute>, Vec<InvalidRoute>)
     (good, bad)
 }
 
-/// One route's own rules: a tenant id, a `host:port` backend (or none yet),
+/// Most replicas a route names.
+const MAX_MEMBERS: usize = 7;
+
+/// The replicas a route's backend names: `host:port`, with commas between.
+fn members(backend: &str) -> Vec<&str> {
+    if backend.is_empty() {
+        return Vec::new();
+    }
+    backend.split(',').collect()
+}
+
+/// One route's own rules: a tenant id, `host:port` backends (or none yet),
 /// keys with both halves, a token that fits a header.
 fn check_route(route: &TenantRoute) -> Result<(), String> {
     sless_model::name::tenant_id(&route.tenant, "tenant").map_err(|e| e.to_string())?;
-    let backend_valid = route.backend_address.is_empty()
-        || route
-            .backend_address
+    let members = members(&route.backend_address);
+    let host_port = |member: &&str| {
+        member
             .rsplit_once(':')
-            .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
-    if !backend_valid {
-        return Err("the backend is not host:port".into());
+            .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok())
+    };
+    if !members.iter().all(host_port) {
+        return Err("the backend is not host:port (or several, with commas between)".into());
+    }
+    if members.len() > MAX_MEMBERS {
+        return Err(format!("the backend names more than {MAX_MEMBERS} replicas"));
     }
     if route
         .keys
@@ -114,11 +131,11 @@ impl RoutingTable {
                     .keys
                     .insert(key.access_key_id, (route.tenant.clone(), key.secret_access_key));
             }
-            let backend = Some(route.backend_address).filter(|b| !b.is_empty());
+            let members = members(&route.backend_address).into_iter().map(str::to_owned).collect();
             let token = Some(route.backend_token)
                 .filter(|t| !t.is_empty())
                 .and_then(|t| axum::http::HeaderValue::from_str(&t).ok());
-            table.routes.insert(route.tenant, Route { backend, token });
+            table.routes.insert(route.tenant, Route { members, token });
         }
         (table, left_out)
     }
@@ -173,7 +190,7 @@ mod tests {
         );
         assert!(left_out.is_empty(), "{left_out:?}");
         assert_eq!(table.keys["k2"].0, "b");
-        assert_eq!(table.routes["b"].backend, None);
+        assert!(table.routes["b"].members.is_empty());
         for (bad, out) in [
             (
                 vec![route("a", "127.0.0.1:1", "k"), route("a", "127.0.0.1:2", "j")],
@@ -185,6 +202,8 @@ mod tests {
             ),
             (vec![route("Bad", "127.0.0.1:1", "k")], vec!["Bad"]),
             (vec![route("a", "no-port", "k")], vec!["a"]),
+            (vec![route("a", "127.0.0.1:1,,127.0.0.1:2", "k")], vec!["a"]),
+            (vec![route("a", &["127.0.0.1:1"; 8].join(","), "k")], vec!["a"]),
             (vec![route("a", "127.0.0.1:1", "")], vec!["a"]),
         ] {
             let mut routes = bad.clone();
@@ -196,6 +215,16 @@ mod tests {
             assert_eq!(table.routes.keys().collect::<Vec<_>>(), ["good"], "{bad:?}");
             assert_eq!(table.keys.keys().collect::<Vec<_>>(), ["g"], "{bad:?}");
         }
+        let (table, _) = RoutingTable::from_snapshot(
+            id(),
+            RoutingSnapshot {
+                routes: vec![route("a", "10.0.0.1:9324,10.0.0.2:9324,10.0.0.3:9324", "k")],
+            },
+        );
+        assert_eq!(
+            table.routes["a"].members,
+            ["10.0.0.1:9324", "10.0.0.2:9324", "10.0.0.3:9324"]
+        );
         let mut tokened = route("a", "127.0.0.1:1", "k");
         tokened.backend_token = "has space".into();
         assert_eq!(usable(vec![tokened]).1.len(), 1);
