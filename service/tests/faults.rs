@@ -220,6 +220,8 @@ struct Run {
     fifo: String,
     stop: AtomicBool,
     http: reqwest::Client,
+    /// The entries of acknowledged deletions that the service refused.
+    refused_receipts: Mutex<Vec<Value>>,
 }
 
 impl Run {
@@ -363,6 +365,13 @@ impl Run {
         let request = json!({"QueueUrl": queue, "Entries": entries});
         let answer = call(&self.http, url, "DeleteMessageBatch", &request).await;
         let completed = self.now();
+        // A receipt handle stays valid across failovers: the service
+        // never refuses one it gave (SQS deletes or ignores a stale one).
+        if let Answer::Ok(value) = &answer
+            && let Some(refused) = value["Failed"].as_array().filter(|f| !f.is_empty())
+        {
+            self.refused_receipts.lock().unwrap().extend(refused.iter().cloned());
+        }
         let deletes = receipts.into_iter().enumerate().map(|(k, receipt)| Delete {
             queue: queue.to_owned(),
             receipt,
@@ -483,16 +492,16 @@ async fn nemesis(replicas: &mut Replicas, run: &Run, faults: usize) -> Vec<(Faul
             // Each follower in turn.
             [1, 2, 3].into_iter().filter(|i| *i != leader).nth(n / 2 % 2).unwrap()
         };
-        let at = run.now();
-        let _ = writeln!(
-            std::io::stderr(),
-            "{:?} {fault:?} of replica {target} (leader {leader})",
-            at
-        );
         match fault {
             Fault::KillLeader | Fault::KillFollower => replicas.kill9(target),
             Fault::CutLeader | Fault::CutFollower => replicas.net.isolate(target),
         }
+        // From when the fault is whole (a cut takes a few `ip` calls).
+        let at = run.now();
+        let _ = writeln!(
+            std::io::stderr(),
+            "{at:?} {fault:?} of replica {target} (leader {leader})"
+        );
         tokio::time::sleep(HOLD).await;
         match fault {
             Fault::KillLeader | Fault::KillFollower => replicas.spawn(target),
@@ -549,6 +558,7 @@ async fn no_acknowledged_message_is_lost_and_no_deleted_one_returns_across_kills
         standard: String::new(),
         fifo: String::new(),
         stop: AtomicBool::new(false),
+        refused_receipts: Mutex::new(Vec::new()),
         http: reqwest::Client::builder()
             .pool_idle_timeout(Duration::from_secs(10))
             .build()
@@ -627,6 +637,12 @@ async fn no_acknowledged_message_is_lost_and_no_deleted_one_returns_across_kills
         let _ = writeln!(std::io::stderr(), "violation: {violation:?}");
     }
     assert!(report.is_valid(), "{summary}");
+    let refused = run.refused_receipts.lock().unwrap();
+    assert!(
+        refused.is_empty(),
+        "receipt handles refused: {:?}",
+        &refused[..refused.len().min(5)]
+    );
     assert!(done.len() >= faults);
     assert_eq!(
         failover.len(),
