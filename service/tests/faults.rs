@@ -172,7 +172,9 @@ impl Answer {
 
 /// A refusal that certainly took no effect: no connection, a request the
 /// service rejected, or a replica that proposed nothing because it does
-/// not lead (a leader whose proposal was cut from the log says so too).
+/// not lead or lost touch with the majority. A leader whose proposal was
+/// cut from its log says "not the leader" too: with three voters such an
+/// entry can never be committed (with five it could, Raft's figure 8).
 fn refused_for_sure(status: reqwest::StatusCode, text: &str) -> bool {
     status.is_client_error()
         || [
@@ -341,6 +343,7 @@ impl Run {
         let Answer::Ok(answer) = call(&self.http, url, "ReceiveMessage", &request).await else {
             return None;
         };
+        let completed = self.now();
         let messages = answer["Messages"].as_array().cloned().unwrap_or_default();
         let deliveries: Vec<Delivery> = messages
             .iter()
@@ -350,6 +353,7 @@ impl Run {
                 message_id: m["MessageId"].as_str().unwrap_or_default().to_owned(),
                 receipt: m["ReceiptHandle"].as_str().unwrap_or_default().to_owned(),
                 invoked,
+                completed,
             })
             .collect();
         if deliveries.is_empty() {
@@ -490,7 +494,7 @@ async fn nemesis(replicas: &mut Replicas, run: &Run, faults: usize) -> Vec<(Faul
             leader
         } else {
             // Each follower in turn.
-            [1, 2, 3].into_iter().filter(|i| *i != leader).nth(n / 2 % 2).unwrap()
+            [1, 2, 3].into_iter().filter(|i| *i != leader).nth(n / 4 % 2).unwrap()
         };
         match fault {
             Fault::KillLeader | Fault::KillFollower => replicas.kill9(target),

@@ -12,6 +12,9 @@
 //!   with its deduplication id is one send);
 //! - nothing is delivered after its deletion was acknowledged with the
 //!   receipt of its latest delivery;
+//! - an acknowledged receive hides what it delivered for the visibility
+//!   timeout: no other receive gets the message before (a receive is a
+//!   write, and a failover must not lose it);
 //! - a FIFO group's messages are first delivered in the order they were
 //!   sent, without gaps.
 //!
@@ -67,8 +70,9 @@ pub struct Delivery {
     pub body: String,
     pub message_id: String,
     pub receipt: String,
-    /// When the receive was invoked.
+    /// When the receive was invoked, and when its answer came.
     pub invoked: At,
+    pub completed: At,
 }
 
 /// One attempt to delete the message of `receipt`.
@@ -119,6 +123,12 @@ pub enum Violation {
         queue: String,
         body: String,
         deleted: At,
+        received: At,
+    },
+    DeliveredWhileHidden {
+        queue: String,
+        body: String,
+        hidden_at: At,
         received: At,
     },
     OutOfOrder {
@@ -178,6 +188,7 @@ pub fn check(history: &History, visibility: Duration) -> Report {
         }
     }
     deleted_then_delivered(history, visibility, &mut report.violations);
+    delivered_while_hidden(history, visibility, &mut report.violations);
     fifo_order(history, &sends, &mut report.violations);
     report
 }
@@ -277,6 +288,29 @@ fn deleted_then_delivered(history: &History, visibility: Duration, out: &mut Vec
     }
 }
 
+/// A receive invoked at `t` hid what it delivered until at least `t` plus
+/// the visibility timeout: another receive that had its answer well
+/// before then cannot have got the same message.
+fn delivered_while_hidden(history: &History, visibility: Duration, out: &mut Vec<Violation>) {
+    let mut by_message: BTreeMap<(&str, &str), Vec<&Delivery>> = BTreeMap::new();
+    for d in &history.deliveries {
+        by_message.entry((&d.queue, &d.message_id)).or_default().push(d);
+    }
+    for deliveries in by_message.values_mut() {
+        deliveries.sort_by_key(|d| d.invoked);
+        for (first, then) in deliveries.iter().zip(deliveries.iter().skip(1)) {
+            if then.completed + MARGIN < first.invoked + visibility {
+                out.push(Violation::DeliveredWhileHidden {
+                    queue: then.queue.clone(),
+                    body: then.body.clone(),
+                    hidden_at: first.invoked,
+                    received: then.invoked,
+                });
+            }
+        }
+    }
+}
+
 /// Each FIFO group's first deliveries come in the order of its sends,
 /// with none left out: the next new number is always one more than the
 /// highest so far (a number seen before is a redelivery).
@@ -343,6 +377,7 @@ mod tests {
             message_id: id.into(),
             receipt: receipt.into(),
             invoked: s(invoked),
+            completed: s(invoked + 1),
         }
     }
 
@@ -440,7 +475,8 @@ mod tests {
     fn a_delivery_after_an_acknowledged_delete_is_caught_unless_the_receipt_may_have_been_stale() {
         let mut history = History {
             sends: vec![send("a", Outcome::Ok, Some("1"))],
-            deliveries: vec![delivery("a", "1", "r1", 2), delivery("a", "1", "r2", 10)],
+            // Received again once r1's visibility timeout (30 s) was over.
+            deliveries: vec![delivery("a", "1", "r1", 2), delivery("a", "1", "r2", 40)],
             deletes: vec![delete("r1", 3)],
         };
         assert!(matches!(
@@ -450,13 +486,28 @@ mod tests {
         // Deleted after the message could have been received again: r1
         // may have been stale, and SQS then need not delete.
         history.deletes = vec![delete("r1", 31)];
-        history.deliveries[1].invoked = s(40);
         assert_eq!(violations(&history), vec![]);
         // A deletion that was not acknowledged deletes nothing for sure.
         history.deletes = vec![Delete {
             outcome: Outcome::Unknown,
             ..delete("r1", 3)
         }];
+        assert_eq!(violations(&history), vec![]);
+    }
+
+    #[test]
+    fn a_message_received_again_within_its_visibility_timeout_is_caught() {
+        let mut history = History {
+            sends: vec![send("a", Outcome::Ok, Some("1"))],
+            deliveries: vec![delivery("a", "1", "r1", 2), delivery("a", "1", "r2", 10)],
+            ..History::default()
+        };
+        assert!(matches!(
+            violations(&history)[..],
+            [Violation::DeliveredWhileHidden { .. }]
+        ));
+        // Once the first receive's visibility timeout (30 s) may be over.
+        history.deliveries[1] = delivery("a", "1", "r2", 40);
         assert_eq!(violations(&history), vec![]);
     }
 

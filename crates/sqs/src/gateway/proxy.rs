@@ -236,7 +236,7 @@ pub async fn handle(State(state): State<GatewayState>, request: Request) -> Resp
     };
     let result = match tokio::time::timeout(
         BACKEND_TIMEOUT,
-        across(&state, &route.members, read_only(action), &asked),
+        across(&state, &route.members, read_only(protocol, action), &asked),
     )
     .await
     {
@@ -323,19 +323,22 @@ struct Asked<'a> {
     body: Bytes,
 }
 
-/// The actions that change nothing: one whose answer was lost may be
-/// asked of another replica.
-fn read_only(action: usize) -> bool {
-    [
-        "GetQueueUrl",
-        "ListQueues",
-        "GetQueueAttributes",
-        "ListQueueTags",
-        "ListDeadLetterSourceQueues",
-        "ListMessageMoveTasks",
-    ]
-    .iter()
-    .any(|a| counters::action_index(a) == action)
+/// Whether the request's action changes nothing, so that one whose
+/// answer was lost may be asked of another replica. Only a JSON request
+/// says so for sure: the engine reads its one `X-Amz-Target` as the gateway
+/// does, while a query request may name `Action` more than once.
+fn read_only(protocol: Protocol, action: usize) -> bool {
+    matches!(protocol, Protocol::Json)
+        && [
+            "GetQueueUrl",
+            "ListQueues",
+            "GetQueueAttributes",
+            "ListQueueTags",
+            "ListDeadLetterSourceQueues",
+            "ListMessageMoveTasks",
+        ]
+        .iter()
+        .any(|a| counters::action_index(a) == action)
 }
 
 /// Asks the replicas of a queue engine in turn (any replica serves; a

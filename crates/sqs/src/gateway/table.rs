@@ -91,9 +91,9 @@ fn check_route(route: &TenantRoute) -> Result<(), String> {
     sless_model::name::tenant_id(&route.tenant, "tenant").map_err(|e| e.to_string())?;
     let members = members(&route.backend_address);
     let host_port = |member: &&str| {
-        member
-            .rsplit_once(':')
-            .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok())
+        member.rsplit_once(':').is_some_and(|(host, port)| {
+            !host.is_empty() && !host.contains(char::is_whitespace) && port.parse::<u16>().is_ok()
+        })
     };
     if !members.iter().all(host_port) {
         return Err("the backend is not host:port (or several, with commas between)".into());
@@ -203,6 +203,7 @@ mod tests {
             (vec![route("Bad", "127.0.0.1:1", "k")], vec!["Bad"]),
             (vec![route("a", "no-port", "k")], vec!["a"]),
             (vec![route("a", "127.0.0.1:1,,127.0.0.1:2", "k")], vec!["a"]),
+            (vec![route("a", "127.0.0.1:1, 127.0.0.1:2", "k")], vec!["a"]),
             (vec![route("a", &["127.0.0.1:1"; 8].join(","), "k")], vec!["a"]),
             (vec![route("a", "127.0.0.1:1", "")], vec!["a"]),
         ] {
