@@ -42,6 +42,13 @@ if ! command -v make >/dev/null || ! command -v pkg-config >/dev/null \
   apt_install make pkg-config libssl-dev zlib1g-dev
 fi
 
+# `ip` (iproute2): the replicas' fault test makes network namespaces, a
+# bridge and veth pairs with it, as the local cluster does.
+if ! command -v ip >/dev/null; then
+  log "installing iproute2"
+  apt_install iproute2
+fi
+
 # Redis: the control plane's shared store, and redis-benchmark for bench/.
 if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null; then
   log "installing Redis"

@@ -21,12 +21,15 @@ pub struct Command {
 }
 
 impl Command {
+    /// About how many bytes a command, or a log entry without commands,
+    /// takes in the log besides message bodies.
+    pub const BASE_WEIGHT: usize = 256;
+
     /// About how many bytes it takes in the log.
     pub fn weight(&self) -> usize {
-        const BASE: usize = 256;
         match &self.op {
-            Op::Send { messages, .. } => messages.iter().map(|m| BASE + m.body.len()).sum(),
-            _ => BASE,
+            Op::Send { messages, .. } => messages.iter().map(|m| Self::BASE_WEIGHT + m.body.len()).sum(),
+            _ => Self::BASE_WEIGHT,
         }
     }
 }

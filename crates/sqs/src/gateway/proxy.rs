@@ -328,17 +328,18 @@ struct Asked<'a> {
 /// says so for sure: the engine reads its one `X-Amz-Target` as the gateway
 /// does, while a query request may name `Action` more than once.
 fn read_only(protocol: Protocol, action: usize) -> bool {
+    const READ_ONLY: [&str; 6] = [
+        "GetQueueUrl",
+        "ListQueues",
+        "GetQueueAttributes",
+        "ListQueueTags",
+        "ListDeadLetterSourceQueues",
+        "ListMessageMoveTasks",
+    ];
     matches!(protocol, Protocol::Json)
-        && [
-            "GetQueueUrl",
-            "ListQueues",
-            "GetQueueAttributes",
-            "ListQueueTags",
-            "ListDeadLetterSourceQueues",
-            "ListMessageMoveTasks",
-        ]
-        .iter()
-        .any(|a| counters::action_index(a) == action)
+        && protocol::ACTIONS
+            .get(action)
+            .is_some_and(|name| READ_ONLY.contains(name))
 }
 
 /// Asks the replicas of a queue engine in turn (any replica serves; a

@@ -155,7 +155,7 @@ fn within_budget(entries: &[Entry<TypeConfig>]) -> usize {
     for (n, entry) in entries.iter().enumerate() {
         bytes += match &entry.payload {
             EntryPayload::Normal(commands) => commands.0.iter().map(Command::weight).sum(),
-            _ => 256,
+            _ => Command::BASE_WEIGHT,
         };
         if n > 0 && bytes > APPEND_BUDGET {
             return n;
@@ -225,7 +225,7 @@ mod tests {
 
     #[test]
     fn an_append_carries_entries_up_to_its_budget_and_at_least_one() {
-        let fit = APPEND_BUDGET / 256;
+        let fit = APPEND_BUDGET / Command::BASE_WEIGHT;
         assert_eq!(within_budget(&blanks(10)), 10);
         assert_eq!(within_budget(&blanks(fit as u64 + 5)), fit);
         assert_eq!(within_budget(&[]), 0);
