@@ -90,6 +90,31 @@ def test_queue_service_lifecycle(tf):
             pass  # the old engine has stopped; the new one is opening the journal
         assert time.time() < deadline, f"the message sent before the change did not come back: {bodies}"
 
+    # Replicas change in place: three `sless queue` processes take over the
+    # same queues; left out of the configuration, the server's value stays.
+    sqs.send_message(QueueUrl=url, MessageBody="replicated")
+    process = (QUEUE % ("tf-queues", 256)).replace("memory_mb = 256", 'memory_mb = 256\n  durability = "process"')
+    tf.write(process.replace('durability = "process"', 'durability = "process"\n  replicas = 3'))
+    plan = tf.plan_exit()
+    assert plan.returncode == 2 and "update in-place" in plan.stdout and "1 -> 3" in plan.stdout, plan.stdout
+    tf.apply()
+    assert tf.sless.rest("a", "GET", "/queue-services/tf-queues").json()["replicas"] == 3
+    assert tf.plan_exit().returncode == 0, "a second plan shows no changes"
+    tf.write(process)
+    assert tf.plan_exit().returncode == 0, "replicas left out keep the server's value"
+    deadline = time.time() + 20
+    bodies = set()
+    while "replicated" not in bodies:
+        try:
+            got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=1)
+            bodies |= {m["Body"] for m in got.get("Messages", [])}
+        except Exception:
+            pass  # the replicas are electing a leader
+        assert time.time() < deadline, f"the message sent before three replicas did not come back: {bodies}"
+    tf.write(process.replace('durability = "process"', 'durability = "process"\n  replicas = 2'))
+    plan = tf.plan_exit()
+    assert plan.returncode == 1 and "Invalid replicas" in plan.stderr and "1 or 3" in plan.stderr, plan.stderr
+
     tf.write(QUEUE % ("tf-renamed", 256))
     plan = tf.plan_exit()
     assert "forces replacement" in plan.stdout, plan.stdout

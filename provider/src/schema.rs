@@ -14,6 +14,9 @@ pub enum Kind {
     /// Optional; when absent from config it takes `default`.
     OptionalDefault,
     Optional,
+    /// Optional; when absent from config the server chooses (unknown at
+    /// create, then kept from state).
+    OptionalComputed,
     /// Set by the server and stable across plans (kept from state).
     Computed,
     /// Set by the server and possibly changed by any update (unknown then).
@@ -64,10 +67,13 @@ impl Attr {
             r#type: self.ty.json().to_string().into_bytes(),
             description: self.description.to_string(),
             required: self.kind == Kind::Required,
-            optional: matches!(self.kind, Kind::Optional | Kind::OptionalDefault),
+            optional: matches!(
+                self.kind,
+                Kind::Optional | Kind::OptionalDefault | Kind::OptionalComputed
+            ),
             computed: matches!(
                 self.kind,
-                Kind::OptionalDefault | Kind::Computed | Kind::ComputedVolatile
+                Kind::OptionalDefault | Kind::OptionalComputed | Kind::Computed | Kind::ComputedVolatile
             ),
             sensitive: self.sensitive,
             description_kind: proto::StringKind::Markdown as i32,
@@ -143,15 +149,21 @@ impl BlockSchema {
             _ => BTreeMap::new(),
         };
         let changed = !creating
-            && self.attrs.iter().any(|a| {
-                matches!(a.kind, Kind::Required | Kind::Optional | Kind::OptionalDefault)
-                    && effective(a, config) != *prior.get(a.name)
+            && self.attrs.iter().any(|a| match a.kind {
+                Kind::Required | Kind::Optional | Kind::OptionalDefault => effective(a, config) != *prior.get(a.name),
+                Kind::OptionalComputed => !config.get(a.name).is_null() && config.get(a.name) != prior.get(a.name),
+                Kind::Computed | Kind::ComputedVolatile => false,
             });
         let mut replace = vec![];
         for a in &self.attrs {
             let value = match a.kind {
                 Kind::Required | Kind::Optional => config.get(a.name).clone(),
                 Kind::OptionalDefault => effective(a, config),
+                Kind::OptionalComputed => match config.get(a.name) {
+                    Value::Null if creating => Value::Unknown,
+                    Value::Null => prior.get(a.name).clone(),
+                    set => set.clone(),
+                },
                 Kind::Computed if creating => Value::Unknown,
                 Kind::Computed => prior.get(a.name).clone(),
                 Kind::ComputedVolatile if creating || changed => Value::Unknown,
@@ -167,7 +179,8 @@ impl BlockSchema {
         } else {
             // A replacement creates anew: every computed value is unknown.
             for a in &self.attrs {
-                if matches!(a.kind, Kind::Computed | Kind::ComputedVolatile) {
+                let chosen_by_server = a.kind == Kind::OptionalComputed && config.get(a.name).is_null();
+                if matches!(a.kind, Kind::Computed | Kind::ComputedVolatile) || chosen_by_server {
                     planned.insert(a.name.to_owned(), Value::Unknown);
                 }
             }
@@ -257,5 +270,34 @@ mod tests {
         let (planned, replace) = schema().plan(&prior, renamed.clone(), &renamed);
         assert_eq!(replace, ["name"]);
         assert_eq!(planned.get("id"), &Value::Unknown);
+    }
+
+    #[test]
+    fn a_value_the_server_chooses_is_unknown_at_create_then_kept_unless_set() {
+        let schema = BlockSchema {
+            description: "",
+            attrs: vec![
+                Attr::new("name", Type::String, Kind::Required, "").replace(),
+                Attr::new("replicas", Type::Number, Kind::OptionalComputed, ""),
+            ],
+            timeouts: false,
+        };
+        let unset = obj(&[("name", Value::str("a")), ("replicas", Value::Null)]);
+        let (planned, _) = schema.plan(&Value::Null, unset.clone(), &unset);
+        assert_eq!(planned.get("replicas"), &Value::Unknown);
+        let prior = obj(&[("name", Value::str("a")), ("replicas", Value::Number(3.0))]);
+        let (planned, _) = schema.plan(&prior, unset.clone(), &unset);
+        assert_eq!(planned, prior, "unset keeps what the server chose: no change");
+        let one = obj(&[("name", Value::str("a")), ("replicas", Value::Number(1.0))]);
+        let (planned, replace) = schema.plan(&prior, one.clone(), &one);
+        assert_eq!((planned.get("replicas"), replace.len()), (&Value::Number(1.0), 0));
+        let renamed = obj(&[("name", Value::str("b")), ("replicas", Value::Null)]);
+        let (planned, replace) = schema.plan(&prior, renamed.clone(), &renamed);
+        assert_eq!(replace, ["name"]);
+        assert_eq!(
+            planned.get("replicas"),
+            &Value::Unknown,
+            "a new object gets the server's choice anew"
+        );
     }
 }

@@ -73,6 +73,9 @@ pub struct DevOptions {
     pub egress: sless_dataflow::egress::EgressArgs,
     /// What dataflows may keep on disk and hold in memory.
     pub budget: sless_dataflow::budget::BudgetArgs,
+    /// How queue engines of several replicas run, and how many a queue
+    /// service gets when it does not say.
+    pub replicas: sless_platform::local::ReplicaOptions,
 }
 
 /// A prepared instance: the store is open and the port is bound.
@@ -162,6 +165,7 @@ impl Dev {
             },
             Arc::new(egress),
             sless_dataflow::budget::Budgets::new(opts.data_dir.join("spill"), opts.budget),
+            opts.replicas,
         );
         let state = AppState {
             platform: platform.clone(),

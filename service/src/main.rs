@@ -170,6 +170,10 @@ struct QueueArgs {
     /// The token the replicas present to each other.
     #[arg(long, env = "SLESS_PEER_TOKEN", hide_env_values = true)]
     peer_token: Option<String>,
+    /// End with the process of this id (`sless dev` starting its replicas):
+    /// killed when it ends, even by `kill -9`, and never left behind.
+    #[arg(long, hide = true)]
+    parent_pid: Option<i32>,
 }
 
 /// The replicas `--peers` names: `1=HOST:PORT,2=HOST:PORT`.
@@ -240,6 +244,20 @@ struct DevArgs {
     /// memory, per tenant and in all.
     #[command(flatten)]
     budget: sless_dataflow::budget::BudgetArgs,
+    /// Replicas of a queue service that does not say: 1 runs its engine in
+    /// this process; 3 run three `sless queue` processes that keep its
+    /// queues together and go on serving when one is killed (this process
+    /// starts it again).
+    #[arg(long, default_value_t = 1, value_parser = replicas_arg)]
+    replicas: u8,
+}
+
+fn replicas_arg(value: &str) -> Result<u8, String> {
+    value
+        .parse()
+        .ok()
+        .filter(|r| sless_model::queue_service::REPLICAS.contains(r))
+        .ok_or_else(|| format!("must be 1 or 3 (got {value})"))
 }
 
 fn init_tracing() {
@@ -291,6 +309,10 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
         tenant_limits: args.tenant_limits,
         egress: args.egress,
         budget: args.budget,
+        replicas: sless_platform::local::ReplicaOptions {
+            program: Some(std::env::current_exe().context("cannot find the sless executable")?),
+            default: args.replicas,
+        },
     })
     .await
     .context("cannot start sless dev")?;
@@ -319,8 +341,23 @@ fn durability_arg(value: &str) -> Result<sless_model::queue_service::Durability,
     value.parse().map_err(|e: sless_model::FieldError| e.message)
 }
 
+/// Has this process killed when its parent `parent` ends; fails if it
+/// already has.
+fn end_with_parent(parent: i32) -> anyhow::Result<()> {
+    use rustix::process::{Pid, Signal, getppid, set_parent_process_death_signal};
+    set_parent_process_death_signal(Some(Signal::KILL)).context("asking to end with the parent process")?;
+    // The parent may have ended before the request above.
+    if getppid() != Pid::from_raw(parent) {
+        anyhow::bail!("the parent process {parent} has ended");
+    }
+    Ok(())
+}
+
 async fn queue(args: QueueArgs) -> anyhow::Result<()> {
     use sless_sqs::engine::Persistence;
+    if let Some(parent) = args.parent_pid {
+        end_with_parent(parent)?;
+    }
     use sless_sqs::engine::{Engine, EngineConfig, server::EngineServer};
     let persistence = args.data_dir.as_ref().map(|d| Persistence {
         journal: d.join("queues.journal"),

@@ -105,7 +105,7 @@ impl Replicas {
     }
 
     /// The leader, once the replicas have settled: all three answer, name
-    /// it at one term, and have applied the log to within a few entries
+    /// it at one term, are past any change of the voters, and have applied the log to within a few entries
     /// of each other (a restarted replica has caught up).
     async fn settled_leader(&self, http: &reqwest::Client) -> Option<usize> {
         let mut named = Vec::new();
@@ -121,6 +121,9 @@ impl Replicas {
                 .await
                 .ok()?;
             let number = |field: &str| status[field].as_u64();
+            if status["joint"] != false {
+                return None;
+            }
             named.push((number("term")?, number("leader")?, number("last_applied")?));
         }
         let (term, leader, _) = named[0];

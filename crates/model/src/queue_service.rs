@@ -11,6 +11,9 @@ pub const MEMORY_MB: RangeInclusive<i64> = 32..=1024;
 pub const STORAGE_MB: RangeInclusive<i64> = 128..=10240;
 pub const DEFAULT_MEMORY_MB: u32 = 64;
 pub const DEFAULT_STORAGE_MB: u32 = 512;
+/// How many replicas a queue service's engine may run as: one, or three
+/// that keep the queues together and fail over when one is lost.
+pub const REPLICAS: [u8; 2] = [1, 3];
 
 /// The validated desired state of a queue service.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -24,6 +27,13 @@ pub struct QueueServiceSpec {
     /// Records stored before this field existed are `disk`, as they were.
     #[serde(default)]
     pub durability: Durability,
+    /// Records stored before this field existed ran one engine, as they do.
+    #[serde(default = "one")]
+    pub replicas: u8,
+}
+
+fn one() -> u8 {
+    1
 }
 
 impl Default for QueueServiceSpec {
@@ -33,6 +43,7 @@ impl Default for QueueServiceSpec {
             storage_mb: DEFAULT_STORAGE_MB,
             persistence: true,
             durability: Durability::Disk,
+            replicas: 1,
         }
     }
 }
@@ -114,6 +125,18 @@ pub struct QueueServiceRequest {
     /// engine, synced within 100 ms. Changes in place (the engine restarts).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub durability: Option<Durability>,
+    /// How many replicas of the queue engine keep the queues: 1, or 3 (with
+    /// persistence), which acknowledge a change once two of them hold it at
+    /// the durability asked and go on serving when one is lost. Default:
+    /// the platform's (1 in `sless dev` unless `--replicas 3`). Changes in
+    /// place from 1 to 3 and back, keeping every message.
+    #[serde(
+        default,
+        deserialize_with = "crate::whole_number",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schema(minimum = 1, maximum = 3)]
+    pub replicas: Option<i64>,
 }
 
 fn in_range(value: i64, range: &RangeInclusive<i64>, field: &str, errors: &mut ValidationErrors) -> u32 {
@@ -144,12 +167,28 @@ impl QueueServiceRequest {
                 "applies only with persistence: without it messages live in memory only",
             ));
         }
+        let replicas = self.replicas.map_or(base.replicas, |v| {
+            u8::try_from(v)
+                .ok()
+                .filter(|r| REPLICAS.contains(r))
+                .unwrap_or_else(|| {
+                    errors.push(FieldError::invalid("replicas", format!("must be 1 or 3 (got {v})")));
+                    base.replicas
+                })
+        });
+        if !persistence && replicas > 1 {
+            errors.push(FieldError::invalid(
+                "replicas",
+                "more than one needs persistence: the replicas keep the queues in their logs",
+            ));
+        }
         errors.into_result()?;
         Ok(QueueServiceSpec {
             memory_mb,
             storage_mb,
             persistence,
             durability,
+            replicas,
         })
     }
 }
@@ -244,6 +283,7 @@ pub struct QueueServiceView {
     pub storage_mb: u32,
     pub persistence: bool,
     pub durability: Durability,
+    pub replicas: u8,
     pub phase: QueueServicePhase,
     /// SQS endpoint URL for `endpoint_url`; set once Ready.
     pub endpoint: Option<String>,
@@ -281,8 +321,41 @@ mod tests {
                 storage_mb: 512,
                 persistence: true,
                 durability: Durability::Disk,
+                replicas: 1,
             }
         );
+    }
+
+    #[test]
+    fn replicas_are_one_or_three_and_three_need_persistence() {
+        let asked = |replicas: i64, persistence: bool| {
+            QueueServiceRequest {
+                replicas: Some(replicas),
+                persistence: Some(persistence),
+                ..Default::default()
+            }
+            .spec_over(QueueServiceSpec::default())
+        };
+        assert_eq!(asked(3, true).unwrap().replicas, 3);
+        assert_eq!(asked(1, false).unwrap().replicas, 1);
+        for wrong in [0, 2, 4, -1, 256 + 3] {
+            let e = asked(wrong, true).unwrap_err();
+            assert_eq!(e.0[0].field, "replicas", "{wrong}");
+            assert!(e.0[0].message.contains("1 or 3"), "{}", e.0[0].message);
+        }
+        assert!(asked(3, false).unwrap_err().0[0].message.contains("persistence"));
+        // Absent: the base's (the platform's default, or the current value).
+        let three = QueueServiceSpec {
+            replicas: 3,
+            ..QueueServiceSpec::default()
+        };
+        assert_eq!(QueueServiceRequest::default().spec_over(three).unwrap().replicas, 3);
+        let old: QueueServiceSpec =
+            serde_json::from_str(r#"{"memoryMB":64,"storageMB":512,"persistence":true}"#).unwrap();
+        assert_eq!(old.replicas, 1);
+        let body: QueueServiceRequest = serde_json::from_str(r#"{"replicas":3.0}"#).unwrap();
+        assert_eq!(body.replicas, Some(3));
+        assert!(serde_json::from_str::<QueueServiceRequest>(r#"{"replicas":"3"}"#).is_err());
     }
 
     #[test]

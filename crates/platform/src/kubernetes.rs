@@ -183,6 +183,7 @@ impl KubePlatform {
             storage_mb: qs.spec.storage_mb,
             persistence: qs.spec.persistence,
             durability: qs.spec.durability,
+            replicas: 1,
             // Marked for deletion: going, whatever the operator wrote last.
             // A spec the operator has not reconciled yet is not Ready yet:
             // the status it wrote is of the previous spec.
@@ -298,6 +299,7 @@ impl Platform for KubePlatform {
         name: &DnsLabel,
         spec: QueueServiceSpec,
     ) -> Result<QueueServiceView> {
+        one_replica(&spec)?;
         self.ensure_namespace(tenant).await?;
         let api = self.queues(tenant);
         if let Some(other) = api.list(&ListParams::default()).await.map_err(api_error)?.items.first() {
@@ -337,6 +339,7 @@ impl Platform for KubePlatform {
         name: &DnsLabel,
         spec: QueueServiceSpec,
     ) -> Result<QueueServiceView> {
+        one_replica(&spec)?;
         let patch = serde_json::json!({"spec": {
             "memoryMB": spec.memory_mb, "storageMB": spec.storage_mb, "persistence": spec.persistence,
             "durability": spec.durability,
@@ -454,6 +457,25 @@ impl Platform for KubePlatform {
     async fn ready(&self) -> Result<()> {
         self.client.apiserver_version().await.map(drop).map_err(api_error)
     }
+}
+
+/// This platform runs one engine per queue service so far: three replicas
+/// (a StatefulSet) are not built yet, and a request for them is refused
+/// rather than served by one.
+fn one_replica(spec: &QueueServiceSpec) -> Result<()> {
+    if spec.replicas == 1 {
+        return Ok(());
+    }
+    Err(PlatformError::Invalid(
+        sless_model::FieldError::invalid(
+            "replicas",
+            format!(
+                "{} replicas are not available on the Kubernetes platform yet; it runs one engine per queue service",
+                spec.replicas
+            ),
+        )
+        .into(),
+    ))
 }
 
 #[cfg(test)]

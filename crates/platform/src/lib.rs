@@ -105,6 +105,12 @@ pub trait Platform: Send + Sync {
     /// Whether the backend can serve requests (for `/readyz`).
     async fn ready(&self) -> Result<()>;
 
+    /// What a queue service that leaves a field out gets (its replicas
+    /// depend on the platform).
+    fn default_queue_spec(&self) -> QueueServiceSpec {
+        QueueServiceSpec::default()
+    }
+
     /// Live counters of the dataflows this process runs, for `/metrics`.
     fn dataflow_samples(&self) -> Vec<sless_dataflow::metrics::FlowSample> {
         Vec::new()

@@ -38,6 +38,7 @@ pub struct QueueServiceState {
     pub persistence: Option<bool>,
     /// A string, so that a wrong value is the plan's diagnostic.
     pub durability: Option<String>,
+    pub replicas: Option<f64>,
     pub phase: Option<QueueServicePhase>,
     pub endpoint: Option<String>,
     pub region: Option<String>,
@@ -65,6 +66,7 @@ impl QueueServiceState {
             storage_mb,
             persistence,
             durability,
+            replicas,
             phase,
             endpoint,
             region,
@@ -82,6 +84,7 @@ impl QueueServiceState {
             storage_mb: Some(f64::from(storage_mb)),
             persistence: Some(persistence),
             durability: Some(durability.as_str().to_owned()),
+            replicas: Some(f64::from(replicas)),
             phase: Some(phase),
             endpoint,
             region: Some(region),
@@ -101,6 +104,30 @@ impl QueueServiceState {
             storage_mb: self.storage_mb.map(|v| v as i64),
             persistence: None,
             durability: self.durability.as_deref().and_then(|d| d.parse().ok()),
+            replicas: self.replicas.map(|v| v as i64),
+        }
+    }
+}
+
+/// One or three replicas, three only with persistence: the service's rule.
+fn check_replicas(config: &QueueServiceState, diags: &mut Diagnostics) {
+    let Some(replicas) = config.replicas else { return };
+    if replicas.fract() != 0.0 {
+        diags.push_error(
+            "Invalid replicas",
+            format!("must be 1 or 3 (got {replicas})"),
+            Some("replicas"),
+        );
+        return;
+    }
+    let request = QueueServiceRequest {
+        persistence: config.persistence,
+        replicas: Some(replicas as i64),
+        ..Default::default()
+    };
+    if let Err(errors) = request.spec_over(Default::default()) {
+        for e in errors.0.into_iter().filter(|e| e.field == "replicas") {
+            diags.push_error("Invalid replicas", e.message, Some("replicas"));
         }
     }
 }
@@ -199,6 +226,15 @@ impl Resource for QueueService {
                 )
                 .default(Value::String(Durability::Disk.as_str().into())),
                 Attr::new(
+                    "replicas",
+                    Type::Number,
+                    Kind::OptionalComputed,
+                    "How many replicas of the queue engine keep the queues: 1, or 3 (needs persistence), which \
+                     acknowledge a message once two of them hold it and go on serving when one is lost. Default: \
+                     the platform's (1 in `sless dev` unless started with `--replicas 3`). Changes in place, \
+                     keeping every message; where the platform runs one engine only, 3 is refused.",
+                ),
+                Attr::new(
                     "phase",
                     Type::String,
                     Kind::ComputedVolatile,
@@ -246,6 +282,7 @@ impl Resource for QueueService {
         check_name(config.name.as_deref(), &mut diags);
         check_whole(config.memory_mb, "memory_mb", MEMORY_MB, &mut diags);
         check_whole(config.storage_mb, "storage_mb", STORAGE_MB, &mut diags);
+        check_replicas(config, &mut diags);
         // The service's rules, through its request (durability needs persistence).
         if let Some(durability) = &config.durability {
             match durability.parse::<Durability>() {
@@ -346,6 +383,7 @@ mod tests {
             storage_mb: 512,
             persistence: true,
             durability: Durability::Process,
+            replicas: 1,
             phase,
             endpoint: None,
             region: "ru-msk-1".into(),
@@ -517,5 +555,26 @@ mod tests {
         assert_eq!(wrong[0].summary, "Invalid durability");
         assert!(wrong[0].detail.contains("disk, process"), "{}", wrong[0].detail);
         assert_eq!(durability("process", false)[0].summary, "Invalid durability");
+    }
+
+    #[test]
+    fn replicas_are_one_or_three_and_three_need_persistence() {
+        let replicas = |value: f64, persistence: bool| {
+            let config = QueueServiceState {
+                replicas: Some(value),
+                persistence: Some(persistence),
+                ..config("q", 64.0, 512.0)
+            };
+            QueueService.validate(&config).0
+        };
+        assert!(replicas(3.0, true).is_empty());
+        assert!(replicas(1.0, false).is_empty());
+        for wrong in [0.0, 2.0, 2.5, 4.0, -3.0, 1e300] {
+            let diags = replicas(wrong, true);
+            assert_eq!(diags.len(), 1, "{wrong}");
+            assert_eq!(diags[0].summary, "Invalid replicas");
+            assert!(diags[0].detail.contains("1 or 3"), "{}", diags[0].detail);
+        }
+        assert!(replicas(3.0, false)[0].detail.contains("persistence"));
     }
 }

@@ -44,6 +44,7 @@ fn spec_of(view: &QueueServiceView) -> QueueServiceSpec {
         storage_mb: view.storage_mb,
         persistence: view.persistence,
         durability: view.durability,
+        replicas: view.replicas,
     }
 }
 
@@ -63,7 +64,7 @@ pub async fn create(
 ) -> Result<impl IntoResponse, ApiError> {
     let name = DnsLabel::parse(body.name.as_deref().unwrap_or_default(), "name")
         .map_err(|e| ApiError::Validation(e.into()))?;
-    let spec = body.spec_over(QueueServiceSpec::default())?;
+    let spec = body.spec_over(state.platform.default_queue_spec())?;
     let view = state
         .platform
         .create_queue_service(&tenant, &name, spec)
@@ -121,7 +122,11 @@ async fn update(
         .await
         .map_err(|e| ApiError::from_platform(e, name.what()))?;
     let current = spec_of(&current);
-    let spec = body.spec_over(if partial { current } else { QueueServiceSpec::default() })?;
+    let spec = body.spec_over(if partial {
+        current
+    } else {
+        state.platform.default_queue_spec()
+    })?;
     spec.check_update_from(&current)?;
     state
         .platform
@@ -132,7 +137,7 @@ async fn update(
 }
 
 /// Replace the changeable fields; absent fields take their defaults.
-/// `memoryMB` and `durability` change in place, `storageMB` can only grow,
+/// `memoryMB`, `durability` and `replicas` change in place, `storageMB` can only grow,
 /// `persistence` is fixed.
 #[utoipa::path(put, path = "/api/v1/queue-services/{name}", tag = "queue-services",
     params(("name" = String, Path, description = "Queue service name")),

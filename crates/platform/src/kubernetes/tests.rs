@@ -65,6 +65,20 @@ async fn a_queue_service_is_a_resource_in_the_tenant_namespace_with_its_keys() {
         p.create_queue_service(&acme, &main, QueueServiceSpec::default()).await,
         Err(PlatformError::AlreadyExists)
     ));
+    // Three replicas are refused, naming the field, rather than run as one.
+    let three = QueueServiceSpec {
+        replicas: 3,
+        ..QueueServiceSpec::default()
+    };
+    for refused in [
+        p.create_queue_service(&label("beta"), &main, three).await.map(drop),
+        p.update_queue_service(&acme, &main, three).await.map(drop),
+    ] {
+        match refused {
+            Err(PlatformError::Invalid(errors)) => assert_eq!(errors.0[0].field, "replicas"),
+            other => panic!("not refused: {other:?}"),
+        }
+    }
 
     // What the operator does: the Secret and a Ready status.
     let secret = Secret {

@@ -4,6 +4,7 @@
 //! the gateway's acknowledgement.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use sless_model::queue_service::QueueServicePhase;
 use sless_model::queue_service::QueueServiceStatus;
@@ -12,59 +13,161 @@ use sless_sqs::engine::{Engine, EngineConfig, Persistence};
 use sless_sqs::gateway::proxy::InProcessEngines;
 
 use super::db::StoreError;
+use super::replicas::{self, ReplicaConfig, ReplicaSet};
 use super::{LocalPlatform, QUEUE_SERVICE, QueueRecord, QueueState, now_rfc3339};
 use sless_runtime::sync::Unpoisoned;
 
 /// A tenant's running queue engine and the token it takes from the gateway.
 pub(super) struct RunningEngine {
-    server: EngineServer,
     token: String,
-    /// What it was started with; another value restarts it.
-    persistence: Option<Persistence>,
-    /// Where the gateway finds it in process; it leaves with the engine.
-    registry: InProcessEngines,
+    serving: Serving,
 }
 
-impl Drop for RunningEngine {
+/// Where a tenant's queue engine runs.
+enum Serving {
+    /// In this process, on a loopback port.
+    InProcess {
+        engine: Arc<Engine>,
+        server: EngineServer,
+        /// What it was started with; another value restarts it.
+        persistence: Option<Persistence>,
+        registered: Registered,
+    },
+    /// As three `sless queue` processes.
+    Replicas(ReplicaSet),
+}
+
+/// Where the gateway finds an engine in process; it leaves with the engine.
+struct Registered {
+    registry: InProcessEngines,
+    addr: String,
+}
+
+impl Drop for Registered {
     fn drop(&mut self) {
-        self.registry.remove(&self.server.addr.to_string());
+        self.registry.remove(&self.addr);
+    }
+}
+
+/// Where the gateway reaches a tenant's engine, or why it cannot.
+pub(super) struct Backend {
+    /// The engine's address, or its replicas' (comma-separated).
+    pub address: String,
+    pub token: String,
+    /// Set while the engine is being changed (the replicas, say): not Ready.
+    pub changing: Option<String>,
+}
+
+impl RunningEngine {
+    fn persistence(&self) -> Option<&Persistence> {
+        match &self.serving {
+            Serving::InProcess { persistence, .. } => persistence.as_ref(),
+            Serving::Replicas(set) => Some(set.persistence()),
+        }
+    }
+
+    fn replicas(&self) -> u8 {
+        match self.serving {
+            Serving::InProcess { .. } => 1,
+            Serving::Replicas(_) => 3,
+        }
+    }
+
+    fn backend(&self, changing: Option<String>) -> Backend {
+        Backend {
+            address: match &self.serving {
+                Serving::InProcess { server, .. } => server.addr.to_string(),
+                Serving::Replicas(set) => set.backend(),
+            },
+            token: self.token.clone(),
+            changing,
+        }
+    }
+
+    /// Stops it so that another may open its files at once.
+    async fn stop(self) {
+        match self.serving {
+            Serving::InProcess {
+                engine,
+                server,
+                registered,
+                ..
+            } => {
+                drop(registered);
+                drop(server);
+                engine.stop().await;
+            }
+            Serving::Replicas(set) => set.stop().await,
+        }
     }
 }
 
 impl LocalPlatform {
-    pub(super) async fn ensure_engines(
-        &self,
-        queues: &[QueueRecord],
-    ) -> HashMap<String, Result<(String, String), String>> {
+    pub(super) async fn ensure_engines(&self, queues: &[QueueRecord]) -> HashMap<String, Result<Backend, String>> {
         let mut engines = self.engines.lock().await;
-        // A changed durability restarts the engine on the same store.
-        engines.retain(|tenant, running| {
-            queues
-                .iter()
-                .any(|q| &q.tenant == tenant && running.persistence == self.persistence(q))
-        });
-        let mut backends = HashMap::new();
-        for q in queues {
-            if !engines.contains_key(&q.tenant) {
-                match self.start_engine(q).await {
-                    Ok(running) => {
-                        tracing::info!(tenant = %q.tenant, addr = %running.server.addr, "queue engine started");
-                        engines.insert(q.tenant.clone(), running);
-                    }
-                    Err(message) => {
-                        backends.insert(q.tenant.clone(), Err(message));
-                        continue;
-                    }
-                }
-            }
-            if let Some(running) = engines.get(&q.tenant) {
-                backends.insert(
-                    q.tenant.clone(),
-                    Ok((running.server.addr.to_string(), running.token.clone())),
-                );
+        let gone: Vec<String> = engines
+            .keys()
+            .filter(|tenant| !queues.iter().any(|q| &q.tenant == *tenant))
+            .cloned()
+            .collect();
+        for tenant in gone {
+            if let Some(running) = engines.remove(&tenant) {
+                running.stop().await;
             }
         }
+        let mut backends = HashMap::new();
+        for q in queues {
+            backends.insert(q.tenant.clone(), self.ensure_engine(&mut engines, q).await);
+        }
         backends
+    }
+
+    /// Keeps `q`'s engine running as its spec says: started, restarted for
+    /// a new durability, grown to three replicas or shrunk to one, its
+    /// replicas revived.
+    async fn ensure_engine(
+        &self,
+        engines: &mut HashMap<String, RunningEngine>,
+        q: &QueueRecord,
+    ) -> Result<Backend, String> {
+        let persistence = self.persistence(q);
+        if let Some(running) = engines.get_mut(&q.tenant) {
+            let replicas = running.replicas();
+            if running.persistence() == persistence.as_ref() && replicas == q.spec.replicas {
+                if let Serving::Replicas(set) = &mut running.serving {
+                    set.revive()?;
+                    if !set.started().await {
+                        return Ok(running.backend(Some("starting the queue engine's replicas".into())));
+                    }
+                }
+                return Ok(running.backend(None));
+            }
+            // Three become one once replica 1 alone holds the queues.
+            if let Serving::Replicas(set) = &running.serving
+                && q.spec.replicas == 1
+                && !set.shrunk_to_first().await
+            {
+                return Ok(running.backend(Some("lowering the queue service to one replica".into())));
+            }
+            if let Some(running) = engines.remove(&q.tenant) {
+                let shrunk = running.replicas() > q.spec.replicas;
+                running.stop().await;
+                if let Some(persistence) = persistence.as_ref().filter(|_| shrunk) {
+                    replicas::forget_others(persistence);
+                }
+            }
+        }
+        // A store the three replicas kept (of a queue service deleted while
+        // replicated) has three voters: they start, and shrink if asked.
+        let replicated_before = persistence.as_ref().is_some_and(replicas::others_have_files);
+        let running = self
+            .start_engine(q, q.spec.replicas.max(if replicated_before { 3 } else { 1 }))
+            .await?;
+        let starting = matches!(running.serving, Serving::Replicas(_));
+        let backend = running.backend(starting.then(|| "starting the queue engine's replicas".into()));
+        tracing::info!(tenant = %q.tenant, addr = %backend.address, replicas = q.spec.replicas, "queue engine started");
+        engines.insert(q.tenant.clone(), running);
+        Ok(backend)
     }
 
     fn persistence(&self, q: &QueueRecord) -> Option<Persistence> {
@@ -74,19 +177,38 @@ impl LocalPlatform {
         })
     }
 
-    async fn start_engine(&self, q: &QueueRecord) -> Result<RunningEngine, String> {
+    async fn start_engine(&self, q: &QueueRecord, replicas: u8) -> Result<RunningEngine, String> {
         let persistence = self.persistence(q);
         let config = EngineConfig {
             account_id: sless_sqs::credentials::account_id(&q.tenant),
             region: self.gateway.region.clone(),
             base_url: self.endpoint(&q.tenant),
         };
-        let engine = Engine::open(config, persistence.as_ref())
-            .await
-            .map_err(|e| format!("cannot open the message store: {}", e.message))?;
         // Only the gateway, which learns it from the routing snapshot, can
         // reach the engine's loopback port.
         let token = sless_sqs::credentials::engine_token();
+        if replicas > 1 {
+            let (Some(program), Some(persistence)) = (self.replica_program.clone(), persistence) else {
+                return Err(
+                    "this platform cannot run queue engine replicas (no sless program, or no persistence)".into(),
+                );
+            };
+            let set = ReplicaSet::start(ReplicaConfig {
+                program,
+                persistence,
+                account_id: config.account_id,
+                region: config.region,
+                base_url: config.base_url,
+                token: token.clone(),
+            })?;
+            return Ok(RunningEngine {
+                token,
+                serving: Serving::Replicas(set),
+            });
+        }
+        let engine = Engine::open(config, persistence.as_ref())
+            .await
+            .map_err(|e| format!("cannot open the message store: {}", e.message))?;
         let server = EngineServer::start_within(
             engine.clone(),
             std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
@@ -97,13 +219,21 @@ impl LocalPlatform {
         .map_err(|e| format!("cannot start the queue engine: {e}"))?;
         // The gateway calls the same router in process (same token check);
         // the port stays for health checks and any other client.
-        let registry = self.gateway.engines.clone();
-        registry.insert(server.addr.to_string(), router(engine, Some(token.clone())));
+        let registered = Registered {
+            registry: self.gateway.engines.clone(),
+            addr: server.addr.to_string(),
+        };
+        registered
+            .registry
+            .insert(registered.addr.clone(), router(engine.clone(), Some(token.clone())));
         Ok(RunningEngine {
-            server,
             token,
-            persistence,
-            registry,
+            serving: Serving::InProcess {
+                engine,
+                server,
+                persistence,
+                registered,
+            },
         })
     }
 
@@ -131,9 +261,18 @@ impl LocalPlatform {
         }
     }
 
+    /// Whether most of the backend's members (one engine, or replicas)
+    /// answer their health check.
     async fn healthy(&self, backend: &str) -> bool {
-        let url = format!("http://{backend}/health");
-        matches!(self.http.get(url).send().await, Ok(r) if r.status().is_success())
+        let members: Vec<&str> = backend.split(',').collect();
+        let mut answering = 0;
+        for member in &members {
+            let url = format!("http://{member}/health");
+            if matches!(self.http.get(url).send().await, Ok(r) if r.status().is_success()) {
+                answering += 1;
+            }
+        }
+        answering * 2 > members.len()
     }
 
     /// Seed 000's phases: Ready once the engine answers and the gateway has
@@ -142,24 +281,30 @@ impl LocalPlatform {
     pub(super) async fn reconcile_queue_service(
         &self,
         q: QueueRecord,
-        backend: Result<String, String>,
+        backend: Result<&Backend, String>,
         acked: u64,
     ) -> Result<QueueServicePhase, StoreError> {
         let previous = &q.status.status;
-        let desired = match backend {
+        let desired = match backend.map(|b| (b.address.as_str(), b.changing.as_deref())) {
             Err(message) => QueueServiceStatus {
                 phase: QueueServicePhase::Failed,
                 message: Some(message),
                 endpoint: None,
                 ready_at: previous.ready_at.clone(),
             },
-            Ok(backend) if !self.healthy(&backend).await => QueueServiceStatus {
+            Ok((_, Some(changing))) => QueueServiceStatus {
+                phase: QueueServicePhase::Provisioning,
+                message: Some(changing.to_owned()),
+                endpoint: previous.endpoint.clone(),
+                ready_at: previous.ready_at.clone(),
+            },
+            Ok((backend, None)) if !self.healthy(backend).await => QueueServiceStatus {
                 phase: QueueServicePhase::Failed,
                 message: Some("the queue engine does not answer its health check".into()),
                 endpoint: previous.endpoint.clone(),
                 ready_at: previous.ready_at.clone(),
             },
-            Ok(backend) => {
+            Ok((backend, None)) => {
                 let routed = self
                     .route_versions
                     .lock_unpoisoned()

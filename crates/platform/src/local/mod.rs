@@ -5,6 +5,7 @@ pub mod checkpoint;
 pub mod db;
 mod engines;
 mod flows;
+mod replicas;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -105,6 +106,20 @@ pub struct LocalPlatform {
     /// What dataflows may keep on disk and hold in memory, per tenant and
     /// in all.
     budgets: Arc<Budgets>,
+    /// The `sless` executable that runs queue engine replicas; without it,
+    /// a queue service runs one engine in this process.
+    replica_program: Option<PathBuf>,
+    /// The replicas of a queue service that does not say.
+    default_replicas: u8,
+}
+
+/// How the local platform runs queue engines of several replicas.
+#[derive(Debug, Clone, Default)]
+pub struct ReplicaOptions {
+    /// The `sless` executable (`sless queue` runs each replica).
+    pub program: Option<PathBuf>,
+    /// The replicas of a queue service that does not say: 1 or 3.
+    pub default: u8,
 }
 
 pub fn now_rfc3339() -> String {
@@ -119,6 +134,7 @@ fn queue_view(r: QueueRecord, region: &str) -> QueueServiceView {
         storage_mb: r.spec.storage_mb,
         persistence: r.spec.persistence,
         durability: r.spec.durability,
+        replicas: r.spec.replicas,
         phase: r.status.status.phase,
         endpoint: r.status.status.endpoint,
         region: region.to_owned(),
@@ -155,8 +171,11 @@ impl LocalPlatform {
         gateway: GatewayLink,
         egress: Arc<EgressPolicy>,
         budgets: Arc<Budgets>,
+        replicas: ReplicaOptions,
     ) -> Arc<Self> {
         Arc::new(Self {
+            replica_program: replicas.program,
+            default_replicas: replicas.default.max(1),
             store,
             data_dir,
             gateway,
@@ -216,8 +235,8 @@ impl LocalPlatform {
             let backend = backends.get(&q.tenant).and_then(|b| b.as_ref().ok());
             routes::Route {
                 tenant: &q.tenant,
-                backend_address: backend.map(|(address, _)| address.as_str()),
-                backend_token: backend.map(|(_, token)| token.as_str()),
+                backend_address: backend.map(|b| b.address.as_str()),
+                backend_token: backend.map(|b| b.token.as_str()),
                 credentials: &q.status.credentials,
             }
         })));
@@ -231,11 +250,11 @@ impl LocalPlatform {
         };
         let mut pending = false;
         for q in queues {
-            let backend = backends
-                .get(&q.tenant)
-                .cloned()
-                .unwrap_or_else(|| Err("queue engine not started".into()))
-                .map(|(address, _)| address);
+            let backend = match backends.get(&q.tenant) {
+                Some(Ok(backend)) => Ok(backend),
+                Some(Err(message)) => Err(message.clone()),
+                None => Err("queue engine not started".into()),
+            };
             pending |= self.reconcile_queue_service(q, backend, acked).await? != QueueServicePhase::Ready;
         }
         let _lifecycle = self.flow_lifecycle.lock().await;
@@ -316,12 +335,19 @@ impl Platform for LocalPlatform {
         spec: QueueServiceSpec,
     ) -> Result<QueueServiceView> {
         let current = self.queue(tenant, name).await?;
-        // The engine restarts for a new durability: not Ready until it has,
-        // so that a caller waiting for Ready does not take the old engine's.
-        let restarting = (current.spec.durability != spec.durability).then(|| QueueState {
+        // The engine restarts for a new durability or number of replicas:
+        // not Ready until it has, so that a caller waiting for Ready does
+        // not take the old engine's.
+        let restart = if current.spec.replicas != spec.replicas {
+            Some("changing the queue engine's replicas")
+        } else {
+            (current.spec.durability != spec.durability)
+                .then_some("restarting the queue engine with the new durability")
+        };
+        let restarting = restart.map(|why| QueueState {
             status: QueueServiceStatus {
                 phase: QueueServicePhase::Provisioning,
-                message: Some("restarting the queue engine with the new durability".into()),
+                message: Some(why.into()),
                 endpoint: None,
                 ready_at: current.status.status.ready_at.clone(),
             },
@@ -451,6 +477,13 @@ impl Platform for LocalPlatform {
 
     async fn ready(&self) -> Result<()> {
         Ok(self.store.ping().await?)
+    }
+
+    fn default_queue_spec(&self) -> QueueServiceSpec {
+        QueueServiceSpec {
+            replicas: self.default_replicas,
+            ..QueueServiceSpec::default()
+        }
     }
 
     fn dataflow_samples(&self) -> Vec<sless_dataflow::metrics::FlowSample> {

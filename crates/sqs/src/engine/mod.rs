@@ -81,6 +81,7 @@ impl Drop for Engine {
     fn drop(&mut self) {
         // Its files' lock is released once the replica has stopped.
         if let Some(replica) = self.replica.take()
+            && !raft::stopped(&replica.raft.metrics().borrow())
             && let Ok(runtime) = tokio::runtime::Handle::try_current()
         {
             runtime.spawn(async move { replica.raft.shutdown().await });
@@ -198,6 +199,16 @@ impl Engine {
 
     pub fn config(&self) -> &EngineConfig {
         &self.config
+    }
+
+    /// Stops the replica at once rather than when the last reference goes;
+    /// its files are free for another process shortly after.
+    pub async fn stop(&self) {
+        if let Some(replica) = &self.replica
+            && let Err(e) = replica.raft.shutdown().await
+        {
+            tracing::debug!(error = %e, "stopping a stopped replica");
+        }
     }
 
     /// Runs one action of the JSON protocol's shape: here, or at the

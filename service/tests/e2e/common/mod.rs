@@ -167,6 +167,11 @@ impl DevServer {
     }
 
     /// SIGKILL: no shutdown code runs.
+    /// The process id of `sless dev`.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub fn kill9(mut self) {
         self.child.kill().unwrap();
         self.child.wait().unwrap();

@@ -18,7 +18,7 @@ pub mod peers;
 #[allow(clippy::result_large_err)]
 pub mod state_machine;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -30,7 +30,7 @@ use openraft::{
 };
 use serde::{Deserialize, Serialize};
 use sless_model::queue_service::Durability;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use super::command::{Command, Reply};
 use super::journal::journal_error;
@@ -250,6 +250,9 @@ pub struct Replica {
     proposals: mpsc::Sender<Waiting>,
     /// Every replica's peer address, as configured here.
     peers: BTreeMap<NodeId, String>,
+    /// The replicas that should be the voters, while this one leads: the
+    /// configured ones, or fewer once an operator lowered them.
+    voters: watch::Sender<BTreeSet<NodeId>>,
 }
 
 /// Whether the replica directory `dir` holds nothing yet.
@@ -299,6 +302,11 @@ impl Replica {
         .await
         .map_err(journal_error)??;
         let log_reader = log.clone();
+        let (voters, _) = watch::channel(
+            replication
+                .map(|r| r.peers.keys().copied().collect())
+                .unwrap_or_default(),
+        );
         let (raft, me, http) = match replication {
             None => {
                 let raft = Raft::new(1, config()?, network::NoPeers, log, state.clone())
@@ -319,12 +327,12 @@ impl Replica {
                         "the replicas' token must be at least {MIN_TOKEN} characters"
                     )));
                 }
-                let http = network::Http::new(&r.token).map_err(journal_error)?;
+                let http = network::Http::new(&r.token, r.peers.clone()).map_err(journal_error)?;
                 let raft = Raft::new(r.me, config()?, http.clone(), log, state.clone())
                     .await
                     .map_err(journal_error)?;
                 let peers = r.peers.iter().map(|(id, addr)| (*id, BasicNode::new(addr))).collect();
-                tokio::spawn(keep_members(raft.clone(), peers));
+                tokio::spawn(keep_members(raft.clone(), peers, voters.subscribe()));
                 (raft, r.me, Some(http))
             }
         };
@@ -339,6 +347,7 @@ impl Replica {
             http,
             proposals,
             peers: replication.map(|r| r.peers.clone()).unwrap_or_default(),
+            voters,
         })
     }
 
@@ -360,6 +369,19 @@ impl Replica {
         reply
             .await
             .unwrap_or_else(|_| Err(SqsError::unavailable("the queue service's replica is stopping; retry")))
+    }
+
+    /// Has the queue service keep only `voters` (configured replicas) as
+    /// its voters, once this replica leads; the others leave.
+    pub fn want_voters(&self, voters: BTreeSet<NodeId>) -> Result<(), String> {
+        if voters.is_empty() || !voters.iter().all(|id| self.peers.contains_key(id)) {
+            return Err(format!(
+                "the voters must be some of the configured replicas {:?} (got {voters:?})",
+                self.peers.keys().collect::<Vec<_>>()
+            ));
+        }
+        self.voters.send_replace(voters);
+        Ok(())
     }
 
     /// The peer address of the leader, when another replica leads; an
@@ -431,7 +453,7 @@ impl Replica {
 /// lost, and starting anew would make a second queue service of one. Peers
 /// that cannot be reached are taken to be starting too.
 pub async fn refuse_a_second_start(replication: &Replication) -> Result<(), SqsError> {
-    let http = network::Http::new(&replication.token).map_err(journal_error)?;
+    let http = network::Http::new(&replication.token, replication.peers.clone()).map_err(journal_error)?;
     for (id, addr) in replication.peers.iter().filter(|(id, _)| **id != replication.me) {
         let members: Result<Vec<NodeId>, _> = http.post(addr, "/raft/members", &(), Duration::from_secs(2)).await;
         if let Ok(members) = members
@@ -447,12 +469,17 @@ pub async fn refuse_a_second_start(replication: &Replication) -> Result<(), SqsE
     Ok(())
 }
 
-/// Keeps the members of the queue service the replicas `peers`, while this
-/// replica leads: a replica configured but not yet a member joins as a
-/// learner, then becomes a voter (a single replica grows to three in place).
-async fn keep_members(raft: Raft<TypeConfig>, peers: BTreeMap<NodeId, BasicNode>) {
+/// Keeps the voters of the queue service the replicas `wanted` names (at
+/// first all of `peers`), while this replica leads: a replica wanted but
+/// not yet a member joins as a learner, then becomes a voter (a single
+/// replica grows to three in place); one no longer wanted leaves (three
+/// shrink to one before the others stop).
+async fn keep_members(
+    raft: Raft<TypeConfig>,
+    peers: BTreeMap<NodeId, BasicNode>,
+    mut wanted: watch::Receiver<BTreeSet<NodeId>>,
+) {
     let metrics = raft.metrics();
-    let wanted: std::collections::BTreeSet<NodeId> = peers.keys().copied().collect();
     loop {
         tokio::time::sleep(MEMBERS_CHECK).await;
         let (gone, leads, membership) = {
@@ -466,14 +493,19 @@ async fn keep_members(raft: Raft<TypeConfig>, peers: BTreeMap<NodeId, BasicNode>
         if gone {
             return;
         }
-        let voters: std::collections::BTreeSet<NodeId> = membership.voter_ids().collect();
+        let wanted = wanted.borrow_and_update().clone();
+        let voters: BTreeSet<NodeId> = membership.voter_ids().collect();
+        // A change a leader died in the middle of leaves a joint
+        // membership: its voters are the wanted ones, but an election needs
+        // a majority of the old ones too until the change is finished.
+        let joint = membership.get_joint_config().len() > 1;
         let addressed = peers
             .iter()
             .all(|(id, node)| membership.get_node(id).is_none_or(|n| n.addr == node.addr));
-        if !leads || (voters == wanted && addressed) {
+        if !leads || (voters == wanted && addressed && !joint) {
             continue;
         }
-        for (id, node) in &peers {
+        for (id, node) in peers.iter().filter(|(id, _)| wanted.contains(id)) {
             if membership.get_node(id).is_none()
                 && let Err(e) = raft.add_learner(*id, node.clone(), false).await
             {
@@ -494,9 +526,10 @@ async fn keep_members(raft: Raft<TypeConfig>, peers: BTreeMap<NodeId, BasicNode>
         {
             tracing::warn!(error = %e, "updating the replicas' addresses failed; retrying");
         }
-        if voters != wanted {
+        if voters != wanted || joint {
+            // Replicas no longer wanted leave the membership altogether.
             match raft.change_membership(wanted.clone(), false).await {
-                Ok(_) => tracing::info!(voters = ?wanted, "the queue service's replicas are its voters"),
+                Ok(_) => tracing::info!(voters = ?wanted, "the queue service's voters are the replicas wanted"),
                 Err(e) => tracing::warn!(error = %e, "changing the replicas failed; retrying"),
             }
         }
@@ -505,7 +538,7 @@ async fn keep_members(raft: Raft<TypeConfig>, peers: BTreeMap<NodeId, BasicNode>
 
 /// Whether the replica these metrics are of has stopped (shut down, or
 /// failed for good).
-fn stopped(m: &openraft::RaftMetrics<NodeId, BasicNode>) -> bool {
+pub(crate) fn stopped(m: &openraft::RaftMetrics<NodeId, BasicNode>) -> bool {
     m.state == openraft::ServerState::Shutdown || m.running_state.is_err()
 }
 

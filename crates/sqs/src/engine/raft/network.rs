@@ -2,6 +2,7 @@
 //! (see [`super::peers`]), with the replicas' shared token. A single
 //! replica has no one to reach.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,10 +27,15 @@ pub const PEER_TOKEN: &str = "x-sless-peer-token";
 pub struct Http {
     client: reqwest::Client,
     token: Arc<str>,
+    /// Every replica's peer address as configured here: it wins over the
+    /// membership's, which is of the replicas' last start (`sless dev`
+    /// gives them new ports each time) until the leader updates it, and
+    /// no leader is elected while the old addresses are all they have.
+    peers: Arc<BTreeMap<NodeId, String>>,
 }
 
 impl Http {
-    pub fn new(token: &str) -> Result<Self, reqwest::Error> {
+    pub fn new(token: &str, peers: BTreeMap<NodeId, String>) -> Result<Self, reqwest::Error> {
         let client = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(1))
             .pool_idle_timeout(Duration::from_secs(30))
@@ -37,6 +43,7 @@ impl Http {
         Ok(Self {
             client,
             token: Arc::from(token),
+            peers: Arc::new(peers),
         })
     }
 
@@ -75,7 +82,7 @@ impl RaftNetworkFactory<TypeConfig> for Http {
         HttpPeer {
             http: self.clone(),
             target,
-            addr: node.addr.clone(),
+            addr: self.peers.get(&target).unwrap_or(&node.addr).clone(),
         }
     }
 }

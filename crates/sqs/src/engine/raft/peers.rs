@@ -72,6 +72,7 @@ pub fn serve(
         .route("/raft/snapshot", post(snapshot))
         .route("/raft/members", post(members))
         .route("/raft/status", axum::routing::get(status))
+        .route("/raft/voters", post(voters))
         .route("/request", post(request))
         .layer(middleware::from_fn_with_state(peer.clone(), admit))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
@@ -111,6 +112,20 @@ async fn members(State(peer): State<Peer>) -> Response {
     Json(voters).into_response()
 }
 
+/// Which replicas should be the voters (a JSON list of ids): the leader
+/// makes them so, and the others leave. Every replica is told, since any
+/// may lead. For a platform lowering a queue service to one replica.
+async fn voters(State(peer): State<Peer>, Json(voters): Json<std::collections::BTreeSet<NodeId>>) -> Response {
+    let Some(engine) = peer.engine.upgrade() else {
+        return StatusCode::SERVICE_UNAVAILABLE.into_response();
+    };
+    match engine.replica.as_ref().map(|r| r.want_voters(voters)) {
+        Some(Ok(())) => StatusCode::NO_CONTENT.into_response(),
+        Some(Err(message)) => (StatusCode::BAD_REQUEST, message).into_response(),
+        None => StatusCode::SERVICE_UNAVAILABLE.into_response(),
+    }
+}
+
 /// What this replica knows of its queue service: who it is, whom it takes
 /// for the leader, the term and how far it applied the log. For operators
 /// and fault tests; the replicas do not use it.
@@ -120,6 +135,9 @@ pub struct Status {
     pub leader: Option<NodeId>,
     pub term: u64,
     pub voters: Vec<NodeId>,
+    /// Whether a change of the voters is under way: until it is done, an
+    /// election needs a majority of the voters before it as well.
+    pub joint: bool,
     pub last_applied: Option<u64>,
 }
 
@@ -131,6 +149,7 @@ async fn status(State(peer): State<Peer>) -> Response {
         leader: m.current_leader,
         term: m.current_term,
         voters: m.membership_config.membership().voter_ids().collect(),
+        joint: m.membership_config.membership().get_joint_config().len() > 1,
         last_applied: m.last_applied.map(|l| l.index),
     })
     .into_response()
