@@ -160,7 +160,8 @@ impl BlockSchema {
                 Kind::Required | Kind::Optional => config.get(a.name).clone(),
                 Kind::OptionalDefault => effective(a, config),
                 Kind::OptionalComputed => match config.get(a.name) {
-                    Value::Null if creating => Value::Unknown,
+                    // Also a state written before the attribute existed.
+                    Value::Null if creating || prior.get(a.name).is_null() => Value::Unknown,
                     Value::Null => prior.get(a.name).clone(),
                     set => set.clone(),
                 },
@@ -291,6 +292,13 @@ mod tests {
         let one = obj(&[("name", Value::str("a")), ("replicas", Value::Number(1.0))]);
         let (planned, replace) = schema.plan(&prior, one.clone(), &one);
         assert_eq!((planned.get("replicas"), replace.len()), (&Value::Number(1.0), 0));
+        let older = obj(&[("name", Value::str("a")), ("replicas", Value::Null)]);
+        let (planned, _) = schema.plan(&older, unset.clone(), &unset);
+        assert_eq!(
+            planned.get("replicas"),
+            &Value::Unknown,
+            "a state from before the attribute"
+        );
         let renamed = obj(&[("name", Value::str("b")), ("replicas", Value::Null)]);
         let (planned, replace) = schema.plan(&prior, renamed.clone(), &renamed);
         assert_eq!(replace, ["name"]);

@@ -171,7 +171,7 @@ struct QueueArgs {
     #[arg(long, env = "SLESS_PEER_TOKEN", hide_env_values = true)]
     peer_token: Option<String>,
     /// End with the process of this id (`sless dev` starting its replicas):
-    /// killed when it ends, even by `kill -9`, and never left behind.
+    /// stop within a moment of its end, even by `kill -9`, never left behind.
     #[arg(long, hide = true)]
     parent_pid: Option<i32>,
 }
@@ -341,23 +341,19 @@ fn durability_arg(value: &str) -> Result<sless_model::queue_service::Durability,
     value.parse().map_err(|e: sless_model::FieldError| e.message)
 }
 
-/// Has this process killed when its parent `parent` ends; fails if it
-/// already has.
-fn end_with_parent(parent: i32) -> anyhow::Result<()> {
-    use rustix::process::{Pid, Signal, getppid, set_parent_process_death_signal};
-    set_parent_process_death_signal(Some(Signal::KILL)).context("asking to end with the parent process")?;
-    // The parent may have ended before the request above.
-    if getppid() != Pid::from_raw(parent) {
-        anyhow::bail!("the parent process {parent} has ended");
+/// Resolves once the process `parent` is no longer this one's parent: it
+/// ended, and the orphan was handed to another. (Polled rather than
+/// `PR_SET_PDEATHSIG`, which fires when the *thread* that started this
+/// process ends, and a runtime's threads may come and go.)
+async fn parent_gone(parent: i32) {
+    use rustix::process::{Pid, getppid};
+    while getppid() == Pid::from_raw(parent) {
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
     }
-    Ok(())
 }
 
 async fn queue(args: QueueArgs) -> anyhow::Result<()> {
     use sless_sqs::engine::Persistence;
-    if let Some(parent) = args.parent_pid {
-        end_with_parent(parent)?;
-    }
     use sless_sqs::engine::{Engine, EngineConfig, server::EngineServer};
     let persistence = args.data_dir.as_ref().map(|d| Persistence {
         journal: d.join("queues.journal"),
@@ -395,7 +391,13 @@ async fn queue(args: QueueArgs) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
     tracing::info!(addr = %server.addr, durability = durability.unwrap_or("memory"), "queue engine serving");
-    shutdown_signal().await;
+    match args.parent_pid {
+        Some(parent) => tokio::select! {
+            () = shutdown_signal() => {}
+            () = parent_gone(parent) => tracing::warn!(parent, "the process that started this one ended; stopping"),
+        },
+        None => shutdown_signal().await,
+    }
     Ok(())
 }
 

@@ -167,7 +167,9 @@ impl QueueServiceRequest {
                 "applies only with persistence: without it messages live in memory only",
             ));
         }
-        let replicas = self.replicas.map_or(base.replicas, |v| {
+        // A default of several replicas is for services that persist.
+        let base_replicas = if persistence { base.replicas } else { 1 };
+        let replicas = self.replicas.map_or(base_replicas, |v| {
             u8::try_from(v)
                 .ok()
                 .filter(|r| REPLICAS.contains(r))
@@ -350,6 +352,12 @@ mod tests {
             ..QueueServiceSpec::default()
         };
         assert_eq!(QueueServiceRequest::default().spec_over(three).unwrap().replicas, 3);
+        // A default of three does not make an in-memory service invalid.
+        let in_memory = QueueServiceRequest {
+            persistence: Some(false),
+            ..Default::default()
+        };
+        assert_eq!(in_memory.spec_over(three).unwrap().replicas, 1);
         let old: QueueServiceSpec =
             serde_json::from_str(r#"{"memoryMB":64,"storageMB":512,"persistence":true}"#).unwrap();
         assert_eq!(old.replicas, 1);

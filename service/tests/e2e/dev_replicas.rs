@@ -1,7 +1,9 @@
 //! `sless dev --replicas 3`: a queue service's engine runs as three
-//! `sless queue` processes. Each can be killed with `kill -9` in turn while
-//! a tenant sends: the others go on serving and `sless dev` starts it
-//! again. The service shrinks to one engine in place and grows back to
+//! `sless queue` processes, Ready once the three are its voters. Each can
+//! be killed with `kill -9` in turn (the leader first) while a tenant
+//! sends: the others go on serving and `sless dev` starts it again. A
+//! shrink cancelled at once leaves three voters; the service shrinks to
+//! one engine in place (replica 1 killed as it begins) and grows back to
 //! three without losing a message, and the replicas end with `sless dev`,
 //! even when it is killed with `kill -9`; started again, it serves what
 //! they held.
@@ -36,6 +38,66 @@ fn replicas_of(parent: u32) -> BTreeSet<u32> {
         }
     }
     found
+}
+
+/// A replica process as its arguments and environment say: its id, its
+/// peer address and the replicas' token.
+struct Replica {
+    pid: u32,
+    id: u64,
+    peer: String,
+    token: String,
+}
+
+fn replica(pid: u32) -> Replica {
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
+    let args: Vec<String> = cmdline
+        .split(|b| *b == 0)
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect();
+    let after = |flag: &str| args[args.iter().position(|a| a == flag).unwrap() + 1].clone();
+    let id: u64 = after("--replica-id").parse().unwrap();
+    let peer = after("--peers")
+        .split(',')
+        .find_map(|p| p.strip_prefix(&format!("{id}=")).map(str::to_owned))
+        .unwrap();
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
+    let token = environ
+        .split(|b| *b == 0)
+        .find_map(|v| v.strip_prefix(b"SLESS_PEER_TOKEN=".as_slice()))
+        .map(|t| String::from_utf8_lossy(t).into_owned())
+        .unwrap();
+    Replica { pid, id, peer, token }
+}
+
+/// What a replica says of its queue service (`/raft/status`).
+async fn raft_status(r: &Replica) -> Value {
+    reqwest::Client::new()
+        .get(format!("http://{}/raft/status", r.peer))
+        .header("x-sless-peer-token", &r.token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+/// Replica 1's view: its voters and whether a change is under way.
+async fn voters(replicas: &[Replica]) -> (Value, Value) {
+    let first = replicas.iter().find(|r| r.id == 1).unwrap();
+    let s = raft_status(first).await;
+    (s["voters"].clone(), s["joint"].clone())
+}
+
+fn kill9(pid: u32) {
+    assert!(
+        std::process::Command::new("kill")
+            .args(["-9", &pid.to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
 }
 
 fn alive(pid: u32) -> bool {
@@ -133,6 +195,9 @@ async fn three_replicas_survive_kill_9_in_turn_and_change_in_place() {
     let view = ready_with(&a, 3).await;
     let processes = replicas_of(server.pid());
     assert_eq!(processes.len(), 3, "three sless queue processes: {processes:?}");
+    let mut replicas: Vec<Replica> = processes.iter().map(|p| replica(*p)).collect();
+    // Ready means the three are the voters: any one can be lost.
+    assert_eq!(voters(&replicas).await, (json!([1, 2, 3]), json!(false)));
     let endpoint = view["endpoint"].as_str().unwrap().to_owned();
     let mut tenant = Tenant {
         endpoint,
@@ -144,21 +209,17 @@ async fn three_replicas_survive_kill_9_in_turn_and_change_in_place() {
     tenant.queue = created["QueueUrl"].as_str().unwrap().to_owned();
     tenant.send(0..20).await;
 
-    // Each replica killed in turn: the service goes on, and the killed one
-    // is started again before the next goes.
-    for (round, pid) in processes.iter().enumerate() {
-        assert!(
-            std::process::Command::new("kill")
-                .args(["-9", &pid.to_string()])
-                .status()
-                .unwrap()
-                .success()
-        );
+    // Each replica killed in turn, the leader first: the service goes on,
+    // and the killed one is started again before the next goes.
+    let leader = raft_status(&replicas[0]).await["leader"].as_u64().unwrap();
+    replicas.sort_by_key(|r| r.id != leader);
+    for (round, killed) in replicas.iter().enumerate() {
+        kill9(killed.pid);
         let from = 20 + 20 * round as u32;
         tenant.send(from..from + 20).await;
         eventually("the killed replica to be started again", async || {
             let now = replicas_of(server.pid());
-            now.len() == 3 && !now.contains(pid)
+            now.len() == 3 && !now.contains(&killed.pid)
         })
         .await;
     }
@@ -168,16 +229,29 @@ async fn three_replicas_survive_kill_9_in_turn_and_change_in_place() {
     assert_eq!(status, 422, "{refused}");
     assert!(refused.to_string().contains("1 or 3"), "{refused}");
 
-    // Three shrink to one in place: the engine is back in this process.
-    let (status, changed) = a.patch("/api/v1/queue-services/jobs", json!({"replicas": 1})).await;
-    assert_eq!(status, 200, "{changed}");
+    // Asked for one and at once for three again: three voters, not one.
+    let patch = async |replicas: u8| {
+        let (status, changed) = a
+            .patch("/api/v1/queue-services/jobs", json!({"replicas": replicas}))
+            .await;
+        assert_eq!(status, 200, "{changed}");
+    };
+    patch(1).await;
+    patch(3).await;
+    ready_with(&a, 3).await;
+    let replicas: Vec<Replica> = replicas_of(server.pid()).into_iter().map(replica).collect();
+    assert_eq!(voters(&replicas).await, (json!([1, 2, 3]), json!(false)));
+
+    // Three shrink to one in place, also when replica 1 is killed as the
+    // shrink begins: the engine is back in this process.
+    patch(1).await;
+    kill9(replicas.iter().find(|r| r.id == 1).unwrap().pid);
     ready_with(&a, 1).await;
     eventually("the replicas to end", async || replicas_of(server.pid()).is_empty()).await;
     tenant.send(80..100).await;
 
     // One grows to three in place, on the same queues.
-    let (status, changed) = a.patch("/api/v1/queue-services/jobs", json!({"replicas": 3})).await;
-    assert_eq!(status, 200, "{changed}");
+    patch(3).await;
     ready_with(&a, 3).await;
     tenant.send(100..120).await;
     let received = tenant.drain().await;

@@ -1,7 +1,7 @@
-//! The queue engines of `sless dev`: one per tenant on a loopback port,
-//! reachable only with the token the gateway learns from the routing
-//! snapshot, and the queue service's phase from the engine's health and
-//! the gateway's acknowledgement.
+//! The queue engines of `sless dev`: one per tenant on a loopback port (or
+//! three replicas, `replicas.rs`), reachable only with the token the
+//! gateway learns from the routing snapshot, and the queue service's phase
+//! from the engine's health and the gateway's acknowledgement.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -13,7 +13,11 @@ use sless_sqs::engine::{Engine, EngineConfig, Persistence};
 use sless_sqs::gateway::proxy::InProcessEngines;
 
 use super::db::StoreError;
-use super::replicas::{self, ReplicaConfig, ReplicaSet};
+use super::replicas::{self, ReplicaConfig, ReplicaSet, Revived};
+
+/// A replicated queue service's phase message until its three replicas
+/// are its voters.
+const STARTING: &str = "starting the queue engine's replicas";
 use super::{LocalPlatform, QUEUE_SERVICE, QueueRecord, QueueState, now_rfc3339};
 use sless_runtime::sync::Unpoisoned;
 
@@ -69,7 +73,7 @@ impl RunningEngine {
     fn replicas(&self) -> u8 {
         match self.serving {
             Serving::InProcess { .. } => 1,
-            Serving::Replicas(_) => 3,
+            Serving::Replicas(_) => replicas::REPLICATED,
         }
     }
 
@@ -97,7 +101,7 @@ impl RunningEngine {
                 drop(server);
                 engine.stop().await;
             }
-            Serving::Replicas(set) => set.stop().await,
+            Serving::Replicas(set) => drop(set.stop().await),
         }
     }
 }
@@ -132,22 +136,34 @@ impl LocalPlatform {
     ) -> Result<Backend, String> {
         let persistence = self.persistence(q);
         if let Some(running) = engines.get_mut(&q.tenant) {
-            let replicas = running.replicas();
-            if running.persistence() == persistence.as_ref() && replicas == q.spec.replicas {
-                if let Serving::Replicas(set) = &mut running.serving {
-                    set.revive()?;
-                    if !set.started().await {
-                        return Ok(running.backend(Some("starting the queue engine's replicas".into())));
-                    }
+            let same = running.persistence() == persistence.as_ref() && running.replicas() == q.spec.replicas;
+            if let Serving::Replicas(set) = &mut running.serving {
+                if let Revived::PortsLost = set.revive() {
+                    // Started again on new ports, on the same files.
+                    let Some(Serving::Replicas(set)) = engines.remove(&q.tenant).map(|r| r.serving) else {
+                        return Err("queue engine replicas lost".into());
+                    };
+                    let config = set.stop().await;
+                    let restarted = ReplicaSet::start(config).map_err(|e| e.to_string())?;
+                    let token = restarted.token().to_owned();
+                    let running = RunningEngine {
+                        token,
+                        serving: Serving::Replicas(restarted),
+                    };
+                    let backend = running.backend(Some(STARTING.into()));
+                    engines.insert(q.tenant.clone(), running);
+                    return Ok(backend);
                 }
-                return Ok(running.backend(None));
+                if same && !set.settled().await {
+                    return Ok(running.backend(Some(STARTING.into())));
+                }
+                // Three become one once replica 1 alone holds the queues.
+                if q.spec.replicas == 1 && !set.shrunk_to_first().await {
+                    return Ok(running.backend(Some("lowering the queue service to one replica".into())));
+                }
             }
-            // Three become one once replica 1 alone holds the queues.
-            if let Serving::Replicas(set) = &running.serving
-                && q.spec.replicas == 1
-                && !set.shrunk_to_first().await
-            {
-                return Ok(running.backend(Some("lowering the queue service to one replica".into())));
+            if same {
+                return Ok(running.backend(None));
             }
             if let Some(running) = engines.remove(&q.tenant) {
                 let shrunk = running.replicas() > q.spec.replicas;
@@ -157,15 +173,15 @@ impl LocalPlatform {
                 }
             }
         }
-        // A store the three replicas kept (of a queue service deleted while
-        // replicated) has three voters: they start, and shrink if asked.
-        let replicated_before = persistence.as_ref().is_some_and(replicas::others_have_files);
-        let running = self
-            .start_engine(q, q.spec.replicas.max(if replicated_before { 3 } else { 1 }))
-            .await?;
-        let starting = matches!(running.serving, Serving::Replicas(_));
-        let backend = running.backend(starting.then(|| "starting the queue engine's replicas".into()));
-        tracing::info!(tenant = %q.tenant, addr = %backend.address, replicas = q.spec.replicas, "queue engine started");
+        // Voters the three replicas kept (of a queue service deleted while
+        // replicated): they start, and shrink if asked.
+        let replicas = match &persistence {
+            Some(p) if replicas::replicated_before(p) => replicas::REPLICATED,
+            _ => q.spec.replicas,
+        };
+        let running = self.start_engine(q, replicas).await?;
+        let backend = running.backend((replicas > 1).then(|| STARTING.into()));
+        tracing::info!(tenant = %q.tenant, addr = %backend.address, replicas, "queue engine started");
         engines.insert(q.tenant.clone(), running);
         Ok(backend)
     }
@@ -200,7 +216,8 @@ impl LocalPlatform {
                 region: config.region,
                 base_url: config.base_url,
                 token: token.clone(),
-            })?;
+            })
+            .map_err(|e| e.to_string())?;
             return Ok(RunningEngine {
                 token,
                 serving: Serving::Replicas(set),

@@ -174,8 +174,15 @@ impl LocalPlatform {
         replicas: ReplicaOptions,
     ) -> Arc<Self> {
         Arc::new(Self {
+            // Replicas need the program that runs them.
+            default_replicas: if replicas.program.is_some()
+                && sless_model::queue_service::REPLICAS.contains(&replicas.default)
+            {
+                replicas.default
+            } else {
+                1
+            },
             replica_program: replicas.program,
-            default_replicas: replicas.default.max(1),
             store,
             data_dir,
             gateway,
@@ -270,6 +277,17 @@ impl LocalPlatform {
     /// Starts an engine for every queue service without one and stops those
     /// of deleted services. Returns each tenant's backend address and token,
     /// or the error.
+    /// Refuses replicas this platform cannot run (no program to run them).
+    fn can_run(&self, spec: &QueueServiceSpec) -> Result<()> {
+        if spec.replicas == 1 || self.replica_program.is_some() {
+            return Ok(());
+        }
+        Err(PlatformError::Invalid(
+            sless_model::FieldError::invalid("replicas", "this platform runs one queue engine per queue service")
+                .into(),
+        ))
+    }
+
     async fn queue(&self, tenant: &DnsLabel, name: &DnsLabel) -> Result<QueueRecord> {
         self.store
             .get(QUEUE_SERVICE, tenant.as_str(), name.as_str())
@@ -293,6 +311,7 @@ impl Platform for LocalPlatform {
         name: &DnsLabel,
         spec: QueueServiceSpec,
     ) -> Result<QueueServiceView> {
+        self.can_run(&spec)?;
         let _guard = self.create_lock.lock().await;
         let existing: Vec<QueueRecord> = self.store.list(QUEUE_SERVICE, Some(tenant.as_str())).await?;
         if let Some(other) = existing.first() {
@@ -334,6 +353,7 @@ impl Platform for LocalPlatform {
         name: &DnsLabel,
         spec: QueueServiceSpec,
     ) -> Result<QueueServiceView> {
+        self.can_run(&spec)?;
         let current = self.queue(tenant, name).await?;
         // The engine restarts for a new durability or number of replicas:
         // not Ready until it has, so that a caller waiting for Ready does

@@ -9,19 +9,46 @@
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use sless_sqs::engine::Persistence;
+use sless_sqs::engine::raft::network::PEER_TOKEN;
+use sless_sqs::engine::raft::peers::Status;
 use tokio::process::{Child, Command};
 
+/// The replicas of a replicated queue service, by id.
+const IDS: std::ops::RangeInclusive<u64> = 1..=3;
 /// How many replicas a replicated queue service runs.
-pub(super) const REPLICAS: u64 = 3;
-/// A replica that died is started again at most this often.
+pub(super) const REPLICATED: u8 = 3;
+/// A replica that died is started again at most this often…
 const RESTART_EVERY: Duration = Duration::from_secs(1);
-/// How long a call to a replica's peer port may take.
-const PEER_CALL: Duration = Duration::from_secs(2);
+/// …and one that dies this soon after a start, this many times in a row,
+/// has lost its port (another process took it): the set gets new ones.
+const QUICK_DEATH: Duration = Duration::from_secs(5);
+const QUICK_DEATHS: u32 = 3;
+/// How long a call to a replica may take.
+const CALL: Duration = Duration::from_secs(2);
+
+#[derive(Debug, thiserror::Error)]
+pub(super) enum ReplicaError {
+    #[error("cannot prepare {path}: {source}")]
+    Files { path: PathBuf, source: std::io::Error },
+    #[error("cannot find a free port: {0}")]
+    Port(std::io::Error),
+    #[error("cannot start {program} queue: {source}")]
+    Spawn { program: PathBuf, source: std::io::Error },
+    #[error("cannot make an HTTP client: {0}")]
+    Client(reqwest::Error),
+}
+
+fn files(path: &Path) -> impl FnOnce(std::io::Error) -> ReplicaError + '_ {
+    move |source| ReplicaError::Files {
+        path: path.to_owned(),
+        source,
+    }
+}
 
 /// What every replica of one queue service is started with.
 pub(super) struct ReplicaConfig {
@@ -44,6 +71,7 @@ struct Member {
     data_dir: PathBuf,
     child: Option<Child>,
     started: Instant,
+    quick_deaths: u32,
 }
 
 /// The three replicas of one queue service, killed when this is dropped.
@@ -54,26 +82,57 @@ pub(super) struct ReplicaSet {
     /// What the replicas present to each other; new for each set.
     peer_token: String,
     http: reqwest::Client,
-    /// Whether most replicas have answered their health check since they
-    /// were started: until then the service is starting, not failed.
-    up: bool,
+    /// Whether replica 1 has reported the three as its voters (no change
+    /// under way) since the set started or was last asked to shrink: until
+    /// then losing one replica could stop the service.
+    settled: bool,
+}
+
+/// What [`ReplicaSet::revive`] found.
+pub(super) enum Revived {
+    /// Every replica runs, or was started again.
+    Running,
+    /// A replica keeps dying at once: the set needs new ports.
+    PortsLost,
+}
+
+/// The directory of a queue service's replicas.
+fn root(persistence: &Persistence) -> PathBuf {
+    persistence.journal.with_extension("replicas")
 }
 
 /// Where replica `id` keeps its files.
 fn dir_of(persistence: &Persistence, id: u64) -> PathBuf {
-    persistence.journal.with_extension("replicas").join(id.to_string())
+    root(persistence).join(id.to_string())
 }
 
-/// Whether the replicas other than 1 have files: the queue service ran
-/// replicated, and its voters are the three until it shrinks again.
-pub(super) fn others_have_files(persistence: &Persistence) -> bool {
-    (2..=REPLICAS).any(|id| dir_of(persistence, id).exists())
+/// Present while replicas 2 and 3 are (or may be) voters of the queue
+/// service: made before they first start, removed before their files.
+fn voters_mark(persistence: &Persistence) -> PathBuf {
+    root(persistence).join("replicated")
 }
 
-/// Removes the files of the replicas other than 1, which left the queue
-/// service: a later set starts them anew.
+/// Whether the queue service's voters may be three: it ran replicated and
+/// has not shrunk since (a service deleted while replicated keeps its
+/// stores, as seed 000 keeps a PVC).
+pub(super) fn replicated_before(persistence: &Persistence) -> bool {
+    voters_mark(persistence).exists()
+}
+
+/// Forgets replicas 2 and 3, which left the queue service: the mark goes
+/// first, so that a crash between the two steps leaves files a later set
+/// removes instead of replicas that would elect each other.
 pub(super) fn forget_others(persistence: &Persistence) {
-    for id in 2..=REPLICAS {
+    let mark = voters_mark(persistence);
+    match std::fs::remove_file(&mark) {
+        Ok(()) => remove_others(persistence),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => remove_others(persistence),
+        Err(e) => tracing::warn!(mark = %mark.display(), error = %e, "cannot forget the replicas"),
+    }
+}
+
+fn remove_others(persistence: &Persistence) {
+    for id in IDS.skip(1) {
         let dir = dir_of(persistence, id);
         if let Err(e) = std::fs::remove_dir_all(&dir)
             && e.kind() != std::io::ErrorKind::NotFound
@@ -83,44 +142,54 @@ pub(super) fn forget_others(persistence: &Persistence) {
     }
 }
 
-/// Replica `id`'s data directory, made if missing; replica 1's links to
-/// the in-process engine's files.
-fn data_dir(persistence: &Persistence, id: u64) -> Result<PathBuf, String> {
-    let journal = &persistence.journal;
-    let dir = dir_of(persistence, id);
-    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot make {}: {e}", dir.display()))?;
-    if id == 1 {
-        let raft = journal.with_extension("raft");
-        let link = dir.join("queues.raft");
-        std::fs::create_dir_all(&raft).map_err(|e| format!("cannot make {}: {e}", raft.display()))?;
-        if std::fs::symlink_metadata(&link).is_err() {
-            let target = std::path::absolute(&raft).map_err(|e| format!("{}: {e}", raft.display()))?;
-            std::os::unix::fs::symlink(&target, &link)
-                .map_err(|e| format!("cannot link {} to {}: {e}", link.display(), target.display()))?;
-        }
+/// Makes the replicas' directories: replica 1's links to the in-process
+/// engine's files; 2 and 3 start empty unless they are voters already.
+fn prepare_files(persistence: &Persistence) -> Result<(), ReplicaError> {
+    let mark = voters_mark(persistence);
+    if !mark.exists() {
+        remove_others(persistence);
+        let root = root(persistence);
+        std::fs::create_dir_all(&root).map_err(files(&root))?;
+        std::fs::write(&mark, b"").map_err(files(&mark))?;
+        std::fs::File::open(&root)
+            .and_then(|d| d.sync_all())
+            .map_err(files(&root))?;
     }
-    Ok(dir)
+    for id in IDS {
+        let dir = dir_of(persistence, id);
+        std::fs::create_dir_all(&dir).map_err(files(&dir))?;
+    }
+    let raft = persistence.journal.with_extension("raft");
+    std::fs::create_dir_all(&raft).map_err(files(&raft))?;
+    let link = dir_of(persistence, 1).join("queues.raft");
+    if std::fs::symlink_metadata(&link).is_err() {
+        let target = std::path::absolute(&raft).map_err(files(&raft))?;
+        std::os::unix::fs::symlink(&target, &link).map_err(files(&link))?;
+    }
+    Ok(())
 }
 
 /// A loopback address with a port that was free a moment ago.
-fn free_loopback() -> Result<SocketAddr, String> {
+fn free_loopback() -> Result<SocketAddr, ReplicaError> {
     std::net::TcpListener::bind(("127.0.0.1", 0))
         .and_then(|l| l.local_addr())
-        .map_err(|e| format!("cannot find a free port: {e}"))
+        .map_err(ReplicaError::Port)
 }
 
 impl ReplicaSet {
     /// Starts the three replicas.
-    pub(super) fn start(config: ReplicaConfig) -> Result<Self, String> {
+    pub(super) fn start(config: ReplicaConfig) -> Result<Self, ReplicaError> {
+        prepare_files(&config.persistence)?;
         let mut members = Vec::new();
-        for id in 1..=REPLICAS {
+        for id in IDS {
             members.push(Member {
                 id,
                 sqs: free_loopback()?,
                 peer: free_loopback()?,
-                data_dir: data_dir(&config.persistence, id)?,
+                data_dir: dir_of(&config.persistence, id),
                 child: None,
                 started: Instant::now(),
+                quick_deaths: 0,
             });
         }
         let peers = members
@@ -134,15 +203,20 @@ impl ReplicaSet {
             peers,
             peer_token: sless_sqs::credentials::engine_token(),
             http: reqwest::Client::builder()
-                .timeout(PEER_CALL)
+                .timeout(CALL)
                 .build()
-                .unwrap_or_default(),
-            up: false,
+                .map_err(ReplicaError::Client)?,
+            settled: false,
         };
         for i in 0..set.members.len() {
             set.spawn(i)?;
         }
         Ok(set)
+    }
+
+    /// The token the gateway presents.
+    pub(super) fn token(&self) -> &str {
+        &self.config.token
     }
 
     /// What it was started with; another value restarts it.
@@ -159,7 +233,7 @@ impl ReplicaSet {
             .join(",")
     }
 
-    fn spawn(&mut self, i: usize) -> Result<(), String> {
+    fn spawn(&mut self, i: usize) -> Result<(), ReplicaError> {
         let m = &self.members[i];
         let c = &self.config;
         let mut command = Command::new(&c.program);
@@ -169,24 +243,22 @@ impl ReplicaSet {
             .arg("--data-dir")
             .arg(&m.data_dir)
             .args(["--durability", c.persistence.durability.as_str()])
-            .args([
-                "--account-id",
-                &c.account_id,
-                "--region",
-                &c.region,
-                "--base-url",
-                &c.base_url,
-            ])
+            .args(["--account-id", &c.account_id, "--region", &c.region])
+            .args(["--base-url", &c.base_url])
             .args(["--peers", &self.peers, "--replica-id", &m.id.to_string()])
             .args(["--parent-pid", &std::process::id().to_string()])
             // Secrets in the environment, not in the arguments `ps` shows.
             .env("SLESS_ENGINE_TOKEN", &c.token)
             .env("SLESS_PEER_TOKEN", &self.peer_token)
             .stdin(Stdio::null())
+            // A Ctrl-C at sless dev's terminal is for sless dev: the
+            // replicas end when it has ended.
+            .process_group(0)
             .kill_on_drop(true);
-        let child = command
-            .spawn()
-            .map_err(|e| format!("cannot start {} queue: {e}", c.program.display()))?;
+        let child = command.spawn().map_err(|source| ReplicaError::Spawn {
+            program: c.program.clone(),
+            source,
+        })?;
         tracing::info!(replica = m.id, addr = %m.sqs, pid = child.id(), "queue engine replica started");
         let m = &mut self.members[i];
         m.child = Some(child);
@@ -195,7 +267,7 @@ impl ReplicaSet {
     }
 
     /// Starts again each replica whose process ended (killed, crashed).
-    pub(super) fn revive(&mut self) -> Result<(), String> {
+    pub(super) fn revive(&mut self) -> Revived {
         for i in 0..self.members.len() {
             let m = &mut self.members[i];
             let ended = match m.child.as_mut().map(Child::try_wait) {
@@ -204,66 +276,88 @@ impl ReplicaSet {
                 Some(Err(e)) => Some(e.to_string()),
                 None => Some("not running".into()),
             };
-            if let Some(how) = ended
-                && m.started.elapsed() >= RESTART_EVERY
-            {
-                tracing::warn!(replica = m.id, ended = %how, "queue engine replica ended; starting it again");
-                self.spawn(i)?;
+            let Some(how) = ended else { continue };
+            if m.started.elapsed() < RESTART_EVERY {
+                continue;
+            }
+            m.quick_deaths = if m.started.elapsed() < QUICK_DEATH {
+                m.quick_deaths + 1
+            } else {
+                0
+            };
+            if m.quick_deaths >= QUICK_DEATHS {
+                tracing::warn!(replica = m.id, ended = %how, "queue engine replica keeps ending at once; new ports");
+                return Revived::PortsLost;
+            }
+            tracing::warn!(replica = m.id, ended = %how, "queue engine replica ended; starting it again");
+            if let Err(e) = self.spawn(i) {
+                tracing::warn!(error = %e, "cannot start a queue engine replica again; retrying");
             }
         }
-        Ok(())
+        Revived::Running
     }
 
-    /// Whether most replicas have answered their health check once.
-    pub(super) async fn started(&mut self) -> bool {
-        if !self.up {
-            let mut answering = 0;
-            for m in &self.members {
-                let url = format!("http://{}/health", m.sqs);
-                if self.http.get(url).send().await.is_ok_and(|r| r.status().is_success()) {
-                    answering += 1;
-                }
-            }
-            self.up = answering * 2 > self.members.len();
-        }
-        self.up
-    }
-
-    /// Moves the queue service towards replica 1 alone: asks every replica
-    /// to make it the only voter (whichever leads does), and answers
-    /// whether replica 1 says it is. Once it is, the set may stop: replica
-    /// 1 holds everything committed.
-    pub(super) async fn shrunk_to_first(&self) -> bool {
-        let only_first = BTreeSet::from([1u64]);
+    /// Asks every replica for `voters` (whichever leads makes them so).
+    async fn want_voters(&self, voters: &BTreeSet<u64>) {
         for m in &self.members {
             let asked = self
                 .http
                 .post(format!("http://{}/raft/voters", m.peer))
-                .header("x-sless-peer-token", &self.peer_token)
-                .json(&only_first)
+                .header(PEER_TOKEN, &self.peer_token)
+                .json(voters)
                 .send()
                 .await;
             if let Err(e) = asked {
-                tracing::debug!(replica = m.id, error = %e, "cannot reach a replica to lower the voters");
+                tracing::debug!(replica = m.id, error = %e, "cannot reach a replica to set the voters");
             }
         }
+    }
+
+    /// Whether replica 1 reports exactly `voters` as the voters, no change
+    /// under way.
+    async fn first_reports(&self, voters: &[u64]) -> bool {
         let status = self
             .http
             .get(format!("http://{}/raft/status", self.members[0].peer))
-            .header("x-sless-peer-token", &self.peer_token)
+            .header(PEER_TOKEN, &self.peer_token)
             .send()
             .await;
-        let Ok(status) = status else { return false };
-        let status: serde_json::Value = status.json().await.unwrap_or_default();
-        status["voters"] == serde_json::json!([1]) && status["joint"] == false
+        match status {
+            Ok(answer) => answer
+                .json::<Status>()
+                .await
+                .is_ok_and(|s| s.voters == voters && !s.joint),
+            Err(_) => false,
+        }
     }
 
-    /// Stops the replicas; their files stay.
-    pub(super) async fn stop(mut self) {
+    /// Whether the three are the voters, asking for them (a shrink asked
+    /// for before may be under way): only then can one be lost.
+    pub(super) async fn settled(&mut self) -> bool {
+        if !self.settled {
+            let all: Vec<u64> = IDS.collect();
+            self.want_voters(&all.iter().copied().collect()).await;
+            self.settled = self.first_reports(&all).await;
+        }
+        self.settled
+    }
+
+    /// Moves the queue service towards replica 1 alone, and answers
+    /// whether replica 1 is the only voter. Once it is, the set may stop:
+    /// replica 1 holds everything committed (the change needed its ack).
+    pub(super) async fn shrunk_to_first(&mut self) -> bool {
+        self.settled = false;
+        self.want_voters(&BTreeSet::from([1])).await;
+        self.first_reports(&[1]).await
+    }
+
+    /// Stops the replicas (their files stay): what they were started with.
+    pub(super) async fn stop(mut self) -> ReplicaConfig {
         for m in &mut self.members {
             if let Some(mut child) = m.child.take() {
                 let _ = child.kill().await;
             }
         }
+        self.config
     }
 }

@@ -166,12 +166,12 @@ impl DevServer {
         ports
     }
 
-    /// SIGKILL: no shutdown code runs.
     /// The process id of `sless dev`.
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
 
+    /// SIGKILL: no shutdown code runs.
     pub fn kill9(mut self) {
         self.child.kill().unwrap();
         self.child.wait().unwrap();

@@ -127,8 +127,9 @@ async fn voters(State(peer): State<Peer>, Json(voters): Json<std::collections::B
 }
 
 /// What this replica knows of its queue service: who it is, whom it takes
-/// for the leader, the term and how far it applied the log. For operators
-/// and fault tests; the replicas do not use it.
+/// for the leader, the term, its voters and how far it applied the log.
+/// For operators, fault tests and a platform changing the voters; the
+/// replicas do not use it.
 #[derive(Serialize, Deserialize)]
 pub struct Status {
     pub id: NodeId,
