@@ -28,10 +28,20 @@
 //! (`scripts/install-test-deps.sh` starts both); the bench starts neither
 //! and uses queues and streams of its own, deleted afterwards.
 //!
+//! Replicated, at equal replication: `sless disk x3` is three `sless queue`
+//! replicas of one queue service (disk) behind one gateway, which asks
+//! replica 1 (the leader: it started the service) first; `RabbitMQ quorum
+//! x3` a quorum queue of three members on a cluster of three nodes
+//! (b1..b3@localhost) that the bench starts from `/usr/lib/rabbitmq/bin` on
+//! loopback ports and files of its own, apart from the broker on 5672, and
+//! stops afterwards, with its producers and consumers spread over the three
+//! nodes. Both answer once a majority synced the message.
+//!
 //! Run: `cargo bench -p sless --bench brokers`. `SLESS_BENCH_SECONDS` sets
 //! each run's length (5); `SLESS_BENCH_ONLY=(c)` runs only the scenarios
 //! whose title contains it, `SLESS_BENCH_SYSTEMS=sless` only the systems
-//! whose label does (and prints no ratios).
+//! whose label does (`x3` the replicated pair; with one system, no
+//! ratios). Only the servers of the systems chosen must be up.
 
 // A benchmark's output is its figures, on stdout.
 #![allow(clippy::print_stdout)]
@@ -40,7 +50,10 @@
 mod support;
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -83,22 +96,26 @@ fn id_of(body: &[u8]) -> String {
 }
 
 /// The systems compared, each with the processes whose CPU it is charged.
-#[derive(Clone, Copy, PartialEq)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
 enum Kind {
     SlessDisk,
     SlessProcess,
     RabbitQuorum,
     RabbitClassic,
     JetStream,
+    SlessDiskX3,
+    RabbitQuorumX3,
 }
 
 impl Kind {
-    const ALL: [Kind; 5] = [
+    const ALL: [Kind; 7] = [
         Kind::SlessDisk,
         Kind::RabbitQuorum,
         Kind::RabbitClassic,
         Kind::SlessProcess,
         Kind::JetStream,
+        Kind::SlessDiskX3,
+        Kind::RabbitQuorumX3,
     ];
 
     fn label(self) -> &'static str {
@@ -108,14 +125,24 @@ impl Kind {
             Kind::RabbitQuorum => "RabbitMQ quorum",
             Kind::RabbitClassic => "RabbitMQ classic",
             Kind::JetStream => "JetStream file",
+            Kind::SlessDiskX3 => "sless disk x3",
+            Kind::RabbitQuorumX3 => "RabbitMQ quorum x3",
         }
     }
 }
 
-/// A sless engine process with its gateway.
+/// The servers the bench started for the systems chosen.
+struct Systems {
+    sless: HashMap<Kind, Arc<Sless>>,
+    cluster: Option<RabbitCluster>,
+}
+
+/// A sless engine process, or three replicas of one queue service, with
+/// their gateway.
 struct Sless {
-    _engine: Process,
+    _engines: Vec<Process>,
     _gateway: Process,
+    /// Where queues are made: the engine, or replica 1.
     engine: std::net::SocketAddr,
     gateway_url: String,
     pids: Vec<u32>,
@@ -132,14 +159,30 @@ impl Drop for TempDir {
 }
 
 impl Sless {
-    async fn start(durability: &str) -> anyhow::Result<Self> {
-        let dir =
-            TempDir(std::env::temp_dir().join(format!("sless-bench-brokers-{durability}-{}", std::process::id())));
-        let (engine_process, engine) = support::engine(Some((&dir.0, durability))).await?;
-        let (gateway_process, gateway_url) = support::gateway(engine).await?;
-        let pids = vec![engine_process.id(), gateway_process.id()];
+    async fn start(durability: &str, replicas: bool) -> anyhow::Result<Self> {
+        let name = if replicas {
+            format!("{durability}-x3")
+        } else {
+            durability.to_owned()
+        };
+        let dir = TempDir(std::env::temp_dir().join(format!("sless-bench-brokers-{name}-{}", std::process::id())));
+        let engines = if replicas {
+            support::engine_replicas(&dir.0, durability).await?
+        } else {
+            vec![support::engine(Some((&dir.0, durability))).await?]
+        };
+        let engine = engines.first().context("no engine")?.1;
+        // The route names every replica; the gateway asks them in turn.
+        let backend = engines
+            .iter()
+            .map(|(_, addr)| addr.to_string())
+            .collect::<Vec<_>>()
+            .join(",");
+        let (gateway_process, gateway_url) = support::gateway_to(&backend).await?;
+        let mut pids: Vec<u32> = engines.iter().map(|(process, _)| process.id()).collect();
+        pids.push(gateway_process.id());
         Ok(Self {
-            _engine: engine_process,
+            _engines: engines.into_iter().map(|(process, _)| process).collect(),
             _gateway: gateway_process,
             engine,
             gateway_url,
@@ -157,28 +200,52 @@ impl Sless {
 /// Where one run's messages go: a queue or stream of its own.
 #[derive(Clone)]
 enum Target {
-    Sless { sless: Arc<Sless>, queue: String },
-    Rabbit { queue: String },
-    Jet { stream: String, subject: String },
+    Sless {
+        sless: Arc<Sless>,
+        queue: String,
+    },
+    /// `urls`: the broker, or each node of the cluster; client `n` takes
+    /// the `n`th, round.
+    Rabbit {
+        queue: String,
+        urls: Arc<[String]>,
+    },
+    Jet {
+        stream: String,
+        subject: String,
+    },
 }
 
 impl Target {
-    async fn create(kind: Kind, sless: &HashMap<&'static str, Arc<Sless>>, name: &str) -> anyhow::Result<Self> {
+    async fn create(kind: Kind, systems: &Systems, name: &str) -> anyhow::Result<Self> {
         Ok(match kind {
-            Kind::SlessDisk | Kind::SlessProcess => {
-                let sless = sless[if kind == Kind::SlessDisk { "disk" } else { "process" }].clone();
+            Kind::SlessDisk | Kind::SlessProcess | Kind::SlessDiskX3 => {
+                let sless = systems.sless.get(&kind).context("sless was not started")?.clone();
                 let queue = support::create_queue(sless.engine, name).await?;
                 Target::Sless { sless, queue }
             }
-            Kind::RabbitQuorum | Kind::RabbitClassic => {
-                let (connection, channel) = rabbit().await?;
-                let mut arguments = FieldTable::default();
-                let queue_type = if kind == Kind::RabbitQuorum {
-                    "quorum"
+            Kind::RabbitQuorum | Kind::RabbitClassic | Kind::RabbitQuorumX3 => {
+                let urls = if kind == Kind::RabbitQuorumX3 {
+                    let cluster = systems
+                        .cluster
+                        .as_ref()
+                        .context("the RabbitMQ cluster was not started")?;
+                    cluster.urls.clone()
                 } else {
+                    Arc::from([AMQP.to_owned()])
+                };
+                let (connection, channel) = rabbit(&urls[0]).await?;
+                let mut arguments = FieldTable::default();
+                let queue_type = if kind == Kind::RabbitClassic {
                     "classic"
+                } else {
+                    "quorum"
                 };
                 arguments.insert("x-queue-type".into(), AMQPValue::LongString(queue_type.into()));
+                if kind == Kind::RabbitQuorumX3 {
+                    // One member on each node, said rather than left to the default.
+                    arguments.insert("x-quorum-initial-group-size".into(), AMQPValue::LongInt(3));
+                }
                 let queue = format!("sless-bench-{name}");
                 channel
                     .queue_declare(
@@ -191,7 +258,7 @@ impl Target {
                     )
                     .await?;
                 connection.close(200, "declared".into()).await?;
-                Target::Rabbit { queue }
+                Target::Rabbit { queue, urls }
             }
             Kind::JetStream => {
                 let js = jetstream::new(async_nats::connect(NATS).await?);
@@ -215,8 +282,8 @@ impl Target {
                 let queue = SlessQueue::new(sless, queue);
                 queue.call("DeleteQueue", json!({"QueueUrl": queue.queue})).await?;
             }
-            Target::Rabbit { queue } => {
-                let (connection, channel) = rabbit().await?;
+            Target::Rabbit { queue, urls } => {
+                let (connection, channel) = rabbit(&urls[0]).await?;
                 channel
                     .queue_delete(queue.as_str().into(), QueueDeleteOptions::default())
                     .await?;
@@ -230,11 +297,11 @@ impl Target {
         Ok(())
     }
 
-    async fn producer(&self) -> anyhow::Result<Producer> {
+    async fn producer(&self, n: usize) -> anyhow::Result<Producer> {
         Ok(match self {
             Target::Sless { sless, queue } => Producer::Sless(SlessQueue::new(sless, queue)),
-            Target::Rabbit { queue } => {
-                let (connection, channel) = rabbit().await?;
+            Target::Rabbit { queue, urls } => {
+                let (connection, channel) = rabbit(&urls[n % urls.len()]).await?;
                 channel.confirm_select(ConfirmSelectOptions::default()).await?;
                 Producer::Rabbit {
                     _connection: connection,
@@ -252,8 +319,8 @@ impl Target {
     async fn consumer(&self, n: usize) -> anyhow::Result<Consumer> {
         Ok(match self {
             Target::Sless { sless, queue } => Consumer::Sless(SlessQueue::new(sless, queue)),
-            Target::Rabbit { queue } => {
-                let (connection, channel) = rabbit().await?;
+            Target::Rabbit { queue, urls } => {
+                let (connection, channel) = rabbit(&urls[n % urls.len()]).await?;
                 channel.basic_qos(BATCH as u16 * 10, BasicQosOptions::default()).await?;
                 let consumer = channel
                     .basic_consume(
@@ -314,11 +381,172 @@ impl SlessQueue {
     }
 }
 
-/// A connection to RabbitMQ and a channel on it.
-async fn rabbit() -> anyhow::Result<(Connection, lapin::Channel)> {
-    let connection = Connection::connect(AMQP, ConnectionProperties::default()).await?;
+/// A connection to RabbitMQ at `url` and a channel on it.
+async fn rabbit(url: &str) -> anyhow::Result<(Connection, lapin::Channel)> {
+    let connection = Connection::connect(url, ConnectionProperties::default()).await?;
     let channel = connection.create_channel().await?;
     Ok((connection, channel))
+}
+
+/// RabbitMQ's own scripts: those in `/usr/sbin` run them as the rabbitmq
+/// user, with the cookie and files of the broker on 5672.
+const RABBIT_BIN: &str = "/usr/lib/rabbitmq/bin";
+/// How long a node may take to boot; three boot at once on 2 cores.
+const RABBIT_BOOT: Duration = Duration::from_secs(120);
+
+/// A RabbitMQ cluster of three nodes, b1..b3@localhost, on loopback ports
+/// and in a temporary directory of its own, apart from the broker on 5672:
+/// stopped, killed if need be, and removed when dropped.
+struct RabbitCluster {
+    names: Vec<String>,
+    /// Each node's AMQP URL.
+    urls: Arc<[String]>,
+    pids: Vec<u32>,
+    /// Dropped after `drop` stopped the nodes: kills what is left.
+    nodes: Vec<Process>,
+    /// Dropped last: the nodes' files, the cookie.
+    dir: TempDir,
+}
+
+impl RabbitCluster {
+    fn start() -> anyhow::Result<Self> {
+        let dir = TempDir(std::env::temp_dir().join(format!("sless-bench-rabbit-{}", std::process::id())));
+        std::fs::create_dir_all(&dir.0).with_context(|| format!("cannot make {}", dir.0.display()))?;
+        // The nodes and rabbitmqctl read it from $HOME, this directory;
+        // Erlang refuses a cookie others may read.
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o400)
+            .open(dir.0.join(".erlang.cookie"))?
+            .write_all(b"SLESSBENCHRABBITCOOKIE")?;
+        // Empty: no plugins (no management listener), nothing from /etc/rabbitmq.
+        for empty in ["enabled_plugins", "rabbitmq-env.conf", "rabbitmq.conf"] {
+            std::fs::write(dir.0.join(empty), "")?;
+        }
+        let mut cluster = Self {
+            names: Vec::new(),
+            urls: Arc::from([]),
+            pids: Vec::new(),
+            nodes: Vec::new(),
+            dir,
+        };
+        let mut urls = Vec::new();
+        let mut ports = Vec::new();
+        for i in 1..=3 {
+            let name = format!("b{i}@localhost");
+            let port = support::free_port()?;
+            let node_dir = cluster.dir.0.join(format!("b{i}"));
+            std::fs::create_dir_all(&node_dir)?;
+            let out = std::fs::File::create(node_dir.join("out"))?;
+            let mut command = Command::new(Path::new(RABBIT_BIN).join("rabbitmq-server"));
+            cluster.env(&mut command);
+            command
+                .env("RABBITMQ_NODENAME", &name)
+                .env("RABBITMQ_NODE_IP_ADDRESS", "127.0.0.1")
+                .env("RABBITMQ_NODE_PORT", port.to_string())
+                .env("RABBITMQ_DIST_PORT", support::free_port()?.to_string())
+                .env("RABBITMQ_MNESIA_BASE", node_dir.join("mnesia"))
+                .env("RABBITMQ_LOG_BASE", node_dir.join("log"))
+                // The nodes speak to each other on loopback only.
+                .env(
+                    "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS",
+                    "-kernel inet_dist_use_interface {127,0,0,1}",
+                )
+                // Its banner and boot log are not the bench's output.
+                .stdin(Stdio::null())
+                .stdout(out.try_clone()?)
+                .stderr(out);
+            let node = Process::spawn(&mut command)
+                .with_context(|| format!("cannot start {RABBIT_BIN}/rabbitmq-server (is RabbitMQ installed?)"))?;
+            cluster.pids.push(node.id());
+            cluster.nodes.push(node);
+            cluster.names.push(name);
+            urls.push(format!("amqp://guest:guest@127.0.0.1:{port}/%2f"));
+            ports.push(port);
+        }
+        cluster.urls = urls.into();
+        for (i, port) in ports.into_iter().enumerate() {
+            cluster.wait_listening(i, port)?;
+            cluster.ctl(i, &["await_startup"])?;
+        }
+        let first = cluster.names[0].clone();
+        for i in 1..cluster.names.len() {
+            cluster.ctl(i, &["stop_app"])?;
+            cluster.ctl(i, &["join_cluster", &first])?;
+            cluster.ctl(i, &["start_app"])?;
+        }
+        let status: Value = serde_json::from_str(&cluster.ctl(0, &["cluster_status", "--formatter", "json"])?)
+            .context("rabbitmqctl cluster_status is not JSON")?;
+        let running = status["running_nodes"].as_array().map_or(0, Vec::len);
+        if running != cluster.names.len() {
+            bail!("the RabbitMQ cluster runs {running} nodes, not 3: {status}");
+        }
+        Ok(cluster)
+    }
+
+    /// What every RabbitMQ command of this cluster is started with.
+    fn env(&self, command: &mut Command) {
+        let dir = &self.dir.0;
+        command
+            .env("HOME", dir)
+            .env("RABBITMQ_CONF_ENV_FILE", dir.join("rabbitmq-env.conf"))
+            .env("RABBITMQ_CONFIG_FILE", dir.join("rabbitmq.conf"))
+            .env("RABBITMQ_ADVANCED_CONFIG_FILE", dir.join("advanced.config"))
+            .env("RABBITMQ_ENABLED_PLUGINS_FILE", dir.join("enabled_plugins"));
+    }
+
+    /// Waits until node `i` takes AMQP connections on `port`.
+    fn wait_listening(&mut self, i: usize, port: u16) -> anyhow::Result<()> {
+        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+        let deadline = Instant::now() + RABBIT_BOOT;
+        while std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)).is_err() {
+            if let Some(status) = self.nodes[i].child().try_wait()? {
+                let out = std::fs::read_to_string(self.dir.0.join(format!("b{}/out", i + 1))).unwrap_or_default();
+                bail!("RabbitMQ node {} ended ({status}): {out}", self.names[i]);
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "RabbitMQ node {} is not listening on {addr} after {RABBIT_BOOT:?}",
+                    self.names[i]
+                );
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        Ok(())
+    }
+
+    /// `rabbitmqctl -n NODE args` for node `i`; its output.
+    fn ctl(&self, i: usize, args: &[&str]) -> anyhow::Result<String> {
+        let mut command = Command::new(Path::new(RABBIT_BIN).join("rabbitmqctl"));
+        self.env(&mut command);
+        let output = command
+            .args(["-n", &self.names[i]])
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .with_context(|| format!("cannot run {RABBIT_BIN}/rabbitmqctl"))?;
+        if !output.status.success() {
+            bail!(
+                "rabbitmqctl -n {} {}: {}: {}{}",
+                self.names[i],
+                args.join(" "),
+                output.status,
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    }
+}
+
+impl Drop for RabbitCluster {
+    fn drop(&mut self) {
+        // The nodes started last first; a node that is down answers at once.
+        for i in (0..self.names.len()).rev() {
+            let _ = self.ctl(i, &["stop"]);
+        }
+    }
 }
 
 enum Producer {
@@ -524,8 +752,8 @@ fn cpu_of(pids: &[u32]) -> Duration {
 /// until every sent message is back (or 30 s pass without progress).
 async fn run(target: &Target, pids: &[u32], producers: usize, batch: usize, consumers: usize) -> anyhow::Result<Run> {
     let mut senders = Vec::new();
-    for _ in 0..producers {
-        senders.push(target.producer().await?);
+    for n in 0..producers {
+        senders.push(target.producer(n).await?);
     }
     let mut receivers = Vec::new();
     for n in 0..consumers {
@@ -625,22 +853,50 @@ fn reachable(addr: &str, what: &str) -> anyhow::Result<()> {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    reachable("127.0.0.1:5672", "RabbitMQ")?;
-    reachable(NATS, "NATS")?;
-    let rabbit_pids = pids_named("beam.smp");
-    let nats_pids = pids_named("nats-server");
-    if rabbit_pids.is_empty() || nats_pids.is_empty() {
-        bail!("cannot find the beam.smp and nats-server processes to read their CPU");
+    let chosen = std::env::var("SLESS_BENCH_SYSTEMS").unwrap_or_default();
+    let kinds: Vec<Kind> = Kind::ALL.into_iter().filter(|k| k.label().contains(&chosen)).collect();
+    let wants = |any: &[Kind]| kinds.iter().any(|k| any.contains(k));
+    let mut rabbit_pids = Vec::new();
+    if wants(&[Kind::RabbitQuorum, Kind::RabbitClassic]) {
+        reachable("127.0.0.1:5672", "RabbitMQ")?;
+        // Read before the cluster starts: its nodes are beam.smp too.
+        rabbit_pids = pids_named("beam.smp");
+        if rabbit_pids.is_empty() {
+            bail!("cannot find the beam.smp processes to read their CPU");
+        }
     }
-    let mut sless = HashMap::new();
-    for durability in ["disk", "process"] {
-        sless.insert(durability, Arc::new(Sless::start(durability).await?));
+    let mut nats_pids = Vec::new();
+    if wants(&[Kind::JetStream]) {
+        reachable(NATS, "NATS")?;
+        nats_pids = pids_named("nats-server");
+        if nats_pids.is_empty() {
+            bail!("cannot find the nats-server process to read its CPU");
+        }
+    }
+    let mut systems = Systems {
+        sless: HashMap::new(),
+        cluster: None,
+    };
+    for (kind, durability, replicas) in [
+        (Kind::SlessDisk, "disk", false),
+        (Kind::SlessProcess, "process", false),
+        (Kind::SlessDiskX3, "disk", true),
+    ] {
+        if wants(&[kind]) {
+            let sless = Sless::start(durability, replicas).await.with_context(|| kind.label())?;
+            systems.sless.insert(kind, Arc::new(sless));
+        }
+    }
+    if wants(&[Kind::RabbitQuorumX3]) {
+        systems.cluster = Some(RabbitCluster::start().context("starting a RabbitMQ cluster of three nodes")?);
     }
     let pids = |kind: Kind| -> Vec<u32> {
         match kind {
-            Kind::SlessDisk => sless["disk"].pids.clone(),
-            Kind::SlessProcess => sless["process"].pids.clone(),
+            Kind::SlessDisk | Kind::SlessProcess | Kind::SlessDiskX3 => {
+                systems.sless.get(&kind).map(|s| s.pids.clone()).unwrap_or_default()
+            }
             Kind::RabbitQuorum | Kind::RabbitClassic => rabbit_pids.clone(),
+            Kind::RabbitQuorumX3 => systems.cluster.as_ref().map(|c| c.pids.clone()).unwrap_or_default(),
             Kind::JetStream => nats_pids.clone(),
         }
     };
@@ -649,6 +905,14 @@ async fn main() -> anyhow::Result<()> {
          sless process vs JetStream (written, not synced, before the answer)",
         seconds().as_secs()
     );
+    if wants(&[Kind::SlessDiskX3, Kind::RabbitQuorumX3]) {
+        println!(
+            "x3: three replicas each on this machine, the answer once a majority synced the message; \
+             CPU of all three and the gateway"
+        );
+    }
+    // Wide enough for the longest label chosen, as before for the others.
+    let width = kinds.iter().map(|k| k.label().len()).fold(17, usize::max);
     let scenarios: [(&str, usize, usize, usize); 5] = [
         ("(a) 1 producer, one message a request", 1, 1, 0),
         ("(a) 32 producers, one message a request", MANY, 1, 0),
@@ -657,19 +921,18 @@ async fn main() -> anyhow::Result<()> {
         ("(c) 32 producers + 32 consumers, full cycle", MANY, 1, MANY),
     ];
     let only = std::env::var("SLESS_BENCH_ONLY").unwrap_or_default();
-    let systems = std::env::var("SLESS_BENCH_SYSTEMS").unwrap_or_default();
     for (n, (title, producers, batch, consumers)) in scenarios.into_iter().enumerate() {
         if !title.contains(&only) {
             continue;
         }
         println!("{title}");
         let mut runs = HashMap::new();
-        for kind in Kind::ALL.into_iter().filter(|k| k.label().contains(&systems)) {
-            let target = Target::create(kind, &sless, &format!("run-{n}-{}", kind as u8)).await?;
+        for &kind in &kinds {
+            let target = Target::create(kind, &systems, &format!("run-{n}-{}", kind as u8)).await?;
             let result = run(&target, &pids(kind), producers, batch, consumers).await;
             target.delete().await?;
             let result = result.with_context(|| kind.label())?;
-            println!("  {:<17} {}", kind.label(), result.line());
+            println!("  {:<width$} {}", kind.label(), result.line());
             if result.lost > 0 {
                 bail!("{} lost {} messages", kind.label(), result.lost);
             }
@@ -679,6 +942,7 @@ async fn main() -> anyhow::Result<()> {
             (Kind::SlessDisk, Kind::RabbitQuorum),
             (Kind::SlessDisk, Kind::RabbitClassic),
             (Kind::SlessProcess, Kind::JetStream),
+            (Kind::SlessDiskX3, Kind::RabbitQuorumX3),
         ] {
             let (Some(a), Some(b)) = (runs.get(&(ours as u8)), runs.get(&(peer as u8))) else {
                 continue;

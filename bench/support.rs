@@ -21,6 +21,8 @@ pub const ACCESS: &str = "SQSAKbench_AAAAAAAA";
 pub const SECRET: &str = "YmVuY2gtc2VjcmV0LWtleS0wMTIzNDU2Nzg5";
 pub const REGION: &str = "us-east-1";
 pub const ENGINE_TOKEN: &str = "bench-engine-token";
+/// What the bench's replicas present to each other (16 bytes at least).
+pub const PEER_TOKEN: &str = "bench-peer-token-0123456789";
 
 /// A child process in a process group of its own, stopped with everything
 /// it started (nginx's workers) when dropped, on success or failure: a
@@ -157,6 +159,12 @@ pub fn control_plane_config() -> anyhow::Result<sless_controlplane::config::Cont
 /// A plaintext loopback control plane (memory store) serving in this
 /// process, routing tenant `bench` with [`ACCESS`] to `engine`.
 pub async fn control_plane_routing(engine: std::net::SocketAddr) -> anyhow::Result<std::net::SocketAddr> {
+    control_plane_routing_to(&engine.to_string()).await
+}
+
+/// As [`control_plane_routing`], to `backend`: one engine's address, or
+/// the replicas' with commas between.
+pub async fn control_plane_routing_to(backend: &str) -> anyhow::Result<std::net::SocketAddr> {
     let mut config = control_plane_config()?;
     config.service.stream_poll_interval = Duration::from_millis(100);
     let control_plane = ControlPlane::start(config, Arc::new(MemoryStore::new()), Debounce::default()).await?;
@@ -164,7 +172,7 @@ pub async fn control_plane_routing(engine: std::net::SocketAddr) -> anyhow::Resu
     control_plane.publisher.publish(RoutingSnapshot {
         routes: vec![TenantRoute {
             tenant: "bench".into(),
-            backend_address: engine.to_string(),
+            backend_address: backend.to_owned(),
             backend_token: ENGINE_TOKEN.into(),
             keys: vec![AccessKey {
                 access_key_id: ACCESS.into(),
@@ -192,9 +200,100 @@ pub async fn engine(journal: Option<(&Path, &str)>) -> anyhow::Result<(Process, 
     Ok((process, addr))
 }
 
+/// Three `sless queue` replicas of one queue service, each keeping its
+/// files in `dir`/1, 2, 3 with `durability`, taking only [`ENGINE_TOKEN`];
+/// returned once all three are voters and agree on a leader. Their SQS
+/// addresses, replica 1's (which started the service) first.
+pub async fn engine_replicas(dir: &Path, durability: &str) -> anyhow::Result<Vec<(Process, SocketAddr)>> {
+    const IDS: [u64; 3] = [1, 2, 3];
+    let mut sqs = Vec::new();
+    let mut peers = Vec::new();
+    for _ in IDS {
+        sqs.push(SocketAddr::from(([127, 0, 0, 1], free_port()?)));
+        peers.push(SocketAddr::from(([127, 0, 0, 1], free_port()?)));
+    }
+    let members = IDS
+        .iter()
+        .zip(&peers)
+        .map(|(id, peer)| format!("{id}={peer}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let mut replicas = Vec::new();
+    for (i, id) in IDS.into_iter().enumerate() {
+        let data = dir.join(id.to_string());
+        std::fs::create_dir_all(&data).with_context(|| format!("cannot make {}", data.display()))?;
+        let process = Process::spawn(
+            Command::new(env!("CARGO_BIN_EXE_sless"))
+                .args(["queue", "--listen", &sqs[i].to_string()])
+                .arg("--data-dir")
+                .arg(&data)
+                .args(["--durability", durability])
+                .args(["--peers", &members, "--replica-id", &id.to_string()])
+                // Secrets in the environment, as the platform passes them.
+                .env("SLESS_ENGINE_TOKEN", ENGINE_TOKEN)
+                .env("SLESS_PEER_TOKEN", PEER_TOKEN)
+                .env("SLESS_LOG", "warn"),
+        )?;
+        replicas.push((process, sqs[i]));
+    }
+    for (_, addr) in &replicas {
+        wait_up(&format!("http://{addr}/health")).await?;
+    }
+    wait_voters(&mut replicas, &peers, &IDS).await?;
+    Ok(replicas)
+}
+
+/// Waits until every replica's peer port reports `ids` as the voters, no
+/// change of them under way, and the same leader: replica 1 starts the
+/// service alone and its leader adds the others, so until then a send
+/// would be committed by fewer replicas than measured.
+async fn wait_voters(replicas: &mut [(Process, SocketAddr)], peers: &[SocketAddr], ids: &[u64]) -> anyhow::Result<()> {
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(2)).build()?;
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let mut leaders = Vec::new();
+        let mut last = String::new();
+        for peer in peers {
+            let status = http
+                .get(format!("http://{peer}/raft/status"))
+                .header("x-sless-peer-token", PEER_TOKEN)
+                .send()
+                .await
+                .and_then(reqwest::Response::error_for_status);
+            let status: Value = match status {
+                Ok(response) => response.json().await.unwrap_or_default(),
+                Err(e) => Value::String(e.to_string()),
+            };
+            if status["voters"] == json!(ids) && status["joint"] == json!(false) {
+                leaders.push(status["leader"].as_u64());
+            } else {
+                last = format!("{peer}: {status}");
+            }
+        }
+        if leaders.len() == peers.len() && leaders[0].is_some() && leaders.iter().all(|l| *l == leaders[0]) {
+            return Ok(());
+        }
+        for (process, addr) in replicas.iter_mut() {
+            if let Some(status) = process.child().try_wait()? {
+                bail!("the replica serving {addr} ended ({status})");
+            }
+        }
+        if std::time::Instant::now() > deadline {
+            bail!("the replicas are not all voters under one leader after 60 s; last seen {last}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// A `sless gateway` process fed by a control plane in this process.
 pub async fn gateway(engine: SocketAddr) -> anyhow::Result<(Process, String)> {
-    let control_plane = control_plane_routing(engine).await?;
+    gateway_to(&engine.to_string()).await
+}
+
+/// As [`gateway`], to `backend`: one engine's address, or the replicas'
+/// with commas between (the gateway asks them in turn).
+pub async fn gateway_to(backend: &str) -> anyhow::Result<(Process, String)> {
+    let control_plane = control_plane_routing_to(backend).await?;
     let port = free_port()?;
     let process = Process::spawn(
         Command::new(env!("CARGO_BIN_EXE_sless"))
