@@ -385,8 +385,8 @@ impl Replica {
     }
 
     /// The peer address of the leader, when another replica leads; an
-    /// error while none does, or while this one leads without having
-    /// heard from a majority lately.
+    /// error while none does, while this one leads without having heard
+    /// from a majority lately, or before it applied its term's first entry.
     pub fn leader_elsewhere(&self) -> Result<Option<String>, SqsError> {
         if self.http.is_none() {
             return Ok(None);
@@ -399,6 +399,14 @@ impl Replica {
             Some(id) if id == self.me && m.millis_since_quorum_ack.is_some_and(|ms| ms > QUORUM_SILENCE_MS) => {
                 Err(SqsError::unavailable(
                     "this replica led the queue service but has not heard from most replicas in a while; retry",
+                ))
+            }
+            // A new leader applies what the others committed only once
+            // the first entry of its term is committed: until then its
+            // queues may be of before (a queue created since is missing).
+            Some(id) if id == self.me && m.last_applied.is_none_or(|l| l.leader_id.term < m.current_term) => {
+                Err(SqsError::unavailable(
+                    "this replica has just become the queue service's leader and is applying the log; retry",
                 ))
             }
             Some(id) if id == self.me => Ok(None),
