@@ -101,7 +101,7 @@ impl RunningEngine {
                 drop(server);
                 engine.stop().await;
             }
-            Serving::Replicas(set) => drop(set.stop().await),
+            Serving::Replicas(set) => set.stop().await,
         }
     }
 }
@@ -136,37 +136,27 @@ impl LocalPlatform {
     ) -> Result<Backend, String> {
         let persistence = self.persistence(q);
         if let Some(running) = engines.get_mut(&q.tenant) {
-            let same = running.persistence() == persistence.as_ref() && running.replicas() == q.spec.replicas;
+            let mut same = running.persistence() == persistence.as_ref() && running.replicas() == q.spec.replicas;
+            // Whether replica 1 alone is the voter: 2 and 3 may be forgotten.
+            let mut shrunk = false;
             if let Serving::Replicas(set) = &mut running.serving {
                 if let Revived::PortsLost = set.revive() {
-                    // Started again on new ports, on the same files.
-                    let Some(Serving::Replicas(set)) = engines.remove(&q.tenant).map(|r| r.serving) else {
-                        return Err("queue engine replicas lost".into());
-                    };
-                    let config = set.stop().await;
-                    let restarted = ReplicaSet::start(config).map_err(|e| e.to_string())?;
-                    let token = restarted.token().to_owned();
-                    let running = RunningEngine {
-                        token,
-                        serving: Serving::Replicas(restarted),
-                    };
-                    let backend = running.backend(Some(STARTING.into()));
-                    engines.insert(q.tenant.clone(), running);
-                    return Ok(backend);
-                }
-                if same && !set.settled().await {
+                    // Started again below, on new ports and the same files.
+                    same = false;
+                } else if same && !set.settled().await {
                     return Ok(running.backend(Some(STARTING.into())));
-                }
-                // Three become one once replica 1 alone holds the queues.
-                if q.spec.replicas == 1 && !set.shrunk_to_first().await {
-                    return Ok(running.backend(Some("lowering the queue service to one replica".into())));
+                } else if q.spec.replicas == 1 {
+                    // Three become one once replica 1 alone holds the queues.
+                    if !set.shrunk_to_first().await {
+                        return Ok(running.backend(Some("lowering the queue service to one replica".into())));
+                    }
+                    shrunk = true;
                 }
             }
             if same {
                 return Ok(running.backend(None));
             }
             if let Some(running) = engines.remove(&q.tenant) {
-                let shrunk = running.replicas() > q.spec.replicas;
                 running.stop().await;
                 if let Some(persistence) = persistence.as_ref().filter(|_| shrunk) {
                     replicas::forget_others(persistence);

@@ -214,11 +214,6 @@ impl ReplicaSet {
         Ok(set)
     }
 
-    /// The token the gateway presents.
-    pub(super) fn token(&self) -> &str {
-        &self.config.token
-    }
-
     /// What it was started with; another value restarts it.
     pub(super) fn persistence(&self) -> &Persistence {
         &self.config.persistence
@@ -351,13 +346,12 @@ impl ReplicaSet {
         self.first_reports(&[1]).await
     }
 
-    /// Stops the replicas (their files stay): what they were started with.
-    pub(super) async fn stop(mut self) -> ReplicaConfig {
+    /// Stops the replicas; their files stay.
+    pub(super) async fn stop(mut self) {
         for m in &mut self.members {
             if let Some(mut child) = m.child.take() {
                 let _ = child.kill().await;
             }
         }
-        self.config
     }
 }
