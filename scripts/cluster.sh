@@ -391,7 +391,7 @@ provisioner: kubernetes.io/no-provisioner
 volumeBindingMode: WaitForFirstConsumer
 reclaimPolicy: Retain
 EOF
-  for i in $(seq 1 12); do
+  for i in $(seq 1 24); do
     mkdir -p "$STATE/volumes/pv$i"
     cat >>"$manifest" <<EOF
 ---

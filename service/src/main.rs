@@ -161,8 +161,8 @@ struct QueueArgs {
     /// the leader). Replica 1 starts the queue service; the others join it.
     #[arg(long, requires_all = ["replica_id", "data_dir", "peer_token"])]
     peers: Option<String>,
-    /// This replica's id among --peers.
-    #[arg(long, requires = "peers")]
+    /// This replica's id among --peers (on Kubernetes, its pod's ordinal).
+    #[arg(long, env = "SLESS_REPLICA_ID", requires = "peers")]
     replica_id: Option<u64>,
     /// Address of this replica's peer port (default: its address in --peers).
     #[arg(long, requires = "peers")]

@@ -3,9 +3,10 @@ apply -k` (through tests/cluster/deploy, which only swaps the image tag, the
 cluster's networks and the public ACME issuer), cert-manager issuing every
 certificate and injecting the webhook's CA, `sless serve` and the gateways
 as pods. Then a tenant's whole path: Terraform against the API Service,
-boto3 through the gateways, the engine pod on its volume, the webhook called
-by the API server, and faults an operator meets: an engine pod deleted, a
-rolling restart of every platform Deployment under load.
+boto3 through the gateways, the engine's three replicas each on its volume,
+the webhook called by the API server, and faults an operator meets: the
+leading replica's pod force-deleted under a producer, a rolling update of
+the replicas and a rolling restart of every platform Deployment under load.
 
 The host reaches Services by their cluster addresses (kube-proxy's rules);
 Redis and PostgreSQL run on the host, reached by the pods through
@@ -134,12 +135,40 @@ def queue_service(platform):
     tf.remove()
 
 
-def engine_pod(cluster):
+def engine_pods(cluster):
+    """Tenant a's engine pods not being deleted, by name."""
     pods = json.loads(cluster.kubectl("-n", "sless-fn-a", "get", "pods", "-l",
                                       "app.kubernetes.io/name=sqs,app.kubernetes.io/instance=a",
                                       "-o", "json").stdout)["items"]
-    live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
-    return live[0] if len(live) == 1 else None
+    return {p["metadata"]["name"]: p for p in pods if not p["metadata"].get("deletionTimestamp")}
+
+
+def ready(pod):
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in pod["status"].get("conditions", []))
+
+
+def raft_status(cluster, pod):
+    """What replica `pod` knows of its queue service (its peer port's
+    /raft/status, asked from inside the pod with its own peer token): None
+    when it does not answer."""
+    script = ('exec 3<>/dev/tcp/127.0.0.1/9325 && printf "GET /raft/status HTTP/1.1\\r\\nHost: x\\r\\n'
+              'Connection: close\\r\\nx-sless-peer-token: %s\\r\\n\\r\\n" "$SLESS_PEER_TOKEN" >&3 && cat <&3')
+    done = cluster.kubectl("-n", "sless-fn-a", "exec", pod, "--", "bash", "-c", script, check=False)
+    # kubectl's output is read as text: its line ends are "\n" by then.
+    head, _, body = done.stdout.replace("\r\n", "\n").partition("\n\n")
+    if done.returncode != 0 or " 200 " not in head.split("\n", 1)[0]:
+        return None
+    return json.loads(body)
+
+
+def settled_leader(cluster, pods=("sqs-1", "sqs-2", "sqs-3")):
+    """The pod of the leader every replica names, once all three are voters
+    of a settled membership."""
+    statuses = [raft_status(cluster, p) for p in pods]
+    if any(s is None or s["voters"] != [1, 2, 3] or s["joint"] for s in statuses):
+        return None
+    leaders = {s["leader"] for s in statuses}
+    return f"sqs-{leaders.pop()}" if len(leaders) == 1 and None not in leaders else None
 
 
 def test_deploy_comes_up_with_its_certificates_and_serves_the_api(platform):
@@ -162,13 +191,17 @@ def test_deploy_comes_up_with_its_certificates_and_serves_the_api(platform):
 def test_terraform_orders_a_queue_service_that_boto3_uses_through_the_gateways(platform, queue_service):
     assert queue_service["first_call"] == "ok", f"the first call after apply: {queue_service['first_call']}"
     cluster = platform.cluster
-    pod = engine_pod(cluster)
-    assert pod, "one engine pod"
-    assert pod["spec"]["securityContext"]["runAsUser"] == 65532
-    claims = [v["persistentVolumeClaim"]["claimName"] for v in pod["spec"]["volumes"] if "persistentVolumeClaim" in v]
-    assert claims, "the engine keeps its journal on a volume"
-    phase = cluster.kubectl("-n", "sless-fn-a", "get", "pvc", claims[0], "-o", "jsonpath={.status.phase}").stdout
-    assert phase == "Bound"
+    # Three replicas by default, each on a volume of its own.
+    pods = engine_pods(cluster)
+    assert sorted(pods) == ["sqs-1", "sqs-2", "sqs-3"], sorted(pods)
+    for name, pod in pods.items():
+        assert pod["spec"]["securityContext"]["runAsUser"] == 65532
+        claims = [v["persistentVolumeClaim"]["claimName"] for v in pod["spec"]["volumes"]
+                  if "persistentVolumeClaim" in v]
+        assert claims == [f"data-{name}"], claims
+        phase = cluster.kubectl("-n", "sless-fn-a", "get", "pvc", claims[0], "-o", "jsonpath={.status.phase}").stdout
+        assert phase == "Bound"
+    assert wait_for("the replicas settled on a leader", lambda: settled_leader(cluster), 60)
     sqs = platform.sqs(queue_service)
     url = sqs.create_queue(QueueName="orders")["QueueUrl"]
     for i in range(3):
@@ -189,16 +222,20 @@ def test_only_the_gateways_reach_a_tenants_engine(platform, queue_service):
     platform pod that is not a gateway opens a connection to the engine.
     The gateways do: every boto3 call here goes through them."""
     cluster = platform.cluster
-    target = f"{engine_pod(cluster)['status']['podIP']}:9324"
+    ip = engine_pods(cluster)["sqs-1"]["status"]["podIP"]
+    # Neither the SQS port nor the replicas' peer port.
+    targets = [f"{ip}:9324", f"{ip}:9325"]
     for namespace in ("default", SYSTEM):
-        lines = reaches(cluster, namespace, f"probe-{uuid.uuid4().hex[:8]}", [target])
+        lines = reaches(cluster, namespace, f"probe-{uuid.uuid4().hex[:8]}", targets)
         assert lines == ["dns"], (namespace, lines)
 
 
-def drain(sqs, url, expect, within=120):
+def drain(sqs, url, wanted, within=120):
+    """Receives and deletes until every body of `wanted` came (sends whose
+    outcome was unknown may have been stored too): every body received."""
     got = set()
     deadline = time.time() + within
-    while len(got) < expect and time.time() < deadline:
+    while not set(wanted) <= got and time.time() < deadline:
         batch = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=1).get("Messages", [])
         for m in batch:
             got.add(m["Body"])
@@ -206,22 +243,105 @@ def drain(sqs, url, expect, within=120):
     return got
 
 
-def test_deleting_the_engine_pod_loses_no_acknowledged_message(platform, queue_service):
+class Producer:
+    """Sends numbered messages through the gateways with the SDK's default
+    retries, recording each send's outcome: acknowledged, or failed (its
+    fate unknown: it may still have been stored)."""
+
+    def __init__(self, sqs, url, prefix):
+        self.sqs, self.url, self.prefix = sqs, url, prefix
+        self.acked, self.failed = [], []
+        self.acked_at = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.run)
+
+    def run(self):
+        i = 0
+        while not self.stop.is_set():
+            body = f"{self.prefix}{i}"
+            try:
+                self.sqs.send_message(QueueUrl=self.url, MessageBody=body)
+                self.acked.append(body)
+                self.acked_at.append(time.time())
+            except Exception as e:  # recorded: the checker decides
+                self.failed.append(f"{body}: {e}")
+            i += 1
+            time.sleep(0.01)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join()
+
+    def longest_pause_after(self, at):
+        """The longest time between two acknowledgements from `at` on (a
+        send in flight when the fault came may be acknowledged just after)."""
+        times = [at] + [t for t in self.acked_at if t > at]
+        return max((b - a for a, b in zip(times, times[1:])), default=None)
+
+
+def test_force_deleting_the_leader_pod_under_a_producer_loses_no_acknowledged_message(platform, queue_service):
+    """`kubectl delete pod --force --grace-period=0` of the replica that
+    leads, while a producer sends: the StatefulSet makes the pod again on
+    its volume and it rejoins (leading again if it is back before the other
+    two elected one). Every acknowledged send is received afterwards; the
+    longest pause in acknowledgements is printed."""
     cluster = platform.cluster
     sqs = platform.sqs(queue_service)
-    url = sqs.create_queue(QueueName="kept")["QueueUrl"]
-    sent = set()
-    for i in range(0, 300, 10):
-        entries = [{"Id": str(j), "MessageBody": f"k{i + j}"} for j in range(10)]
-        done = sqs.send_message_batch(QueueUrl=url, Entries=entries)
-        assert not done.get("Failed"), done["Failed"]
-        sent.update(e["MessageBody"] for e in entries)
-    old = engine_pod(cluster)["metadata"]["name"]
-    cluster.kubectl("-n", "sless-fn-a", "delete", "pod", old, "--wait=false")
-    wait_for("a new engine pod Ready", lambda: (p := engine_pod(cluster)) and p["metadata"]["name"] != old and any(
-        c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", [])), 180)
-    got = drain(sqs, url, len(sent))
-    assert got == sent, f"{len(sent - got)} acknowledged messages lost"
+    # A name of this run: a queue service made again keeps its claims, and
+    # with them the queues of before (seed 000).
+    url = sqs.create_queue(QueueName=f"kept-{uuid.uuid4().hex[:8]}")["QueueUrl"]
+    leader = wait_for("the replicas settled on a leader", lambda: settled_leader(cluster), 60)
+    term = raft_status(cluster, leader)["term"]
+    uid = engine_pods(cluster)[leader]["metadata"]["uid"]
+    with Producer(sqs, url, "k") as producer:
+        time.sleep(3)
+        deleted_at = time.time()
+        cluster.kubectl("-n", "sless-fn-a", "delete", "pod", leader, "--force", "--grace-period=0")
+        wait_for("the deleted replica back and the three settled", lambda: (
+            (pods := engine_pods(cluster)).keys() == {"sqs-1", "sqs-2", "sqs-3"}
+            and all(ready(p) for p in pods.values()) and settled_leader(cluster)), 240)
+        time.sleep(2)
+    pause = producer.longest_pause_after(deleted_at)
+    now_leader = settled_leader(cluster)
+    now_term = raft_status(cluster, now_leader)["term"]
+    print(f"leader {leader} (term {term}) force-deleted: {len(producer.acked)} sends acknowledged, "
+          f"{len(producer.failed)} failed, longest pause in acknowledgements {pause:.2f} s, "
+          f"leader now {now_leader} (term {now_term}); failures: {producer.failed[:3]}")
+    # openraft restores a replica that led to leadership at its start, in
+    # the same term, if no other was elected meanwhile: the pod made again
+    # on the same node may be back before an election ends.
+    assert engine_pods(cluster)[leader]["metadata"]["uid"] != uid, "the pod was not replaced"
+    assert producer.acked_at[-1] > deleted_at, "no send was acknowledged after the leader was deleted"
+    got = drain(sqs, url, producer.acked, within=180)
+    lost = set(producer.acked) - got
+    assert not lost, f"{len(lost)} acknowledged messages lost, e.g. {sorted(lost)[:5]}"
+    # A failed send's fate is unknown: stored or not, never anything else.
+    assert got <= set(producer.acked) | {f.split(":", 1)[0] for f in producer.failed}
+
+
+def test_a_rolling_update_of_the_replicas_under_a_producer_fails_no_call(platform, queue_service):
+    """`kubectl rollout restart` of the engine's StatefulSet replaces its
+    three pods one at a time, each waiting for the one before to be Ready
+    (a voter that knows its leader) again, so a majority always runs. The
+    SDK retries as it does by default; no send fails and every acknowledged
+    one arrives."""
+    cluster = platform.cluster
+    sqs = platform.sqs(queue_service)
+    url = sqs.create_queue(QueueName=f"rolled-{uuid.uuid4().hex[:8]}")["QueueUrl"]
+    wait_for("the replicas settled on a leader", lambda: settled_leader(cluster), 60)
+    with Producer(sqs, url, "u") as producer:
+        time.sleep(2)
+        cluster.kubectl("-n", "sless-fn-a", "rollout", "restart", "statefulset/sqs")
+        cluster.kubectl("-n", "sless-fn-a", "rollout", "status", "statefulset/sqs", "--timeout=300s")
+        time.sleep(3)
+    print(f"rolling update of the replicas: {len(producer.acked)} sends acknowledged, {len(producer.failed)} failed")
+    assert not producer.failed, f"{len(producer.failed)} sends failed, first: {producer.failed[:5]}"
+    got = drain(sqs, url, producer.acked, within=180)
+    assert got == set(producer.acked), f"{len(set(producer.acked) - got)} acknowledged messages lost"
 
 
 def test_a_rolling_restart_of_the_platform_under_load_fails_no_call(platform, queue_service):
@@ -273,7 +393,7 @@ def test_a_rolling_restart_of_the_platform_under_load_fails_no_call(platform, qu
             w.join()
     print(f"rolling restart: {len(sent)} sends and {rest_calls[0]} API reads, {len(failures)} failed")
     assert not failures, f"{len(failures)} calls failed, first: {failures[:5]}\n{platform.logs()}"
-    got = drain(sqs, url, len(sent))
+    got = drain(sqs, url, sent)
     assert got == set(sent), f"{len(set(sent) - got)} acknowledged messages lost"
 
 
@@ -345,19 +465,19 @@ def test_deleting_a_queue_service_removes_its_children(platform, queue_service):
     cluster's garbage collector removes the engine's objects, all but the
     volume of its messages."""
     cluster = platform.cluster
-    kinds = "deployment,service,secret,configmap,persistentvolumeclaim,networkpolicy"
+    kinds = "statefulset,service,secret,configmap,persistentvolumeclaim,networkpolicy,poddisruptionbudget"
     owned = lambda: [o for o in json.loads(cluster.kubectl("-n", "sless-fn-a", "get", kinds, "-o", "json").stdout)[
         "items"] if any(r.get("kind") == "QueueService" for r in o["metadata"].get("ownerReferences", []))]
     before = owned()
-    assert {o["kind"] for o in before} >= {"Deployment", "Service", "Secret", "NetworkPolicy"}, \
-        [o["kind"] for o in before]
+    assert {o["kind"] for o in before} >= {"StatefulSet", "Service", "Secret", "NetworkPolicy",
+                                          "PodDisruptionBudget"}, [o["kind"] for o in before]
     queue_service["tf"].run("destroy", "-auto-approve")
     wait_for("every child of the queue service removed", lambda: not owned(), 120)
     assert platform.rest("a", "GET", "/queue-services/main").status_code == 404
     # The messages' volume has no owner on purpose: it stays until the
     # platform's operator deletes it (docs/kubernetes.md).
     claims = cluster.kubectl("-n", "sless-fn-a", "get", "pvc", "-o", "name").stdout.split()
-    assert claims == ["persistentvolumeclaim/sqs-data-a"], claims
+    assert claims == [f"persistentvolumeclaim/data-sqs-{i}" for i in (1, 2, 3)], claims
 
 
 DOCS = ROOT / "docs" / "kubernetes.md"

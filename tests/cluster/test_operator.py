@@ -192,7 +192,7 @@ def engine_pods(cluster, tenant):
 
 
 def test_a_memory_change_is_ready_only_once_the_engine_of_the_new_spec_runs(operator):
-    """Recreate stops the old engine before the new one starts: the old
+    """The StatefulSet stops the old engine before the new one starts: the old
     engine's Ready must not be reported for the new spec. Each Ready the
     API answers after the change is checked against the pods: one pod,
     of the new spec, ready, and no other left."""
@@ -214,7 +214,8 @@ def test_a_memory_change_is_ready_only_once_the_engine_of_the_new_spec_runs(oper
             pods = engine_pods(cluster, "b")
             described = [(p["metadata"]["name"], p["spec"]["containers"][0]["resources"]["limits"]["memory"],
                           p["metadata"].get("deletionTimestamp")) for p in pods]
-            assert len(pods) == 1 and old["metadata"]["name"] != pods[0]["metadata"]["name"], \
+            # The StatefulSet's pod keeps its name (sqs-1); a new pod has a new uid.
+            assert len(pods) == 1 and old["metadata"]["uid"] != pods[0]["metadata"]["uid"], \
                 f"Ready while the old engine runs: {described}"
             assert described[0][1] == "96Mi" and described[0][2] is None, described
             ready = [c for c in pods[0]["status"].get("conditions", []) if c["type"] == "Ready"]

@@ -128,8 +128,10 @@ pub struct QueueServiceRequest {
     /// How many replicas of the queue engine keep the queues: 1, or 3 (with
     /// persistence), which acknowledge a change once two of them hold it at
     /// the durability asked and go on serving when one is lost. Default:
-    /// the platform's (1 in `sless dev` unless `--replicas 3`). Changes in
-    /// place from 1 to 3 and back, keeping every message.
+    /// the platform's (1 in `sless dev` unless `--replicas 3`; 3 on
+    /// Kubernetes with persistence). Changes in place, keeping every
+    /// message: from 1 to 3 and back in `sless dev`, from 1 to 3 on
+    /// Kubernetes.
     #[serde(
         default,
         deserialize_with = "crate::whole_number",

@@ -11,10 +11,11 @@ use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use futures_util::future::BoxFuture;
-use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use k8s_openapi::api::networking::v1::{Ingress, NetworkPolicy};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::watcher;
 use kube::{Api, Client};
@@ -212,6 +213,8 @@ async fn controllers(ctx: Arc<Context>, metrics: Arc<OperatorMetrics>, stopped: 
     // the operator's own objects (by label) are watched and cached.
     let queues = Controller::new(Api::<QueueService>::all(client.clone()), config())
         .owns(Api::<Deployment>::all(client.clone()), ours())
+        .owns(Api::<StatefulSet>::all(client.clone()), ours())
+        .owns(Api::<PodDisruptionBudget>::all(client.clone()), ours())
         .owns(Api::<Service>::all(client.clone()), ours())
         .owns(Api::<Ingress>::all(client.clone()), ours())
         .owns(Api::<NetworkPolicy>::all(client.clone()), ours())

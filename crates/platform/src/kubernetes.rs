@@ -183,7 +183,7 @@ impl KubePlatform {
             storage_mb: qs.spec.storage_mb,
             persistence: qs.spec.persistence,
             durability: qs.spec.durability,
-            replicas: 1,
+            replicas: qs.spec.replicas(),
             // Marked for deletion: going, whatever the operator wrote last.
             // A spec the operator has not reconciled yet is not Ready yet:
             // the status it wrote is of the previous spec.
@@ -293,13 +293,20 @@ fn flow_event(e: Event) -> (k8s_openapi::jiff::Timestamp, DataFlowEvent) {
 
 #[async_trait]
 impl Platform for KubePlatform {
+    /// Three replicas: a node lost takes one of them, not the queues.
+    fn default_queue_spec(&self) -> QueueServiceSpec {
+        QueueServiceSpec {
+            replicas: qs_crd::DEFAULT_REPLICAS,
+            ..QueueServiceSpec::default()
+        }
+    }
+
     async fn create_queue_service(
         &self,
         tenant: &DnsLabel,
         name: &DnsLabel,
         spec: QueueServiceSpec,
     ) -> Result<QueueServiceView> {
-        one_replica(&spec)?;
         self.ensure_namespace(tenant).await?;
         let api = self.queues(tenant);
         if let Some(other) = api.list(&ListParams::default()).await.map_err(api_error)?.items.first() {
@@ -314,6 +321,7 @@ impl Platform for KubePlatform {
                 persistence: spec.persistence,
                 engine: qs_crd::QueueEngine::default(),
                 durability: spec.durability,
+                replicas: Some(spec.replicas),
             },
         );
         let created = api.create(&params(), &qs).await.map_err(on_create)?;
@@ -339,10 +347,11 @@ impl Platform for KubePlatform {
         name: &DnsLabel,
         spec: QueueServiceSpec,
     ) -> Result<QueueServiceView> {
-        one_replica(&spec)?;
+        let current = self.queues(tenant).get(name.as_str()).await.map_err(api_error)?;
+        no_fewer_replicas(current.spec.replicas(), spec.replicas)?;
         let patch = serde_json::json!({"spec": {
             "memoryMB": spec.memory_mb, "storageMB": spec.storage_mb, "persistence": spec.persistence,
-            "durability": spec.durability,
+            "durability": spec.durability, "replicas": spec.replicas,
         }});
         let qs = self
             .queues(tenant)
@@ -459,20 +468,18 @@ impl Platform for KubePlatform {
     }
 }
 
-/// This platform runs one engine per queue service so far: three replicas
-/// (a StatefulSet) are not built yet, and a request for them is refused
-/// rather than served by one.
-fn one_replica(spec: &QueueServiceSpec) -> Result<()> {
-    if spec.replicas == 1 {
+/// Three replicas lower to one only in `sless dev` so far: the operator
+/// would first have to make replica 1 the only voter through the
+/// replicas' peer port, which it does not reach. Refused rather than
+/// leaving one replica that waits for a majority of three.
+fn no_fewer_replicas(now: u8, asked: u8) -> Result<()> {
+    if asked >= now {
         return Ok(());
     }
     Err(PlatformError::Invalid(
         sless_model::FieldError::invalid(
             "replicas",
-            format!(
-                "{} replicas are not available on the Kubernetes platform yet; it runs one engine per queue service",
-                spec.replicas
-            ),
+            format!("lowering replicas from {now} to {asked} is not available on the Kubernetes platform yet"),
         )
         .into(),
     ))

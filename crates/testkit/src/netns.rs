@@ -22,8 +22,9 @@ pub struct Network {
 }
 
 impl Network {
-    /// Makes `hosts` hosts, numbered from 1, on a /24 of 10.252.0.0/16
-    /// picked by process id. Panics (naming the command) when it cannot,
+    /// Makes `hosts` hosts, numbered from 1, on a /24 of 10.253.0.0/16
+    /// picked by process id (the test cluster of `scripts/cluster.sh`
+    /// routes 10.250–10.252, and kube-proxy drops what it sends there). Panics (naming the command) when it cannot,
     /// for instance without root.
     pub fn new(hosts: usize) -> Self {
         assert!(hosts < 250);
@@ -31,7 +32,7 @@ impl Network {
         let pid = std::process::id();
         let network = Self {
             tag: format!("slf{pid}"),
-            subnet: [10, 252, (pid % 250) as u8],
+            subnet: [10, 253, (pid % 250) as u8],
             hosts,
         };
         let bridge = network.tag.clone();

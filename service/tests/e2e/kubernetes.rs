@@ -4,8 +4,8 @@
 //! and no admission, so this test drives the QueueService reconciler by
 //! calling it (as the controller would on each event) and plays the kubelet
 //! and the Service controller itself: it starts a real `sless queue` for
-//! each engine Deployment the operator writes, reports the Deployment
-//! available and gives the engine's Service a ClusterIP (a loopback address
+//! each engine StatefulSet the operator writes (of one replica), reports
+//! the StatefulSet available and gives the engine's Service a ClusterIP (a loopback address
 //! of its own). tests/cluster runs the same path on a real cluster.
 //!
 //! Everything else is real: two controller replicas, each on a Tokio
@@ -24,7 +24,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Secret, Service};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -164,6 +164,8 @@ impl Cluster {
                 persistence: true,
                 engine: Default::default(),
                 durability: Default::default(),
+                // The test's kubelet runs one engine per StatefulSet.
+                replicas: Some(1),
             },
         );
         qs.metadata.finalizers = Some(vec![KEEP.into()]);
@@ -201,16 +203,16 @@ impl Cluster {
         sless_operator::objects::secret_strings(secret)
     }
 
-    /// The kubelet's part for `tenant`: runs the engine the Deployment
+    /// The kubelet's part for `tenant`: runs the engine the StatefulSet
     /// describes (on its own loopback address, its volume a directory
     /// here), reports it available and gives its Service that address.
     async fn run_engine(&mut self, tenant: &str, ip: &str) {
         let ns = Self::namespace(tenant);
-        let deployment = Api::<Deployment>::namespaced(self.client.clone(), &ns)
-            .get(&format!("sqs-{tenant}"))
+        let set = Api::<StatefulSet>::namespaced(self.client.clone(), &ns)
+            .get("sqs")
             .await
             .unwrap();
-        let container = deployment.spec.unwrap().template.spec.unwrap().containers.remove(0);
+        let container = set.spec.unwrap().template.spec.unwrap().containers.remove(0);
         let volume = self.dir.join(format!("volume-{tenant}"));
         std::fs::create_dir_all(&volume).unwrap();
         let listen = format!("{ip}:9324");
@@ -233,12 +235,8 @@ impl Cluster {
             "observedGeneration": i64::MAX, "replicas": 1, "updatedReplicas": 1,
             "availableReplicas": 1, "readyReplicas": 1
         }});
-        Api::<Deployment>::namespaced(self.client.clone(), &ns)
-            .patch_status(
-                &format!("sqs-{tenant}"),
-                &PatchParams::default(),
-                &Patch::Merge(&available),
-            )
+        Api::<StatefulSet>::namespaced(self.client.clone(), &ns)
+            .patch_status("sqs", &PatchParams::default(), &Patch::Merge(&available))
             .await
             .unwrap();
         let address = json!({"spec": {"clusterIP": ip}});

@@ -7,13 +7,13 @@
 //! an in-memory store behind the API's HTTP paths (see its module doc).
 //! It has no garbage collector, no admission (nothing calls the webhook;
 //! the test calls it as the API server would), no schema checks and no
-//! kubelet or scheduler: the test reports the engine's Deployment
-//! available, as the Deployment controller would once its pod ran.
+//! kubelet or scheduler: the test reports the engine's StatefulSet
+//! available, as the StatefulSet controller would once its pods ran.
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
@@ -164,7 +164,7 @@ async fn the_real_controllers_reconcile_over_http_survive_redis_and_fail_over() 
     let http = reqwest::Client::new();
 
     // A QueueService through REST: a custom resource, reconciled by the
-    // leader's controller, which applies the engine's Deployment.
+    // leader's controller, which applies the engine's StatefulSet.
     let created = rest(
         &http,
         reqwest::Method::POST,
@@ -173,26 +173,27 @@ async fn the_real_controllers_reconcile_over_http_survive_redis_and_fail_over() 
     )
     .await;
     assert_eq!(created.0, 201, "{created:?}");
-    let deployments: Api<Deployment> = Api::namespaced(kube.clone(), NS);
+    let sets: Api<StatefulSet> = Api::namespaced(kube.clone(), NS);
     eventually(
         Duration::from_secs(20),
-        "the engine's Deployment is applied",
-        || async { deployments.get_opt("sqs-acme").await.ok().flatten().is_some() },
+        "the engine's StatefulSet is applied",
+        || async { sets.get_opt("sqs").await.ok().flatten().is_some() },
     )
     .await;
-    // The Deployment controller's part: the engine's pod of this template runs.
-    let generation = deployments.get("sqs-acme").await.unwrap().metadata.generation;
-    deployments
-        .patch_status(
-            "sqs-acme",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {
-                "observedGeneration": generation, "replicas": 1, "updatedReplicas": 1,
-                "availableReplicas": 1, "readyReplicas": 1
-            }})),
-        )
-        .await
-        .unwrap();
+    // The StatefulSet controller's part: the engine's pods of this template
+    // run (three, Kubernetes' default).
+    let set = sets.get("sqs").await.unwrap();
+    assert_eq!(set.spec.and_then(|s| s.replicas), Some(3));
+    sets.patch_status(
+        "sqs",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {
+            "observedGeneration": set.metadata.generation, "replicas": 3, "updatedReplicas": 3,
+            "availableReplicas": 3, "readyReplicas": 3
+        }})),
+    )
+    .await
+    .unwrap();
     // The API server's part: the engine's Service gets its address, which
     // the route publisher hands the gateways (none run here, so none is
     // waited for before the QueueService is marked routed).
@@ -210,7 +211,7 @@ async fn the_real_controllers_reconcile_over_http_survive_redis_and_fail_over() 
         rest(&http, reqwest::Method::GET, &view_url, None).await.1["phase"] == "Ready"
     })
     .await;
-    eprintln!("Ready through REST {took:?} after the Deployment became available");
+    eprintln!("Ready through REST {took:?} after the StatefulSet became available");
 
     // The route publisher watches what the table is made of: the API
     // server lists nothing more while it rebuilds the table every 2 s.

@@ -52,6 +52,12 @@ pub struct QueueServiceSpec {
     /// journal, synced within 100 ms. ElasticMQ keeps its own behaviour.
     #[serde(default)]
     pub durability: Durability,
+    /// How many replicas of the `sless` engine keep the queues: 1, or 3
+    /// (a StatefulSet, one volume each, Raft between them; needs
+    /// persistence). Absent: 3 with persistence, 1 without.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("enum" = [1, 3]))]
+    pub replicas: Option<u8>,
 }
 
 impl QueueServiceSpec {
@@ -62,11 +68,26 @@ impl QueueServiceSpec {
             storage_mb: Some(i64::from(self.storage_mb)),
             persistence: Some(self.persistence),
             durability: Some(self.durability),
+            replicas: self.replicas.map(i64::from),
             ..Default::default()
         };
         request.spec_over(Default::default()).map(drop)
     }
+
+    /// The replicas the engine runs as, the default filled in.
+    pub fn replicas(&self) -> u8 {
+        match (self.replicas, self.engine) {
+            // ElasticMQ keeps one process's store.
+            (_, QueueEngine::Elasticmq) => 1,
+            (Some(n), _) => n,
+            (None, _) if self.persistence => DEFAULT_REPLICAS,
+            (None, _) => 1,
+        }
+    }
 }
+
+/// Replicas of a persistent `sless` engine on Kubernetes, unless asked otherwise.
+pub const DEFAULT_REPLICAS: u8 = 3;
 
 /// Which SQS-compatible engine serves a tenant. Either way the tenant's
 /// traffic reaches it only through the SigV4 gateway.
@@ -152,6 +173,12 @@ mod tests {
         assert_eq!(
             (&durability["default"], &durability["enum"]),
             (&serde_json::json!("disk"), &serde_json::json!(["disk", "process"]))
+        );
+        let replicas = &spec["properties"]["replicas"];
+        assert_eq!(
+            (&replicas["enum"], &replicas["default"]),
+            (&serde_json::json!([1, 3]), &serde_json::Value::Null),
+            "absent means 3 with persistence, 1 without: no single default"
         );
         assert_eq!(version["subresources"]["status"], serde_json::json!({}));
         let columns: Vec<&str> = version["additionalPrinterColumns"]

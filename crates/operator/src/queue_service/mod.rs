@@ -13,9 +13,10 @@ pub mod builders;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, PersistentVolumeClaim, Secret, Service};
 use k8s_openapi::api::networking::v1::{Ingress, NetworkPolicy};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
@@ -96,26 +97,7 @@ async fn apply(qs: &QueueService, api: &Api<QueueService>, ctx: &Context) -> Res
             Err(e) => return Err(e.into()),
         }
     }
-    // The keys are made once and kept: a re-apply must not rotate them.
-    // A Secret from before engine tokens gets one added.
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
-    let secret_name = builders::secret_name(tenant);
-    match secrets.get_opt(&secret_name).await?.map(objects::secret_strings) {
-        None => {
-            let credentials = sless_sqs::credentials::generate(tenant);
-            let secret = builders::secret(qs, &credentials, &sless_sqs::credentials::engine_token());
-            secrets.create(&create, &secret).await?;
-        }
-        Some(values) if !values.contains_key(builders::ENGINE_TOKEN_KEY) => {
-            let patch = serde_json::json!({
-                "stringData": {builders::ENGINE_TOKEN_KEY: sless_sqs::credentials::engine_token()}
-            });
-            secrets
-                .patch(&secret_name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await?;
-        }
-        Some(_) => {}
-    }
+    ensure_secret(qs, ctx, &ns).await?;
     // TLS is on while the SQS host's certificate exists: then its copy
     // goes to the tenant's namespace and the endpoint says https.
     let tls_source = match &ctx.config.sqs_tls_secret {
@@ -143,24 +125,13 @@ async fn apply(qs: &QueueService, api: &Api<QueueService>, ctx: &Context) -> Res
     let config = &config;
     match &tls_source {
         Some(source) => {
-            objects::apply(&secrets, &builders::tls_secret(qs, source)).await?;
+            objects::apply(
+                &Api::<Secret>::namespaced(client.clone(), &ns),
+                &builders::tls_secret(qs, source),
+            )
+            .await?;
         }
         None => objects::delete::<Secret>(client, &ns, &builders::tls_secret_name(tenant)).await?,
-    }
-    match qs.spec.engine {
-        QueueEngine::Elasticmq => {
-            objects::apply(&Api::namespaced(client.clone(), &ns), &builders::configmap(qs, config)).await?;
-        }
-        QueueEngine::Sless => {
-            objects::delete::<ConfigMap>(client, &ns, &builders::configmap_name(tenant)).await?;
-        }
-    }
-    if qs.spec.persistence {
-        objects::apply(
-            &Api::<PersistentVolumeClaim>::namespaced(client.clone(), &ns),
-            &builders::pvc(qs),
-        )
-        .await?;
     }
     // The fence before the engine: only gateways reach it.
     objects::apply(
@@ -168,11 +139,7 @@ async fn apply(qs: &QueueService, api: &Api<QueueService>, ctx: &Context) -> Res
         &builders::network_policy(qs, config),
     )
     .await?;
-    let deployment = objects::apply(
-        &Api::<Deployment>::namespaced(client.clone(), &ns),
-        &builders::deployment(qs, config),
-    )
-    .await?;
+    let rollout = apply_engine(qs, config, client, &ns).await?;
     objects::apply(&Api::<Service>::namespaced(client.clone(), &ns), &builders::service(qs)).await?;
     objects::apply(
         &Api::<Service>::namespaced(client.clone(), &ns),
@@ -185,7 +152,6 @@ async fn apply(qs: &QueueService, api: &Api<QueueService>, ctx: &Context) -> Res
     )
     .await?;
 
-    let rollout = Rollout::of(&deployment);
     let desired = QueueServiceStatus {
         observed_generation: qs.metadata.generation,
         ..observed_status(&current, rollout, &builders::endpoint(config, tenant), tenant)
@@ -219,26 +185,153 @@ enum Rollout {
 }
 
 impl Rollout {
-    fn of(deployment: &Deployment) -> Self {
-        // No report yet: a Deployment just made (or made again) runs nothing.
-        let Some((status, observed)) = deployment
-            .status
-            .as_ref()
-            .and_then(|s| Some((s, s.observed_generation?)))
-        else {
+    /// ElasticMQ's Deployment of one.
+    fn of_deployment(deployment: &Deployment) -> Self {
+        let Some(status) = &deployment.status else {
             return Self::Unavailable;
         };
-        let want = deployment.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
-        let seen = observed >= deployment.metadata.generation.unwrap_or(0);
-        let updated = status.updated_replicas.unwrap_or(0);
-        if !seen || updated < want || status.replicas.unwrap_or(0) > updated {
+        Self::from(Counts {
+            generation: deployment.metadata.generation,
+            observed: status.observed_generation,
+            want: deployment.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1),
+            pods: status.replicas.unwrap_or(0),
+            updated: status.updated_replicas.unwrap_or(0),
+            // Every replica: the one engine.
+            needed: deployment.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1),
+            available: status.available_replicas.unwrap_or(0),
+        })
+    }
+
+    /// `sless queue`'s StatefulSet: available while a majority of its
+    /// replicas is (one replica of three down still serves).
+    fn of_stateful_set(set: &StatefulSet) -> Self {
+        let Some(status) = &set.status else {
+            return Self::Unavailable;
+        };
+        let want = set.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+        Self::from(Counts {
+            generation: set.metadata.generation,
+            observed: status.observed_generation,
+            want,
+            pods: status.replicas,
+            updated: status.updated_replicas.unwrap_or(0),
+            needed: want / 2 + 1,
+            available: status.available_replicas.unwrap_or(0),
+        })
+    }
+
+    fn from(c: Counts) -> Self {
+        // No report yet: a workload just made (or made again) runs nothing.
+        let Some(observed) = c.observed else {
+            return Self::Unavailable;
+        };
+        let seen = observed >= c.generation.unwrap_or(0);
+        if !seen || c.updated < c.want || c.pods > c.updated {
             Self::InProgress
-        } else if status.available_replicas.unwrap_or(0) >= want {
+        } else if c.available >= c.needed {
             Self::Done
         } else {
             Self::Unavailable
         }
     }
+}
+
+/// What a workload's status reports, as [`Rollout`] reads it.
+struct Counts {
+    generation: Option<i64>,
+    observed: Option<i64>,
+    want: i32,
+    /// Pods of any template.
+    pods: i32,
+    /// Pods of the current template.
+    updated: i32,
+    /// Available pods needed to serve.
+    needed: i32,
+    available: i32,
+}
+
+/// Applies the engine's workload and what goes with it, and removes the
+/// other engine's: where its rollout stands.
+async fn apply_engine(
+    qs: &QueueService,
+    config: &OperatorConfig,
+    client: &kube::Client,
+    ns: &str,
+) -> Result<Rollout, Error> {
+    let tenant = &qs.spec.tenant_id;
+    match qs.spec.engine {
+        QueueEngine::Elasticmq => {
+            objects::delete::<StatefulSet>(client, ns, builders::STATEFUL_SET).await?;
+            objects::delete::<Service>(client, ns, builders::PEERS_SERVICE).await?;
+            objects::delete::<PodDisruptionBudget>(client, ns, &builders::disruption_budget_name(tenant)).await?;
+            objects::apply(&Api::namespaced(client.clone(), ns), &builders::configmap(qs, config)).await?;
+            if qs.spec.persistence {
+                objects::apply(
+                    &Api::<PersistentVolumeClaim>::namespaced(client.clone(), ns),
+                    &builders::pvc(qs),
+                )
+                .await?;
+            }
+            let deployment = objects::apply(
+                &Api::<Deployment>::namespaced(client.clone(), ns),
+                &builders::deployment(qs, config),
+            )
+            .await?;
+            Ok(Rollout::of_deployment(&deployment))
+        }
+        QueueEngine::Sless => {
+            objects::delete::<Deployment>(client, ns, &builders::deployment_name(tenant)).await?;
+            objects::delete::<ConfigMap>(client, ns, &builders::configmap_name(tenant)).await?;
+            objects::apply(
+                &Api::<Service>::namespaced(client.clone(), ns),
+                &builders::peers_service(qs),
+            )
+            .await?;
+            objects::apply(
+                &Api::<PodDisruptionBudget>::namespaced(client.clone(), ns),
+                &builders::disruption_budget(qs),
+            )
+            .await?;
+            let set = objects::apply(
+                &Api::<StatefulSet>::namespaced(client.clone(), ns),
+                &builders::stateful_set(qs, config),
+            )
+            .await?;
+            Ok(Rollout::of_stateful_set(&set))
+        }
+    }
+}
+
+/// The tenant's Secret: the keys and tokens are made once and kept (a
+/// re-apply must not rotate them); a Secret from before a token was
+/// needed gets it added.
+async fn ensure_secret(qs: &QueueService, ctx: &Context, ns: &str) -> Result<(), Error> {
+    let tenant = &qs.spec.tenant_id;
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
+    let secret_name = builders::secret_name(tenant);
+    let Some(values) = secrets.get_opt(&secret_name).await?.map(objects::secret_strings) else {
+        let credentials = sless_sqs::credentials::generate(tenant);
+        let token = sless_sqs::credentials::engine_token;
+        let secret = builders::secret(qs, &credentials, &token(), &token());
+        let create = PostParams {
+            field_manager: Some(FIELD_MANAGER.into()),
+            ..Default::default()
+        };
+        secrets.create(&create, &secret).await?;
+        return Ok(());
+    };
+    let missing: serde_json::Map<String, serde_json::Value> = [builders::ENGINE_TOKEN_KEY, builders::PEER_TOKEN_KEY]
+        .into_iter()
+        .filter(|key| !values.contains_key(*key))
+        .map(|key| (key.to_owned(), sless_sqs::credentials::engine_token().into()))
+        .collect();
+    if !missing.is_empty() {
+        let patch = serde_json::json!({ "stringData": missing });
+        secrets
+            .patch(&secret_name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+    }
+    Ok(())
 }
 
 /// The status a reconcile reports, from the one before and where the
@@ -308,6 +401,9 @@ async fn cleanup(qs: &QueueService, api: &Api<QueueService>, ctx: &Context) -> R
     let ns = builders::namespace_name(tenant);
     let client = &ctx.client;
     objects::delete::<Deployment>(client, &ns, &builders::deployment_name(tenant)).await?;
+    objects::delete::<StatefulSet>(client, &ns, builders::STATEFUL_SET).await?;
+    objects::delete::<PodDisruptionBudget>(client, &ns, &builders::disruption_budget_name(tenant)).await?;
+    objects::delete::<Service>(client, &ns, builders::PEERS_SERVICE).await?;
     objects::delete::<Service>(client, &ns, &builders::service_name(tenant)).await?;
     objects::delete::<Ingress>(client, &ns, &builders::ingress_name(tenant)).await?;
     objects::delete::<Service>(client, &ns, &builders::gateway_service_name(tenant)).await?;

@@ -9,9 +9,10 @@
 
 use std::sync::Arc;
 
-use k8s_openapi::api::apps::v1::{Deployment, DeploymentStatus};
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentStatus, StatefulSet, StatefulSetStatus};
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Secret, Service};
 use k8s_openapi::api::networking::v1::{Ingress, NetworkPolicy};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 
 use super::*;
@@ -43,6 +44,7 @@ async fn setup_with(engine: QueueEngine) -> (Api<QueueService>, Arc<Context>) {
             persistence: true,
             engine,
             durability: Default::default(),
+            replicas: None,
         },
     );
     // Another controller's finalizer is there already. (Adding the first
@@ -314,12 +316,26 @@ async fn the_sless_engine_gets_a_token_a_fence_and_the_gateway_behind_its_ingres
         .await
         .unwrap();
     assert_eq!(gateway.spec.unwrap().type_.as_deref(), Some("ExternalName"));
-    let deployment = Api::<Deployment>::namespaced(client.clone(), NS)
-        .get("sqs-acme")
+    let set = Api::<StatefulSet>::namespaced(client.clone(), NS)
+        .get("sqs")
+        .await
+        .unwrap()
+        .spec
+        .unwrap();
+    // Three replicas by default, with a persistent store.
+    assert_eq!(set.replicas, Some(3));
+    let container = &set.template.spec.unwrap().containers[0];
+    assert_eq!(container.args.as_ref().unwrap()[0], "queue");
+    assert_eq!(values[builders::PEER_TOKEN_KEY].len(), 32);
+    assert_ne!(values[builders::PEER_TOKEN_KEY], token);
+    Api::<PodDisruptionBudget>::namespaced(client.clone(), NS)
+        .get("sqs-pdb-acme")
         .await
         .unwrap();
-    let container = &deployment.spec.unwrap().template.spec.unwrap().containers[0];
-    assert_eq!(container.args.as_ref().unwrap()[0], "queue");
+    Api::<Service>::namespaced(client.clone(), NS)
+        .get("sqs-peers")
+        .await
+        .unwrap();
 
     // A Secret from before engine tokens (its token removed here) gets one;
     // the keys stay.
@@ -356,6 +372,26 @@ async fn the_sless_engine_gets_a_token_a_fence_and_the_gateway_behind_its_ingres
         .get("sqs-cfg-acme")
         .await
         .unwrap();
+    // ... and sless queue's replicas go.
+    for gone in [
+        Api::<StatefulSet>::namespaced(client.clone(), NS)
+            .get_opt("sqs")
+            .await
+            .unwrap()
+            .is_none(),
+        Api::<PodDisruptionBudget>::namespaced(client.clone(), NS)
+            .get_opt("sqs-pdb-acme")
+            .await
+            .unwrap()
+            .is_none(),
+        Api::<Service>::namespaced(client.clone(), NS)
+            .get_opt("sqs-peers")
+            .await
+            .unwrap()
+            .is_none(),
+    ] {
+        assert!(gone);
+    }
     let mut marked = api.get("main").await.unwrap();
     marked.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
         k8s_openapi::jiff::Timestamp::now(),
@@ -554,14 +590,15 @@ fn deployment_at(generation: i64, status: Option<(i64, i32, i32, i32)>) -> Deplo
 /// failure either.
 #[test]
 fn ready_only_once_the_new_template_runs() {
-    assert_eq!(Rollout::of(&deployment_at(1, Some((1, 1, 1, 1)))), Rollout::Done);
+    let of = |generation, status| Rollout::of_deployment(&deployment_at(generation, status));
+    assert_eq!(of(1, Some((1, 1, 1, 1))), Rollout::Done);
     // Not yet seen by the Deployment controller; the old pod answers.
-    assert_eq!(Rollout::of(&deployment_at(2, Some((1, 1, 1, 1)))), Rollout::InProgress);
+    assert_eq!(of(2, Some((1, 1, 1, 1))), Rollout::InProgress);
     // Seen, the old pod still there (replicas counts it, updated not).
-    assert_eq!(Rollout::of(&deployment_at(2, Some((2, 1, 0, 1)))), Rollout::InProgress);
+    assert_eq!(of(2, Some((2, 1, 0, 1))), Rollout::InProgress);
     // Recreate: the old pod gone, the new one not available yet.
-    assert_eq!(Rollout::of(&deployment_at(2, Some((2, 1, 1, 0)))), Rollout::Unavailable);
-    assert_eq!(Rollout::of(&deployment_at(2, None)), Rollout::Unavailable);
+    assert_eq!(of(2, Some((2, 1, 1, 0))), Rollout::Unavailable);
+    assert_eq!(of(2, None), Rollout::Unavailable);
 
     let ready = observed_status(
         &QueueServiceStatus::default(),
@@ -576,6 +613,36 @@ fn ready_only_once_the_new_template_runs() {
     assert_eq!(rolling.conditions[0].status, "False");
     let failed = observed_status(&ready, Rollout::Unavailable, "https://e/sqs/acme", "acme");
     assert_eq!(failed.phase, Some(QueueServicePhase::Failed));
+}
+
+/// Three replicas serve while two are available: one lost is not a
+/// failure. Growing from one to three is a rollout until the new pods run.
+#[test]
+fn three_replicas_are_available_with_a_majority() {
+    let of = |want: i32, (observed, pods, updated, available): (i64, i32, i32, i32)| {
+        let mut set = StatefulSet::default();
+        set.metadata.generation = Some(2);
+        set.spec = Some(k8s_openapi::api::apps::v1::StatefulSetSpec {
+            replicas: Some(want),
+            ..Default::default()
+        });
+        set.status = Some(StatefulSetStatus {
+            observed_generation: Some(observed),
+            replicas: pods,
+            updated_replicas: Some(updated),
+            available_replicas: Some(available),
+            ..Default::default()
+        });
+        Rollout::of_stateful_set(&set)
+    };
+    assert_eq!(of(3, (2, 3, 3, 3)), Rollout::Done);
+    assert_eq!(of(3, (2, 3, 3, 2)), Rollout::Done);
+    assert_eq!(of(3, (2, 3, 3, 1)), Rollout::Unavailable);
+    assert_eq!(of(1, (2, 1, 1, 0)), Rollout::Unavailable);
+    // 1 → 3: seen, two new pods not yet there, the old one not yet replaced.
+    assert_eq!(of(3, (2, 1, 0, 1)), Rollout::InProgress);
+    assert_eq!(of(3, (1, 1, 1, 1)), Rollout::InProgress);
+    assert_eq!(Rollout::of_stateful_set(&StatefulSet::default()), Rollout::Unavailable);
 }
 
 /// The status names the generation it describes, the spec's own, as the

@@ -31,6 +31,7 @@ fn generated_children_pass_the_kubernetes_schemas() {
             persistence: true,
             engine: Default::default(),
             durability: Default::default(),
+            replicas: None,
         },
     );
     qs.metadata.namespace = Some("sless-fn-acme".into());
@@ -39,10 +40,12 @@ fn generated_children_pass_the_kubernetes_schemas() {
     use queue_service::builders as q;
     let mut objects = vec![
         ("namespace", yaml(&q::namespace(&qs))),
-        ("secret", yaml(&q::secret(&qs, &credentials, "t0k3n"))),
+        ("secret", yaml(&q::secret(&qs, &credentials, "t0k3n", "p33r"))),
         ("configmap", yaml(&q::configmap(&qs, &config))),
         ("pvc", yaml(&q::pvc(&qs))),
-        ("deployment", yaml(&q::deployment(&qs, &config))),
+        ("stateful-set", yaml(&q::stateful_set(&qs, &config))),
+        ("peers-service", yaml(&q::peers_service(&qs))),
+        ("disruption-budget", yaml(&q::disruption_budget(&qs))),
         ("service", yaml(&q::service(&qs))),
         ("ingress", yaml(&q::ingress(&qs, &config))),
         ("gateway-service", yaml(&q::gateway_service(&qs, &config))),
@@ -64,6 +67,10 @@ fn generated_children_pass_the_kubernetes_schemas() {
             )),
         ),
     ];
+    let mut one = qs.clone();
+    one.spec.replicas = Some(1);
+    objects.push(("one-replica", yaml(&q::stateful_set(&one, &config))));
+    objects.push(("one-replica-network-policy", yaml(&q::network_policy(&one, &config))));
     let mut elasticmq = qs.clone();
     elasticmq.spec.engine = QueueEngine::Elasticmq;
     objects.push(("elasticmq-deployment", yaml(&q::deployment(&elasticmq, &config))));

@@ -65,21 +65,6 @@ async fn a_queue_service_is_a_resource_in_the_tenant_namespace_with_its_keys() {
         p.create_queue_service(&acme, &main, QueueServiceSpec::default()).await,
         Err(PlatformError::AlreadyExists)
     ));
-    // Three replicas are refused, naming the field, rather than run as one.
-    let three = QueueServiceSpec {
-        replicas: 3,
-        ..QueueServiceSpec::default()
-    };
-    for refused in [
-        p.create_queue_service(&label("beta"), &main, three).await.map(drop),
-        p.update_queue_service(&acme, &main, three).await.map(drop),
-    ] {
-        match refused {
-            Err(PlatformError::Invalid(errors)) => assert_eq!(errors.0[0].field, "replicas"),
-            other => panic!("not refused: {other:?}"),
-        }
-    }
-
     // What the operator does: the Secret and a Ready status.
     let secret = Secret {
         metadata: ObjectMeta {
@@ -159,6 +144,27 @@ async fn a_queue_service_is_a_resource_in_the_tenant_namespace_with_its_keys() {
         p.update_queue_service(&acme, &main, grown).await.unwrap().memory_mb,
         256
     );
+    // Three replicas by default here; one grows to three in place, and
+    // three lowered to one is refused, naming the field, rather than
+    // leaving one replica that waits for a majority of three.
+    assert_eq!(p.default_queue_spec().replicas, 3);
+    assert_eq!(view.replicas, 1);
+    let three = QueueServiceSpec {
+        replicas: 3,
+        ..QueueServiceSpec::default()
+    };
+    let three_now = p.update_queue_service(&acme, &main, three).await.unwrap();
+    assert_eq!(three_now.replicas, 3);
+    let stored = Api::<QueueService>::namespaced(client.clone(), "sless-fn-acme")
+        .get("main")
+        .await
+        .unwrap();
+    assert_eq!(stored.spec.replicas, Some(3));
+    match p.update_queue_service(&acme, &main, QueueServiceSpec::default()).await {
+        Err(PlatformError::Invalid(errors)) => assert_eq!(errors.0[0].field, "replicas"),
+        other => panic!("not refused: {other:?}"),
+    }
+
     p.delete_queue_service(&acme, &main).await.unwrap();
     assert!(p.list_queue_services(&acme).await.unwrap().is_empty());
 }

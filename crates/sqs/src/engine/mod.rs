@@ -215,11 +215,18 @@ impl Engine {
     /// leader when another replica leads.
     pub async fn handle(&self, action: &str, input: &Value) -> Result<Value, SqsError> {
         if let Some(replica) = &self.replica
-            && let Some(leader) = replica.leader_elsewhere()?
+            && let Some(answer) = replica.at_leader(action, input).await?
         {
-            return replica.forward(&leader, action, input).await;
+            return Ok(answer);
         }
         self.handle_here(action, input).await
+    }
+
+    /// Why this engine cannot take its share of requests yet, if it
+    /// cannot: a replica of several serves once it is a voter that knows
+    /// its leader (a readiness probe's answer).
+    pub fn unready(&self) -> Option<String> {
+        self.replica.as_ref().and_then(raft::Replica::unready)
     }
 
     /// The address of this replica's peer port, if it has peers.

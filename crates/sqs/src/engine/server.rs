@@ -1,5 +1,6 @@
 //! The network front of one queue engine: HTTP/1.1 with both protocols on
-//! any path and `GET /health` for readiness probes, and on the same port
+//! any path, `GET /health` for liveness and `GET /ready` for readiness
+//! probes, and on the same port
 //! the engine link its gateway speaks ([`crate::link`]). Started with a
 //! token, it serves only requests that carry it (in [`ENGINE_TOKEN`], or
 //! in the link's hello): the engine trusts whoever reaches it, so nothing
@@ -79,8 +80,17 @@ fn refused(protocol: protocol::Protocol) -> Response {
 }
 
 async fn handle(State(served): State<Served>, request: Request) -> Response {
-    if request.method() == Method::GET && request.uri().path() == "/health" && request.uri().query().is_none() {
-        return "ok".into_response();
+    if request.method() == Method::GET && request.uri().query().is_none() {
+        match request.uri().path() {
+            "/health" => return "ok".into_response(),
+            "/ready" => {
+                return match served.engine.unready() {
+                    None => "ok".into_response(),
+                    Some(why) => (axum::http::StatusCode::SERVICE_UNAVAILABLE, why).into_response(),
+                };
+            }
+            _ => {}
+        }
     }
     let (parts, body) = request.into_parts();
     if !served.admits(parts.headers.get(ENGINE_TOKEN).map_or(&[][..], |v| v.as_bytes())) {

@@ -5,21 +5,52 @@
 use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
 use k8s_openapi::api::networking::v1::{
     HTTPIngressPath, HTTPIngressRuleValue, Ingress, IngressBackend, IngressRule, IngressServiceBackend, IngressSpec,
-    IngressTLS, NetworkPolicy, NetworkPolicyIngressRule, NetworkPolicySpec, ServiceBackendPort,
+    IngressTLS, NetworkPolicy, NetworkPolicyEgressRule, NetworkPolicyIngressRule, NetworkPolicyPeer, NetworkPolicySpec,
+    ServiceBackendPort,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 use super::{
-    GATEWAY_LABEL, SQS_PORT, gateway_service_name, ingress_name, labels, meta, network_policy_name, tls_secret_name,
+    GATEWAY_LABEL, PEER_PORT, SQS_PORT, gateway_service_name, ingress_name, labels, meta, network_policy_name,
+    tls_secret_name,
 };
 use crate::config::OperatorConfig;
 use crate::crd::queue_service::QueueService;
 use crate::objects::{namespace_peer, policy_port};
 
-/// Only gateway pods reach the engine, on its port; the engine reaches
-/// nothing (it resolves no names and calls no one).
+/// Only gateway pods reach the engine, on its port. A single engine
+/// reaches nothing (it resolves no names and calls no one); replicas of
+/// one reach each other on their peer port, by name.
 pub fn network_policy(qs: &QueueService, config: &OperatorConfig) -> NetworkPolicy {
     let tenant = &qs.spec.tenant_id;
+    let mut ingress = vec![NetworkPolicyIngressRule {
+        from: Some(vec![namespace_peer(&config.gateway_namespace, Some(GATEWAY_LABEL))]),
+        ports: Some(vec![policy_port("TCP", SQS_PORT)]),
+    }];
+    let mut egress = vec![];
+    if qs.spec.replicas() > 1 {
+        let replicas = NetworkPolicyPeer {
+            pod_selector: Some(LabelSelector {
+                match_labels: Some(labels(tenant)),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        ingress.push(NetworkPolicyIngressRule {
+            from: Some(vec![replicas.clone()]),
+            ports: Some(vec![policy_port("TCP", PEER_PORT)]),
+        });
+        egress.extend([
+            NetworkPolicyEgressRule {
+                to: Some(vec![namespace_peer("kube-system", Some(("k8s-app", "kube-dns")))]),
+                ports: Some(vec![policy_port("UDP", 53), policy_port("TCP", 53)]),
+            },
+            NetworkPolicyEgressRule {
+                to: Some(vec![replicas]),
+                ports: Some(vec![policy_port("TCP", PEER_PORT)]),
+            },
+        ]);
+    }
     NetworkPolicy {
         metadata: meta(qs, network_policy_name(tenant)),
         spec: Some(NetworkPolicySpec {
@@ -28,11 +59,8 @@ pub fn network_policy(qs: &QueueService, config: &OperatorConfig) -> NetworkPoli
                 ..Default::default()
             }),
             policy_types: Some(vec!["Ingress".into(), "Egress".into()]),
-            ingress: Some(vec![NetworkPolicyIngressRule {
-                from: Some(vec![namespace_peer(&config.gateway_namespace, Some(GATEWAY_LABEL))]),
-                ports: Some(vec![policy_port("TCP", SQS_PORT)]),
-            }]),
-            egress: Some(vec![]),
+            ingress: Some(ingress),
+            egress: Some(egress),
         }),
     }
 }

@@ -1,10 +1,18 @@
 //! Every field of the built children.
 
 use super::*;
-use crate::crd::queue_service::QueueServiceSpec;
+use crate::crd::queue_service::{QueueEngine, QueueServiceSpec};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
+/// One replica of `sless queue`.
 fn qs(namespace: &str, persistence: bool) -> QueueService {
     with_engine(namespace, persistence, QueueEngine::Sless)
+}
+
+fn three() -> QueueService {
+    let mut q = qs("sless-fn-acme", true);
+    q.spec.replicas = Some(3);
+    q
 }
 
 fn with_engine(namespace: &str, persistence: bool, engine: QueueEngine) -> QueueService {
@@ -17,6 +25,7 @@ fn with_engine(namespace: &str, persistence: bool, engine: QueueEngine) -> Queue
             persistence,
             engine,
             durability: Default::default(),
+            replicas: Some(1),
         },
     );
     qs.metadata.namespace = Some(namespace.into());
@@ -30,10 +39,13 @@ fn names_follow_the_seed_and_live_in_the_tenant_namespace() {
     let c = OperatorConfig::default();
     assert_eq!(namespace(&q).metadata.name.as_deref(), Some("sless-fn-acme"));
     let names = [
-        secret(&q, &sless_sqs::credentials::generate("acme"), "t0k3n").metadata,
+        secret(&q, &sless_sqs::credentials::generate("acme"), "t0k3n", "p33r").metadata,
         configmap(&q, &c).metadata,
         pvc(&q).metadata,
         deployment(&q, &c).metadata,
+        stateful_set(&q, &c).metadata,
+        peers_service(&q).metadata,
+        disruption_budget(&q).metadata,
         service(&q).metadata,
         ingress(&q, &c).metadata,
         gateway_service(&q, &c).metadata,
@@ -50,6 +62,9 @@ fn names_follow_the_seed_and_live_in_the_tenant_namespace() {
             ("sqs-cfg-acme", "sless-fn-acme"),
             ("sqs-data-acme", "sless-fn-acme"),
             ("sqs-acme", "sless-fn-acme"),
+            ("sqs", "sless-fn-acme"),
+            ("sqs-peers", "sless-fn-acme"),
+            ("sqs-pdb-acme", "sless-fn-acme"),
             ("sqs-svc-acme", "sless-fn-acme"),
             ("sqs-ing-acme", "sless-fn-acme"),
             ("sqs-gw-acme", "sless-fn-acme"),
@@ -63,19 +78,20 @@ fn names_follow_the_seed_and_live_in_the_tenant_namespace() {
 #[test]
 fn the_message_volume_is_never_owned_so_deleting_the_queue_service_keeps_it() {
     let same_namespace = qs("sless-fn-acme", true);
-    assert!(
-        deployment(&same_namespace, &OperatorConfig::default())
-            .metadata
-            .owner_references
-            .is_some()
-    );
+    let set = stateful_set(&same_namespace, &OperatorConfig::default());
+    assert!(set.metadata.owner_references.is_some());
+    assert_eq!(pvc(&same_namespace).metadata.owner_references, None);
+    // The StatefulSet's claims are kept when it goes (its default policy).
+    let spec = set.spec.unwrap();
+    assert_eq!(spec.persistent_volume_claim_retention_policy, None);
+    assert_eq!(spec.volume_claim_templates.unwrap()[0].metadata.owner_references, None);
     assert_eq!(pvc(&same_namespace).metadata.owner_references, None);
 }
 
 #[test]
 fn children_are_owned_only_from_the_same_namespace() {
     let c = OperatorConfig::default();
-    let owned = deployment(&qs("sless-fn-acme", true), &c)
+    let owned = stateful_set(&qs("sless-fn-acme", true), &c)
         .metadata
         .owner_references
         .unwrap();
@@ -89,7 +105,7 @@ fn children_are_owned_only_from_the_same_namespace() {
         ("QueueService", "main", "uid-1", Some(true))
     );
     assert!(
-        deployment(&qs("elsewhere", true), &c)
+        stateful_set(&qs("elsewhere", true), &c)
             .metadata
             .owner_references
             .is_none()
@@ -139,14 +155,31 @@ fn the_deployment_runs_elasticmq_with_its_config_volume_probes_and_limits() {
 }
 
 #[test]
-fn the_default_deployment_runs_sless_queue_with_its_journal_and_token_and_no_privilege() {
+fn one_replica_runs_sless_queue_with_its_journal_and_token_and_no_privilege() {
     let c = OperatorConfig::default();
-    let pod = deployment(&qs("sless-fn-acme", true), &c)
-        .spec
-        .unwrap()
-        .template
-        .spec
-        .unwrap();
+    let set = stateful_set(&qs("sless-fn-acme", true), &c).spec.unwrap();
+    assert_eq!(set.replicas, Some(1));
+    let claim = &set.volume_claim_templates.unwrap()[0];
+    assert_eq!(
+        (
+            claim.metadata.name.as_deref(),
+            claim
+                .spec
+                .as_ref()
+                .unwrap()
+                .resources
+                .as_ref()
+                .unwrap()
+                .requests
+                .as_ref()
+                .unwrap()["storage"]
+                .0
+                .as_str()
+        ),
+        (Some("data"), "1024Mi")
+    );
+    let pod = set.template.spec.unwrap();
+    assert_eq!(pod.affinity, None, "one replica has no others to keep away from");
     let container = &pod.containers[0];
     assert_eq!(container.image.as_deref(), Some("ghcr.io/kube5s/sless:latest"));
     assert_eq!(
@@ -172,14 +205,14 @@ fn the_default_deployment_runs_sless_queue_with_its_journal_and_token_and_no_pri
     assert_eq!(pod.automount_service_account_token, Some(false));
     let mounts = container.volume_mounts.as_ref().unwrap();
     assert_eq!((mounts.len(), mounts[0].mount_path.as_str()), (1, "/data"));
+    assert_eq!(container.env.as_ref().unwrap().len(), 1, "no peers, no peer token");
+    let ready = container.readiness_probe.as_ref().unwrap().http_get.as_ref().unwrap();
+    assert_eq!(ready.path.as_deref(), Some("/ready"));
     // In memory: no volume at all, and no --data-dir.
-    let pod = deployment(&qs("sless-fn-acme", false), &c)
-        .spec
-        .unwrap()
-        .template
-        .spec
-        .unwrap();
-    assert_eq!(pod.volumes, None);
+    let set = stateful_set(&qs("sless-fn-acme", false), &c).spec.unwrap();
+    assert_eq!(set.volume_claim_templates, None);
+    let pod = set.template.spec.unwrap();
+    assert_eq!((pod.volumes, pod.containers[0].volume_mounts.clone()), (None, None));
     assert!(
         !pod.containers[0]
             .args
@@ -189,7 +222,7 @@ fn the_default_deployment_runs_sless_queue_with_its_journal_and_token_and_no_pri
     );
     let mut process = qs("sless-fn-acme", true);
     process.spec.durability = sless_model::queue_service::Durability::Process;
-    let pod = deployment(&process, &c).spec.unwrap().template.spec.unwrap();
+    let pod = stateful_set(&process, &c).spec.unwrap().template.spec.unwrap();
     assert!(
         pod.containers[0]
             .args
@@ -198,6 +231,131 @@ fn the_default_deployment_runs_sless_queue_with_its_journal_and_token_and_no_pri
             .join(" ")
             .ends_with("--data-dir /data --durability process")
     );
+}
+
+#[test]
+fn three_replicas_are_pods_one_to_three_that_find_each_other_by_name() {
+    let c = OperatorConfig::default();
+    let set = stateful_set(&three(), &c).spec.unwrap();
+    assert_eq!(
+        (
+            set.replicas,
+            set.ordinals.and_then(|o| o.start),
+            set.pod_management_policy.as_deref(),
+            set.service_name.as_deref()
+        ),
+        (Some(3), Some(1), Some("Parallel"), Some("sqs-peers"))
+    );
+    let pod = set.template.spec.unwrap();
+    let container = &pod.containers[0];
+    let args = container.args.as_ref().unwrap().join(" ");
+    assert!(
+        args.ends_with(
+            "--peers 1=sqs-1.sqs-peers.sless-fn-acme.svc:9325,2=sqs-2.sqs-peers.sless-fn-acme.svc:9325,\
+             3=sqs-3.sqs-peers.sless-fn-acme.svc:9325 --peer-listen 0.0.0.0:9325"
+        ),
+        "{args}"
+    );
+    let env: Vec<(&str, String)> = container
+        .env
+        .as_ref()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            let from = e.value_from.as_ref().unwrap();
+            let source = match (&from.secret_key_ref, &from.field_ref) {
+                (Some(s), None) => format!("{}/{}", s.name, s.key),
+                (None, Some(f)) => f.field_path.clone(),
+                _ => panic!("{e:?}"),
+            };
+            (e.name.as_str(), source)
+        })
+        .collect();
+    assert_eq!(
+        env,
+        [
+            ("SLESS_ENGINE_TOKEN", "sqs-creds-acme/engineToken".to_owned()),
+            ("SLESS_PEER_TOKEN", "sqs-creds-acme/peerToken".to_owned()),
+            (
+                "SLESS_REPLICA_ID",
+                "metadata.labels['apps.kubernetes.io/pod-index']".to_owned()
+            ),
+        ]
+    );
+    let ports: Vec<i32> = container
+        .ports
+        .as_ref()
+        .unwrap()
+        .iter()
+        .map(|p| p.container_port)
+        .collect();
+    assert_eq!(ports, [9324, 9325]);
+    let spread = &pod
+        .affinity
+        .unwrap()
+        .pod_anti_affinity
+        .unwrap()
+        .preferred_during_scheduling_ignored_during_execution
+        .unwrap()[0];
+    assert_eq!(spread.pod_affinity_term.topology_key, "kubernetes.io/hostname");
+    let budget = disruption_budget(&three()).spec.unwrap();
+    assert_eq!(budget.max_unavailable, Some(IntOrString::Int(1)));
+    let peers = peers_service(&three()).spec.unwrap();
+    assert_eq!(
+        (
+            peers.cluster_ip.as_deref(),
+            peers.publish_not_ready_addresses,
+            peers.ports.unwrap()[0].port
+        ),
+        (Some("None"), Some(true), 9325)
+    );
+    // ElasticMQ keeps one process's store, whatever the spec says.
+    let mut elasticmq = three();
+    elasticmq.spec.engine = QueueEngine::Elasticmq;
+    assert_eq!(elasticmq.spec.replicas(), 1);
+}
+
+#[test]
+fn replicas_reach_each_other_on_the_peer_port_and_names_only() {
+    let spec = network_policy(&three(), &OperatorConfig::default()).spec.unwrap();
+    let ingress = spec.ingress.unwrap();
+    let from_replicas = &ingress[1];
+    assert_eq!(
+        from_replicas.from.as_ref().unwrap()[0]
+            .pod_selector
+            .as_ref()
+            .unwrap()
+            .match_labels,
+        Some(labels("acme"))
+    );
+    assert_eq!(
+        from_replicas.from.as_ref().unwrap()[0].namespace_selector,
+        None,
+        "its own namespace only"
+    );
+    assert_eq!(
+        from_replicas.ports.as_ref().unwrap()[0].port,
+        Some(IntOrString::Int(9325))
+    );
+    let egress = spec.egress.unwrap();
+    let ports = |i: usize| -> Vec<(Option<String>, Option<IntOrString>)> {
+        egress[i]
+            .ports
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|p| (p.protocol.clone(), p.port.clone()))
+            .collect()
+    };
+    assert_eq!(
+        ports(0),
+        [
+            (Some("UDP".into()), Some(IntOrString::Int(53))),
+            (Some("TCP".into()), Some(IntOrString::Int(53)))
+        ]
+    );
+    assert_eq!(ports(1), [(Some("TCP".into()), Some(IntOrString::Int(9325)))]);
+    assert_eq!(egress.len(), 2);
 }
 
 #[test]
@@ -317,10 +475,13 @@ fn every_derived_name_fits_kubernetes_at_the_longest_tenant_id() {
             assert!(name.starts_with(|c: char| c.is_ascii_lowercase()), "{name}");
         }
         let objects = [
-            serde_json::to_value(secret(&q, &sless_sqs::credentials::generate(&tenant), "t0k3n")).unwrap(),
+            serde_json::to_value(secret(&q, &sless_sqs::credentials::generate(&tenant), "t0k3n", "p33r")).unwrap(),
             serde_json::to_value(configmap(&q, &c)).unwrap(),
             serde_json::to_value(pvc(&q)).unwrap(),
             serde_json::to_value(deployment(&q, &c)).unwrap(),
+            serde_json::to_value(stateful_set(&q, &c)).unwrap(),
+            serde_json::to_value(peers_service(&q)).unwrap(),
+            serde_json::to_value(disruption_budget(&q)).unwrap(),
             serde_json::to_value(service(&q)).unwrap(),
             serde_json::to_value(ingress(&q, &c)).unwrap(),
             serde_json::to_value(gateway_service(&q, &c)).unwrap(),
@@ -333,6 +494,12 @@ fn every_derived_name_fits_kubernetes_at_the_longest_tenant_id() {
             // hashes, and their names must stay DNS labels for hostnames.
             if o["kind"] == "Deployment" {
                 label("deployment", name);
+            }
+            // A StatefulSet's pods are named after it plus the ordinal, and
+            // labelled with its name plus an 11-character revision hash.
+            if o["kind"] == "StatefulSet" {
+                label("pod", &format!("{name}-3"));
+                assert!(name.len() + 11 <= 63, "{name}");
             }
             let mut values = Vec::new();
             label_values(o, &mut values);

@@ -217,6 +217,15 @@ const COMMIT_WAIT: Duration = Duration::from_secs(10);
 /// How long a follower waits for the leader to answer a forwarded request
 /// (a long poll takes up to 20 s).
 const FORWARD_WAIT: Duration = Duration::from_secs(30);
+/// How long a request whose leader could not be reached waits before it
+/// is tried again.
+const RESEND_AFTER: Duration = Duration::from_millis(200);
+/// How long a request waits for a leader that can serve it (one elected,
+/// and having applied its term's first entry) before it is answered a
+/// retryable error: replacing a lost leader takes 1.5–2 s, about what the
+/// AWS SDKs' default retries span, so a request held through the election
+/// spares the client its retries.
+const ELECTION_WAIT: Duration = Duration::from_secs(4);
 /// A leader that heard from no majority for this long refuses changes:
 /// the followers may be electing another (after the lease and an election
 /// timeout, at least 1.5 s), and openraft reports the silence about every
@@ -253,6 +262,40 @@ pub struct Replica {
     /// The replicas that should be the voters, while this one leads: the
     /// configured ones, or fewer once an operator lowered them.
     voters: watch::Sender<BTreeSet<NodeId>>,
+    /// How far this replica must have applied its log, as the leader of
+    /// its current term, before it serves.
+    leading: std::sync::Mutex<Leading>,
+}
+
+/// A leader's catching up with its own log. A replica that led before it
+/// stopped leads again at its start, in the same term, if no other was
+/// elected meanwhile (openraft's startup), with entries of that term in
+/// its log that it has not applied yet: it serves once it applied the log
+/// as it stood when it found itself leading (a cluster test caught a
+/// restored leader answering QueueDoesNotExist for a queue just made).
+#[derive(Default)]
+struct Leading {
+    term: u64,
+    until: u64,
+    caught_up: bool,
+}
+
+impl Leading {
+    /// Whether a leader of `term` whose log ends at `last_log` and which
+    /// applied up to `applied` serves: once it applied the log it had when
+    /// first seen leading in that term, and from then on in that term
+    /// (later entries wait for their commit anyway).
+    fn serves(&mut self, term: u64, last_log: u64, applied: Option<u64>) -> bool {
+        if self.term != term {
+            *self = Self {
+                term,
+                until: last_log,
+                caught_up: false,
+            };
+        }
+        self.caught_up = self.caught_up || applied.is_some_and(|a| a >= self.until);
+        self.caught_up
+    }
 }
 
 /// Whether the replica directory `dir` holds nothing yet.
@@ -348,6 +391,7 @@ impl Replica {
             proposals,
             peers: replication.map(|r| r.peers.clone()).unwrap_or_default(),
             voters,
+            leading: Default::default(),
         })
     }
 
@@ -384,6 +428,22 @@ impl Replica {
         Ok(())
     }
 
+    /// Why this replica cannot take its share of requests yet, if it
+    /// cannot: before it is a voter (a replica still joining, or one the
+    /// others removed) or while it knows no leader. A single replica
+    /// always can.
+    pub fn unready(&self) -> Option<String> {
+        self.http.as_ref()?;
+        let metrics = self.raft.metrics();
+        let m = metrics.borrow();
+        if !m.membership_config.membership().voter_ids().any(|id| id == self.me) {
+            return Some(format!("replica {} is not yet a voter of the queue service", self.me));
+        }
+        m.current_leader
+            .is_none()
+            .then(|| "the queue service is electing a leader".to_owned())
+    }
+
     /// The peer address of the leader, when another replica leads; an
     /// error while none does, while this one leads without having heard
     /// from a majority lately, or before it applied its term's first entry.
@@ -409,7 +469,7 @@ impl Replica {
                     "this replica has just become the queue service's leader and is applying the log; retry",
                 ))
             }
-            Some(id) if id == self.me => Ok(None),
+            Some(id) if id == self.me => self.caught_up(&m),
             // The address configured here first: the membership's may be of
             // before (a replica that grew from one has none).
             Some(id) => match self.peers.get(&id).cloned() {
@@ -423,15 +483,68 @@ impl Replica {
         }
     }
 
-    /// Has the leader at `addr` run an SQS request: its answer.
-    pub async fn forward(
+    /// Whether this replica, which leads, applied its log as it stood when
+    /// it found itself leading in this term (see [`Leading`]).
+    fn caught_up(&self, m: &openraft::RaftMetrics<NodeId, BasicNode>) -> Result<Option<String>, SqsError> {
+        let mut leading = self.leading.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let applied = m.last_applied.map(|l| l.index);
+        if leading.serves(m.current_term, m.last_log_index.unwrap_or(0), applied) {
+            Ok(None)
+        } else {
+            Err(SqsError::unavailable(
+                "this replica leads the queue service again and is applying its log; retry",
+            ))
+        }
+    }
+
+    /// Runs a request where it can be served: `None` when that is here
+    /// (this replica leads), else the leader's answer. While no replica
+    /// can serve (an election, a new leader applying the log) it waits,
+    /// and a leader that could not be reached (so was sent nothing) is
+    /// tried again, up to [`ELECTION_WAIT`] in all.
+    pub async fn at_leader(
         &self,
-        addr: &str,
         action: &str,
         input: &serde_json::Value,
-    ) -> Result<serde_json::Value, SqsError> {
+    ) -> Result<Option<serde_json::Value>, SqsError> {
+        let deadline = tokio::time::Instant::now() + ELECTION_WAIT;
+        loop {
+            let Some(leader) = self.leader_to_serve(deadline).await? else {
+                return Ok(None);
+            };
+            match self.forward(&leader, action, input).await {
+                Ok(answer) => return Ok(Some(answer)),
+                Err(Forward::NotSent(e)) if tokio::time::Instant::now() + RESEND_AFTER < deadline => {
+                    tracing::debug!(leader, error = %e.message, "the leader could not be reached; trying again");
+                    tokio::time::sleep(RESEND_AFTER).await;
+                }
+                Err(Forward::NotSent(e) | Forward::Failed(e)) => return Err(e),
+            }
+        }
+    }
+
+    /// [`Self::leader_elsewhere`], waiting until `deadline` while no
+    /// replica can serve.
+    async fn leader_to_serve(&self, deadline: tokio::time::Instant) -> Result<Option<String>, SqsError> {
+        let mut metrics = self.raft.metrics();
+        loop {
+            match self.leader_elsewhere() {
+                Err(e) if !stopped(&metrics.borrow_and_update()) => {
+                    match tokio::time::timeout_at(deadline, metrics.changed()).await {
+                        Ok(Ok(())) => {}
+                        // Waited long enough, or the replica stopped.
+                        Ok(Err(_)) | Err(_) => return Err(e),
+                    }
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Has the leader at `addr` run an SQS request: its answer.
+    async fn forward(&self, addr: &str, action: &str, input: &serde_json::Value) -> Result<serde_json::Value, Forward> {
         let Some(http) = &self.http else {
-            return Err(not_leader(None));
+            return Err(Forward::Failed(not_leader(None)));
         };
         let forwarded = peers::Forwarded {
             action: action.to_owned(),
@@ -444,16 +557,28 @@ impl Replica {
         let replaced = metrics.wait_for(|m| m.current_leader != leader);
         let answer: Result<serde_json::Value, crate::error::Wire> = tokio::select! {
             answer = http.post(addr, "/request", &forwarded, FORWARD_WAIT) => answer.map_err(|e| {
-                SqsError::unavailable(format!("the queue service's leader cannot be reached ({e}); retry"))
+                let unreachable = SqsError::unavailable(format!(
+                    "the queue service's leader cannot be reached ({}); retry",
+                    network::causes(&e)
+                ));
+                if e.is_connect() { Forward::NotSent(unreachable) } else { Forward::Failed(unreachable) }
             })?,
             _ = replaced => {
-                return Err(SqsError::unavailable(
+                return Err(Forward::Failed(SqsError::unavailable(
                     "the queue service's leader changed while it had the request; retry",
-                ));
+                )));
             }
         };
-        answer.map_err(SqsError::from_wire)
+        answer.map_err(|e| Forward::Failed(SqsError::from_wire(e)))
     }
+}
+
+/// Why a request passed on to the leader got no answer from it.
+enum Forward {
+    /// No connection was made: the leader was sent nothing.
+    NotSent(SqsError),
+    /// Sent, or refused for another reason: it may have been done.
+    Failed(SqsError),
 }
 
 /// Refuses to start the queue service anew as replica 1 (which has no

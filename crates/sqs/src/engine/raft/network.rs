@@ -68,6 +68,20 @@ impl Http {
     }
 }
 
+/// `e` with every error beneath it: reqwest's own message names only the
+/// URL ("error sending request for url …"), its cause (a refused
+/// connection, a name not found) is below.
+pub fn causes(e: &reqwest::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
 /// One peer, reached over [`Http`].
 pub struct HttpPeer {
     http: Http,

@@ -286,3 +286,26 @@ async fn a_new_replica_starts_from_a_snapshot_of_a_purged_log() {
     assert!(states.iter().all(|s| *s == states[0]), "the new replica differs");
     assert!(states[0].contains("m19"));
 }
+
+/// A leader serves once it applied its log as it stood when it was first
+/// seen leading in its term (a leader restored at its start has entries of
+/// its term it has not applied), and then for the rest of that term.
+#[test]
+fn a_leader_serves_once_it_applied_its_log_of_when_it_began_leading() {
+    let mut leading = Leading::default();
+    // Restored leading term 4 with entries up to 120, applied up to 100.
+    assert!(!leading.serves(4, 120, Some(100)));
+    assert!(
+        !leading.serves(4, 130, Some(119)),
+        "the goal does not move with new entries"
+    );
+    assert!(leading.serves(4, 140, Some(120)));
+    assert!(
+        leading.serves(4, 200, Some(150)),
+        "caught up once, it serves for the term"
+    );
+    // A new term catches up again.
+    assert!(!leading.serves(5, 201, Some(150)));
+    assert!(!leading.serves(5, 201, None));
+    assert!(leading.serves(5, 201, Some(201)));
+}
