@@ -228,6 +228,61 @@ def test_a_memory_change_is_ready_only_once_the_engine_of_the_new_spec_runs(oper
     assert operator.rest("b", "DELETE", "/queue-services/main").status_code in (202, 204)
 
 
+def engine_call(cluster, tenant, pod, action, body):
+    """An SQS call (JSON protocol) to the engine in `pod`, made from inside
+    it with its own engine token (no gateway runs in this module): the
+    answer's status line and JSON body, or None when it did not answer."""
+    script = ('exec 3<>/dev/tcp/127.0.0.1/9324 && printf "POST / HTTP/1.1\\r\\nHost: x\\r\\nConnection: close\\r\\n'
+              'x-amz-target: AmazonSQS.%s\\r\\ncontent-type: application/x-amz-json-1.0\\r\\n'
+              'x-sless-engine-token: %s\\r\\ncontent-length: %d\\r\\n\\r\\n%s" '
+              '"$ACTION" "$SLESS_ENGINE_TOKEN" "${#BODY}" "$BODY" >&3 && cat <&3')
+    done = cluster.kubectl("-n", f"sless-fn-{tenant}", "exec", pod, "--", "env", f"ACTION={action}",
+                           f"BODY={json.dumps(body)}", "bash", "-c", script, check=False)
+    head, _, answer = done.stdout.replace("\r\n", "\n").partition("\n\n")
+    if done.returncode != 0 or not head:
+        return None
+    return head.split("\n", 1)[0], json.loads(answer) if answer.strip() else None
+
+
+def test_one_replica_grows_to_three_in_place_keeping_its_messages(operator):
+    """A queue service of one replica on its volume, messages in it, then
+    `replicas: 3` through REST: the pod restarts with the three-replica
+    template first and the set grows only then (at once, the new pods
+    would wait forever for the old one to add them). Ready again with
+    three pods, every message sent before is there."""
+    cluster = operator.cluster
+    created = operator.rest("b", "POST", "/queue-services", {"name": "main", "replicas": 1})
+    assert created.status_code == 201, created.text
+    phase = lambda: operator.rest("b", "GET", "/queue-services/main").json().get("phase")
+    try:
+        wait_for("the queue service Ready", lambda: phase() == "Ready", 180)
+        call = lambda action, body: engine_call(cluster, "b", "sqs-1", action, body)
+        url = wait_for("a queue made", lambda: (a := call("CreateQueue", {"QueueName": "grown"}))
+                       and " 200 " in a[0] and a[1]["QueueUrl"], 60)
+        for i in range(20):
+            sent = call("SendMessage", {"QueueUrl": url, "MessageBody": f"g{i}"})
+            assert sent and " 200 " in sent[0], sent
+        changed = operator.rest("b", "PATCH", "/queue-services/main", {"replicas": 3})
+        assert changed.status_code == 200, changed.text
+        assert changed.json()["replicas"] == 3
+        wait_for("three pods, Ready", lambda: phase() == "Ready" and len(pods := engine_pods(cluster, "b")) == 3
+                 and all(any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", []))
+                         for p in pods), 240)
+        got = set()
+        deadline = time.time() + 60
+        while len(got) < 20 and time.time() < deadline:
+            answer = call("ReceiveMessage", {"QueueUrl": url, "MaxNumberOfMessages": 10, "VisibilityTimeout": 60})
+            if answer and " 200 " in answer[0]:
+                got.update(m["Body"] for m in (answer[1] or {}).get("Messages", []))
+        assert got == {f"g{i}" for i in range(20)}, sorted(got)
+        lowered = operator.rest("b", "PATCH", "/queue-services/main", {"replicas": 1})
+        assert lowered.status_code == 422 and "replicas" in lowered.text, lowered.text
+    finally:
+        assert operator.rest("b", "DELETE", "/queue-services/main").status_code in (202, 204)
+        wait_for("the queue service gone", lambda: operator.rest("b", "GET", "/queue-services/main").status_code == 404,
+                 120)
+
+
 def test_the_platforms_own_faults_reach_the_tenant_as_503_naming_nothing_of_it(cluster, sless_image, tmp_path):
     """`sless serve` under a service account the cluster's RBAC grants
     nothing, and then with a token the API server does not know: the

@@ -348,7 +348,7 @@ impl Platform for KubePlatform {
         spec: QueueServiceSpec,
     ) -> Result<QueueServiceView> {
         let current = self.queues(tenant).get(name.as_str()).await.map_err(api_error)?;
-        no_fewer_replicas(current.spec.replicas(), spec.replicas)?;
+        changeable(&current.spec, &spec)?;
         let patch = serde_json::json!({"spec": {
             "memoryMB": spec.memory_mb, "storageMB": spec.storage_mb, "persistence": spec.persistence,
             "durability": spec.durability, "replicas": spec.replicas,
@@ -468,21 +468,37 @@ impl Platform for KubePlatform {
     }
 }
 
-/// Three replicas lower to one only in `sless dev` so far: the operator
-/// would first have to make replica 1 the only voter through the
-/// replicas' peer port, which it does not reach. Refused rather than
-/// leaving one replica that waits for a majority of three.
-fn no_fewer_replicas(now: u8, asked: u8) -> Result<()> {
-    if asked >= now {
-        return Ok(());
-    }
-    Err(PlatformError::Invalid(
-        sless_model::FieldError::invalid(
+/// What this platform cannot change in place yet, refused rather than
+/// left undone: three replicas lowered to one (the operator would first
+/// have to make replica 1 the only voter through the replicas' peer port,
+/// which it does not reach), and the volumes' size (a StatefulSet's claim
+/// template cannot change, and volumes grow only where their class allows).
+fn changeable(now: &qs_crd::QueueServiceSpec, asked: &QueueServiceSpec) -> Result<()> {
+    let refused = |field: &str, message: String| {
+        Err(PlatformError::Invalid(
+            sless_model::FieldError::invalid(field, message).into(),
+        ))
+    };
+    if asked.replicas < now.replicas() {
+        return refused(
             "replicas",
-            format!("lowering replicas from {now} to {asked} is not available on the Kubernetes platform yet"),
-        )
-        .into(),
-    ))
+            format!(
+                "lowering replicas from {} to {} is not available on the Kubernetes platform yet",
+                now.replicas(),
+                asked.replicas
+            ),
+        );
+    }
+    if asked.storage_mb != now.storage_mb {
+        return refused(
+            "storageMB",
+            format!(
+                "the volumes' size cannot change on the Kubernetes platform yet (it is {})",
+                now.storage_mb
+            ),
+        );
+    }
+    Ok(())
 }
 
 #[cfg(test)]

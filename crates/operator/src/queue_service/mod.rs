@@ -202,22 +202,27 @@ impl Rollout {
         })
     }
 
-    /// `sless queue`'s StatefulSet: available while a majority of its
-    /// replicas is (one replica of three down still serves).
+    /// `sless queue`'s StatefulSet: rolled out once the controller made
+    /// every pod of the current template Ready once (its current revision
+    /// is then the update revision; a pod evicted or lost afterwards does
+    /// not undo that), and available while a majority of its replicas is
+    /// (one replica of three down still serves).
     fn of_stateful_set(set: &StatefulSet) -> Self {
         let Some(status) = &set.status else {
             return Self::Unavailable;
         };
         let want = set.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
-        Self::from(Counts {
-            generation: set.metadata.generation,
-            observed: status.observed_generation,
-            want,
-            pods: status.replicas,
-            updated: status.updated_replicas.unwrap_or(0),
-            needed: want / 2 + 1,
-            available: status.available_replicas.unwrap_or(0),
-        })
+        let seen = status
+            .observed_generation
+            .is_some_and(|o| o >= set.metadata.generation.unwrap_or(0));
+        let rolled = status.update_revision.is_some() && status.current_revision == status.update_revision;
+        if !seen || !rolled || status.replicas < want {
+            Self::InProgress
+        } else if status.available_replicas.unwrap_or(0) > want / 2 {
+            Self::Done
+        } else {
+            Self::Unavailable
+        }
     }
 
     fn from(c: Counts) -> Self {
@@ -292,12 +297,16 @@ async fn apply_engine(
                 &builders::disruption_budget(qs),
             )
             .await?;
-            let set = objects::apply(
-                &Api::<StatefulSet>::namespaced(client.clone(), ns),
-                &builders::stateful_set(qs, config),
-            )
-            .await?;
-            Ok(Rollout::of_stateful_set(&set))
+            let sets = Api::<StatefulSet>::namespaced(client.clone(), ns);
+            let existing = sets.get_opt(builders::STATEFUL_SET).await?;
+            let (set, step) = builders::stateful_set_step(existing.as_ref(), builders::stateful_set(qs, config))
+                .map_err(Error::Refused)?;
+            let set = objects::apply(&sets, &set).await?;
+            Ok(if step {
+                Rollout::InProgress
+            } else {
+                Rollout::of_stateful_set(&set)
+            })
         }
     }
 }

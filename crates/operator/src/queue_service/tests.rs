@@ -615,11 +615,13 @@ fn ready_only_once_the_new_template_runs() {
     assert_eq!(failed.phase, Some(QueueServicePhase::Failed));
 }
 
-/// Three replicas serve while two are available: one lost is not a
-/// failure. Growing from one to three is a rollout until the new pods run.
+/// Three replicas serve while two are available: one lost (evicted, or
+/// on a dead node) is not a failure. A new template is a rollout until
+/// the controller made every pod of it Ready once; more pods than there
+/// are is one too.
 #[test]
 fn three_replicas_are_available_with_a_majority() {
-    let of = |want: i32, (observed, pods, updated, available): (i64, i32, i32, i32)| {
+    let of = |want: i32, observed: i64, pods: i32, revisions: (&str, &str), available: i32| {
         let mut set = StatefulSet::default();
         set.metadata.generation = Some(2);
         set.spec = Some(k8s_openapi::api::apps::v1::StatefulSetSpec {
@@ -629,19 +631,22 @@ fn three_replicas_are_available_with_a_majority() {
         set.status = Some(StatefulSetStatus {
             observed_generation: Some(observed),
             replicas: pods,
-            updated_replicas: Some(updated),
+            current_revision: Some(revisions.0.into()),
+            update_revision: Some(revisions.1.into()),
             available_replicas: Some(available),
             ..Default::default()
         });
         Rollout::of_stateful_set(&set)
     };
-    assert_eq!(of(3, (2, 3, 3, 3)), Rollout::Done);
-    assert_eq!(of(3, (2, 3, 3, 2)), Rollout::Done);
-    assert_eq!(of(3, (2, 3, 3, 1)), Rollout::Unavailable);
-    assert_eq!(of(1, (2, 1, 1, 0)), Rollout::Unavailable);
-    // 1 → 3: seen, two new pods not yet there, the old one not yet replaced.
-    assert_eq!(of(3, (2, 1, 0, 1)), Rollout::InProgress);
-    assert_eq!(of(3, (1, 1, 1, 1)), Rollout::InProgress);
+    assert_eq!(of(3, 2, 3, ("a", "a"), 3), Rollout::Done);
+    assert_eq!(of(3, 2, 3, ("a", "a"), 2), Rollout::Done);
+    assert_eq!(of(3, 2, 3, ("a", "a"), 1), Rollout::Unavailable);
+    assert_eq!(of(1, 2, 1, ("a", "a"), 0), Rollout::Unavailable);
+    // A new template not yet on every pod, or not yet seen.
+    assert_eq!(of(3, 2, 3, ("a", "b"), 3), Rollout::InProgress);
+    assert_eq!(of(3, 1, 3, ("a", "a"), 3), Rollout::InProgress);
+    // Growing: the new pods not made yet.
+    assert_eq!(of(3, 2, 1, ("a", "a"), 1), Rollout::InProgress);
     assert_eq!(Rollout::of_stateful_set(&StatefulSet::default()), Rollout::Unavailable);
 }
 

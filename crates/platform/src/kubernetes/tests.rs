@@ -164,6 +164,16 @@ async fn a_queue_service_is_a_resource_in_the_tenant_namespace_with_its_keys() {
         Err(PlatformError::Invalid(errors)) => assert_eq!(errors.0[0].field, "replicas"),
         other => panic!("not refused: {other:?}"),
     }
+    // The volumes' size is fixed here (a StatefulSet's claim template).
+    let larger = QueueServiceSpec {
+        replicas: 3,
+        storage_mb: 1024,
+        ..QueueServiceSpec::default()
+    };
+    match p.update_queue_service(&acme, &main, larger).await {
+        Err(PlatformError::Invalid(errors)) => assert_eq!(errors.0[0].field, "storageMB"),
+        other => panic!("not refused: {other:?}"),
+    }
 
     p.delete_queue_service(&acme, &main).await.unwrap();
     assert!(p.list_queue_services(&acme).await.unwrap().is_empty());

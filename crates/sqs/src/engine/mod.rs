@@ -222,6 +222,16 @@ impl Engine {
         self.handle_here(action, input).await
     }
 
+    /// Runs a request another replica passed on, if this one is the
+    /// leader that can serve it (waiting as [`Self::handle`] does); never
+    /// passed on again.
+    pub async fn handle_forwarded(&self, action: &str, input: &Value) -> Result<Value, SqsError> {
+        if let Some(replica) = &self.replica {
+            replica.serving_here().await?;
+        }
+        self.handle_here(action, input).await
+    }
+
     /// Why this engine cannot take its share of requests yet, if it
     /// cannot: a replica of several serves once it is a voter that knows
     /// its leader (a readiness probe's answer).

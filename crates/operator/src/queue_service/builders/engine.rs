@@ -391,3 +391,59 @@ pub fn disruption_budget(qs: &QueueService) -> PodDisruptionBudget {
         ..Default::default()
     }
 }
+
+/// What to apply of `desired` given the StatefulSet there is, if any, and
+/// whether that is a step towards it rather than all of it:
+/// - the claims' template stays as made (the API server refuses a change
+///   of it; a larger `storageMB` is refused before it gets here);
+/// - one replica grows to three in two steps: first the one pod restarts
+///   with the three-replica template (peers named), then the set grows. At
+///   once, the new pods would never be Ready (the old pod, without peers,
+///   never adds them) and the rolling update, which waits for them, would
+///   never replace the old pod;
+/// - fewer replicas are refused: the one left would wait for a majority of
+///   the voters it had.
+pub fn stateful_set_step(
+    existing: Option<&StatefulSet>,
+    mut desired: StatefulSet,
+) -> Result<(StatefulSet, bool), String> {
+    let Some(existing) = existing else {
+        return Ok((desired, false));
+    };
+    let (Some(have), Some(want)) = (existing.spec.as_ref(), desired.spec.as_mut()) else {
+        return Ok((desired, false));
+    };
+    want.volume_claim_templates.clone_from(&have.volume_claim_templates);
+    let had = have.replicas.unwrap_or(1);
+    let wanted = want.replicas.unwrap_or(1);
+    if wanted < had {
+        return Err(format!(
+            "lowering replicas from {had} to {wanted} is not available on Kubernetes yet: set replicas to {had} again"
+        ));
+    }
+    let peered = |set: &StatefulSet| {
+        set.spec.as_ref().is_some_and(|s| {
+            s.template.spec.as_ref().is_some_and(|p| {
+                p.containers
+                    .iter()
+                    .any(|c| c.args.as_ref().is_some_and(|a| a.iter().any(|a| a == "--peers")))
+            })
+        })
+    };
+    if had < wanted && !(peered(existing) && rolled_out(existing)) {
+        want.replicas = Some(had);
+        return Ok((desired, true));
+    }
+    Ok((desired, false))
+}
+
+/// Whether every pod of `set` runs its current template and is Ready.
+fn rolled_out(set: &StatefulSet) -> bool {
+    let Some(status) = &set.status else {
+        return false;
+    };
+    let seen = status.observed_generation >= set.metadata.generation;
+    seen && status.update_revision.is_some()
+        && status.current_revision == status.update_revision
+        && status.ready_replicas.unwrap_or(0) >= set.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1)
+}

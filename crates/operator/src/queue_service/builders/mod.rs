@@ -19,7 +19,7 @@ pub use access::{gateway_service, ingress, network_policy};
 pub use elasticmq::{configmap, elasticmq_conf};
 pub use engine::{
     PEER_PORT, PEERS_SERVICE, STATEFUL_SET, deployment, disruption_budget, disruption_budget_name, peer_address,
-    peers_service, stateful_set,
+    peers_service, stateful_set, stateful_set_step,
 };
 
 use std::collections::BTreeMap;

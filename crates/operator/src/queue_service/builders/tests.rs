@@ -509,3 +509,67 @@ fn every_derived_name_fits_kubernetes_at_the_longest_tenant_id() {
         }
     }
 }
+
+/// A StatefulSet as the API server has it: `replicas` of this spec's
+/// template, rolled out (or not) and Ready.
+fn running(q: &QueueService, replicas: i32, rolled: bool) -> k8s_openapi::api::apps::v1::StatefulSet {
+    let mut set = stateful_set(q, &OperatorConfig::default());
+    set.spec.as_mut().unwrap().replicas = Some(replicas);
+    set.metadata.generation = Some(1);
+    set.status = Some(k8s_openapi::api::apps::v1::StatefulSetStatus {
+        observed_generation: Some(1),
+        replicas,
+        ready_replicas: Some(replicas),
+        current_revision: Some("a".into()),
+        update_revision: Some(if rolled { "a" } else { "b" }.into()),
+        ..Default::default()
+    });
+    set
+}
+
+#[test]
+fn one_replica_grows_to_three_through_the_three_replica_template_first() {
+    let c = OperatorConfig::default();
+    let (one, mut three_q) = (qs("sless-fn-acme", true), three());
+    let replicas = |set: &k8s_openapi::api::apps::v1::StatefulSet| set.spec.as_ref().unwrap().replicas;
+    let has_peers = |set: &k8s_openapi::api::apps::v1::StatefulSet| {
+        set.spec.as_ref().unwrap().template.spec.as_ref().unwrap().containers[0]
+            .args
+            .as_ref()
+            .unwrap()
+            .contains(&"--peers".to_owned())
+    };
+    // From a pod without peers: the three-replica template at one replica.
+    let (step, partial) = stateful_set_step(Some(&running(&one, 1, true)), stateful_set(&three_q, &c)).unwrap();
+    assert_eq!((replicas(&step), has_peers(&step), partial), (Some(1), true, true));
+    // That template applied but not yet rolled out: still one.
+    let (step, partial) = stateful_set_step(Some(&running(&three_q, 1, false)), stateful_set(&three_q, &c)).unwrap();
+    assert_eq!((replicas(&step), partial), (Some(1), true));
+    // Rolled out: three.
+    let (step, partial) = stateful_set_step(Some(&running(&three_q, 1, true)), stateful_set(&three_q, &c)).unwrap();
+    assert_eq!((replicas(&step), partial), (Some(3), false));
+    // None there yet: all at once.
+    let (step, partial) = stateful_set_step(None, stateful_set(&three_q, &c)).unwrap();
+    assert_eq!((replicas(&step), partial), (Some(3), false));
+    // Three lowered to one is refused, naming both.
+    let refused = stateful_set_step(Some(&running(&three_q, 3, true)), stateful_set(&one, &c)).unwrap_err();
+    assert!(refused.contains("from 3 to 1"), "{refused}");
+    // The claims' template stays as made: the API server refuses a change.
+    three_q.spec.storage_mb = 4096;
+    let (step, _) = stateful_set_step(Some(&running(&three(), 3, true)), stateful_set(&three_q, &c)).unwrap();
+    let claim = &step.spec.unwrap().volume_claim_templates.unwrap()[0];
+    assert_eq!(
+        claim
+            .spec
+            .as_ref()
+            .unwrap()
+            .resources
+            .as_ref()
+            .unwrap()
+            .requests
+            .as_ref()
+            .unwrap()["storage"]
+            .0,
+        "1024Mi"
+    );
+}

@@ -523,13 +523,25 @@ impl Replica {
         }
     }
 
+    /// Waits, as [`Self::at_leader`] does, until this replica is the
+    /// leader that can serve; an error when another leads.
+    pub async fn serving_here(&self) -> Result<(), SqsError> {
+        let deadline = tokio::time::Instant::now() + ELECTION_WAIT;
+        match self.leader_to_serve(deadline).await? {
+            None => Ok(()),
+            Some(_) => Err(not_leader(self.raft.metrics().borrow().current_leader)),
+        }
+    }
+
     /// [`Self::leader_elsewhere`], waiting until `deadline` while no
     /// replica can serve.
     async fn leader_to_serve(&self, deadline: tokio::time::Instant) -> Result<Option<String>, SqsError> {
         let mut metrics = self.raft.metrics();
         loop {
+            // Marked seen before it is judged: a change meanwhile wakes the wait.
+            let gone = stopped(&metrics.borrow_and_update());
             match self.leader_elsewhere() {
-                Err(e) if !stopped(&metrics.borrow_and_update()) => {
+                Err(e) if !gone => {
                     match tokio::time::timeout_at(deadline, metrics.changed()).await {
                         Ok(Ok(())) => {}
                         // Waited long enough, or the replica stopped.

@@ -163,7 +163,7 @@ async fn request(State(peer): State<Peer>, Json(forwarded): Json<Forwarded>) -> 
         return StatusCode::SERVICE_UNAVAILABLE.into_response();
     };
     let answer: Result<Value, Wire> = engine
-        .handle_here(&forwarded.action, &forwarded.input)
+        .handle_forwarded(&forwarded.action, &forwarded.input)
         .await
         .map_err(|e| e.to_wire());
     Json(answer).into_response()
