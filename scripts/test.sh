@@ -14,4 +14,4 @@ cargo test --workspace --locked
 # End-to-end: the real sless binary with boto3, awscli and moto.
 python3 -m pytest tests/ -q
 # Every fuzz target for a bounded time: a crash fails the suite.
-./scripts/fuzz.sh 20
+./scripts/fuzz.sh --dev 20

@@ -251,6 +251,8 @@ def test_one_replica_grows_to_three_in_place_keeping_its_messages(operator):
     would wait forever for the old one to add them). Ready again with
     three pods, every message sent before is there."""
     cluster = operator.cluster
+    gone = lambda: operator.rest("b", "GET", "/queue-services/main").status_code == 404
+    wait_for("tenant b's queue service of the test before gone", gone, 120)
     created = operator.rest("b", "POST", "/queue-services", {"name": "main", "replicas": 1})
     assert created.status_code == 201, created.text
     phase = lambda: operator.rest("b", "GET", "/queue-services/main").json().get("phase")
@@ -279,8 +281,7 @@ def test_one_replica_grows_to_three_in_place_keeping_its_messages(operator):
         assert lowered.status_code == 422 and "replicas" in lowered.text, lowered.text
     finally:
         assert operator.rest("b", "DELETE", "/queue-services/main").status_code in (202, 204)
-        wait_for("the queue service gone", lambda: operator.rest("b", "GET", "/queue-services/main").status_code == 404,
-                 120)
+        wait_for("the queue service gone", gone, 120)
 
 
 def test_the_platforms_own_faults_reach_the_tenant_as_503_naming_nothing_of_it(cluster, sless_image, tmp_path):
