@@ -233,7 +233,8 @@ impl Cluster {
         // A kubelet that keeps up: the report claims every generation.
         let available = json!({"status": {
             "observedGeneration": i64::MAX, "replicas": 1, "updatedReplicas": 1,
-            "availableReplicas": 1, "readyReplicas": 1
+            "availableReplicas": 1, "readyReplicas": 1,
+            "currentRevision": "sqs-1", "updateRevision": "sqs-1"
         }});
         Api::<StatefulSet>::namespaced(self.client.clone(), &ns)
             .patch_status("sqs", &PatchParams::default(), &Patch::Merge(&available))

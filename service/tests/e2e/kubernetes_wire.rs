@@ -189,7 +189,9 @@ async fn the_real_controllers_reconcile_over_http_survive_redis_and_fail_over() 
         &PatchParams::default(),
         &Patch::Merge(json!({"status": {
             "observedGeneration": set.metadata.generation, "replicas": 3, "updatedReplicas": 3,
-            "availableReplicas": 3, "readyReplicas": 3
+            "availableReplicas": 3, "readyReplicas": 3,
+            // Every pod runs the current template.
+            "currentRevision": "sqs-1", "updateRevision": "sqs-1"
         }})),
     )
     .await
