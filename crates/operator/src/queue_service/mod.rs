@@ -187,19 +187,24 @@ enum Rollout {
 impl Rollout {
     /// ElasticMQ's Deployment of one.
     fn of_deployment(deployment: &Deployment) -> Self {
-        let Some(status) = &deployment.status else {
+        // No report yet: a Deployment just made (or made again) runs nothing.
+        let Some((status, observed)) = deployment
+            .status
+            .as_ref()
+            .and_then(|s| Some((s, s.observed_generation?)))
+        else {
             return Self::Unavailable;
         };
-        Self::from(Counts {
-            generation: deployment.metadata.generation,
-            observed: status.observed_generation,
-            want: deployment.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1),
-            pods: status.replicas.unwrap_or(0),
-            updated: status.updated_replicas.unwrap_or(0),
-            // Every replica: the one engine.
-            needed: deployment.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1),
-            available: status.available_replicas.unwrap_or(0),
-        })
+        let want = deployment.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+        let seen = observed >= deployment.metadata.generation.unwrap_or(0);
+        let updated = status.updated_replicas.unwrap_or(0);
+        if !seen || updated < want || status.replicas.unwrap_or(0) > updated {
+            Self::InProgress
+        } else if status.available_replicas.unwrap_or(0) >= want {
+            Self::Done
+        } else {
+            Self::Unavailable
+        }
     }
 
     /// `sless queue`'s StatefulSet: rolled out once the controller made
@@ -224,35 +229,6 @@ impl Rollout {
             Self::Unavailable
         }
     }
-
-    fn from(c: Counts) -> Self {
-        // No report yet: a workload just made (or made again) runs nothing.
-        let Some(observed) = c.observed else {
-            return Self::Unavailable;
-        };
-        let seen = observed >= c.generation.unwrap_or(0);
-        if !seen || c.updated < c.want || c.pods > c.updated {
-            Self::InProgress
-        } else if c.available >= c.needed {
-            Self::Done
-        } else {
-            Self::Unavailable
-        }
-    }
-}
-
-/// What a workload's status reports, as [`Rollout`] reads it.
-struct Counts {
-    generation: Option<i64>,
-    observed: Option<i64>,
-    want: i32,
-    /// Pods of any template.
-    pods: i32,
-    /// Pods of the current template.
-    updated: i32,
-    /// Available pods needed to serve.
-    needed: i32,
-    available: i32,
 }
 
 /// Applies the engine's workload and what goes with it, and removes the

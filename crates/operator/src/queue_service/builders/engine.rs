@@ -14,10 +14,9 @@ use k8s_openapi::api::apps::v1::{
 };
 use k8s_openapi::api::core::v1::{
     Affinity, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction,
-    ObjectFieldSelector, PersistentVolumeClaim, PersistentVolumeClaimSpec, PersistentVolumeClaimVolumeSource,
-    PodAffinityTerm, PodAntiAffinity, PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ResourceRequirements,
-    SecretKeySelector, Service, ServicePort, ServiceSpec, Volume, VolumeMount, VolumeResourceRequirements,
-    WeightedPodAffinityTerm,
+    ObjectFieldSelector, PersistentVolumeClaim, PersistentVolumeClaimVolumeSource, PodAffinityTerm, PodAntiAffinity,
+    PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ResourceRequirements, SecretKeySelector, Service, ServicePort,
+    ServiceSpec, Volume, VolumeMount, WeightedPodAffinityTerm,
 };
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -25,8 +24,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::{
-    DATA_PATH, ENGINE_TOKEN_KEY, PEER_TOKEN_KEY, SQS_PORT, configmap_name, deployment_name, elasticmq, endpoint,
-    labels, meta, namespace_name, pvc_name, secret_name,
+    DATA_PATH, ENGINE_TOKEN_KEY, PEER_TOKEN_KEY, SQS_PORT, claim_spec, configmap_name, deployment_name, elasticmq,
+    endpoint, labels, meta, namespace_name, pvc_name, secret_name,
 };
 use crate::config::OperatorConfig;
 use crate::crd::queue_service::{QueueEngine, QueueService};
@@ -321,17 +320,7 @@ pub fn stateful_set(qs: &QueueService, config: &OperatorConfig) -> StatefulSet {
                 labels: Some(labels(tenant)),
                 ..Default::default()
             },
-            spec: Some(PersistentVolumeClaimSpec {
-                access_modes: Some(vec!["ReadWriteOnce".into()]),
-                resources: Some(VolumeResourceRequirements {
-                    requests: Some(BTreeMap::from([(
-                        "storage".to_owned(),
-                        Quantity(format!("{}Mi", qs.spec.storage_mb)),
-                    )])),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            }),
+            spec: Some(claim_spec(qs)),
             ..Default::default()
         }]
     });

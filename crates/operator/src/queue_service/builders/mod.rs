@@ -164,15 +164,21 @@ pub fn pvc(qs: &QueueService) -> PersistentVolumeClaim {
             owner_references: None,
             ..meta(qs, pvc_name(&qs.spec.tenant_id))
         },
-        spec: Some(PersistentVolumeClaimSpec {
-            access_modes: Some(vec!["ReadWriteOnce".into()]),
-            resources: Some(VolumeResourceRequirements {
-                requests: Some(BTreeMap::from([(
-                    "storage".to_owned(),
-                    Quantity(format!("{}Mi", qs.spec.storage_mb)),
-                )])),
-                ..Default::default()
-            }),
+        spec: Some(claim_spec(qs)),
+        ..Default::default()
+    }
+}
+
+/// A message volume of the spec's size, one node's at a time: ElasticMQ's
+/// PVC and each `sless queue` replica's claim.
+fn claim_spec(qs: &QueueService) -> PersistentVolumeClaimSpec {
+    PersistentVolumeClaimSpec {
+        access_modes: Some(vec!["ReadWriteOnce".into()]),
+        resources: Some(VolumeResourceRequirements {
+            requests: Some(BTreeMap::from([(
+                "storage".to_owned(),
+                Quantity(format!("{}Mi", qs.spec.storage_mb)),
+            )])),
             ..Default::default()
         }),
         ..Default::default()

@@ -4,6 +4,21 @@ use super::*;
 use crate::crd::queue_service::{QueueEngine, QueueServiceSpec};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
+/// The size a claim asks for.
+fn claimed(claim: &PersistentVolumeClaim) -> &str {
+    &claim
+        .spec
+        .as_ref()
+        .unwrap()
+        .resources
+        .as_ref()
+        .unwrap()
+        .requests
+        .as_ref()
+        .unwrap()["storage"]
+        .0
+}
+
 /// One replica of `sless queue`.
 fn qs(namespace: &str, persistence: bool) -> QueueService {
     with_engine(namespace, persistence, QueueEngine::Sless)
@@ -161,21 +176,7 @@ fn one_replica_runs_sless_queue_with_its_journal_and_token_and_no_privilege() {
     assert_eq!(set.replicas, Some(1));
     let claim = &set.volume_claim_templates.unwrap()[0];
     assert_eq!(
-        (
-            claim.metadata.name.as_deref(),
-            claim
-                .spec
-                .as_ref()
-                .unwrap()
-                .resources
-                .as_ref()
-                .unwrap()
-                .requests
-                .as_ref()
-                .unwrap()["storage"]
-                .0
-                .as_str()
-        ),
+        (claim.metadata.name.as_deref(), claimed(claim)),
         (Some("data"), "1024Mi")
     );
     let pod = set.template.spec.unwrap();
@@ -394,8 +395,7 @@ fn the_hocon_config_routes_under_the_tenant_path() {
 #[test]
 fn pvc_service_and_ingress() {
     let q = qs("sless-fn-acme", true);
-    let storage = &pvc(&q).spec.unwrap().resources.unwrap().requests.unwrap()["storage"];
-    assert_eq!(storage.0, "1024Mi");
+    assert_eq!(claimed(&pvc(&q)), "1024Mi");
     let port = &service(&q).spec.unwrap().ports.unwrap()[0];
     assert_eq!(
         (port.port, port.target_port.clone()),
@@ -558,18 +558,5 @@ fn one_replica_grows_to_three_through_the_three_replica_template_first() {
     three_q.spec.storage_mb = 4096;
     let (step, _) = stateful_set_step(Some(&running(&three(), 3, true)), stateful_set(&three_q, &c)).unwrap();
     let claim = &step.spec.unwrap().volume_claim_templates.unwrap()[0];
-    assert_eq!(
-        claim
-            .spec
-            .as_ref()
-            .unwrap()
-            .resources
-            .as_ref()
-            .unwrap()
-            .requests
-            .as_ref()
-            .unwrap()["storage"]
-            .0,
-        "1024Mi"
-    );
+    assert_eq!(claimed(claim), "1024Mi");
 }
