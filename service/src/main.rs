@@ -170,6 +170,12 @@ struct QueueArgs {
     /// The token the replicas present to each other.
     #[arg(long, env = "SLESS_PEER_TOKEN", hide_env_values = true)]
     peer_token: Option<String>,
+    /// On SIGTERM, how long to go on serving after the leadership is handed
+    /// over, before new connections are refused: long enough for the load
+    /// balancers in front (a Kubernetes Service's endpoints) to stop
+    /// sending here. Then the requests in flight are answered.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "0s")]
+    drain: std::time::Duration,
     /// End with the process of this id (`sless dev` starting its replicas):
     /// stop within a moment of its end, even by `kill -9`, never left behind.
     #[arg(long, hide = true)]
@@ -387,18 +393,40 @@ async fn queue(args: QueueArgs) -> anyhow::Result<()> {
     if let Some(addr) = engine.peer_addr() {
         tracing::info!(addr = %addr, "serving the other replicas");
     }
-    let server = EngineServer::start(engine, args.listen, args.token)
+    let server = EngineServer::start(engine.clone(), args.listen, args.token)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
     tracing::info!(addr = %server.addr, durability = durability.unwrap_or("memory"), "queue engine serving");
     match args.parent_pid {
         Some(parent) => tokio::select! {
             () = shutdown_signal() => {}
-            () = parent_gone(parent) => tracing::warn!(parent, "the process that started this one ended; stopping"),
+            () = parent_gone(parent) => {
+                tracing::warn!(parent, "the process that started this one ended; stopping");
+                return Ok(());
+            }
         },
         None => shutdown_signal().await,
     }
+    stop_queue(&engine, server, args.drain).await;
     Ok(())
+}
+
+/// Stops a queue engine without failing a client's call: a leader hands
+/// its leadership over, the engine serves `drain` longer (followers pass
+/// requests to the new leader), then refuses new connections and answers
+/// the requests in flight, and its replica stops last.
+async fn stop_queue(
+    engine: &sless_sqs::engine::Engine,
+    server: sless_sqs::engine::server::EngineServer,
+    drain: std::time::Duration,
+) {
+    match engine.hand_over().await {
+        Some(leader) => tracing::info!(leader, "stopping; replica {leader} leads the queue service"),
+        None => tracing::info!("stopping"),
+    }
+    tokio::time::sleep(drain).await;
+    server.stop().await;
+    engine.stop().await;
 }
 
 async fn gateway(args: GatewayArgs) -> anyhow::Result<()> {

@@ -12,6 +12,7 @@ The host reaches Services by their cluster addresses (kube-proxy's rules);
 Redis and PostgreSQL run on the host, reached by the pods through
 forwarders on the cluster bridge's address."""
 
+import datetime
 import hashlib
 import json
 import re
@@ -243,6 +244,19 @@ def drain(sqs, url, wanted, within=120):
     return got
 
 
+def engine_logs(cluster, since):
+    """What the engine pods logged above INFO (and their stops), each with
+    when it started relative to `since`: for a failure's message."""
+    logs = []
+    for pod in sorted(engine_pods(cluster)):
+        log = cluster.kubectl("-n", "sless-fn-a", "logs", pod, check=False).stdout
+        started = cluster.kubectl("-n", "sless-fn-a", "get", "pod", pod, "-o", "jsonpath={.status.startTime}").stdout
+        at = datetime.datetime.fromisoformat(started.replace("Z", "+00:00")).timestamp() - since
+        kept = [line for line in log.splitlines() if " INFO " not in line or "stopping" in line]
+        logs.append(f"--- {pod} (started {at:+.1f} s)\n" + "\n".join(kept)[-3000:])
+    return "\n".join(logs)
+
+
 class Producer:
     """Sends numbered messages through the gateways with the SDK's default
     retries, recording each send's outcome: acknowledged, or failed (its
@@ -252,6 +266,7 @@ class Producer:
         self.sqs, self.url, self.prefix = sqs, url, prefix
         self.acked, self.failed = [], []
         self.acked_at = []
+        self.took = []  # (started, seconds) of each send, SDK retries included
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self.run)
 
@@ -259,8 +274,10 @@ class Producer:
         i = 0
         while not self.stop.is_set():
             body = f"{self.prefix}{i}"
+            started = time.time()
             try:
                 self.sqs.send_message(QueueUrl=self.url, MessageBody=body)
+                self.took.append((started, time.time() - started))
                 self.acked.append(body)
                 self.acked_at.append(time.time())
             except Exception as e:  # recorded: the checker decides
@@ -275,6 +292,11 @@ class Producer:
     def __exit__(self, *exc):
         self.stop.set()
         self.thread.join()
+
+    def slowest(self, since, n=3):
+        """The `n` slowest acknowledged sends: when each began (seconds
+        after `since`) and how long it took."""
+        return [f"+{start - since:.1f}s took {took:.2f}s" for start, took in sorted(self.took, key=lambda t: -t[1])[:n]]
 
     def longest_pause_after(self, at):
         """The longest time between two acknowledgements from `at` on (a
@@ -327,23 +349,26 @@ def test_a_rolling_update_of_the_replicas_under_a_producer_loses_nothing(platfor
     """`kubectl rollout restart` of the engine's StatefulSet replaces its
     three pods one at a time, each waiting for the one before to be Ready
     (a voter that knows its leader) again, so a majority always runs. The
-    SDK retries as it does by default; every acknowledged send arrives.
-    The goal is no failed call; without a leadership handover (openraft 0.9
-    has none) the leader's own restart failed 1 send of 208 in one run of
-    four (the gateway found no engine to answer): at most 1 % may fail
-    here, and the count is printed."""
+    SDK retries as it does by default. No call fails: a stopping leader
+    hands its leadership over, each stopping replica serves on until the
+    Service's endpoints dropped it, then closes the gateways' links
+    answering what it did not run "closing", which they send again on a new
+    link. Every acknowledged send arrives; the longest pause is printed."""
     cluster = platform.cluster
     sqs = platform.sqs(queue_service)
     url = sqs.create_queue(QueueName=f"rolled-{uuid.uuid4().hex[:8]}")["QueueUrl"]
     wait_for("the replicas settled on a leader", lambda: settled_leader(cluster), 60)
     with Producer(sqs, url, "u") as producer:
         time.sleep(2)
+        restarted_at = time.time()
         cluster.kubectl("-n", "sless-fn-a", "rollout", "restart", "statefulset/sqs")
         cluster.kubectl("-n", "sless-fn-a", "rollout", "status", "statefulset/sqs", "--timeout=300s")
         time.sleep(3)
-    print(f"rolling update of the replicas: {len(producer.acked)} sends acknowledged, {len(producer.failed)} failed")
-    calls = len(producer.acked) + len(producer.failed)
-    assert len(producer.failed) <= calls // 100, f"{len(producer.failed)} sends failed, first: {producer.failed[:5]}"
+    print(f"rolling update of the replicas: {len(producer.acked)} sends acknowledged, {len(producer.failed)} failed; "
+          f"longest pause in acknowledgements {producer.longest_pause_after(restarted_at):.2f} s; "
+          f"slowest sends {producer.slowest(restarted_at)}")
+    assert not producer.failed, \
+        f"{len(producer.failed)} sends failed, first: {producer.failed[:5]}\n{engine_logs(cluster, restarted_at)}"
     got = drain(sqs, url, producer.acked, within=180)
     assert got == set(producer.acked), f"{len(set(producer.acked) - got)} acknowledged messages lost"
 

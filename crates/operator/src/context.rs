@@ -20,6 +20,7 @@ use super::config::{FIELD_MANAGER, OperatorConfig};
 use super::crd::Conditioned;
 use super::dataflow::processor::Processors;
 use super::error::Error;
+use super::queue_service::voters::Voters;
 use sless_runtime::sync::Unpoisoned;
 
 pub struct Context {
@@ -28,6 +29,8 @@ pub struct Context {
     pub backoff: ObjectRetries,
     /// Reads what DataFlow processors say of themselves.
     pub processors: Processors,
+    /// Reaches a queue service's replicas (to lower three to one).
+    pub voters: Voters,
     recorder: Recorder,
 }
 
@@ -47,6 +50,7 @@ impl Context {
             config,
             backoff: ObjectRetries::default(),
             processors: Processors::default(),
+            voters: Voters::default(),
         }
     }
 

@@ -11,7 +11,4 @@ pub enum Error {
     NoNamespace,
     #[error("{0} holds no positions key (64 hex digits); delete it to have one made")]
     PositionsKey(String),
-    /// A spec the operator will not carry out (the reason is shown on the object).
-    #[error("{0}")]
-    Refused(String),
 }

@@ -469,26 +469,14 @@ impl Platform for KubePlatform {
 }
 
 /// What this platform cannot change in place yet, refused rather than
-/// left undone: three replicas lowered to one (the operator would first
-/// have to make replica 1 the only voter through the replicas' peer port,
-/// which it does not reach), and the volumes' size (a StatefulSet's claim
-/// template cannot change, and volumes grow only where their class allows).
+/// left undone: the volumes' size (a StatefulSet's claim template cannot
+/// change, and volumes grow only where their class allows).
 fn changeable(now: &qs_crd::QueueServiceSpec, asked: &QueueServiceSpec) -> Result<()> {
     let refused = |field: &str, message: String| {
         Err(PlatformError::Invalid(
             sless_model::FieldError::invalid(field, message).into(),
         ))
     };
-    if asked.replicas < now.replicas() {
-        return refused(
-            "replicas",
-            format!(
-                "lowering replicas from {} to {} is not available on the Kubernetes platform yet",
-                now.replicas(),
-                asked.replicas
-            ),
-        );
-    }
     if asked.storage_mb != now.storage_mb {
         return refused(
             "storageMB",

@@ -17,6 +17,13 @@
 //!
 //! where headers are a u8 count of names (u8 length) and values (u16
 //! length), and the body is the frame's rest.
+//!
+//! An engine that stops closes its links without failing a request: it
+//! sends a [`closing`] answer of id 0 (no request has it), answers each
+//! request it reads after that with a [`closing`] answer of the request's
+//! id and runs none, and closes once the gateway closed its side or after
+//! a moment. A gateway sends nothing more on a link that is closing, and
+//! sends the requests it had refused again on a new one.
 
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
@@ -27,6 +34,12 @@ pub const HELLO: &[u8] = b"\0sless-engine-link/1\r\n\r\n";
 /// The engine's answer to a hello without its token, as long as
 /// [`HELLO`]; the engine closes the connection after it.
 pub const DENIED: &[u8] = b"\0sless-engine-link/0\r\n\r\n";
+/// The header of an engine's answer that it closes the link and ran
+/// nothing of the request (see [`closing`]).
+pub const CLOSING: &str = "x-sless-link-closing";
+/// The request id of an engine's notice that it closes the link.
+pub const NOTICE_ID: u32 = 0;
+
 /// Longest engine token a hello carries.
 pub const MAX_TOKEN: usize = 256;
 /// Longest request frame: the largest body either side accepts (8 MiB),
@@ -83,6 +96,20 @@ pub struct Answer {
     pub status: StatusCode,
     pub headers: HeaderMap,
     pub body: Bytes,
+}
+
+/// An engine's answer that it closes the link and did not run request
+/// `id` ([`NOTICE_ID`]: none), to be sent again on another link.
+pub fn closing(id: u32) -> BytesMut {
+    let header = (HeaderName::from_static(CLOSING), HeaderValue::from_static("1"));
+    let headers = std::iter::once((&header.0, &header.1));
+    // An empty answer with one short header always fits a frame.
+    answer_frame(id, StatusCode::SERVICE_UNAVAILABLE, headers, b"").unwrap_or_default()
+}
+
+/// Whether `answer` is an engine's [`closing`] answer.
+pub fn is_closing(answer: &Answer) -> bool {
+    answer.headers.contains_key(CLOSING)
 }
 
 /// A request's frame, with id 0 until [`set_id`] gives it one; refused

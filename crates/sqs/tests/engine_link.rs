@@ -3,7 +3,8 @@
 //! speaks only HTTP (as ElasticMQ does); the engine answers many requests
 //! in flight on one connection by their ids, refuses a wrong token as it
 //! does over HTTP, and cuts off a peer that sends what the link does not
-//! allow while serving everyone else on.
+//! allow while serving everyone else on; one that stops answers every
+//! request in flight, and runs none it answers "closing".
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -107,13 +108,16 @@ async fn the_gateway_links_to_an_engine_and_speaks_http_to_anything_else() {
     assert!(matches!(refused, Err(LinkError::Denied)), "{:?}", refused.err());
 
     // With the engine stopped, its link closes and no request waits: the
-    // link reports it, and opening a new one finds nothing listening.
+    // link reports it ("closing" while the engine waits for this side to
+    // close, which this held link never does, then closed), and opening a
+    // new one finds nothing listening.
     let addr = server.addr.to_string();
     drop(server);
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
         match engine_link.call(json_frame("ListQueues", &json!({}))).await {
             Err(LinkError::Closed) => break,
+            Err(LinkError::Closing) => {}
             Ok(answer) => assert_eq!(answer.status, 200),
             Err(e) => panic!("{e}"),
         }
@@ -325,4 +329,91 @@ async fn the_largest_answers_pass_whole() {
         assert!(messages.iter().all(|m| m["Body"] == quotes.as_str()));
         received += messages.len();
     }
+}
+
+/// An engine that stops under load closes its links as the link protocol
+/// says: every request in flight is answered, and each one it did not run
+/// is answered "closing" (sent nothing else could have run it) rather
+/// than cut off with its fate unknown. The queue ends holding exactly the
+/// messages whose sends were answered 200: none of the refused ones ran.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopping_engine_runs_nothing_it_answers_closing_and_cuts_off_no_request() {
+    let engine = engine();
+    let server = EngineServer::start(engine.clone(), "127.0.0.1:0".parse().unwrap(), Some(TOKEN.into()))
+        .await
+        .unwrap();
+    let addr = server.addr.to_string();
+    let token = HeaderValue::from_static(TOKEN);
+    let links = Links::default();
+    let Way::Link(link) = links.way(&addr, Some(&token)).await.unwrap() else {
+        panic!("no link to a sless engine");
+    };
+    let created = link
+        .call(json_frame("CreateQueue", &json!({"QueueName": "jobs"})))
+        .await
+        .unwrap();
+    let url = body(&created)["QueueUrl"].as_str().unwrap().to_owned();
+    // Held, it would keep the link open past the engine's notice.
+    drop(link);
+    let senders: Vec<_> = (0..8)
+        .map(|s| {
+            let (links, addr, token, url) = (links.clone(), addr.clone(), token.clone(), url.clone());
+            tokio::spawn(async move {
+                let (mut sent, mut refused, mut unreachable) = (Vec::new(), 0, 0);
+                for n in 0.. {
+                    let body = format!("s{s}-{n}");
+                    let frame = json_frame("SendMessage", &json!({"QueueUrl": url, "MessageBody": body}));
+                    let answer = match links.way(&addr, Some(&token)).await {
+                        Ok(Way::Link(link)) => link.call(frame).await,
+                        Ok(Way::Http) => panic!("the engine was taken for an HTTP server"),
+                        Err(e) => Err(e),
+                    };
+                    match answer {
+                        Ok(answer) => {
+                            assert_eq!(answer.status, 200, "{:?}", answer.body);
+                            sent.push(body);
+                        }
+                        Err(LinkError::Closing) => refused += 1,
+                        // The listener is gone: nothing was sent.
+                        Err(LinkError::Connect(_) | LinkError::Down) => {
+                            unreachable += 1;
+                            if unreachable > 20 {
+                                break;
+                            }
+                        }
+                        Err(e) => panic!("a request's fate is unknown: {e}"),
+                    }
+                }
+                (sent, refused)
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let stopping = Instant::now();
+    server.stop().await;
+    let stopped_in = stopping.elapsed();
+    let (mut sent, mut refused) = (Vec::new(), 0);
+    for sender in senders {
+        let (s, r) = sender.await.unwrap();
+        sent.extend(s);
+        refused += r;
+    }
+    // What the queue holds, read from the engine itself.
+    let attributes = engine
+        .handle(
+            "GetQueueAttributes",
+            &json!({"QueueUrl": url, "AttributeNames": ["ApproximateNumberOfMessages"]}),
+        )
+        .await
+        .unwrap();
+    eprintln!(
+        "{} sends answered 200, {refused} answered closing; stopped in {stopped_in:?}",
+        sent.len()
+    );
+    assert!(!sent.is_empty());
+    assert_eq!(
+        attributes["Attributes"]["ApproximateNumberOfMessages"],
+        sent.len().to_string().as_str(),
+        "the queue holds the sends answered 200 and none of the refused ones"
+    );
 }

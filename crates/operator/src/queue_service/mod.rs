@@ -9,6 +9,7 @@
 //! when it recovers. Deletion removes the children but keeps the PVC.
 
 pub mod builders;
+pub mod voters;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -133,13 +134,21 @@ async fn apply(qs: &QueueService, api: &Api<QueueService>, ctx: &Context) -> Res
         }
         None => objects::delete::<Secret>(client, &ns, &builders::tls_secret_name(tenant)).await?,
     }
-    // The fence before the engine: only gateways reach it.
+    let sets = Api::<StatefulSet>::namespaced(client.clone(), &ns);
+    let existing = sets.get_opt(builders::STATEFUL_SET).await?;
+    // The fence before the engine: only gateways reach it. Replicas that
+    // still run (three being lowered to one) keep reaching each other.
+    let running = existing
+        .as_ref()
+        .filter(|_| qs.spec.engine == QueueEngine::Sless)
+        .and_then(|set| set.spec.as_ref()?.replicas)
+        .map_or(0, |r| u8::try_from(r).unwrap_or(u8::MAX));
     objects::apply(
         &Api::<NetworkPolicy>::namespaced(client.clone(), &ns),
-        &builders::network_policy(qs, config),
+        &builders::network_policy(qs, config, qs.spec.replicas().max(running)),
     )
     .await?;
-    let rollout = apply_engine(qs, config, client, &ns).await?;
+    let rollout = apply_engine(qs, ctx, config, &ns, existing).await?;
     objects::apply(&Api::<Service>::namespaced(client.clone(), &ns), &builders::service(qs)).await?;
     objects::apply(
         &Api::<Service>::namespaced(client.clone(), &ns),
@@ -235,11 +244,13 @@ impl Rollout {
 /// other engine's: where its rollout stands.
 async fn apply_engine(
     qs: &QueueService,
+    ctx: &Context,
     config: &OperatorConfig,
-    client: &kube::Client,
     ns: &str,
+    existing: Option<StatefulSet>,
 ) -> Result<Rollout, Error> {
     let tenant = &qs.spec.tenant_id;
+    let client = &ctx.client;
     match qs.spec.engine {
         QueueEngine::Elasticmq => {
             objects::delete::<StatefulSet>(client, ns, builders::STATEFUL_SET).await?;
@@ -273,10 +284,12 @@ async fn apply_engine(
                 &builders::disruption_budget(qs),
             )
             .await?;
+            let had = existing.as_ref().and_then(|s| s.spec.as_ref()?.replicas).unwrap_or(0);
+            if i32::from(qs.spec.replicas()) < had && !voters_lowered(qs, ctx, ns).await? {
+                return Ok(Rollout::InProgress);
+            }
             let sets = Api::<StatefulSet>::namespaced(client.clone(), ns);
-            let existing = sets.get_opt(builders::STATEFUL_SET).await?;
-            let (set, step) = builders::stateful_set_step(existing.as_ref(), builders::stateful_set(qs, config))
-                .map_err(Error::Refused)?;
+            let (set, step) = builders::stateful_set_step(existing.as_ref(), builders::stateful_set(qs, config));
             let set = objects::apply(&sets, &set).await?;
             Ok(if step {
                 Rollout::InProgress
@@ -285,6 +298,23 @@ async fn apply_engine(
             })
         }
     }
+}
+
+/// Whether replica 1 is the only voter of the queue service, having told
+/// the replicas so (see [`voters::Voters::lowered_to_one`]): its set may
+/// then lower to one.
+async fn voters_lowered(qs: &QueueService, ctx: &Context, ns: &str) -> Result<bool, Error> {
+    let tenant = &qs.spec.tenant_id;
+    let secret = Api::<Secret>::namespaced(ctx.client.clone(), ns)
+        .get_opt(&builders::secret_name(tenant))
+        .await?;
+    let Some(token) = secret
+        .map(objects::secret_strings)
+        .and_then(|mut v| v.remove(builders::PEER_TOKEN_KEY))
+    else {
+        return Ok(false);
+    };
+    Ok(ctx.voters.lowered_to_one(&ctx.client, ns, tenant, &token).await)
 }
 
 /// The tenant's Secret: the keys and tokens are made once and kept (a

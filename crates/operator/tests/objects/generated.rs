@@ -49,7 +49,10 @@ fn generated_children_pass_the_kubernetes_schemas() {
         ("service", yaml(&q::service(&qs))),
         ("ingress", yaml(&q::ingress(&qs, &config))),
         ("gateway-service", yaml(&q::gateway_service(&qs, &config))),
-        ("network-policy", yaml(&q::network_policy(&qs, &config))),
+        (
+            "network-policy",
+            yaml(&q::network_policy(&qs, &config, qs.spec.replicas())),
+        ),
         (
             "tls-secret",
             yaml(&q::tls_secret(
@@ -70,7 +73,10 @@ fn generated_children_pass_the_kubernetes_schemas() {
     let mut one = qs.clone();
     one.spec.replicas = Some(1);
     objects.push(("one-replica", yaml(&q::stateful_set(&one, &config))));
-    objects.push(("one-replica-network-policy", yaml(&q::network_policy(&one, &config))));
+    objects.push((
+        "one-replica-network-policy",
+        yaml(&q::network_policy(&one, &config, one.spec.replicas())),
+    ));
     let mut elasticmq = qs.clone();
     elasticmq.spec.engine = QueueEngine::Elasticmq;
     objects.push(("elasticmq-deployment", yaml(&q::deployment(&elasticmq, &config))));

@@ -185,11 +185,11 @@ impl Engine {
             }
             None => None,
         };
-        let raft = replica.raft.clone();
+        let (raft, heard) = (replica.raft.clone(), replica.heard_leader.clone());
         let token = replication.map(|(r, _)| r.token).unwrap_or_default();
         let engine = Arc::new_cyclic(|weak| Self {
             machine: replica.state.shared(),
-            peer_server: listener.map(|(l, addr)| raft::peers::serve(l, addr, raft, weak.clone(), &token)),
+            peer_server: listener.map(|(l, addr)| raft::peers::serve(l, addr, raft, weak.clone(), &token, heard)),
             config,
             identity,
             replica: Some(replica),
@@ -214,22 +214,26 @@ impl Engine {
     /// Runs one action of the JSON protocol's shape: here, or at the
     /// leader when another replica leads.
     pub async fn handle(&self, action: &str, input: &Value) -> Result<Value, SqsError> {
-        if let Some(replica) = &self.replica
-            && let Some(answer) = replica.at_leader(action, input).await?
-        {
-            return Ok(answer);
+        let Some(replica) = &self.replica else {
+            return self.handle_here(action, input).await;
+        };
+        loop {
+            if let Some(answer) = replica.at_leader(action, input).await? {
+                return Ok(answer);
+            }
+            match self.handle_here(action, input).await {
+                // This replica, handing its leadership over, made no change:
+                // the request goes where the leadership went.
+                Err(e) if raft::unrun(&e) => {}
+                answer => return answer,
+            }
         }
-        self.handle_here(action, input).await
     }
 
-    /// Runs a request another replica passed on, if this one is the
-    /// leader that can serve it (waiting as [`Self::handle`] does); never
-    /// passed on again.
-    pub async fn handle_forwarded(&self, action: &str, input: &Value) -> Result<Value, SqsError> {
-        if let Some(replica) = &self.replica {
-            replica.serving_here().await?;
-        }
-        self.handle_here(action, input).await
+    /// Hands this replica's leadership over before it stops (see
+    /// [`raft::Replica::hand_over`]): the replica that leads then.
+    pub async fn hand_over(&self) -> Option<raft::NodeId> {
+        self.replica.as_ref()?.hand_over().await
     }
 
     /// Why this engine cannot take its share of requests yet, if it
@@ -237,6 +241,13 @@ impl Engine {
     /// its leader (a readiness probe's answer).
     pub fn unready(&self) -> Option<String> {
         self.replica.as_ref().and_then(raft::Replica::unready)
+    }
+
+    /// Whether this engine is a replica that another one leads (it passes
+    /// requests on): its answers say so to the gateway (see
+    /// [`server::FOLLOWER`]).
+    pub fn follows(&self) -> bool {
+        self.replica.as_ref().is_some_and(raft::Replica::follows)
     }
 
     /// The address of this replica's peer port, if it has peers.

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request, State};
-use axum::http::{HeaderMap, Method};
+use axum::http::{HeaderMap, HeaderValue, Method};
 use axum::response::{IntoResponse, Response};
 use bytes::{Bytes, BytesMut};
 use sless_runtime::http::{self, Admission, Admitted, ConnectionLimits};
@@ -30,10 +30,20 @@ const BODY_LIMIT: usize = 8 * 1024 * 1024;
 const LINK_IN_FLIGHT: usize = 1024;
 /// Time for a link's hello once its first byte came.
 const LINK_HELLO_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+/// The header of an answer from a replica that another one leads (it
+/// passed the request on): a gateway asks another replica first next time,
+/// and so learns the leader. Never passed to clients.
+pub const FOLLOWER: &str = "x-sless-follower";
 /// A link with nothing in flight that sends no frame for this long is
 /// closed. Gateways drop their idle links sooner
 /// ([`crate::gateway::link`]), so they never send into one closing.
 pub const LINK_IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
+/// How long a stopping engine's link waits for the gateway to close its
+/// side after being told the link closes (one that knows no notice never does).
+const LINK_CLOSING: std::time::Duration = std::time::Duration::from_secs(2);
+/// How long a stopping engine waits for the answers still owed (a long
+/// poll takes up to 20 s).
+const STOP_WAIT: std::time::Duration = std::time::Duration::from_secs(25);
 /// Most connections from one client address: a gateway holds a link per
 /// serving thread and, while it speaks HTTP to an engine, a connection per
 /// request in flight; several gateways may share an address behind SNAT
@@ -127,7 +137,11 @@ async fn answer(engine: &Engine, headers: &HeaderMap, path: &str, query: Option<
         return protocol::respond(decoded.protocol, &decoded.action, Err(e), &id);
     }
     let result = engine.handle(&decoded.action, &decoded.input).await;
-    protocol::respond(decoded.protocol, &decoded.action, result, &id)
+    let mut response = protocol::respond(decoded.protocol, &decoded.action, result, &id);
+    if engine.follows() {
+        response.headers_mut().insert(FOLLOWER, HeaderValue::from_static("1"));
+    }
+    response
 }
 
 /// Serves the engine link (see [`crate::link`]) on a connection whose
@@ -135,8 +149,10 @@ async fn answer(engine: &Engine, headers: &HeaderMap, path: &str, query: Option<
 /// [`LINK_IN_FLIGHT`] at once, every answer through one writer. A hello
 /// without the engine's token is closed at once, before anything else is
 /// allocated for it; a link idle for [`LINK_IDLE_TIMEOUT`] is closed too.
-/// At `stop` it reads no more and closes once the requests in flight are
-/// answered.
+/// At `stop` it closes as [`link`] says: it tells the gateway, answers
+/// what it reads from then on with [`link::closing`], and closes once the
+/// gateway closed its side (or after [`LINK_CLOSING`]) and the requests in
+/// flight are answered.
 async fn serve_link(stream: TcpStream, served: Served, mut stop: watch::Receiver<bool>) {
     let (mut read, write) = stream.into_split();
     let hello = tokio::time::timeout(LINK_HELLO_TIMEOUT, link::read_hello_with(&mut read)).await;
@@ -158,7 +174,15 @@ async fn serve_link(stream: TcpStream, served: Served, mut stop: watch::Receiver
     }
     let room = Arc::new(tokio::sync::Semaphore::new(LINK_IN_FLIGHT));
     let mut frames = link::FrameReader::new(read, link::MAX_REQUEST);
+    let mut closing: Option<tokio::time::Instant> = None;
+    let mut told = false;
     loop {
+        if closing.is_some() && !told {
+            told = true;
+            if answers.send(link::closing(link::NOTICE_ID)).await.is_err() {
+                break;
+            }
+        }
         let frame = tokio::select! {
             frame = tokio::time::timeout(LINK_IDLE_TIMEOUT, frames.next()) => match frame {
                 Ok(frame) => frame,
@@ -166,7 +190,11 @@ async fn serve_link(stream: TcpStream, served: Served, mut stop: watch::Receiver
                 Err(_) if room.available_permits() == LINK_IN_FLIGHT => break,
                 Err(_) => continue,
             },
-            _ = stop.wait_for(|s| *s) => break,
+            _ = stop.wait_for(|s| *s), if closing.is_none() => {
+                closing = Some(tokio::time::Instant::now() + LINK_CLOSING);
+                continue;
+            }
+            () = tokio::time::sleep_until(closing.unwrap_or_else(tokio::time::Instant::now)), if closing.is_some() => break,
         };
         let request = match frame.and_then(|f| f.map(link::read_request).transpose()) {
             Ok(Some(request)) => request,
@@ -176,6 +204,13 @@ async fn serve_link(stream: TcpStream, served: Served, mut stop: watch::Receiver
                 break;
             }
         };
+        if closing.is_some() {
+            // Run nowhere yet: the gateway sends it again on a new link.
+            if answers.send(link::closing(request.id)).await.is_err() {
+                break;
+            }
+            continue;
+        }
         let Ok(permit) = room.clone().acquire_owned().await else {
             break;
         };
@@ -271,6 +306,7 @@ fn appended_to_a_path(path: &str, account: &str, queue: &str) -> SqsError {
 pub struct EngineServer {
     pub addr: SocketAddr,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<()>,
 }
 
 impl EngineServer {
@@ -296,8 +332,23 @@ impl EngineServer {
             engine,
             token: token.map(Arc::from),
         };
-        tokio::spawn(serve(listener, served, admission, stopped));
-        Ok(Self { addr, stop: Some(stop) })
+        let task = tokio::spawn(serve(listener, served, admission, stopped));
+        Ok(Self {
+            addr,
+            stop: Some(stop),
+            task,
+        })
+    }
+
+    /// Refuses new connections, closes the links as [`link`] says and
+    /// waits (at most [`STOP_WAIT`]) for the requests in flight.
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if tokio::time::timeout(STOP_WAIT, &mut self.task).await.is_err() {
+            tracing::warn!("answers still owed when the engine stopped");
+        }
     }
 }
 

@@ -38,6 +38,9 @@ pub enum LinkError {
     Denied,
     #[error("the engine could not be reached a moment ago")]
     Down,
+    /// The engine is closing the link and ran nothing of the request.
+    #[error("the engine is closing the link")]
+    Closing,
 }
 
 impl LinkError {
@@ -223,6 +226,8 @@ struct Outgoing {
 #[derive(Default)]
 struct Waiting {
     closed: bool,
+    /// The engine said it closes the link: nothing more is sent on it.
+    closing: bool,
     replies: HashMap<u32, oneshot::Sender<Result<Answer, LinkError>>>,
 }
 
@@ -270,11 +275,16 @@ impl Link {
             // goes out, so its answer always finds it.
             let mut next = 0u32;
             let file = |Outgoing { mut frame, reply }: Outgoing| {
-                next = next.wrapping_add(1);
+                // Id 0 is the engine's notice that it closes the link.
+                next = next.wrapping_add(1).max(1);
                 link::set_id(&mut frame, next);
                 let mut waiting = writing.lock_unpoisoned();
                 if waiting.closed {
                     let _ = reply.send(Err(LinkError::Closed));
+                    return None;
+                }
+                if waiting.closing {
+                    let _ = reply.send(Err(LinkError::Closing));
                     return None;
                 }
                 waiting.replies.insert(next, reply);
@@ -296,8 +306,11 @@ impl Link {
                 };
                 match answer {
                     Ok(answer) => {
-                        if let Some(reply) = answering.lock_unpoisoned().replies.remove(&answer.id) {
-                            let _ = reply.send(Ok(answer));
+                        let mut waiting = answering.lock_unpoisoned();
+                        let closing = link::is_closing(&answer);
+                        waiting.closing |= closing;
+                        if let Some(reply) = waiting.replies.remove(&answer.id) {
+                            let _ = reply.send(if closing { Err(LinkError::Closing) } else { Ok(answer) });
                         }
                     }
                     Err(e) => {
@@ -318,7 +331,8 @@ impl Link {
     }
 
     fn is_open(&self) -> bool {
-        !self.requests.is_closed() && !self.waiting.lock_unpoisoned().closed
+        let waiting = self.waiting.lock_unpoisoned();
+        !self.requests.is_closed() && !waiting.closed && !waiting.closing
     }
 
     /// Whether no request was sent on it for [`IDLE`]: the engine may soon

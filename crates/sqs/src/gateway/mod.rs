@@ -105,6 +105,7 @@ impl Gateway {
                 table: SharedTable::default(),
                 counters: Arc::new(Counters::default()),
                 links: link::Links::default(),
+                leaders: proxy::Leaders::default(),
                 http: proxy::backend_client(),
                 engines: InProcessEngines::default(),
                 public_url: public_url.unwrap_or_else(|| format!("http://{addr}")),

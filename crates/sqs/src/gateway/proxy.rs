@@ -76,6 +76,8 @@ pub struct GatewayState {
     pub counters: Arc<Counters>,
     /// Engine links of this serving thread; `http` for engines without.
     pub links: Links,
+    /// The replica of each replicated engine to ask first.
+    pub leaders: Leaders,
     pub http: BackendClient,
     pub engines: InProcessEngines,
     /// Public base URL of the gateway, e.g. `http://127.0.0.1:9324`.
@@ -342,10 +344,42 @@ fn read_only(protocol: Protocol, action: usize) -> bool {
             .is_some_and(|name| READ_ONLY.contains(name))
 }
 
+/// The replica of each replicated engine (by its route's members) that the
+/// gateway asks first: the one that last answered as the leader, or the
+/// one after a replica that answered as a follower. So the gateway learns
+/// the leader from the replicas' answers (see
+/// [`crate::engine::server::FOLLOWER`]) within a request or two of a
+/// failover, and each request reaches it without the follower's hop.
+#[derive(Clone, Default)]
+pub struct Leaders(Arc<std::sync::Mutex<HashMap<String, usize>>>);
+
+impl Leaders {
+    /// Where in `members` to start asking.
+    fn first(&self, members: &[String]) -> usize {
+        let Some(key) = members.first() else { return 0 };
+        self.0.lock_unpoisoned().get(key).copied().unwrap_or(0) % members.len()
+    }
+
+    /// Takes in that the member at `answered` answered, as a follower or not.
+    fn learn(&self, members: &[String], answered: usize, follower: bool) {
+        let Some(key) = members.first() else { return };
+        let first = if follower {
+            (answered + 1) % members.len()
+        } else {
+            answered
+        };
+        let mut leaders = self.0.lock_unpoisoned();
+        if leaders.get(key) != Some(&first) {
+            leaders.insert(key.clone(), first);
+        }
+    }
+}
+
 /// Asks the replicas of a queue engine in turn (any replica serves; a
-/// follower passes the request to its leader): one that cannot be reached,
-/// so was sent nothing, gives way to the next, and so does one that broke
-/// off a read-only request. Any other failure is the answer: the request
+/// follower passes the request to its leader), the one [`Leaders`] names
+/// first: one that cannot be reached, so was sent nothing, gives way to
+/// the next, and so does one that broke off a read-only request; one
+/// closing its link is asked again first. Any other failure is the answer: the request
 /// may have been done, and the client's SDK decides whether to retry.
 async fn across(
     state: &GatewayState,
@@ -354,9 +388,27 @@ async fn across(
     asked: &Asked<'_>,
 ) -> Result<Exchanged, ForwardError> {
     let mut failed = None;
-    for backend in members {
-        match exchange(state, backend, asked).await {
-            Ok(answer) => return Ok(answer),
+    let first = if members.len() > 1 {
+        state.leaders.first(members)
+    } else {
+        0
+    };
+    for at in (0..members.len()).map(|i| (first + i) % members.len()) {
+        let backend = &members[at];
+        let mut answer = exchange(state, backend, asked).await;
+        // An engine closing its link ran nothing: asked again on a new
+        // link (behind a Service, another replica's).
+        if matches!(answer, Err(ForwardError::Link(LinkError::Closing))) {
+            answer = exchange(state, backend, asked).await;
+        }
+        match answer {
+            Ok(answer) => {
+                if members.len() > 1 {
+                    let follower = answer.1.contains_key(crate::engine::server::FOLLOWER);
+                    state.leaders.learn(members, at, follower);
+                }
+                return Ok(answer);
+            }
             Err(e) if e.nothing_sent() || (read_only && !matches!(e, ForwardError::Frame(_))) => {
                 tracing::debug!(backend, error = %e, "a replica of the queue engine failed; trying the next");
                 failed = Some(e);
@@ -472,3 +524,26 @@ async fn in_process(
 
 /// An engine's answer: status, headers and body.
 type Exchanged = (StatusCode, HeaderMap, Bytes);
+
+#[cfg(test)]
+mod leaders_tests {
+    use super::Leaders;
+
+    #[test]
+    fn the_replica_asked_first_is_the_last_leader_or_the_one_after_a_follower() {
+        let members: Vec<String> = ["a:1", "b:1", "c:1"].map(str::to_owned).into();
+        let leaders = Leaders::default();
+        assert_eq!(leaders.first(&members), 0, "the first member until one answered");
+        leaders.learn(&members, 0, true);
+        assert_eq!(leaders.first(&members), 1, "a follower answered: the next one");
+        leaders.learn(&members, 2, false);
+        assert_eq!(leaders.first(&members), 2, "the leader answered: it again");
+        leaders.learn(&members, 2, true);
+        assert_eq!(leaders.first(&members), 0, "round the members");
+        // A route whose members changed: its first member names it, and a
+        // remembered index past its end wraps.
+        let fewer: Vec<String> = ["a:1", "b:1"].map(str::to_owned).into();
+        leaders.learn(&members, 2, false);
+        assert_eq!(leaders.first(&fewer), 0);
+    }
+}

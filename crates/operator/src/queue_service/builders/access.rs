@@ -19,16 +19,18 @@ use crate::crd::queue_service::QueueService;
 use crate::objects::{namespace_peer, policy_port};
 
 /// Only gateway pods reach the engine, on its port. A single engine
-/// reaches nothing (it resolves no names and calls no one); replicas of
-/// one reach each other on their peer port, by name.
-pub fn network_policy(qs: &QueueService, config: &OperatorConfig) -> NetworkPolicy {
+/// reaches nothing (it resolves no names and calls no one); `replicas` of
+/// one (those running or wanted, the more of the two) reach each other on
+/// their peer port, by name, and the operator reaches that port too (to
+/// lower three replicas to one).
+pub fn network_policy(qs: &QueueService, config: &OperatorConfig, replicas: u8) -> NetworkPolicy {
     let tenant = &qs.spec.tenant_id;
     let mut ingress = vec![NetworkPolicyIngressRule {
         from: Some(vec![namespace_peer(&config.gateway_namespace, Some(GATEWAY_LABEL))]),
         ports: Some(vec![policy_port("TCP", SQS_PORT)]),
     }];
     let mut egress = vec![];
-    if qs.spec.replicas() > 1 {
+    if replicas > 1 {
         let replicas = NetworkPolicyPeer {
             pod_selector: Some(LabelSelector {
                 match_labels: Some(labels(tenant)),
@@ -37,7 +39,7 @@ pub fn network_policy(qs: &QueueService, config: &OperatorConfig) -> NetworkPoli
             ..Default::default()
         };
         ingress.push(NetworkPolicyIngressRule {
-            from: Some(vec![replicas.clone()]),
+            from: Some(vec![replicas.clone(), namespace_peer(&config.operator_namespace, None)]),
             ports: Some(vec![policy_port("TCP", PEER_PORT)]),
         });
         egress.extend([

@@ -10,7 +10,8 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{
-    Deployment, DeploymentSpec, DeploymentStrategy, StatefulSet, StatefulSetOrdinals, StatefulSetSpec,
+    Deployment, DeploymentSpec, DeploymentStrategy, StatefulSet, StatefulSetOrdinals,
+    StatefulSetPersistentVolumeClaimRetentionPolicy, StatefulSetSpec,
 };
 use k8s_openapi::api::core::v1::{
     Affinity, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction,
@@ -36,7 +37,14 @@ pub const PEER_PORT: i32 = 9325;
 /// The name of the StatefulSet's volume (its claims are `data-sqs-N`).
 const DATA_VOLUME: &str = "data";
 /// The label the StatefulSet controller gives each pod: its ordinal.
-const POD_INDEX_LABEL: &str = "apps.kubernetes.io/pod-index";
+pub const POD_INDEX_LABEL: &str = "apps.kubernetes.io/pod-index";
+/// How long a stopping replica goes on serving once it handed its
+/// leadership over: the Service's endpoints drop it meanwhile, so the
+/// gateways' new connections reach the others (`sless queue --drain`).
+const DRAIN: &str = "3s";
+/// A stopping replica's time: the handover (3 s at most), the drain, and
+/// the answers in flight (a long poll's 20 s), with room to spare.
+const GRACE_SECONDS: i64 = 40;
 
 /// The StatefulSet of `sless queue`. Its name holds no tenant id: the
 /// namespace is the tenant's, and a longer name would not leave room for
@@ -126,6 +134,8 @@ fn sless_container(qs: &QueueService, config: &OperatorConfig) -> Container {
             peers(tenant, replicas),
             "--peer-listen".to_owned(),
             format!("0.0.0.0:{PEER_PORT}"),
+            "--drain".to_owned(),
+            DRAIN.to_owned(),
         ]);
         env.push(from_secret("SLESS_PEER_TOKEN", tenant, PEER_TOKEN_KEY));
         env.push(EnvVar {
@@ -229,6 +239,7 @@ fn pod_template(qs: &QueueService, mut container: Container, volumes: Vec<Volume
                     ..fenced_pod()
                 },
             }),
+            termination_grace_period_seconds: (qs.spec.replicas() > 1).then_some(GRACE_SECONDS),
             // Replicas on different nodes where there are several: one
             // node lost takes one replica.
             affinity: (qs.spec.replicas() > 1).then(|| Affinity {
@@ -334,10 +345,15 @@ pub fn stateful_set(qs: &QueueService, config: &OperatorConfig) -> StatefulSet {
             service_name: Some(PEERS_SERVICE.to_owned()),
             selector: selector(tenant),
             template: pod_template(qs, container, vec![]),
-            // Claims are kept when the set is deleted or scaled down (the
-            // StatefulSet's default): the messages stay until an operator
-            // deletes them (seed 000).
+            // Claims are kept when the set is deleted: the messages stay
+            // until an operator deletes them (seed 000). Those of replicas
+            // that left (three lowered to one) go with their pods: started
+            // again on them, a replica would hold a log of voters gone.
             volume_claim_templates: claims,
+            persistent_volume_claim_retention_policy: Some(StatefulSetPersistentVolumeClaimRetentionPolicy {
+                when_deleted: Some("Retain".into()),
+                when_scaled: Some("Delete".into()),
+            }),
             ..Default::default()
         }),
         ..Default::default()
@@ -390,26 +406,20 @@ pub fn disruption_budget(qs: &QueueService) -> PodDisruptionBudget {
 ///   once, the new pods would never be Ready (the old pod, without peers,
 ///   never adds them) and the rolling update, which waits for them, would
 ///   never replace the old pod;
-/// - fewer replicas are refused: the one left would wait for a majority of
-///   the voters it had.
-pub fn stateful_set_step(
-    existing: Option<&StatefulSet>,
-    mut desired: StatefulSet,
-) -> Result<(StatefulSet, bool), String> {
+/// - three lower to one at once (pods 2 and 3 go, pod 1 restarts alone),
+///   once replica 1 is the only voter (the caller sees to it first: the
+///   one left would otherwise wait for a majority of the voters it had);
+///   the claims of pods 2 and 3 go with them.
+pub fn stateful_set_step(existing: Option<&StatefulSet>, mut desired: StatefulSet) -> (StatefulSet, bool) {
     let Some(existing) = existing else {
-        return Ok((desired, false));
+        return (desired, false);
     };
     let (Some(have), Some(want)) = (existing.spec.as_ref(), desired.spec.as_mut()) else {
-        return Ok((desired, false));
+        return (desired, false);
     };
     want.volume_claim_templates.clone_from(&have.volume_claim_templates);
     let had = have.replicas.unwrap_or(1);
     let wanted = want.replicas.unwrap_or(1);
-    if wanted < had {
-        return Err(format!(
-            "lowering replicas from {had} to {wanted} is not available on Kubernetes yet: set replicas to {had} again"
-        ));
-    }
     let peered = |set: &StatefulSet| {
         set.spec.as_ref().is_some_and(|s| {
             s.template.spec.as_ref().is_some_and(|p| {
@@ -421,9 +431,9 @@ pub fn stateful_set_step(
     };
     if had < wanted && !(peered(existing) && rolled_out(existing)) {
         want.replicas = Some(had);
-        return Ok((desired, true));
+        return (desired, true);
     }
-    Ok((desired, false))
+    (desired, false)
 }
 
 /// Whether every pod of `set` runs its current template and is Ready.

@@ -18,8 +18,8 @@ mod engine;
 pub use access::{gateway_service, ingress, network_policy};
 pub use elasticmq::{configmap, elasticmq_conf};
 pub use engine::{
-    PEER_PORT, PEERS_SERVICE, STATEFUL_SET, deployment, disruption_budget, disruption_budget_name, peer_address,
-    peers_service, stateful_set, stateful_set_step,
+    PEER_PORT, PEERS_SERVICE, POD_INDEX_LABEL, STATEFUL_SET, deployment, disruption_budget, disruption_budget_name,
+    peer_address, peers_service, stateful_set, stateful_set_step,
 };
 
 use std::collections::BTreeMap;
@@ -87,7 +87,7 @@ pub fn endpoint(config: &OperatorConfig, tenant: &str) -> String {
     format!("{scheme}://{}/sqs/{tenant}", config.sqs_external_host)
 }
 
-fn labels(tenant: &str) -> BTreeMap<String, String> {
+pub fn labels(tenant: &str) -> BTreeMap<String, String> {
     BTreeMap::from([
         ("app.kubernetes.io/name".to_owned(), "sqs".to_owned()),
         ("app.kubernetes.io/instance".to_owned(), tenant.to_owned()),

@@ -64,7 +64,7 @@ fn names_follow_the_seed_and_live_in_the_tenant_namespace() {
         service(&q).metadata,
         ingress(&q, &c).metadata,
         gateway_service(&q, &c).metadata,
-        network_policy(&q, &c).metadata,
+        network_policy(&q, &c, q.spec.replicas()).metadata,
     ];
     let got: Vec<(&str, &str)> = names
         .iter()
@@ -96,9 +96,10 @@ fn the_message_volume_is_never_owned_so_deleting_the_queue_service_keeps_it() {
     let set = stateful_set(&same_namespace, &OperatorConfig::default());
     assert!(set.metadata.owner_references.is_some());
     assert_eq!(pvc(&same_namespace).metadata.owner_references, None);
-    // The StatefulSet's claims are kept when it goes (its default policy).
+    // The StatefulSet's claims are kept when it goes.
     let spec = set.spec.unwrap();
-    assert_eq!(spec.persistent_volume_claim_retention_policy, None);
+    let retention = spec.persistent_volume_claim_retention_policy.unwrap();
+    assert_eq!(retention.when_deleted.as_deref(), Some("Retain"));
     assert_eq!(spec.volume_claim_templates.unwrap()[0].metadata.owner_references, None);
     assert_eq!(pvc(&same_namespace).metadata.owner_references, None);
 }
@@ -253,10 +254,12 @@ fn three_replicas_are_pods_one_to_three_that_find_each_other_by_name() {
     assert!(
         args.ends_with(
             "--peers 1=sqs-1.sqs-peers.sless-fn-acme.svc:9325,2=sqs-2.sqs-peers.sless-fn-acme.svc:9325,\
-             3=sqs-3.sqs-peers.sless-fn-acme.svc:9325 --peer-listen 0.0.0.0:9325"
+             3=sqs-3.sqs-peers.sless-fn-acme.svc:9325 --peer-listen 0.0.0.0:9325 --drain 3s"
         ),
         "{args}"
     );
+    // Time to hand the leadership over, drain and answer a long poll.
+    assert_eq!(pod.termination_grace_period_seconds, Some(40));
     let env: Vec<(&str, String)> = container
         .env
         .as_ref()
@@ -318,7 +321,7 @@ fn three_replicas_are_pods_one_to_three_that_find_each_other_by_name() {
 
 #[test]
 fn replicas_reach_each_other_on_the_peer_port_and_names_only() {
-    let spec = network_policy(&three(), &OperatorConfig::default()).spec.unwrap();
+    let spec = network_policy(&three(), &OperatorConfig::default(), 3).spec.unwrap();
     let ingress = spec.ingress.unwrap();
     let from_replicas = &ingress[1];
     assert_eq!(
@@ -334,6 +337,20 @@ fn replicas_reach_each_other_on_the_peer_port_and_names_only() {
         None,
         "its own namespace only"
     );
+    // And the operator, which lowers three replicas to one through it.
+    let operator = &from_replicas.from.as_ref().unwrap()[1];
+    let namespaces = operator
+        .namespace_selector
+        .as_ref()
+        .unwrap()
+        .match_labels
+        .as_ref()
+        .unwrap();
+    assert_eq!(namespaces["kubernetes.io/metadata.name"], "sless-system");
+    assert_eq!(operator.pod_selector, None);
+    // Replicas being lowered to one keep reaching each other until they go.
+    let lowering = network_policy(&qs("sless-fn-acme", true), &OperatorConfig::default(), 3);
+    assert_eq!(lowering.spec.unwrap().ingress.unwrap().len(), 2);
     assert_eq!(
         from_replicas.ports.as_ref().unwrap()[0].port,
         Some(IntOrString::Int(9325))
@@ -361,7 +378,7 @@ fn replicas_reach_each_other_on_the_peer_port_and_names_only() {
 
 #[test]
 fn only_gateway_pods_reach_the_engine_and_the_engine_reaches_nothing() {
-    let spec = network_policy(&qs("sless-fn-acme", true), &OperatorConfig::default())
+    let spec = network_policy(&qs("sless-fn-acme", true), &OperatorConfig::default(), 1)
         .spec
         .unwrap();
     assert_eq!(spec.policy_types.unwrap(), ["Ingress", "Egress"]);
@@ -485,7 +502,7 @@ fn every_derived_name_fits_kubernetes_at_the_longest_tenant_id() {
             serde_json::to_value(service(&q)).unwrap(),
             serde_json::to_value(ingress(&q, &c)).unwrap(),
             serde_json::to_value(gateway_service(&q, &c)).unwrap(),
-            serde_json::to_value(network_policy(&q, &c)).unwrap(),
+            serde_json::to_value(network_policy(&q, &c, q.spec.replicas())).unwrap(),
         ];
         for o in &objects {
             let name = o["metadata"]["name"].as_str().unwrap();
@@ -540,23 +557,35 @@ fn one_replica_grows_to_three_through_the_three_replica_template_first() {
             .contains(&"--peers".to_owned())
     };
     // From a pod without peers: the three-replica template at one replica.
-    let (step, partial) = stateful_set_step(Some(&running(&one, 1, true)), stateful_set(&three_q, &c)).unwrap();
+    let (step, partial) = stateful_set_step(Some(&running(&one, 1, true)), stateful_set(&three_q, &c));
     assert_eq!((replicas(&step), has_peers(&step), partial), (Some(1), true, true));
     // That template applied but not yet rolled out: still one.
-    let (step, partial) = stateful_set_step(Some(&running(&three_q, 1, false)), stateful_set(&three_q, &c)).unwrap();
+    let (step, partial) = stateful_set_step(Some(&running(&three_q, 1, false)), stateful_set(&three_q, &c));
     assert_eq!((replicas(&step), partial), (Some(1), true));
     // Rolled out: three.
-    let (step, partial) = stateful_set_step(Some(&running(&three_q, 1, true)), stateful_set(&three_q, &c)).unwrap();
+    let (step, partial) = stateful_set_step(Some(&running(&three_q, 1, true)), stateful_set(&three_q, &c));
     assert_eq!((replicas(&step), partial), (Some(3), false));
     // None there yet: all at once.
-    let (step, partial) = stateful_set_step(None, stateful_set(&three_q, &c)).unwrap();
+    let (step, partial) = stateful_set_step(None, stateful_set(&three_q, &c));
     assert_eq!((replicas(&step), partial), (Some(3), false));
-    // Three lowered to one is refused, naming both.
-    let refused = stateful_set_step(Some(&running(&three_q, 3, true)), stateful_set(&one, &c)).unwrap_err();
-    assert!(refused.contains("from 3 to 1"), "{refused}");
+    // Three lower to one at once (the reconciler first made replica 1
+    // the only voter), and the claims of the replicas gone go with them.
+    let (step, partial) = stateful_set_step(Some(&running(&three_q, 3, true)), stateful_set(&one, &c));
+    assert_eq!((replicas(&step), has_peers(&step), partial), (Some(1), false, false));
+    let retention = step
+        .spec
+        .as_ref()
+        .unwrap()
+        .persistent_volume_claim_retention_policy
+        .clone()
+        .unwrap();
+    assert_eq!(
+        (retention.when_scaled.as_deref(), retention.when_deleted.as_deref()),
+        (Some("Delete"), Some("Retain"))
+    );
     // The claims' template stays as made: the API server refuses a change.
     three_q.spec.storage_mb = 4096;
-    let (step, _) = stateful_set_step(Some(&running(&three(), 3, true)), stateful_set(&three_q, &c)).unwrap();
+    let (step, _) = stateful_set_step(Some(&running(&three(), 3, true)), stateful_set(&three_q, &c));
     let claim = &step.spec.unwrap().volume_claim_templates.unwrap()[0];
     assert_eq!(claimed(claim), "1024Mi");
 }

@@ -22,6 +22,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use openraft::error::{ClientWriteError, RaftError};
@@ -92,7 +93,7 @@ pub fn config() -> Result<Arc<Config>, SqsError> {
         cluster_name: "sless-queues".into(),
         heartbeat_interval: 250,
         election_timeout_min: 500,
-        election_timeout_max: 1000,
+        election_timeout_max: LEASE.as_millis() as u64,
         install_snapshot_timeout: 5000,
         // An append's RPC, the follower's sync included, must answer within
         // the heartbeat (openraft 0.9 times it out then); the network sends
@@ -108,6 +109,11 @@ pub fn config() -> Result<Arc<Config>, SqsError> {
         .map(Arc::new)
         .map_err(|e| SqsError::internal(format!("replication settings: {e}")))
 }
+
+/// The longest election timeout, which openraft also takes for the leader's
+/// lease: a replica that heard from its leader, or became the leader,
+/// within it grants no vote to another.
+const LEASE: Duration = Duration::from_secs(1);
 
 /// Commits `commands` through `raft` as one entry and waits until the
 /// leader applied them: their replies. A replica that is not the leader
@@ -148,9 +154,25 @@ const MAX_GROUP_BYTES: usize = 256 << 10;
 /// Most commands waiting to be committed; more are answered 503.
 const MAX_WAITING: usize = 8192;
 
+/// What a leader handing over answers the commands it did not commit: the
+/// request may go to its successor as if never made (see [`unrun`]).
+const UNRUN: &str = "this replica is handing the queue service's leadership over and did not make the change; retry";
+
+/// Whether `e` says a change was not made, because the replica, handing
+/// its leadership over, commits no more: the request may be run elsewhere.
+pub fn unrun(e: &SqsError) -> bool {
+    e.message == UNRUN
+}
+
 /// Commits the commands of concurrent requests together: while one entry
-/// is being committed, the next gathers every command that arrives.
-async fn group_commit(raft: Raft<TypeConfig>, mut waiting: mpsc::Receiver<Waiting>) {
+/// is being committed, the next gathers every command that arrives. Once
+/// `closed` holds true (taken while an entry is committed), it commits
+/// no more and answers [`UNRUN`].
+async fn group_commit(
+    raft: Raft<TypeConfig>,
+    mut waiting: mpsc::Receiver<Waiting>,
+    closed: Arc<tokio::sync::Mutex<bool>>,
+) {
     let mut next = None;
     loop {
         let Some(first) = next.take().or(waiting.recv().await) else {
@@ -184,6 +206,13 @@ async fn group_commit(raft: Raft<TypeConfig>, mut waiting: mpsc::Receiver<Waitin
             continue;
         }
         let (commands, answers): (Vec<Command>, Vec<_>) = group.into_iter().map(|(c, _, a)| (c, a)).unzip();
+        let closed = closed.lock().await;
+        if *closed {
+            for answer in answers {
+                let _ = answer.send(Err(SqsError::unavailable(UNRUN)));
+            }
+            continue;
+        }
         match write(&raft, Commands(commands)).await {
             Ok(replies) => {
                 let mut replies = replies.into_iter();
@@ -217,6 +246,10 @@ const COMMIT_WAIT: Duration = Duration::from_secs(10);
 /// How long a follower waits for the leader to answer a forwarded request
 /// (a long poll takes up to 20 s).
 const FORWARD_WAIT: Duration = Duration::from_secs(30);
+/// How long a follower still waits for the answer of a leader that was
+/// replaced meanwhile: one that handed its leadership over answers within
+/// a round trip, one cut off from the majority never does.
+const REPLACED_GRACE: Duration = Duration::from_secs(1);
 /// How long a request whose leader could not be reached waits before it
 /// is tried again.
 const RESEND_AFTER: Duration = Duration::from_millis(200);
@@ -235,6 +268,18 @@ const QUORUM_SILENCE_MS: u64 = 1250;
 pub const MIN_TOKEN: usize = 16;
 /// How often the leader checks that the members are the replicas configured.
 const MEMBERS_CHECK: Duration = Duration::from_secs(1);
+/// How long a replica that starts beside others waits to hear from their
+/// leader before it may stand for election. openraft 0.9 has no pre-vote:
+/// a replica restarted and not yet reached by the leader (on Kubernetes,
+/// until the new pod's address is in DNS) would stand at a higher term and
+/// depose a leader that serves (a cluster test measured a 1.15 s pause in
+/// a rolling update so).
+const STARTUP_QUIET: Duration = Duration::from_secs(5);
+/// How long a stopping leader tries to hand its leadership over: a replica
+/// that caught up stands for election at once and wins within a round trip.
+const HANDOVER_WAIT: Duration = Duration::from_secs(3);
+/// How long the leader waits for the election it asked for before asking again.
+const HANDOVER_ROUND: Duration = Duration::from_millis(500);
 
 /// Where an engine's replicas are.
 #[derive(Debug, Clone)]
@@ -265,6 +310,14 @@ pub struct Replica {
     /// How far this replica must have applied its log, as the leader of
     /// its current term, before it serves.
     leading: std::sync::Mutex<Leading>,
+    /// Set once this replica stops: as the leader, it takes no more
+    /// requests and hands its leadership over.
+    handing_over: AtomicBool,
+    /// Set by a leader handing over, once the entry being committed is:
+    /// no change is committed after it.
+    commits_closed: Arc<tokio::sync::Mutex<bool>>,
+    /// Told of each append a leader made here (by the peer port).
+    pub heard_leader: Arc<tokio::sync::Notify>,
 }
 
 /// A leader's catching up with its own log. A replica that led before it
@@ -278,6 +331,8 @@ struct Leading {
     term: u64,
     until: u64,
     caught_up: bool,
+    /// When it was first seen leading in `term`.
+    since: Option<Instant>,
 }
 
 impl Leading {
@@ -291,10 +346,16 @@ impl Leading {
                 term,
                 until: last_log,
                 caught_up: false,
+                since: Some(Instant::now()),
             };
         }
         self.caught_up = self.caught_up || applied.is_some_and(|a| a >= self.until);
         self.caught_up
+    }
+
+    /// How long a leader of `term` is known to have led (none: not seen leading).
+    fn led_for(&self, term: u64) -> Option<Duration> {
+        self.since.filter(|_| self.term == term).map(|since| since.elapsed())
     }
 }
 
@@ -350,6 +411,7 @@ impl Replica {
                 .map(|r| r.peers.keys().copied().collect())
                 .unwrap_or_default(),
         );
+        let heard_leader = Arc::new(tokio::sync::Notify::new());
         let (raft, me, http) = match replication {
             None => {
                 let raft = Raft::new(1, config()?, network::NoPeers, log, state.clone())
@@ -371,9 +433,14 @@ impl Replica {
                     )));
                 }
                 let http = network::Http::new(&r.token, r.peers.clone()).map_err(journal_error)?;
-                let raft = Raft::new(r.me, config()?, http.clone(), log, state.clone())
+                let quiet = Config {
+                    enable_elect: false,
+                    ..(*config()?).clone()
+                };
+                let raft = Raft::new(r.me, Arc::new(quiet), http.clone(), log, state.clone())
                     .await
                     .map_err(journal_error)?;
+                tokio::spawn(stand_after_quiet(raft.clone(), heard_leader.clone()));
                 let peers = r.peers.iter().map(|(id, addr)| (*id, BasicNode::new(addr))).collect();
                 tokio::spawn(keep_members(raft.clone(), peers, voters.subscribe()));
                 (raft, r.me, Some(http))
@@ -381,7 +448,8 @@ impl Replica {
         };
         tokio::spawn(compact_when_due(raft.clone(), log_reader, state.snapshot_path()));
         let (proposals, waiting) = mpsc::channel(MAX_WAITING);
-        tokio::spawn(group_commit(raft.clone(), waiting));
+        let commits_closed = Arc::new(tokio::sync::Mutex::new(false));
+        tokio::spawn(group_commit(raft.clone(), waiting, commits_closed.clone()));
         Ok(Self {
             raft,
             state,
@@ -392,6 +460,9 @@ impl Replica {
             peers: replication.map(|r| r.peers.clone()).unwrap_or_default(),
             voters,
             leading: Default::default(),
+            handing_over: AtomicBool::new(false),
+            commits_closed,
+            heard_leader,
         })
     }
 
@@ -444,6 +515,12 @@ impl Replica {
             .then(|| "the queue service is electing a leader".to_owned())
     }
 
+    /// Whether another replica leads, as far as this one knows: it then
+    /// passes requests on.
+    pub fn follows(&self) -> bool {
+        self.http.is_some() && self.raft.metrics().borrow().current_leader != Some(self.me)
+    }
+
     /// The peer address of the leader, when another replica leads; an
     /// error while none does, while this one leads without having heard
     /// from a majority lately, or before it applied its term's first entry.
@@ -454,6 +531,10 @@ impl Replica {
         let metrics = self.raft.metrics();
         let m = metrics.borrow();
         match m.current_leader {
+            // A stopping leader's requests wait for its successor.
+            Some(id) if id == self.me && self.handing_over.load(Ordering::Relaxed) => Err(SqsError::unavailable(
+                "this replica is handing the queue service's leadership over; retry",
+            )),
             // A leader cut off from the majority may have been replaced:
             // what it takes now would wait for a commit that never comes.
             Some(id) if id == self.me && m.millis_since_quorum_ack.is_some_and(|ms| ms > QUORUM_SILENCE_MS) => {
@@ -497,7 +578,64 @@ impl Replica {
         }
     }
 
-    /// Runs a request where it can be served: `None` when that is here
+    /// Hands the leadership over before this replica stops, so that the
+    /// others need not wait out an election timeout: it takes no more
+    /// requests (they wait for its successor, then go there), waits until a
+    /// voter holds its whole log applied here, and has that voter stand for
+    /// election at once. This replica grants the vote, since a leader's own
+    /// vote is under no lease, and steps down. The replica that leads then,
+    /// or none when this one did not lead or none took over within
+    /// [`HANDOVER_WAIT`] (the others then elect one as after a crash).
+    pub async fn hand_over(&self) -> Option<NodeId> {
+        let http = self.http.as_ref()?;
+        self.handing_over.store(true, Ordering::Relaxed);
+        // A successor asked while an entry is still being appended here
+        // would have a shorter log, and lose its election.
+        *self.commits_closed.lock().await = true;
+        let deadline = tokio::time::Instant::now() + HANDOVER_WAIT;
+        let mut metrics = self.raft.metrics();
+        let mut asked = false;
+        while tokio::time::Instant::now() < deadline {
+            let (leader, term, successor) = {
+                let m = metrics.borrow_and_update();
+                (m.current_leader, m.current_term, successor(&m))
+            };
+            match leader {
+                Some(id) if id == self.me => {}
+                Some(id) => return Some(id),
+                // The successor asked is being elected.
+                None if asked => {
+                    let _ = tokio::time::timeout(Duration::from_millis(20), metrics.changed()).await;
+                    continue;
+                }
+                None => return None,
+            }
+            let Some((id, addr)) = successor.and_then(|id| self.peers.get(&id).map(|addr| (id, addr))) else {
+                // Changes still committing, or no voter caught up yet.
+                let _ = tokio::time::timeout(Duration::from_millis(20), metrics.changed()).await;
+                continue;
+            };
+            // A leader elected within its lease refuses to vote for its successor.
+            let led = self
+                .leading
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .led_for(term);
+            if let Some(young) = LEASE.checked_sub(led.unwrap_or_default()).filter(|d| !d.is_zero()) {
+                tokio::time::sleep(young.min(deadline - tokio::time::Instant::now())).await;
+                continue;
+            }
+            asked = true;
+            if let Err(e) = http.post::<_, bool>(addr, "/raft/elect", &(), HANDOVER_ROUND).await {
+                tracing::warn!(replica = id, error = %network::causes(&e), "asking a replica to take over failed");
+            }
+            let me = self.me;
+            let round = metrics.wait_for(|m| m.current_leader != Some(me));
+            let _ = tokio::time::timeout(HANDOVER_ROUND, round).await;
+        }
+        None
+    }
+
     /// (this replica leads), else the leader's answer. While no replica
     /// can serve (an election, a new leader applying the log) it waits,
     /// and a leader that could not be reached (so was sent nothing) is
@@ -563,17 +701,26 @@ impl Replica {
             input: input.clone(),
         };
         // A leader that is replaced meanwhile (a new one was elected
-        // because the majority cannot reach it) may never answer.
+        // because the majority cannot reach it) may never answer; one that
+        // handed over answers at once that it did not run the request.
         let mut metrics = self.raft.metrics();
         let leader = metrics.borrow().current_leader;
-        let replaced = metrics.wait_for(|m| m.current_leader != leader);
+        let replaced = async {
+            let _ = metrics.wait_for(|m| m.current_leader != leader).await;
+            tokio::time::sleep(REPLACED_GRACE).await;
+        };
         let answer: Result<serde_json::Value, crate::error::Wire> = tokio::select! {
             answer = http.post(addr, "/request", &forwarded, FORWARD_WAIT) => answer.map_err(|e| {
                 let unreachable = SqsError::unavailable(format!(
                     "the queue service's leader cannot be reached ({}); retry",
                     network::causes(&e)
                 ));
-                if e.is_connect() { Forward::NotSent(unreachable) } else { Forward::Failed(unreachable) }
+                // Refused unrun: it does not lead (any more), or it is stopping.
+                if e.is_connect() || e.status() == Some(peers::NOT_RUN) {
+                    Forward::NotSent(unreachable)
+                } else {
+                    Forward::Failed(unreachable)
+                }
             })?,
             _ = replaced => {
                 return Err(Forward::Failed(SqsError::unavailable(
@@ -612,6 +759,27 @@ pub async fn refuse_a_second_start(replication: &Replication) -> Result<(), SqsE
         }
     }
     Ok(())
+}
+
+/// Lets a replica that started beside others stand for election once a
+/// leader reached it (it then stands only when that leader goes silent),
+/// after [`STARTUP_QUIET`] when none did, and at once when it is the only
+/// voter (replica 1 starting the queue service).
+async fn stand_after_quiet(raft: Raft<TypeConfig>, heard_leader: Arc<tokio::sync::Notify>) {
+    let mut metrics = raft.metrics();
+    // The metrics name the voters once the replica has read its files.
+    let voters = tokio::time::timeout(
+        STARTUP_QUIET,
+        metrics.wait_for(|m| m.membership_config.membership().voter_ids().next().is_some()),
+    )
+    .await
+    .map_or(0, |m| {
+        m.map_or(0, |m| m.membership_config.membership().voter_ids().count())
+    });
+    if voters > 1 {
+        let _ = tokio::time::timeout(STARTUP_QUIET, heard_leader.notified()).await;
+    }
+    raft.runtime_config().elect(true);
 }
 
 /// Keeps the voters of the queue service the replicas `wanted` names (at
@@ -679,6 +847,19 @@ async fn keep_members(
             }
         }
     }
+}
+
+/// The voter a leader with these metrics can hand over to: one that holds
+/// its whole log, once the leader applied all of it (no change is still
+/// committing). None while it is not the leader.
+fn successor(m: &openraft::RaftMetrics<NodeId, BasicNode>) -> Option<NodeId> {
+    if m.state != openraft::ServerState::Leader || m.last_applied.map(|l| l.index) != m.last_log_index {
+        return None;
+    }
+    let voters: BTreeSet<NodeId> = m.membership_config.membership().voter_ids().collect();
+    m.replication.as_ref()?.iter().find_map(|(id, matched)| {
+        (*id != m.id && voters.contains(id) && matched.map(|l| l.index) == m.last_log_index).then_some(*id)
+    })
 }
 
 /// Whether the replica these metrics are of has stopped (shut down, or

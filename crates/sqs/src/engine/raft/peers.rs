@@ -22,7 +22,10 @@ use super::network::PEER_TOKEN;
 use super::{NodeId, TypeConfig};
 use crate::engine::Engine;
 use crate::engine::server::same_secret;
-use crate::error::Wire;
+
+/// The answer to a forwarded request this replica did not run (it does not
+/// lead, or is stopping): the follower may send it to the leader again.
+pub const NOT_RUN: StatusCode = StatusCode::MISDIRECTED_REQUEST;
 
 /// Largest peer request: a batch of log entries or a snapshot chunk.
 const BODY_LIMIT: usize = 64 << 20;
@@ -32,6 +35,8 @@ struct Peer {
     raft: Raft<TypeConfig>,
     engine: Weak<Engine>,
     token: Arc<str>,
+    /// Told of each append a leader made here.
+    heard_leader: Arc<tokio::sync::Notify>,
 }
 
 /// An SQS request a follower passes on to its leader.
@@ -53,18 +58,21 @@ impl Drop for PeerServer {
     }
 }
 
-/// Serves replica `raft` (of `engine`) to its peers on `listener`, bound at `addr`.
+/// Serves replica `raft` (of `engine`) to its peers on `listener`, bound
+/// at `addr`, telling `heard_leader` of each append a leader makes.
 pub fn serve(
     listener: TcpListener,
     addr: SocketAddr,
     raft: Raft<TypeConfig>,
     engine: Weak<Engine>,
     token: &str,
+    heard_leader: Arc<tokio::sync::Notify>,
 ) -> PeerServer {
     let peer = Peer {
         raft,
         engine,
         token: Arc::from(token),
+        heard_leader,
     };
     let app = Router::new()
         .route("/raft/append", post(append))
@@ -73,6 +81,7 @@ pub fn serve(
         .route("/raft/members", post(members))
         .route("/raft/status", axum::routing::get(status))
         .route("/raft/voters", post(voters))
+        .route("/raft/elect", post(elect))
         .route("/request", post(request))
         .layer(middleware::from_fn_with_state(peer.clone(), admit))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
@@ -94,7 +103,14 @@ async fn admit(State(peer): State<Peer>, request: Request, next: Next) -> Respon
 }
 
 async fn append(State(peer): State<Peer>, Json(rpc): Json<AppendEntriesRequest<TypeConfig>>) -> Response {
-    Json(peer.raft.append_entries(rpc).await).into_response()
+    let answer = peer.raft.append_entries(rpc).await;
+    if answer
+        .as_ref()
+        .is_ok_and(|a| !matches!(a, openraft::raft::AppendEntriesResponse::HigherVote(_)))
+    {
+        peer.heard_leader.notify_one();
+    }
+    Json(answer).into_response()
 }
 
 async fn vote(State(peer): State<Peer>, Json(rpc): Json<VoteRequest<NodeId>>) -> Response {
@@ -123,6 +139,16 @@ async fn voters(State(peer): State<Peer>, Json(voters): Json<std::collections::B
         Some(Ok(())) => StatusCode::NO_CONTENT.into_response(),
         Some(Err(message)) => (StatusCode::BAD_REQUEST, message).into_response(),
         None => StatusCode::SERVICE_UNAVAILABLE.into_response(),
+    }
+}
+
+/// Stands for election at once: the leader, stopping, hands its
+/// leadership over to this replica (see `Replica::hand_over`). The others
+/// grant the vote only if this replica's log is as long as theirs.
+async fn elect(State(peer): State<Peer>) -> Response {
+    match peer.raft.trigger().elect().await {
+        Ok(()) => Json(true).into_response(),
+        Err(_) => StatusCode::SERVICE_UNAVAILABLE.into_response(),
     }
 }
 
@@ -156,15 +182,20 @@ async fn status(State(peer): State<Peer>) -> Response {
     .into_response()
 }
 
-/// Runs a request a follower forwarded, here: this replica leads, or it
-/// answers that it does not (never forwarding it again).
+/// Runs a request a follower forwarded, here, once this replica is the
+/// leader that can serve it (waiting as the follower would); else answers
+/// [`NOT_RUN`] (never forwarding it again), so the follower may send it on.
 async fn request(State(peer): State<Peer>, Json(forwarded): Json<Forwarded>) -> Response {
     let Some(engine) = peer.engine.upgrade() else {
-        return StatusCode::SERVICE_UNAVAILABLE.into_response();
+        return NOT_RUN.into_response();
     };
-    let answer: Result<Value, Wire> = engine
-        .handle_forwarded(&forwarded.action, &forwarded.input)
-        .await
-        .map_err(|e| e.to_wire());
-    Json(answer).into_response()
+    if let Some(replica) = &engine.replica
+        && let Err(e) = replica.serving_here().await
+    {
+        return (NOT_RUN, e.message).into_response();
+    }
+    match engine.handle_here(&forwarded.action, &forwarded.input).await {
+        Err(e) if super::unrun(&e) => (NOT_RUN, e.message).into_response(),
+        answer => Json(answer.map_err(|e| e.to_wire())).into_response(),
+    }
 }
