@@ -29,8 +29,12 @@ struct Replicas {
 
 impl Replicas {
     fn start() -> Self {
-        let dir = std::env::temp_dir().join(format!("sless-replicas-{}", std::process::id()));
+        // One directory for each set: the tests of this file run at once.
+        static SETS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let set = SETS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("sless-replicas-{}-{set}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
         let sqs: Vec<u16> = (0..3).map(|_| free_port()).collect();
         let peers = (1..=3)
             .map(|id| format!("{id}=127.0.0.1:{}", free_port()))
@@ -50,7 +54,13 @@ impl Replicas {
 
     /// Starts replica `id` (1-based) from its files.
     fn spawn(&mut self, id: usize) {
-        let child = self.command(id).stderr(Stdio::null()).spawn().unwrap();
+        // Its warnings, for a test to read.
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join(format!("{id}.stderr")))
+            .unwrap();
+        let child = self.command(id).stderr(log).spawn().unwrap();
         self.children[id - 1] = Some(child);
     }
 
@@ -280,6 +290,8 @@ async fn raft_status(http: &reqwest::Client, replicas: &Replicas, id: usize) -> 
 /// The longest pause in acknowledgements is printed: a leader that stopped
 /// without handing over would leave 1.5-2 s of election timeout (the test
 /// fails on a failed call, not on the pause, which depends on the machine).
+/// Then a leader no request reached in its term, stopped a moment after
+/// its election, hands over as well.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopping_leader_hands_over_and_no_call_fails() {
     let mut replicas = Replicas::start();
@@ -387,4 +399,40 @@ async fn a_stopping_leader_hands_over_and_no_call_fails() {
     replicas.spawn(leader);
     let acknowledged = acked.into_iter().map(|(body, _)| body).collect();
     assert_received(&http, &replicas, &queue, &acknowledged).await;
+
+    // A leader no request reached in its term hands over too (it counts
+    // its lease from its stop): stop the leader, then at once its
+    // successor, elected a moment ago and sent nothing since.
+    let now = now["leader"].as_u64().unwrap() as usize;
+    let settled = Instant::now() + Duration::from_secs(30);
+    while raft_status(&http, &replicas, leader)
+        .await
+        .is_none_or(|s| s["leader"].as_u64() != Some(now as u64))
+    {
+        assert!(Instant::now() < settled, "replica {leader} did not rejoin");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut child = replicas.children[now - 1].take().unwrap();
+    assert!(
+        tokio::task::spawn_blocking(move || terminate(&mut child))
+            .await
+            .unwrap()
+            .success()
+    );
+    let successor = raft_status(&http, &replicas, leader).await.unwrap()["leader"]
+        .as_u64()
+        .unwrap() as usize;
+    assert_ne!(successor, now);
+    let mut child = replicas.children[successor - 1].take().unwrap();
+    assert!(
+        tokio::task::spawn_blocking(move || terminate(&mut child))
+            .await
+            .unwrap()
+            .success()
+    );
+    let log = std::fs::read_to_string(replicas.dir.join(format!("{successor}.stderr"))).unwrap();
+    assert!(
+        !log.contains("took the leadership over"),
+        "the idle leader did not hand over:\n{log}"
+    );
 }

@@ -285,8 +285,18 @@ async fn apply_engine(
             )
             .await?;
             let had = existing.as_ref().and_then(|s| s.spec.as_ref()?.replicas).unwrap_or(0);
-            if i32::from(qs.spec.replicas()) < had && !voters_lowered(qs, ctx, ns).await? {
+            let wanted = i32::from(qs.spec.replicas());
+            if wanted < had && !lower_voters(qs, ctx, ns, false).await? {
                 return Ok(Rollout::InProgress);
+            }
+            // Not all Ready: a lowering given up midway may have left
+            // replica 1 alone the voter.
+            let ready = existing
+                .as_ref()
+                .and_then(|s| s.status.as_ref()?.ready_replicas)
+                .unwrap_or(0);
+            if wanted > 1 && wanted == had && ready < had {
+                lower_voters(qs, ctx, ns, true).await?;
             }
             let sets = Api::<StatefulSet>::namespaced(client.clone(), ns);
             let (set, step) = builders::stateful_set_step(existing.as_ref(), builders::stateful_set(qs, config));
@@ -300,10 +310,10 @@ async fn apply_engine(
     }
 }
 
-/// Whether replica 1 is the only voter of the queue service, having told
-/// the replicas so (see [`voters::Voters::lowered_to_one`]): its set may
-/// then lower to one.
-async fn voters_lowered(qs: &QueueService, ctx: &Context, ns: &str) -> Result<bool, Error> {
+/// Tells the replicas that replica 1 alone should be the voter (or, with
+/// `undo`, the three again; see [`voters::Voters`]): whether replica 1
+/// is the only voter, and so the set may lower to one.
+async fn lower_voters(qs: &QueueService, ctx: &Context, ns: &str, undo: bool) -> Result<bool, Error> {
     let tenant = &qs.spec.tenant_id;
     let secret = Api::<Secret>::namespaced(ctx.client.clone(), ns)
         .get_opt(&builders::secret_name(tenant))
@@ -314,6 +324,10 @@ async fn voters_lowered(qs: &QueueService, ctx: &Context, ns: &str) -> Result<bo
     else {
         return Ok(false);
     };
+    if undo {
+        ctx.voters.keep_three(&ctx.client, ns, tenant, &token).await;
+        return Ok(false);
+    }
     Ok(ctx.voters.lowered_to_one(&ctx.client, ns, tenant, &token).await)
 }
 

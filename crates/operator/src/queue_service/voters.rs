@@ -1,6 +1,6 @@
 //! A queue service's replicas as the operator reaches them: on their peer
 //! port at their pods' addresses, with the replicas' token (their
-//! NetworkPolicy lets the operator's namespace in on that port). Lowering
+//! NetworkPolicy lets the operator's pods in on that port). Lowering
 //! three replicas to one first makes replica 1 the only voter: the other
 //! two leave the membership through Raft while they still run, so that
 //! replica 1, alone, is a majority of its voters once their pods are gone.
@@ -45,9 +45,30 @@ impl Voters {
     /// Tells every running replica of `tenant` that replica 1 alone should
     /// be the voter (the leader among them makes it so), and answers
     /// whether it is: replica 1 says its voters are [1], with no change
-    /// under way. Asked again at each reconcile until then (a replica that
-    /// restarted meanwhile forgets what it was told).
+    /// under way. Asked at each reconcile until then.
     pub async fn lowered_to_one(&self, client: &kube::Client, namespace: &str, tenant: &str, token: &str) -> bool {
+        self.tell(client, namespace, tenant, token, &[1])
+            .await
+            .is_some_and(|s| s.voters == [1] && !s.joint)
+    }
+
+    /// Tells every running replica of `tenant` that the three should be
+    /// the voters: a lowering to one given up before it was done is undone
+    /// (the replicas keep what they were told, across restarts).
+    pub async fn keep_three(&self, client: &kube::Client, namespace: &str, tenant: &str, token: &str) {
+        self.tell(client, namespace, tenant, token, &[1, 2, 3]).await;
+    }
+
+    /// Tells every running replica of `tenant` which replicas should be
+    /// the voters: what replica 1 says of its queue service then.
+    async fn tell(
+        &self,
+        client: &kube::Client,
+        namespace: &str,
+        tenant: &str,
+        token: &str,
+        voters: &[u64],
+    ) -> Option<Status> {
         let selector = builders::labels(tenant)
             .iter()
             .map(|(k, v)| format!("{k}={v}"))
@@ -60,7 +81,7 @@ impl Voters {
             Ok(pods) => pods.items,
             Err(error) => {
                 tracing::debug!(%error, "cannot list the engine's pods");
-                return false;
+                return None;
             }
         };
         let mut first = None;
@@ -73,27 +94,21 @@ impl Voters {
                 continue;
             };
             let address = SocketAddr::new(ip, self.port);
-            if let Err(error) = self.post_voters(address, token).await {
+            if let Err(error) = self.post_voters(address, token, voters).await {
                 tracing::debug!(%address, error = %error.without_url(), "a replica was not told its voters");
             }
             if pod.labels().get(POD_INDEX_LABEL).map(String::as_str) == Some("1") {
                 first = Some(address);
             }
         }
-        match first {
-            Some(address) => self
-                .status(address, token)
-                .await
-                .is_some_and(|s| s.voters == [1] && !s.joint),
-            None => false,
-        }
+        self.status(first?, token).await
     }
 
-    async fn post_voters(&self, address: SocketAddr, token: &str) -> Result<(), reqwest::Error> {
+    async fn post_voters(&self, address: SocketAddr, token: &str, voters: &[u64]) -> Result<(), reqwest::Error> {
         self.http
             .post(format!("http://{address}/raft/voters"))
             .header(PEER_TOKEN, token)
-            .json(&[1u64])
+            .json(voters)
             .send()
             .await?
             .error_for_status()

@@ -11,8 +11,8 @@ use k8s_openapi::api::networking::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 use super::{
-    GATEWAY_LABEL, PEER_PORT, SQS_PORT, gateway_service_name, ingress_name, labels, meta, network_policy_name,
-    tls_secret_name,
+    GATEWAY_LABEL, OPERATOR_LABEL, PEER_PORT, SQS_PORT, gateway_service_name, ingress_name, labels, meta,
+    network_policy_name, tls_secret_name,
 };
 use crate::config::OperatorConfig;
 use crate::crd::queue_service::QueueService;
@@ -21,8 +21,8 @@ use crate::objects::{namespace_peer, policy_port};
 /// Only gateway pods reach the engine, on its port. A single engine
 /// reaches nothing (it resolves no names and calls no one); `replicas` of
 /// one (those running or wanted, the more of the two) reach each other on
-/// their peer port, by name, and the operator reaches that port too (to
-/// lower three replicas to one).
+/// their peer port, by name, and the operator's pods reach that port too
+/// (to lower three replicas to one); no other platform pod does.
 pub fn network_policy(qs: &QueueService, config: &OperatorConfig, replicas: u8) -> NetworkPolicy {
     let tenant = &qs.spec.tenant_id;
     let mut ingress = vec![NetworkPolicyIngressRule {
@@ -39,7 +39,10 @@ pub fn network_policy(qs: &QueueService, config: &OperatorConfig, replicas: u8) 
             ..Default::default()
         };
         ingress.push(NetworkPolicyIngressRule {
-            from: Some(vec![replicas.clone(), namespace_peer(&config.operator_namespace, None)]),
+            from: Some(vec![
+                replicas.clone(),
+                namespace_peer(&config.operator_namespace, Some(OPERATOR_LABEL)),
+            ]),
             ports: Some(vec![policy_port("TCP", PEER_PORT)]),
         });
         egress.extend([

@@ -42,9 +42,10 @@ pub const POD_INDEX_LABEL: &str = "apps.kubernetes.io/pod-index";
 /// leadership over: the Service's endpoints drop it meanwhile, so the
 /// gateways' new connections reach the others (`sless queue --drain`).
 const DRAIN: &str = "3s";
-/// A stopping replica's time: the handover (3 s at most), the drain, and
-/// the answers in flight (a long poll's 20 s), with room to spare.
-const GRACE_SECONDS: i64 = 40;
+/// A stopping replica's time: the entry being committed (10 s at most),
+/// the handover (3 s), the drain, and the answers in flight (25 s at most,
+/// a long poll's 20 s), with room to spare.
+const GRACE_SECONDS: i64 = 45;
 
 /// The StatefulSet of `sless queue`. Its name holds no tenant id: the
 /// namespace is the tenant's, and a longer name would not leave room for

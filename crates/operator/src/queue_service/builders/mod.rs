@@ -45,6 +45,9 @@ pub const ENGINE_TOKEN_KEY: &str = "engineToken";
 pub const PEER_TOKEN_KEY: &str = "peerToken";
 /// Label of the gateway pods (deploy/gateway).
 pub const GATEWAY_LABEL: (&str, &str) = ("app.kubernetes.io/name", "sless-gateway");
+/// The label of the operator's pods (`sless serve`), the only platform
+/// pods that reach a replica's peer port.
+pub const OPERATOR_LABEL: (&str, &str) = ("app.kubernetes.io/name", "sless-operator");
 
 pub fn namespace_name(tenant: &str) -> String {
     format!("sless-fn-{tenant}")

@@ -307,14 +307,18 @@ pub struct Replica {
     /// Every replica's peer address, as configured here.
     peers: BTreeMap<NodeId, String>,
     /// The replicas that should be the voters, while this one leads: the
-    /// configured ones, or fewer once an operator lowered them.
+    /// configured ones, or fewer once an operator lowered them (kept in
+    /// [`VOTERS_FILE`], so that a replica restarted meanwhile does not add
+    /// back the replicas that left).
     voters: watch::Sender<BTreeSet<NodeId>>,
+    /// Where the replica's files are.
+    dir: PathBuf,
     /// How far this replica must have applied its log, as the leader of
     /// its current term, before it serves.
     leading: std::sync::Mutex<Leading>,
     /// Set once this replica stops: as the leader, it takes no more
     /// requests and hands its leadership over.
-    handing_over: AtomicBool,
+    handing_over: Arc<AtomicBool>,
     /// Set by a leader handing over, once the entry being committed is:
     /// no change is committed after it.
     commits_closed: Arc<tokio::sync::Mutex<bool>>,
@@ -361,6 +365,20 @@ impl Leading {
     }
 }
 
+/// The file in a replica's directory that names the voters an operator
+/// wants, when fewer than the replicas configured.
+const VOTERS_FILE: &str = "voters.json";
+
+/// The voters a replica of `replication` starts wanting: those kept in
+/// `file` when it names some of the replicas configured, else all of them.
+fn wanted_voters(file: &Path, replication: &Replication) -> BTreeSet<NodeId> {
+    let kept: Option<BTreeSet<NodeId>> = std::fs::read(file).ok().and_then(|b| serde_json::from_slice(&b).ok());
+    match kept {
+        Some(kept) if !kept.is_empty() && kept.iter().all(|id| replication.peers.contains_key(id)) => kept,
+        _ => replication.peers.keys().copied().collect(),
+    }
+}
+
 /// Whether the replica directory `dir` holds nothing yet.
 pub fn is_new(dir: &Path) -> bool {
     !dir.join("raft.log").exists() && !dir.join("raft.snapshot").exists()
@@ -397,6 +415,8 @@ impl Replica {
         replication: Option<&Replication>,
     ) -> Result<Self, SqsError> {
         let probe = Arc::new(Probe::default());
+        let voters_file = dir.join(VOTERS_FILE);
+        let home = dir.clone();
         let (log, state) = tokio::task::spawn_blocking({
             let probe = probe.clone();
             move || {
@@ -408,12 +428,16 @@ impl Replica {
         .await
         .map_err(journal_error)??;
         let log_reader = log.clone();
-        let (voters, _) = watch::channel(
-            replication
-                .map(|r| r.peers.keys().copied().collect())
-                .unwrap_or_default(),
-        );
+        let (voters, _) = watch::channel(match replication {
+            Some(r) => wanted_voters(&voters_file, r),
+            // A single replica: the replicas it was lowered from are gone.
+            None => {
+                let _ = std::fs::remove_file(&voters_file);
+                BTreeSet::new()
+            }
+        });
         let heard_leader = Arc::new(tokio::sync::Notify::new());
+        let handing_over = Arc::new(AtomicBool::new(false));
         let (raft, me, http) = match replication {
             None => {
                 let raft = Raft::new(1, config()?, network::NoPeers, log, state.clone())
@@ -444,7 +468,12 @@ impl Replica {
                     .map_err(journal_error)?;
                 tokio::spawn(stand_after_quiet(raft.clone(), heard_leader.clone()));
                 let peers = r.peers.iter().map(|(id, addr)| (*id, BasicNode::new(addr))).collect();
-                tokio::spawn(keep_members(raft.clone(), peers, voters.subscribe()));
+                tokio::spawn(keep_members(
+                    raft.clone(),
+                    peers,
+                    voters.subscribe(),
+                    handing_over.clone(),
+                ));
                 (raft, r.me, Some(http))
             }
         };
@@ -461,8 +490,9 @@ impl Replica {
             proposals,
             peers: replication.map(|r| r.peers.clone()).unwrap_or_default(),
             voters,
+            dir: home,
             leading: Default::default(),
-            handing_over: AtomicBool::new(false),
+            handing_over,
             commits_closed,
             heard_leader,
         })
@@ -497,6 +527,11 @@ impl Replica {
                 self.peers.keys().collect::<Vec<_>>()
             ));
         }
+        let kept = serde_json::to_vec(&voters).map_err(|e| e.to_string())?;
+        let (file, staged) = (self.dir.join(VOTERS_FILE), self.dir.join(format!("{VOTERS_FILE}.new")));
+        std::fs::write(&staged, kept)
+            .and_then(|()| std::fs::rename(&staged, &file))
+            .map_err(|e| format!("cannot keep the voters wanted in {}: {e}", file.display()))?;
         self.voters.send_replace(voters);
         Ok(())
     }
@@ -590,13 +625,39 @@ impl Replica {
     /// [`HANDOVER_WAIT`] (the others then elect one as after a crash).
     pub async fn hand_over(&self) -> Option<NodeId> {
         let http = self.http.as_ref()?;
+        let (leader, others) = {
+            let m = self.raft.metrics();
+            let m = m.borrow();
+            let others = m.membership_config.membership().voter_ids().any(|id| id != self.me);
+            (m.current_leader, others)
+        };
+        // A follower has nothing to hand over, and the only voter no one to.
+        if leader != Some(self.me) || !others {
+            return leader.filter(|id| *id != self.me);
+        }
         self.handing_over.store(true, Ordering::Relaxed);
         // A successor asked while an entry is still being appended here
         // would have a shorter log, and lose its election.
         *self.commits_closed.lock().await = true;
+        let handed = self.ask_a_successor(http).await;
+        if handed.is_none() && self.raft.metrics().borrow().current_leader == Some(self.me) {
+            // Still the leader: it serves on until it stops, as a leader
+            // that never tried to hand over would.
+            tracing::warn!("no replica took the leadership over in time; serving on until stopped");
+            *self.commits_closed.lock().await = false;
+            self.handing_over.store(false, Ordering::Relaxed);
+        }
+        handed
+    }
+
+    /// The rounds of [`Self::hand_over`]: asks the voter that caught up to
+    /// stand, until another replica leads or [`HANDOVER_WAIT`] is over.
+    async fn ask_a_successor(&self, http: &network::Http) -> Option<NodeId> {
         let deadline = tokio::time::Instant::now() + HANDOVER_WAIT;
         let mut metrics = self.raft.metrics();
         let mut asked = false;
+        // When this replica was first seen leading, if no request saw it.
+        let mut seen: Option<(u64, Instant)> = None;
         while tokio::time::Instant::now() < deadline {
             let (leader, term, successor) = {
                 let m = metrics.borrow_and_update();
@@ -617,13 +678,24 @@ impl Replica {
                 let _ = tokio::time::timeout(Duration::from_millis(20), metrics.changed()).await;
                 continue;
             };
-            // A leader elected within its lease refuses to vote for its successor.
+            // A leader elected within its lease refuses to vote for its
+            // successor; one that served no request yet is taken to have
+            // been elected now.
+            seen = seen.filter(|(t, _)| *t == term);
             let led = self
                 .leading
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .led_for(term);
-            if let Some(young) = LEASE.checked_sub(led.unwrap_or_default()).filter(|d| !d.is_zero()) {
+                .led_for(term)
+                .unwrap_or_else(|| {
+                    let (_, since) = *seen.get_or_insert((term, Instant::now()));
+                    since.elapsed()
+                });
+            // A little over the lease: openraft refuses until it is past.
+            if let Some(young) = (LEASE + Duration::from_millis(50))
+                .checked_sub(led)
+                .filter(|d| !d.is_zero())
+            {
                 tokio::time::sleep(young.min(deadline - tokio::time::Instant::now())).await;
                 continue;
             }
@@ -638,6 +710,7 @@ impl Replica {
         None
     }
 
+    /// Runs a request where it can be served: `None` when that is here
     /// (this replica leads), else the leader's answer. While no replica
     /// can serve (an election, a new leader applying the log) it waits,
     /// and a leader that could not be reached (so was sent nothing) is
@@ -793,6 +866,7 @@ async fn keep_members(
     raft: Raft<TypeConfig>,
     peers: BTreeMap<NodeId, BasicNode>,
     mut wanted: watch::Receiver<BTreeSet<NodeId>>,
+    handing_over: Arc<AtomicBool>,
 ) {
     let metrics = raft.metrics();
     loop {
@@ -807,6 +881,10 @@ async fn keep_members(
         };
         if gone {
             return;
+        }
+        // An entry appended now would make the successor's log shorter.
+        if handing_over.load(Ordering::Relaxed) {
+            continue;
         }
         let wanted = wanted.borrow_and_update().clone();
         let voters: BTreeSet<NodeId> = membership.voter_ids().collect();
