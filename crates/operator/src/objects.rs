@@ -134,3 +134,24 @@ pub fn secret_strings(secret: k8s_openapi::api::core::v1::Secret) -> std::collec
 pub fn now() -> Time {
     Time(k8s_openapi::jiff::Timestamp::now())
 }
+
+/// The client the operator reaches its own pods with (processors,
+/// engine replicas): they answer at once or not at all; never a redirect
+/// or a proxy.
+pub fn pod_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(std::time::Duration::from_secs(2))
+        .redirect(reqwest::redirect::Policy::none())
+        .no_proxy()
+        .build()
+        .unwrap_or_default()
+}
+
+/// `labels` as a list call's label selector (`k=v,k=v`).
+pub fn label_selector(labels: &BTreeMap<String, String>) -> String {
+    labels
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}

@@ -6,7 +6,6 @@
 //! them without the pod's log.
 
 use std::net::{IpAddr, SocketAddr};
-use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
@@ -34,13 +33,7 @@ impl Processors {
     /// On another port than the pods' (a test's processor on loopback).
     pub fn on_port(port: u16) -> Self {
         Self {
-            // Pods answer at once or not at all; never a redirect or a proxy.
-            http: reqwest::Client::builder()
-                .timeout(Duration::from_secs(2))
-                .redirect(reqwest::redirect::Policy::none())
-                .no_proxy()
-                .build()
-                .unwrap_or_default(),
+            http: crate::objects::pod_client(),
             port,
         }
     }
@@ -49,11 +42,7 @@ impl Processors {
     /// `ready` false any running one (a failing processor is not ready,
     /// and it is the one with something to say).
     async fn address(&self, client: &kube::Client, namespace: &str, dataflow: &str, ready: bool) -> Option<SocketAddr> {
-        let selector = processor_labels(dataflow)
-            .iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect::<Vec<_>>()
-            .join(",");
+        let selector = crate::objects::label_selector(&processor_labels(dataflow));
         let pods = Api::<Pod>::namespaced(client.clone(), namespace)
             .list(&ListParams::default().labels(&selector))
             .await

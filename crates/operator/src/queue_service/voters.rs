@@ -6,7 +6,6 @@
 //! replica 1, alone, is a majority of its voters once their pods are gone.
 
 use std::net::{IpAddr, SocketAddr};
-use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
@@ -29,13 +28,7 @@ pub struct Voters {
 impl Default for Voters {
     fn default() -> Self {
         Self {
-            // Replicas answer at once or not at all; never a redirect or a proxy.
-            http: reqwest::Client::builder()
-                .timeout(Duration::from_secs(2))
-                .redirect(reqwest::redirect::Policy::none())
-                .no_proxy()
-                .build()
-                .unwrap_or_default(),
+            http: crate::objects::pod_client(),
             port: u16::try_from(PEER_PORT).unwrap_or(9325),
         }
     }
@@ -69,11 +62,7 @@ impl Voters {
         token: &str,
         voters: &[u64],
     ) -> Option<Status> {
-        let selector = builders::labels(tenant)
-            .iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect::<Vec<_>>()
-            .join(",");
+        let selector = crate::objects::label_selector(&builders::labels(tenant));
         let pods = match Api::<Pod>::namespaced(client.clone(), namespace)
             .list(&ListParams::default().labels(&selector))
             .await
