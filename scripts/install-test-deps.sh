@@ -2,7 +2,7 @@
 # Installs and starts what the tests need, skipping whatever is already there:
 # a Rust toolchain (must exist), librdkafka's build prerequisites, Redis on
 # 127.0.0.1:6379, PostgreSQL on 127.0.0.1:5432 with wal_level=logical,
-# clickhouse-server, chromium, the Python clients of tests/requirements.txt,
+# clickhouse-server, Trino (cached under $SLESS_CACHE), chromium, the Python clients of tests/requirements.txt,
 # the npm packages of tests/js, and the brokers `cargo bench --bench brokers`
 # compares with: RabbitMQ on 127.0.0.1:5672 (guest/guest) and NATS with
 # JetStream on 127.0.0.1:4222; nginx and wrk for `--bench gateway`.
@@ -116,6 +116,38 @@ fi
 if ! command -v clickhouse-server >/dev/null; then
   log "installing ClickHouse"
   apt_install clickhouse-server
+fi
+
+# Trino: source and sink of the dataflow tests; each test binary starts one
+# server on free loopback ports (crates/testkit/src/trino.rs). 476 is the last
+# release on Maven Central (later ones are published elsewhere); it needs Java
+# 24 or newer, so it runs on the Temurin 25 JDK, set for Trino alone. Cached
+# outside the checkout, keyed by version, with only the plugins the tests use
+# (the full server is 820 MB packed and 1.9 GB unpacked).
+TRINO_VERSION=476
+TRINO_HOME=${SLESS_CACHE:-$HOME/.cache/sless}/trino-$TRINO_VERSION
+TRINO_PLUGINS="memory postgresql geospatial iceberg password-authenticators"
+if [ ! -e "$TRINO_HOME/.complete" ]; then
+  if ! command -v mvn >/dev/null; then
+    log "installing Maven"
+    apt_install maven
+  fi
+  log "fetching Trino $TRINO_VERSION"
+  fetch=$(mktemp -d)
+  mvn -B -q dependency:copy -Dartifact="io.trino:trino-server:$TRINO_VERSION:tar.gz" \
+    -DoutputDirectory="$fetch" -Dmaven.repo.local="$fetch/m2"
+  rm -rf "$TRINO_HOME" && mkdir -p "$TRINO_HOME"
+  # The tarball hard-links jars shared by plugins: unpack whole, then prune.
+  tar xzf "$fetch/trino-server-$TRINO_VERSION.tar.gz" -C "$TRINO_HOME" --strip-components=1
+  for plugin in "$TRINO_HOME"/plugin/*; do
+    case " $TRINO_PLUGINS " in *" ${plugin##*/} "*) ;; *) rm -rf "$plugin" ;; esac
+  done
+  rm -rf "$fetch"
+  touch "$TRINO_HOME/.complete"
+fi
+if [ ! -x /usr/lib/jvm/temurin-25-jdk-amd64/bin/java ] && [ -z "${SLESS_TRINO_JAVA_HOME:-}" ]; then
+  echo "Trino $TRINO_VERSION needs Java 24 or newer: the Temurin 25 JDK at /usr/lib/jvm/temurin-25-jdk-amd64, or SLESS_TRINO_JAVA_HOME" >&2
+  exit 1
 fi
 
 # Python clients for the end-to-end tests: boto3, awscli v1, moto (reference SQS).

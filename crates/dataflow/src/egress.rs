@@ -191,19 +191,36 @@ impl EgressPolicy {
     /// no redirect and takes no proxy from the environment: either would
     /// be a hop the policy never checked.
     pub async fn http_client(&self, url: &str, timeout: Duration) -> Result<reqwest::Client, ConnectorError> {
+        self.http_client_with(url, timeout, crate::tls::HttpTls::default())
+            .await
+    }
+
+    /// As [`Self::http_client`], trusting and presenting what `tls` holds.
+    pub async fn http_client_with(
+        &self,
+        url: &str,
+        timeout: Duration,
+        tls: crate::tls::HttpTls,
+    ) -> Result<reqwest::Client, ConnectorError> {
         let (host, port, https) = http_endpoint(url).map_err(|e| ConnectorError::Config(e.into()))?;
         let addrs = self.resolve(&host, port).await?;
         if https {
             sless_runtime::tls::install_default_provider();
         }
-        reqwest::Client::builder()
+        let mut builder = reqwest::Client::builder()
             .resolve_to_addrs(&host, &addrs)
             .redirect(reqwest::redirect::Policy::none())
             .no_proxy()
             .connect_timeout(CONNECT_WINDOW)
             .timeout(timeout)
-            .build()
-            .map_err(|e| ConnectorError::Config(e.to_string()))
+            .danger_accept_invalid_certs(tls.insecure);
+        for root in tls.roots {
+            builder = builder.add_root_certificate(root);
+        }
+        if let Some(identity) = tls.identity {
+            builder = builder.identity(identity);
+        }
+        builder.build().map_err(|e| ConnectorError::Config(e.to_string()))
     }
 
     /// The path of TLS file `name` (relative to the TLS directory, or

@@ -18,19 +18,7 @@ use crate::avro::schema_registry::RegistryConfig;
 use crate::component::inline;
 use crate::component::{either, non_empty, secret_ref};
 use crate::egress::EgressPolicy;
-
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct TlsConfig {
-    #[serde(default)]
-    pub insecure_skip_verify: bool,
-    pub cert_file: Option<String>,
-    pub key_file: Option<String>,
-    pub ca_file: Option<String>,
-    pub cert_secret_ref: Option<SecretRef>,
-    pub key_secret_ref: Option<SecretRef>,
-    pub ca_secret_ref: Option<SecretRef>,
-}
+pub use crate::tls::TlsConfig;
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

@@ -23,7 +23,9 @@ pub mod sources;
 mod sql;
 pub mod sqs_client;
 pub mod supervisor;
+pub mod tls;
 pub mod transforms;
+pub mod trino_client;
 
 /// The table a tenant's exactly-once PostgreSQL sinks keep positions in.
 pub use sql::positions::table_name as positions_table;

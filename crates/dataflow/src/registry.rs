@@ -42,6 +42,7 @@ pub static SOURCES: &[sources::Descriptor] = &[
     sources::Descriptor::of::<sources::postgres::PostgresSource>(),
     sources::Descriptor::of::<sources::postgres_cdc::PostgresCdcSource>(),
     sources::Descriptor::of::<sources::sqs::SqsSource>(),
+    sources::Descriptor::of::<sources::trino::TrinoSource>(),
 ];
 
 /// Sinks, by type.
@@ -50,11 +51,12 @@ pub static SINKS: &[sinks::Descriptor] = &[
     sinks::Descriptor::of::<sinks::kafka::KafkaSink>(),
     sinks::Descriptor::of::<sinks::postgres::PostgresSink>(),
     sinks::Descriptor::of::<sinks::sqs::SqsSink>(),
+    sinks::Descriptor::of::<sinks::trino::TrinoSink>(),
 ];
 
 /// Connector types of the upstream design that sless does not run yet: a
 /// spec naming one is told so rather than that the type is unknown.
-pub const NOT_YET_SUPPORTED: &[&str] = &["nessie", "trino"];
+pub const NOT_YET_SUPPORTED: &[&str] = &["nessie"];
 
 /// The component registry, as the model asks for it.
 pub struct Registry;
@@ -288,7 +290,7 @@ mod tests {
         let err = request(json!({
             "source": {"type": "mysql", "config": {}},
             "sink": {"config": {}},
-            "errors": {"type": "trino", "config": {}}
+            "errors": {"type": "nessie", "config": {}}
         }))
         .into_spec(&Registry)
         .unwrap_err();

@@ -253,7 +253,7 @@ mod tests {
         let response = answer(
             "UPDATE",
             json!({
-                "source": {"type": "trino", "config": {}},
+                "source": {"type": "nessie", "config": {}},
                 "sink": {"type": "postgresql", "config": {"table": "t"}},
                 "transformations": [{"type": "explode"}]
             }),

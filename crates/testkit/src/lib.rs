@@ -10,6 +10,7 @@ pub mod netns;
 pub mod redis;
 pub mod sqs;
 pub mod tls;
+pub mod trino;
 
 use std::path::PathBuf;
 

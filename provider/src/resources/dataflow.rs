@@ -252,7 +252,7 @@ impl Resource for DataFlow {
                     "source",
                     typed_config(),
                     Kind::Required,
-                    "`{ type, config }`: `type` is a connector type (`postgresql`, `postgresql-cdc`, `kafka`, `sqs`, `clickhouse`; the platform's docs/connectors.md lists each one's settings); `config` is the connector's settings as a JSON string (use `jsonencode`).",
+                    "`{ type, config }`: `type` is a connector type (`postgresql`, `postgresql-cdc`, `kafka`, `sqs`, `clickhouse`, `trino`; the platform's docs/connectors.md lists each one's settings); `config` is the connector's settings as a JSON string (use `jsonencode`).",
                 ),
                 Attr::new(
                     "sink",

@@ -326,6 +326,16 @@ async fn bad_input_gets_4xx_json_and_creates_nothing() {
             "source.config.connectionString",
         ),
         (
+            json!({"name": "d", "source": pg_dataflow("x")["source"], "sink": {"type": "trino", "config": {
+                "serverURL": "http://trino:8080", "catalog": "c", "schema": "s", "table": "t", "password": "p"}}}),
+            "sink.config.serverURL",
+        ),
+        (
+            json!({"name": "d", "source": {"type": "trino", "config": {"serverURL": "https://trino", "catalog": "c",
+                "schema": "s", "table": "t", "upsertMode": true}}, "sink": pg_dataflow("x")["sink"]}),
+            "source.config.upsertMode",
+        ),
+        (
             json!({"name": "d", "source": {"type": "kafka", "config": {"topic": "t"}}, "sink": pg_dataflow("x")["sink"]}),
             "source.config.brokers",
         ),
@@ -357,7 +367,7 @@ async fn bad_input_gets_4xx_json_and_creates_nothing() {
     let (status, err) = a
         .post(
             "/api/v1/dataflows",
-            json!({"name": "d", "source": {"type": "trino", "config": {}}, "sink": pg_dataflow("x")["sink"]}),
+            json!({"name": "d", "source": {"type": "nessie", "config": {}}, "sink": pg_dataflow("x")["sink"]}),
         )
         .await;
     assert_eq!(status, 422);

@@ -15,6 +15,7 @@ mod dataflow_clickhouse;
 mod dataflow_kafka;
 mod dataflow_pg;
 mod dataflow_sqs;
+mod dataflow_trino;
 mod dev_replicas;
 mod dev_routing;
 mod exactly_once;

@@ -4,6 +4,7 @@ pub mod clickhouse;
 pub mod kafka;
 pub mod postgres;
 pub mod sqs;
+pub mod trino;
 
 use std::future::Future;
 use std::pin::Pin;

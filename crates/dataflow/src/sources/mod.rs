@@ -7,6 +7,7 @@ mod polling;
 pub mod postgres;
 pub mod postgres_cdc;
 pub mod sqs;
+pub mod trino;
 
 use std::future::Future;
 use std::pin::Pin;

@@ -1,4 +1,4 @@
-//! The HTTP connectors (SQS, ClickHouse, the schema registry) against
+//! The HTTP connectors (SQS, ClickHouse, Trino, the schema registry) against
 //! hostile servers on loopback: a permitted host that redirects to a denied
 //! one, answers that never end or declare a gigabyte, and error bodies that
 //! carry another server's secrets. Everything binds to loopback: the
@@ -16,6 +16,7 @@ use sless_dataflow::clickhouse_client::ClickHouse;
 use sless_dataflow::context::PipelineContext;
 use sless_dataflow::egress::EgressPolicy;
 use sless_dataflow::sqs_client::{SqsClient, SqsConfig};
+use sless_dataflow::trino_client::{Trino, TrinoConfig};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
@@ -125,6 +126,17 @@ async fn clickhouse_error(port: u16) -> ConnectorError {
     }
 }
 
+async fn trino_error(port: u16) -> ConnectorError {
+    let config: TrinoConfig = serde_json::from_value(serde_json::json!({
+        "serverURL": format!("http://127.0.0.1:{port}"), "catalog": "c", "schema": "s", "table": "t"
+    }))
+    .unwrap();
+    match Trino::connect(&config, &policy()).await {
+        Ok(_) => panic!("the Trino connector accepted a hostile server"),
+        Err(e) => e,
+    }
+}
+
 async fn registry_error(port: u16) -> ConnectorError {
     let config = RegistryConfig {
         url: format!("http://127.0.0.1:{port}"),
@@ -144,14 +156,16 @@ async fn no_connector_follows_a_redirect_to_a_denied_address() {
     let (permitted, denied_hits) = redirecting().await;
     // A redirect at connect is not the server's answer (see the test
     // below); in use, it is refused by name.
-    let (sqs, clickhouse, registry) = tokio::join!(
+    let (sqs, clickhouse, trino, registry) = tokio::join!(
         sqs_error(permitted),
         clickhouse_error(permitted),
+        trino_error(permitted),
         registry_error(permitted)
     );
     for (what, e, says) in [
         ("sqs", sqs, "did not answer as SQS"),
         ("clickhouse", clickhouse, "did not answer as ClickHouse"),
+        ("trino", trino, "did not answer as Trino"),
         ("registry", registry, "redirect (HTTP 307)"),
     ] {
         let text = e.to_string();
@@ -189,6 +203,15 @@ async fn an_error_body_is_never_passed_on() {
     let e = clickhouse_error(port).await.to_string();
     assert!(!e.contains(SECRET) && e.contains("did not answer as ClickHouse"), "{e}");
 
+    let trino_body = format!(
+        "{{\"id\": \"q\", \"error\": {{\"message\": \"{SECRET}\", \"errorName\": \"TABLE_NOT_FOUND\", \"errorType\": \"USER_ERROR\"}}}}"
+    );
+    let (port, _) = answering("200 OK", "", &trino_body).await;
+    assert_eq!(
+        trino_error(port).await.to_string(),
+        "Trino error TABLE_NOT_FOUND: no such table"
+    );
+
     let registry_body = format!("{{\"error_code\": 40403, \"message\": \"{SECRET}\"}}");
     let (port, _) = answering("404 Not Found", "", &registry_body).await;
     assert_eq!(
@@ -205,15 +228,17 @@ async fn every_connector_refuses_as_too_long(port: u16) {
     let window = sless_dataflow::egress::CONNECT_WINDOW;
     let started = Instant::now();
     let timed = |e: ConnectorError| (e.to_string(), started.elapsed());
-    let (sqs, clickhouse, registry) = tokio::join!(
+    let (sqs, clickhouse, trino, registry) = tokio::join!(
         async { timed(sqs_error(port).await) },
         async { timed(clickhouse_error(port).await) },
+        async { timed(trino_error(port).await) },
         async { timed(registry_error(port).await) },
     );
     assert!(sqs.0.contains("did not answer as SQS"), "{sqs:?}");
     assert!(clickhouse.0.contains("did not answer as ClickHouse"), "{clickhouse:?}");
+    assert!(trino.0.contains("did not answer as Trino"), "{trino:?}");
     assert!(registry.0.contains("answered with more than"), "{registry:?}");
-    for (_, took) in [&sqs, &clickhouse, &registry] {
+    for (_, took) in [&sqs, &clickhouse, &trino, &registry] {
         assert!(*took < window + Duration::from_secs(5), "{took:?}");
     }
 }
@@ -271,12 +296,13 @@ async fn every_unreachable_endpoint_fails_alike_and_in_the_same_time() {
         let started = Instant::now();
         let e = match kind {
             "sqs" => sqs_error(port).await,
+            "trino" => trino_error(port).await,
             _ => clickhouse_error(port).await,
         };
         (kind, port, e.to_string(), started.elapsed())
     };
     let mut attempts = Vec::new();
-    for kind in ["sqs", "clickhouse"] {
+    for kind in ["sqs", "clickhouse", "trino"] {
         for port in [closed, banner, web, page, moved, silent] {
             attempts.push(tokio::spawn(timed(kind, port)));
         }
@@ -294,6 +320,24 @@ async fn every_unreachable_endpoint_fails_alike_and_in_the_same_time() {
     for (kind, messages) in said {
         assert_eq!(messages.len(), 1, "{kind} says different things: {messages:?}");
     }
+}
+
+/// Trino names the next page of an answer (`nextUri`) itself: a server
+/// that names another host there (here the denied 127.0.0.2) is refused
+/// before anything is sent to it.
+#[tokio::test]
+async fn trinos_next_page_on_another_host_is_never_fetched() {
+    let (denied, denied_hits) = answering_on("127.0.0.2", "200 OK", "", &format!("{{\"secret\": \"{SECRET}\"}}")).await;
+    let body = format!("{{\"id\": \"q\", \"nextUri\": \"http://127.0.0.2:{denied}/v1/statement/q/1\"}}");
+    let (port, _) = answering("200 OK", "", &body).await;
+    let e = trino_error(port).await.to_string();
+    assert!(e.contains("nextUri names another server"), "{e}");
+    assert!(!e.contains(SECRET) && !e.contains("127.0.0.2"), "{e}");
+    assert_eq!(
+        denied_hits.load(Ordering::SeqCst),
+        0,
+        "the connector reached the denied server"
+    );
 }
 
 /// An IPv6 literal URL (`http://[::1]:port/`) failed with `cannot resolve

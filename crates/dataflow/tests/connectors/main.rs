@@ -1,7 +1,9 @@
 //! The dataflow connectors from outside the crate: the PostgreSQL source
 //! and sink against the local PostgreSQL, and the HTTP connectors (SQS,
-//! ClickHouse, the schema registry) against hostile servers on loopback.
+//! ClickHouse, the schema registry) against hostile servers on loopback,
+//! and the Trino connectors against a real Trino.
 //! One binary, linking the dataflow crate alone.
 
 mod hostile_http;
 mod postgres;
+mod trino;

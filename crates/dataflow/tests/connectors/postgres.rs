@@ -17,7 +17,7 @@ fn dsn() -> String {
     std::env::var("SLESS_TEST_PG").unwrap_or_else(|_| "postgres://postgres@127.0.0.1/test".into())
 }
 
-async fn db() -> tokio_postgres::Client {
+pub(super) async fn db() -> tokio_postgres::Client {
     let (client, conn) = tokio_postgres::connect(&dsn(), tokio_postgres::NoTls)
         .await
         .expect("PostgreSQL on 127.0.0.1:5432");
@@ -25,7 +25,7 @@ async fn db() -> tokio_postgres::Client {
     client
 }
 
-fn unique(prefix: &str) -> String {
+pub(super) fn unique(prefix: &str) -> String {
     format!("{prefix}_{}", std::process::id() ^ rand::random::<u32>())
 }
 

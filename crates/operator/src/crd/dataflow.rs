@@ -196,7 +196,7 @@ mod tests {
         assert!(spec.checkpoint_persistence);
         assert_eq!(spec.channel_buffer_size, 100);
         let bad: DataFlowCrdSpec = serde_json::from_value(json!({
-            "source": {"type": "trino", "config": {}},
+            "source": {"type": "nessie", "config": {}},
             "sink": {"type": "postgresql", "config": {"table": "t"}}
         }))
         .unwrap();

@@ -82,7 +82,10 @@ impl DevServer {
             .arg(data_dir)
             .args(["--tenant", &format!("a={TOKEN_A}"), "--tenant", &format!("b={TOKEN_B}")])
             .args(flags)
-            .env("SLESS_LOG", "warn")
+            .env(
+                "SLESS_LOG",
+                std::env::var("SLESS_TEST_LOG").unwrap_or_else(|_| "warn".into()),
+            )
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
