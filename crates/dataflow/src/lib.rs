@@ -11,6 +11,7 @@ pub mod component;
 pub mod condition;
 pub mod context;
 pub mod egress;
+#[cfg(feature = "kafka")]
 pub mod kafka_client;
 pub mod message;
 pub mod metrics;
@@ -25,6 +26,7 @@ pub mod sqs_client;
 pub mod supervisor;
 pub mod tls;
 pub mod transforms;
+#[cfg(feature = "trino")]
 pub mod trino_client;
 
 /// The table a tenant's exactly-once PostgreSQL sinks keep positions in.

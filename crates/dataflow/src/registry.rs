@@ -38,25 +38,38 @@ pub static TRANSFORMS: &[transforms::Descriptor] = &[
 /// Sources, by type.
 pub static SOURCES: &[sources::Descriptor] = &[
     sources::Descriptor::of::<sources::clickhouse::ClickHouseSource>(),
+    #[cfg(feature = "kafka")]
     sources::Descriptor::of::<sources::kafka::KafkaSource>(),
     sources::Descriptor::of::<sources::postgres::PostgresSource>(),
     sources::Descriptor::of::<sources::postgres_cdc::PostgresCdcSource>(),
     sources::Descriptor::of::<sources::sqs::SqsSource>(),
+    #[cfg(feature = "trino")]
     sources::Descriptor::of::<sources::trino::TrinoSource>(),
 ];
 
 /// Sinks, by type.
 pub static SINKS: &[sinks::Descriptor] = &[
     sinks::Descriptor::of::<sinks::clickhouse::ClickHouseSink>(),
+    #[cfg(feature = "kafka")]
     sinks::Descriptor::of::<sinks::kafka::KafkaSink>(),
     sinks::Descriptor::of::<sinks::postgres::PostgresSink>(),
     sinks::Descriptor::of::<sinks::sqs::SqsSink>(),
+    #[cfg(feature = "trino")]
     sinks::Descriptor::of::<sinks::trino::TrinoSink>(),
 ];
 
 /// Connector types of the upstream design that sless does not run yet: a
 /// spec naming one is told so rather than that the type is unknown.
 pub const NOT_YET_SUPPORTED: &[&str] = &["nessie"];
+
+/// Connector types this build leaves out (cargo features of this crate): a
+/// spec naming one is told so.
+pub const NOT_BUILT_IN: &[&str] = &[
+    #[cfg(not(feature = "kafka"))]
+    "kafka",
+    #[cfg(not(feature = "trino"))]
+    "trino",
+];
 
 /// The component registry, as the model asks for it.
 pub struct Registry;
@@ -77,7 +90,17 @@ impl Components for Registry {
                 Role::Source => component::kinds(SOURCES),
                 Role::Sink => component::kinds(SINKS),
             };
-            errors.push(if NOT_YET_SUPPORTED.contains(&spec.kind.as_str()) {
+            errors.push(if NOT_BUILT_IN.contains(&spec.kind.as_str()) {
+                FieldError::invalid(
+                    type_path,
+                    format!(
+                        "connector type {:?} is not built into this sless (cargo feature {:?}); built in: {}",
+                        spec.kind,
+                        spec.kind,
+                        kinds.join(", ")
+                    ),
+                )
+            } else if NOT_YET_SUPPORTED.contains(&spec.kind.as_str()) {
                 FieldError::invalid(
                     type_path,
                     format!(
@@ -275,6 +298,27 @@ mod tests {
         .unwrap();
         assert!(spec.checkpoint_persistence);
         assert_eq!(spec.channel_buffer_size, 100);
+    }
+
+    /// A build without the `kafka` and `trino` features refuses both types
+    /// by name (scripts/test.sh runs this in such a build).
+    #[cfg(not(any(feature = "kafka", feature = "trino")))]
+    #[test]
+    fn types_left_out_of_the_build_are_refused_as_not_built_in() {
+        let err = request(json!({
+            "source": {"type": "kafka", "config": {"brokers": ["k:9092"], "topic": "t"}},
+            "sink": {"type": "trino", "config": {"serverURL": "https://t", "catalog": "c", "schema": "s", "table": "t"}}
+        }))
+        .into_spec(&Registry)
+        .unwrap_err();
+        assert_eq!(fields_of(err.clone()), ["source.type", "sink.type"]);
+        for e in &err.0 {
+            assert!(
+                e.message.contains("is not built into this sless (cargo feature"),
+                "{}",
+                e.message
+            );
+        }
     }
 
     #[test]

@@ -1,9 +1,11 @@
 //! Sinks: where a dataflow writes to.
 
 pub mod clickhouse;
+#[cfg(feature = "kafka")]
 pub mod kafka;
 pub mod postgres;
 pub mod sqs;
+#[cfg(feature = "trino")]
 pub mod trino;
 
 use std::future::Future;

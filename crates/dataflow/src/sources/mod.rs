@@ -2,11 +2,13 @@
 //! order and learns, through `commit`, which of them every sink has written.
 
 pub mod clickhouse;
+#[cfg(feature = "kafka")]
 pub mod kafka;
 mod polling;
 pub mod postgres;
 pub mod postgres_cdc;
 pub mod sqs;
+#[cfg(feature = "trino")]
 pub mod trino;
 
 use std::future::Future;
