@@ -8,14 +8,18 @@
 //! - SQS→PG (a sless queue engine on loopback), against the same bulk INSERT.
 //! - PG→ClickHouse and ClickHouse→PG (`clickhouse.rs`), against
 //!   ClickHouse's own bulk load of the same rows and the bulk INSERT.
+//! - PG→Trino and Trino→PG (`trino.rs`, Trino 476 of sless-testkit),
+//!   against Trino's own move of the same rows between its catalogs and the
+//!   bulk INSERT.
 //! - PostgreSQL CDC→PG (`cdc.rs`), against the rate of the captured inserts.
 //!
 //!   Also the time from a commit to its row in the sink at 1,000 rows/s.
 //!
 //! Run: `cargo bench -p sless --bench dataflow` (PostgreSQL at
 //! `SLESS_TEST_PG`, default postgres://postgres@127.0.0.1/test;
-//! clickhouse-server from Debian's package); `SLESS_BENCH_ONLY=cdc` runs
-//! the CDC lines alone.
+//! clickhouse-server from Debian's package; Trino from
+//! scripts/install-test-deps.sh); `SLESS_BENCH_ONLY=cdc` runs the CDC lines
+//! alone, `SLESS_BENCH_ONLY=trino` the Trino lines and their baseline.
 
 // A benchmark's output is its figures, on stdout.
 #![allow(clippy::print_stdout)]
@@ -25,6 +29,7 @@ mod clickhouse;
 mod sqs;
 #[path = "../support.rs"]
 mod support;
+mod trino;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -281,6 +286,9 @@ async fn main() -> anyhow::Result<()> {
         after = max;
     }
     let plain = ROWS as f64 / started.elapsed().as_secs_f64();
+    if std::env::var("SLESS_BENCH_ONLY").as_deref() == Ok("trino") {
+        return trino::lines(&db, &dsn, plain).await;
+    }
     let (copy, insert_select, copy_cpu) = postgres_limits(&db, &dsn).await?;
 
     // The dataflow: mask, snakeCase, then remove of a field.
@@ -330,6 +338,7 @@ async fn main() -> anyhow::Result<()> {
         sqs / alone
     );
     clickhouse::lines(&db, &dsn, plain).await?;
+    trino::lines(&db, &dsn, plain).await?;
     cdc_lines(&db, &dsn).await?;
     db.batch_execute("DROP TABLE bench_src, bench_plain, bench_flow, bench_sqs")
         .await?;

@@ -5,9 +5,9 @@
 //! egress policy permits, with basic or bearer authentication over HTTPS.
 //! Tested against Trino 476.
 //!
-//! Values reach Trino as SQL literals of their column's type
-//! ([`value_sql`]); Trino's answers come as JSON, `json` columns parsed,
-//! decimals kept as exact strings.
+//! A sink's rows reach Trino in one JSON literal cast to rows of the
+//! columns' types ([`rows_select`]); Trino's answers come as JSON, `json`
+//! columns parsed, decimals kept as exact strings.
 
 use std::time::Duration;
 
@@ -618,26 +618,82 @@ pub fn quote_table(name: &str) -> Result<String, ConnectorError> {
     Ok(parts.iter().map(|p| quote_ident(p)).collect::<Vec<_>>().join("."))
 }
 
-/// `value` as a SQL expression of Trino type `ty`: `NULL` typed, JSON
-/// through `json_parse`, arrays, maps and rows cast from JSON, varbinary
-/// from base64, text as a literal, anything else cast from its text.
-pub fn value_sql(ty: &str, value: Option<&Value>) -> String {
-    let text = |v: &Value| match v {
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
-    };
-    match value {
-        None | Some(Value::Null) => format!("CAST(NULL AS {ty})"),
-        Some(v) if ty == "json" => format!("json_parse({})", literal(&v.to_string())),
-        Some(v) if ty.starts_with("array(") || ty.starts_with("map(") || ty.starts_with("row(") => {
-            format!("CAST(json_parse({}) AS {ty})", literal(&v.to_string()))
-        }
-        Some(v) if ty == "varbinary" => format!("from_base64({})", literal(&text(v))),
-        Some(v) if ty.starts_with("varchar") || ty.starts_with("char") => {
-            format!("CAST({} AS {ty})", literal(&text(v)))
-        }
-        Some(v) => format!("CAST({} AS {ty})", literal(&text(v))),
+/// How a value of a column travels in a sink's statement: all rows ride in
+/// one JSON literal cast to rows ([`rows_select`]), which Trino plans about
+/// three times faster than a `VALUES` list of a cast per value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Carry {
+    /// As the JSON value itself, into a field of the column's type: `json`,
+    /// arrays, maps, rows.
+    Json,
+    /// As text, into a field of the column's type (Trino casts a JSON string
+    /// to it exactly: numbers, decimals, booleans, varchar).
+    Text,
+    /// As text into a varchar field, cast to the type in the select list
+    /// (Trino casts no JSON to it: timestamps, dates, uuids, …).
+    TextCast,
+    /// As base64 text, decoded in the select list: varbinary.
+    Base64,
+}
+
+fn carry(ty: &str) -> Carry {
+    let base = ty.split('(').next().unwrap_or(ty).trim();
+    match base {
+        "json" | "array" | "map" | "row" => Carry::Json,
+        "boolean" | "tinyint" | "smallint" | "integer" | "bigint" | "real" | "double" | "decimal" | "varchar"
+        | "char" => Carry::Text,
+        "varbinary" => Carry::Base64,
+        _ => Carry::TextCast,
     }
+}
+
+/// What the JSON literal carries for `value` in a column of type `ty`.
+pub fn carried(ty: &str, value: Option<&Value>) -> Value {
+    match (carry(ty), value) {
+        (_, None | Some(Value::Null)) => Value::Null,
+        (Carry::Json, Some(v)) => v.clone(),
+        (_, Some(Value::String(text))) => Value::String(text.clone()),
+        // Numbers as their text: Trino reads JSON numbers as doubles, which
+        // would round a decimal's digits.
+        (_, Some(other)) => Value::String(other.to_string()),
+    }
+}
+
+/// `SELECT … FROM UNNEST(…)`: the rows of `rows` (a JSON array of arrays,
+/// each of [`carried`] values in the order of `columns`) as a relation
+/// with the columns' names and types.
+pub fn rows_select(columns: &[&Column], rows: &str) -> String {
+    let field = |i: usize| format!("f{i}");
+    let fields = columns
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let ty = match carry(&c.ty) {
+                Carry::Json | Carry::Text => c.ty.as_str(),
+                Carry::TextCast | Carry::Base64 => "varchar",
+            };
+            format!("{} {ty}", field(i))
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    let selected = columns
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let value = match carry(&c.ty) {
+                Carry::Json | Carry::Text => field(i),
+                Carry::TextCast => format!("CAST({} AS {})", field(i), c.ty),
+                Carry::Base64 => format!("from_base64({})", field(i)),
+            };
+            format!("{value} AS {}", quote_ident(&c.name))
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    let names = (0..columns.len()).map(field).collect::<Vec<_>>().join(", ");
+    format!(
+        "SELECT {selected} FROM UNNEST(CAST(json_parse({}) AS array(row({fields})))) AS x({names})",
+        literal(rows)
+    )
 }
 
 #[cfg(test)]
@@ -686,28 +742,38 @@ mod tests {
     }
 
     #[test]
-    fn values_become_literals_of_their_column_type() {
+    fn values_ride_as_json_of_their_column_type() {
         use serde_json::json;
-        assert_eq!(value_sql("bigint", None), "CAST(NULL AS bigint)");
-        assert_eq!(value_sql("bigint", Some(&json!(42))), "CAST('42' AS bigint)");
-        assert_eq!(value_sql("varchar", Some(&json!("it's"))), "CAST('it''s' AS varchar)");
+        assert_eq!(carried("bigint", None), Value::Null);
+        assert_eq!(carried("bigint", Some(&json!(42))), json!("42"));
         assert_eq!(
-            value_sql("json", Some(&json!({"a": null}))),
-            "json_parse('{\"a\":null}')"
+            carried("decimal(30, 10)", Some(&json!("12345678901234567890.0123456789"))),
+            json!("12345678901234567890.0123456789")
         );
+        assert_eq!(carried("json", Some(&json!({"a": null}))), json!({"a": null}));
+        assert_eq!(carried("array(bigint)", Some(&json!([1, 2]))), json!([1, 2]));
+        // An object for a varchar column keeps its JSON text.
+        assert_eq!(carried("varchar", Some(&json!({"k": "v"}))), json!("{\"k\":\"v\"}"));
+        let columns = [
+            Column {
+                name: "id".into(),
+                ty: "bigint".into(),
+            },
+            Column {
+                name: "at".into(),
+                ty: "timestamp(3) with time zone".into(),
+            },
+            Column {
+                name: "we\"ird".into(),
+                ty: "varbinary".into(),
+            },
+        ];
+        let columns: Vec<&Column> = columns.iter().collect();
         assert_eq!(
-            value_sql("array(bigint)", Some(&json!([1, 2]))),
-            "CAST(json_parse('[1,2]') AS array(bigint))"
-        );
-        assert_eq!(value_sql("varbinary", Some(&json!("AAE="))), "from_base64('AAE=')");
-        assert_eq!(
-            value_sql("decimal(20, 4)", Some(&json!("12345678901234.1000"))),
-            "CAST('12345678901234.1000' AS decimal(20, 4))"
-        );
-        // Text for a varchar column that is an object keeps its JSON.
-        assert_eq!(
-            value_sql("varchar", Some(&json!({"k": "v"}))),
-            "CAST('{\"k\":\"v\"}' AS varchar)"
+            rows_select(&columns, "[[\"1\",null,\"it's\"]]"),
+            "SELECT f0 AS \"id\", CAST(f1 AS timestamp(3) with time zone) AS \"at\", from_base64(f2) AS \"we\"\"ird\" \
+             FROM UNNEST(CAST(json_parse('[[\"1\",null,\"it''s\"]]') AS array(row(f0 bigint, f1 varchar, f2 varchar)))) \
+             AS x(f0, f1, f2)"
         );
     }
 

@@ -1,9 +1,10 @@
-//! Trino sink: a batch is written through Trino by `INSERT … VALUES`, or by
-//! `MERGE` on `conflictKey` with `upsertMode`, in statements that fit
+//! Trino sink: a batch is written through Trino by `INSERT … SELECT`, or by
+//! `MERGE` on `conflictKey` with `upsertMode`, its rows in one JSON literal
+//! cast to the columns' types ([`rows_select`]), in statements that fit
 //! Trino's statement length. A table with a `data varchar` column (what
 //! `autoCreateTable` makes) gets each message whole as JSON text; any other
-//! table gets message keys into columns of the same names, each value cast
-//! to its column's type ([`value_sql`]), keys without a column skipped.
+//! table gets message keys into columns of the same names, keys without a
+//! column skipped.
 //!
 //! Trino writes through its catalogs without a transaction across
 //! statements (its JDBC catalogs commit each statement), so a batch
@@ -22,7 +23,7 @@ use crate::component::Component;
 use crate::context::PipelineContext;
 use crate::message::Message;
 use crate::trino_client::{
-    Column, MAX_STATEMENT_BYTES, Trino, TrinoConfig, literal, quote_ident, quote_table, value_sql,
+    Column, MAX_STATEMENT_BYTES, Trino, TrinoConfig, carried, quote_ident, quote_table, rows_select,
 };
 use sless_model::ValidationErrors;
 use sless_model::dataflow::Role;
@@ -96,13 +97,14 @@ impl super::Open for TrinoSink {
 }
 
 impl TrinoSink {
-    /// The messages as rows of `(columns, one SQL tuple each)`.
+    /// The columns written and each message's row of [`carried`] values,
+    /// as JSON text.
     fn rows(&self, messages: &[Message]) -> Result<(Vec<&Column>, Vec<String>), ConnectorError> {
         if self.raw {
             let data = self.columns.iter().filter(|c| c.name == "data").collect();
             let rows = messages
                 .iter()
-                .map(|m| format!("({})", literal(&m.data.to_string())))
+                .map(|m| Value::Array(vec![Value::String(m.data.to_string())]).to_string())
                 .collect();
             return Ok((data, rows));
         }
@@ -125,11 +127,11 @@ impl TrinoSink {
         let rows = messages
             .iter()
             .map(|m| {
-                let values: Vec<String> = present
+                let row: Vec<Value> = present
                     .iter()
-                    .map(|c| value_sql(&c.ty, m.data.get(c.name.as_str())))
+                    .map(|c| carried(&c.ty, m.data.get(c.name.as_str())))
                     .collect();
-                format!("({})", values.join(", "))
+                Value::Array(row).to_string()
             })
             .collect();
         Ok((present, rows))
@@ -161,7 +163,7 @@ impl TrinoSink {
         Ok(kept.into_iter().map(|i| &messages[i]).collect())
     }
 
-    /// One statement of `rows` (SQL tuples) into `columns`.
+    /// One statement of `rows` (JSON arrays) into `columns`.
     fn statement(&self, columns: &[&Column], rows: &[String]) -> String {
         let t = &self.table_quoted;
         let list = columns
@@ -169,9 +171,9 @@ impl TrinoSink {
             .map(|c| quote_ident(&c.name))
             .collect::<Vec<_>>()
             .join(", ");
-        let values = rows.join(", ");
+        let select = rows_select(columns, &format!("[{}]", rows.join(",")));
         let Some(key) = &self.upsert_key else {
-            return format!("INSERT INTO {t} ({list}) VALUES {values}");
+            return format!("INSERT INTO {t} ({list}) {select}");
         };
         let on = key
             .iter()
@@ -194,10 +196,16 @@ impl TrinoSink {
             .collect::<Vec<_>>()
             .join(", ");
         format!(
-            "MERGE INTO {t} t USING (VALUES {values}) AS s({list}) ON {on}{matched} \
+            "MERGE INTO {t} t USING ({select}) s ON {on}{matched} \
              WHEN NOT MATCHED THEN INSERT ({list}) VALUES ({inserted})"
         )
     }
+}
+
+/// The length of `row` inside the statement's string literal, where each
+/// quote is doubled.
+fn quoted_len(row: &str) -> usize {
+    row.len() + row.matches('\'').count()
 }
 
 #[async_trait]
@@ -220,7 +228,7 @@ impl Sink for TrinoSink {
         };
         let (columns, rows) = self.rows(messages)?;
         // Statements that fit Trino's length, in order.
-        if rows.iter().any(|row| row.len() > MAX_STATEMENT_BYTES) {
+        if rows.iter().any(|row| quoted_len(row) + 1 > MAX_STATEMENT_BYTES) {
             return Err(ConnectorError::Data(format!(
                 "a message is longer than one Trino statement may be ({} KiB)",
                 MAX_STATEMENT_BYTES >> 10
@@ -230,7 +238,7 @@ impl Sink for TrinoSink {
         while start < rows.len() {
             let (mut end, mut bytes) = (start, 0);
             while end < rows.len() && end - start < self.rows_per_statement {
-                bytes += rows[end].len() + 2;
+                bytes += quoted_len(&rows[end]) + 1;
                 if bytes > MAX_STATEMENT_BYTES && end > start {
                     break;
                 }

@@ -270,3 +270,35 @@ async fn logins_certificates_and_a_missing_table_fail_each_with_its_reason() {
         "{err:?}"
     );
 }
+
+/// A batch longer than one statement may be is cut into several, every row
+/// once; one message longer than a statement is refused as data.
+#[tokio::test]
+async fn a_long_batch_is_cut_into_statements_and_a_huge_message_refused() {
+    let trino = TrinoServer::shared();
+    let table = unique("trino_long");
+    trino
+        .query("memory", &format!("CREATE TABLE {table} (id bigint, note varchar)"))
+        .await;
+    let sink = sink(trino.spec("memory", &table, json!({}))).await.unwrap();
+    // About 1.3 MB of JSON, quotes included: three statements at least.
+    let batch: Vec<Message> = (0..3000)
+        .map(|i| Message::new(json!({"id": i, "note": format!("it's {}", "x".repeat(400))})))
+        .collect();
+    sink.write(&batch).await.unwrap();
+    assert_eq!(
+        trino
+            .query(
+                "memory",
+                &format!("SELECT count(*), count(DISTINCT id), min(length(note)) FROM {table}")
+            )
+            .await[0],
+        vec![json!(3000), json!(3000), json!(405)]
+    );
+    let huge = Message::new(json!({"id": 1, "note": "'".repeat(300 << 10)}));
+    let err = sink.write(&[huge]).await.unwrap_err();
+    assert!(
+        matches!(&err, ConnectorError::Data(m) if m.contains("longer than one Trino statement")),
+        "{err:?}"
+    );
+}
