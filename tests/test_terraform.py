@@ -1,6 +1,7 @@
 """The Terraform provider with the real Terraform CLI (1.0.3, protocol 6),
 offline through `dev_overrides`, against a `sless dev` started here."""
 
+import json
 import os
 import pathlib
 import subprocess
@@ -10,6 +11,7 @@ import pytest
 
 from conftest import REGION, TOKENS, sqs_client
 from tests.terraform_cli import QUEUE, TERRAFORM, Terraform
+from tests.trino_server import TrinoServer
 
 
 def psql(sql):
@@ -192,6 +194,54 @@ def test_dataflow_lifecycle_json_normalisation_and_import(tf):
     assert_no_resource_changes(tf.plan_exit())
     tf.run("destroy", "-auto-approve")
     assert tf.sless.rest("a", "GET", "/dataflows/orders-to-dwh").status_code == 404
+
+
+@pytest.fixture(scope="module")
+def trino():
+    server = TrinoServer()
+    yield server
+    server.stop()
+
+
+TRINO_DATAFLOW = """
+resource "sless_dataflow" "to_trino" {
+  name   = "orders-to-trino"
+  source = {
+    type   = "postgresql"
+    config = jsonencode({ connectionString = "postgres://postgres@127.0.0.1/test", table = "orders", pollInterval = 1 })
+  }
+  sink = {
+    type   = "trino"
+    config = jsonencode({ serverURL = "%s", catalog = "memory", schema = "default", table = "tf_orders", autoCreateTable = true })
+  }
+}
+output "phase" { value = sless_dataflow.to_trino.phase }
+"""
+
+
+def test_a_dataflow_into_trino_from_terraform(tf, trino):
+    """A Trino sink ordered with `terraform apply` against a real Trino:
+    the rows arrive, a second plan is empty, destroy removes the flow."""
+    psql("INSERT INTO orders (card) SELECT 'card ' || g FROM generate_series(1, 5) g")
+    want = int(subprocess.run(["psql", os.environ.get("SLESS_TEST_PG", "postgres://postgres@127.0.0.1/test"),
+                               "-Atc", "SELECT count(*) FROM orders"],
+                              check=True, capture_output=True, text=True).stdout)
+    tf.write(TRINO_DATAFLOW % trino.url)
+    tf.apply()
+    assert tf.outputs()["phase"]["value"] == "Running"
+    deadline = time.time() + 30
+    while True:
+        got = trino.query("SELECT count(*) FROM tf_orders")[0][0] if trino.query(
+            "SHOW TABLES LIKE 'tf_orders'") else 0
+        if got == want or time.time() > deadline:
+            break
+        time.sleep(0.5)
+    assert got == want, f"{got} of {want} rows in Trino"
+    doc = json.loads(trino.query("SELECT data FROM tf_orders LIMIT 1")[0][0])
+    assert set(doc) == {"id", "card"}, doc
+    assert tf.plan_exit().returncode == 0
+    tf.run("destroy", "-auto-approve")
+    assert tf.sless.rest("a", "GET", "/dataflows/orders-to-trino").status_code == 404
 
 
 def test_queue_service_data_source(tf, tenant_b):
