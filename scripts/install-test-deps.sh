@@ -134,6 +134,7 @@ if [ ! -e "$TRINO_HOME/.complete" ]; then
   fi
   log "fetching Trino $TRINO_VERSION"
   fetch=$(mktemp -d)
+  trap 'rm -rf "$fetch"' EXIT
   mvn -B -q dependency:copy -Dartifact="io.trino:trino-server:$TRINO_VERSION:tar.gz" \
     -DoutputDirectory="$fetch" -Dmaven.repo.local="$fetch/m2"
   rm -rf "$TRINO_HOME" && mkdir -p "$TRINO_HOME"
@@ -143,11 +144,12 @@ if [ ! -e "$TRINO_HOME/.complete" ]; then
     case " $TRINO_PLUGINS " in *" ${plugin##*/} "*) ;; *) rm -rf "$plugin" ;; esac
   done
   rm -rf "$fetch"
+  trap - EXIT
   touch "$TRINO_HOME/.complete"
 fi
-if [ ! -x /usr/lib/jvm/temurin-25-jdk-amd64/bin/java ] && [ -z "${SLESS_TRINO_JAVA_HOME:-}" ]; then
-  echo "Trino $TRINO_VERSION needs Java 24 or newer: the Temurin 25 JDK at /usr/lib/jvm/temurin-25-jdk-amd64, or SLESS_TRINO_JAVA_HOME" >&2
-  exit 1
+if [ ! -x "${SLESS_TRINO_JAVA_HOME:-/usr/lib/jvm/temurin-25-jdk-amd64}/bin/java" ]; then
+  echo "warning: Trino $TRINO_VERSION needs Java 24 or newer, the Temurin 25 JDK at" \
+    "/usr/lib/jvm/temurin-25-jdk-amd64 or SLESS_TRINO_JAVA_HOME: the Trino tests will fail" >&2
 fi
 
 # Python clients for the end-to-end tests: boto3, awscli v1, moto (reference SQS).

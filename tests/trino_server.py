@@ -62,8 +62,10 @@ class TrinoServer:
                     break
             except OSError:
                 pass
-            assert self.process.poll() is None and time.time() < deadline, \
-                (self.dir / "server.log").read_text()[-4000:]
+            if self.process.poll() is not None or time.time() > deadline:
+                log = (self.dir / "server.log").read_text(errors="replace")[-4000:]
+                self.stop()
+                raise AssertionError(f"Trino did not start; its log ends:\n{log}")
             time.sleep(0.25)
 
     def query(self, sql, catalog="memory"):

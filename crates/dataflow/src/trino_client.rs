@@ -22,8 +22,9 @@ use crate::component::{either, inline, non_empty, secret_ref};
 use crate::egress::{CONNECT_WINDOW, EgressPolicy, connecting, http_endpoint, read_answer, read_answer_held};
 use crate::tls::TlsConfig;
 
-/// `config` of a `trino` source or sink.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+/// `config` of a `trino` source or sink. Its `Debug` leaves out the
+/// password and the token.
+#[derive(Clone, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct TrinoConfig {
     /// `http[s]://host:port` of the coordinator.
@@ -70,6 +71,31 @@ pub struct TrinoConfig {
     pub user_secret_ref: Option<SecretRef>,
     pub password_secret_ref: Option<SecretRef>,
     pub token_secret_ref: Option<SecretRef>,
+}
+
+impl std::fmt::Debug for TrinoConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let hidden = |v: &Option<String>| v.as_ref().map(|_| "<hidden>");
+        f.debug_struct("TrinoConfig")
+            .field("server_url", &self.server_url)
+            .field("catalog", &self.catalog)
+            .field("schema", &self.schema)
+            .field("table", &self.table)
+            .field("query", &self.query)
+            .field("user", &self.user)
+            .field("password", &hidden(&self.password))
+            .field("token", &hidden(&self.token))
+            .field("tls", &self.tls)
+            .field("keycloak", &self.keycloak.as_ref().map(|_| "<hidden>"))
+            .field("poll_interval", &self.poll_interval)
+            .field("batch_size", &self.batch_size)
+            .field("incremental_column", &self.incremental_column)
+            .field("id_column", &self.id_column)
+            .field("auto_create_table", &self.auto_create_table)
+            .field("upsert_mode", &self.upsert_mode)
+            .field("conflict_key", &self.conflict_key)
+            .finish_non_exhaustive()
+    }
 }
 
 impl TrinoConfig {
@@ -185,6 +211,15 @@ const PROBE_ANSWER_BYTES: usize = 64 << 10;
 /// Pause before a request Trino answered 502, 503 or 504 is sent again, as
 /// its protocol asks.
 const BUSY_PAUSE: Duration = Duration::from_millis(100);
+/// Most of the answers read to a statement that returns no rows of data
+/// (DDL, INSERT, MERGE, a `LIMIT 0` for the columns).
+const STATEMENT_ANSWER_BYTES: usize = 1 << 20;
+/// Most rows such a statement may answer (an INSERT's count).
+const STATEMENT_ROWS: usize = 16;
+/// Most columns, and the longest column name, an answer may have: what
+/// any table has, far short of what would take the process's memory.
+const MAX_COLUMNS: usize = 1600;
+const MAX_COLUMN_NAME: usize = 1024;
 /// Longest statement sent: Trino refuses those over `query.max-length`
 /// (1,000,000 characters by default).
 pub const MAX_STATEMENT_BYTES: usize = 512 << 10;
@@ -288,7 +323,8 @@ pub struct Trino {
 struct Page {
     next_uri: Option<String>,
     columns: Option<Vec<PageColumn>>,
-    data: Option<Vec<Vec<Value>>>,
+    /// Parsed apart, within the statement's bounds ([`rows_within`]).
+    data: Option<Box<serde_json::value::RawValue>>,
     error: Option<PageError>,
 }
 
@@ -373,32 +409,45 @@ impl Trino {
     /// `SELECT 1`, which only Trino answers as Trino does: `[[1]]`. A
     /// refused login says so; any other answer is as if none came.
     async fn probe(&self) -> Result<(), ConnectorError> {
-        match self.run_with("SELECT 1", None, PROBE_ANSWER_BYTES).await {
+        match self.run_with("SELECT 1", None, PROBE_ANSWER_BYTES, 1).await {
             Ok((answer, _)) if answer.rows == [[Value::from(1)]] => Ok(()),
             Err(e @ ConnectorError::Config(_)) => Err(e),
             _ => Err(unreachable()),
         }
     }
 
-    /// Runs `sql`, all its pages, and returns what it answered.
+    /// Runs `sql`, a statement that answers at most a few rows (DDL, an
+    /// INSERT, a `LIMIT 0`), all its pages, and returns what it answered.
     pub async fn run(&self, sql: &str) -> Result<Answer, ConnectorError> {
-        self.run_with(sql, None, MAX_ANSWER_BYTES)
+        self.run_with(sql, None, STATEMENT_ANSWER_BYTES, STATEMENT_ROWS)
             .await
             .map(|(answer, _)| answer)
     }
 
-    /// As [`Self::run`], the answer's bytes held of `memory` until the
-    /// [`Held`]s drop: while the rows are read and turned into messages.
-    pub async fn run_held(&self, sql: &str, memory: &Allowance) -> Result<(Answer, Vec<Held>), ConnectorError> {
-        self.run_with(sql, Some(memory), MAX_ANSWER_BYTES).await
+    /// Runs `sql`, a query of at most `max_rows` rows. Its answer is held of
+    /// `memory` until the [`Held`]s drop (while the rows are read and turned
+    /// into messages): its bytes, and what the rows take as objects.
+    pub async fn run_held(
+        &self,
+        sql: &str,
+        memory: &Allowance,
+        max_rows: usize,
+    ) -> Result<(Answer, Vec<Held>), ConnectorError> {
+        let (answer, mut held) = self.run_with(sql, Some(memory), MAX_ANSWER_BYTES, max_rows).await?;
+        // Each object repeats the column names, beside its values' bytes.
+        let per_row: usize = answer.columns.iter().map(|c| c.name.len() + 64).sum();
+        held.push(memory.hold((answer.rows.len() * per_row) as u64)?);
+        Ok((answer, held))
     }
 
-    /// Runs `sql` with at most `cap` bytes of answers, all pages together.
+    /// Runs `sql` with at most `cap` bytes of answers, all pages together,
+    /// and at most `max_rows` rows.
     async fn run_with(
         &self,
         sql: &str,
         memory: Option<&Allowance>,
         cap: usize,
+        max_rows: usize,
     ) -> Result<(Answer, Vec<Held>), ConnectorError> {
         let run = async {
             let response = self.send_retrying(|| self.post(sql)).await?;
@@ -413,9 +462,17 @@ impl Trino {
                     return Err(classify(error));
                 }
                 if let Some(columns) = current.columns {
-                    answer.columns = columns.into_iter().map(|c| Column { name: c.name, ty: c.ty }).collect();
+                    answer.columns = columns_within(columns)?;
                 }
-                answer.rows.extend(current.data.unwrap_or_default());
+                if let Some(data) = current.data {
+                    let width = if answer.columns.is_empty() {
+                        MAX_COLUMNS
+                    } else {
+                        answer.columns.len()
+                    };
+                    let room = max_rows.saturating_sub(answer.rows.len());
+                    answer.rows.extend(rows_within(&data, room, width)?);
+                }
                 let Some(next) = current.next_uri else {
                     cancel.done();
                     break;
@@ -556,6 +613,89 @@ impl Drop for Cancel<'_> {
     }
 }
 
+/// The columns of an answer, if within [`MAX_COLUMNS`] and
+/// [`MAX_COLUMN_NAME`].
+fn columns_within(columns: Vec<PageColumn>) -> Result<Vec<Column>, ConnectorError> {
+    if columns.len() > MAX_COLUMNS || columns.iter().any(|c| c.name.len() > MAX_COLUMN_NAME) {
+        return Err(beyond_bounds());
+    }
+    Ok(columns.into_iter().map(|c| Column { name: c.name, ty: c.ty }).collect())
+}
+
+/// A page's rows, parsed only while there are at most `max_rows` of them,
+/// each of at most `width` values: a server's answer of millions of empty
+/// rows, or of one row of millions of values, stops at the bound instead
+/// of taking the process's memory.
+fn rows_within(
+    data: &serde_json::value::RawValue,
+    max_rows: usize,
+    width: usize,
+) -> Result<Vec<Vec<Value>>, ConnectorError> {
+    use serde::de::{DeserializeSeed, Error as _, SeqAccess, Visitor};
+
+    /// An array of at most `max` items: rows (each bounded by `width`), or
+    /// the values of a row (`width` none).
+    struct Bounded {
+        max: usize,
+        width: Option<usize>,
+    }
+
+    impl<'de> Visitor<'de> for Bounded {
+        type Value = Vec<Value>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("an array within bounds")
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<Value>, A::Error> {
+            let mut items = Vec::new();
+            loop {
+                let item = match self.width {
+                    None => seq.next_element::<Value>()?,
+                    Some(width) => seq
+                        .next_element_seed(Bounded {
+                            max: width,
+                            width: None,
+                        })?
+                        .map(Value::Array),
+                };
+                let Some(item) = item else { return Ok(items) };
+                if items.len() == self.max {
+                    return Err(A::Error::custom("beyond bounds"));
+                }
+                items.push(item);
+            }
+        }
+    }
+
+    impl<'de> DeserializeSeed<'de> for Bounded {
+        type Value = Vec<Value>;
+
+        fn deserialize<D: serde::Deserializer<'de>>(self, deserializer: D) -> Result<Vec<Value>, D::Error> {
+            deserializer.deserialize_seq(self)
+        }
+    }
+
+    let mut parser = serde_json::Deserializer::from_str(data.get());
+    let rows = Bounded {
+        max: max_rows,
+        width: Some(width),
+    }
+    .deserialize(&mut parser)
+    .map_err(|_| beyond_bounds())?;
+    Ok(rows
+        .into_iter()
+        .map(|row| match row {
+            Value::Array(values) => values,
+            _ => Vec::new(),
+        })
+        .collect())
+}
+
+fn beyond_bounds() -> ConnectorError {
+    ConnectorError::Transient("Trino answered more rows or columns than the statement asked for, or wider ones".into())
+}
+
 fn unreachable() -> ConnectorError {
     ConnectorError::Connect("the Trino server cannot be reached or did not answer as Trino".into())
 }
@@ -640,8 +780,9 @@ fn carry(ty: &str) -> Carry {
     let base = ty.split('(').next().unwrap_or(ty).trim();
     match base {
         "json" | "array" | "map" | "row" => Carry::Json,
-        "boolean" | "tinyint" | "smallint" | "integer" | "bigint" | "real" | "double" | "decimal" | "varchar"
-        | "char" => Carry::Text,
+        "boolean" | "tinyint" | "smallint" | "integer" | "bigint" | "real" | "double" | "decimal" | "varchar" => {
+            Carry::Text
+        }
         "varbinary" => Carry::Base64,
         _ => Carry::TextCast,
     }
@@ -775,6 +916,29 @@ mod tests {
              FROM UNNEST(CAST(json_parse('[[\"1\",null,\"it''s\"]]') AS array(row(f0 bigint, f1 varchar, f2 varchar)))) \
              AS x(f0, f1, f2)"
         );
+    }
+
+    #[test]
+    fn rows_are_parsed_only_within_their_bounds() {
+        let raw = |text: &str| serde_json::value::RawValue::from_string(text.to_owned()).unwrap();
+        assert_eq!(
+            rows_within(&raw("[[1,\"a\"],[2,null]]"), 2, 2).unwrap(),
+            vec![
+                vec![Value::from(1), Value::from("a")],
+                vec![Value::from(2), Value::Null]
+            ]
+        );
+        // One row more than asked for, one value more than the columns.
+        assert!(rows_within(&raw("[[1],[2],[3]]"), 2, 1).is_err());
+        assert!(rows_within(&raw("[[1,2]]"), 5, 1).is_err());
+        assert!(rows_within(&raw("{\"not\": \"rows\"}"), 5, 1).is_err());
+        let wide: Vec<PageColumn> = (0..=MAX_COLUMNS)
+            .map(|i| PageColumn {
+                name: format!("c{i}"),
+                ty: "bigint".into(),
+            })
+            .collect();
+        assert!(columns_within(wide).is_err());
     }
 
     #[test]

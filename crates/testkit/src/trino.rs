@@ -17,7 +17,7 @@
 //!
 //! The server is a child of a shell that kills it, and removes its
 //! directory, once the test process is gone: a shared server never
-//! outlives its tests.
+//! outlives its tests. A start that fails fails the tests at once.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -89,8 +89,21 @@ fn jdbc_of_test_database() -> (String, String) {
 impl TrinoServer {
     /// The test binary's one server, started on first use.
     pub fn shared() -> &'static TrinoServer {
-        static SERVER: OnceLock<TrinoServer> = OnceLock::new();
-        SERVER.get_or_init(Self::start)
+        // A start that failed fails every later test at once, with its
+        // reason, instead of starting another server each time.
+        static SERVER: OnceLock<Result<TrinoServer, String>> = OnceLock::new();
+        let started = SERVER.get_or_init(|| {
+            std::panic::catch_unwind(Self::start).map_err(|e| {
+                e.downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_default()
+            })
+        });
+        match started {
+            Ok(server) => server,
+            Err(reason) => panic!("the test binary's Trino did not start: {reason}"),
+        }
     }
 
     fn start() -> Self {
@@ -165,18 +178,23 @@ impl TrinoServer {
             ),
         );
         // The shell kills the server and removes its files once this
-        // process is gone.
-        let script = format!(
-            "JAVA_HOME={java} {launcher} run --etc-dir={root_text}/etc --data-dir={root_text}/data \
-             >{root_text}/server.log 2>&1 & child=$!; \
-             while kill -0 {parent} 2>/dev/null && kill -0 $child 2>/dev/null; do sleep 1; done; \
-             kill -9 $child; wait $child; rm -rf {root_text}",
-            java = java_home().display(),
-            launcher = home.join("bin/launcher").display(),
-            parent = std::process::id(),
-        );
+        // process is gone; a server that exits before leaves a mark (its
+        // log stays for the error). Paths are the shell's arguments, never
+        // parts of its text.
+        let script = "JAVA_HOME=\"$1\" \"$2\" run --etc-dir=\"$3/etc\" --data-dir=\"$3/data\" >\"$3/server.log\" 2>&1 & \
+             child=$!; \
+             while kill -0 \"$4\" 2>/dev/null; do \
+               kill -0 $child 2>/dev/null || touch \"$3/exited\"; sleep 1; \
+             done; \
+             kill -9 $child 2>/dev/null; wait $child; rm -rf \"$3\"";
         let child = Command::new("sh")
-            .args(["-c", &script])
+            .arg("-c")
+            .arg(script)
+            .arg("trino-watchdog")
+            .arg(java_home())
+            .arg(home.join("bin/launcher"))
+            .arg(&root)
+            .arg(std::process::id().to_string())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -206,10 +224,21 @@ impl TrinoServer {
                 return;
             }
             let log = std::fs::read_to_string(root.join("server.log")).unwrap_or_default();
+            let tail: String = log
+                .chars()
+                .rev()
+                .take(4000)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .collect();
+            assert!(
+                !root.join("exited").exists(),
+                "Trino exited at its start; its log ends:\n{tail}"
+            );
             assert!(
                 Instant::now() < deadline,
-                "Trino did not start within 120 s; its log ends:\n{}",
-                &log[log.len().saturating_sub(4000)..]
+                "Trino did not start within 120 s; its log ends:\n{tail}"
             );
             std::thread::sleep(Duration::from_millis(250));
         }

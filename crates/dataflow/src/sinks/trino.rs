@@ -72,15 +72,20 @@ impl super::Open for TrinoSink {
             .columns;
         let raw = columns.iter().any(|c| c.name == "data" && c.ty.starts_with("varchar"));
         let upsert_key = match (config.upsert_mode, &config.conflict_key) {
-            (Some(true), Some(key)) => {
-                let key: Vec<String> = key.split(',').map(|k| k.trim().to_owned()).collect();
-                if let Some(unknown) = key.iter().find(|k| !columns.iter().any(|c| &c.name == *k)) {
-                    return Err(ConnectorError::Config(format!(
-                        "conflictKey {unknown:?} is not a column of {table:?}"
-                    )));
-                }
-                Some(key)
+            (Some(true), _) if raw => {
+                return Err(ConnectorError::Config(format!(
+                    "upsertMode writes message keys into columns: {table:?} takes whole messages (a data varchar column)"
+                )));
             }
+            (Some(true), Some(key)) => Some(
+                key.split(',')
+                    .map(|k| {
+                        column_named(&columns, k.trim()).map(|c| c.name.clone()).ok_or_else(|| {
+                            ConnectorError::Config(format!("conflictKey {:?} is not a column of {table:?}", k.trim()))
+                        })
+                    })
+                    .collect::<Result<Vec<_>, _>>()?,
+            ),
             (Some(true), None) => return Err(ConnectorError::Config("upsertMode needs conflictKey".into())),
             _ => None,
         };
@@ -96,67 +101,93 @@ impl super::Open for TrinoSink {
     }
 }
 
+/// The column `name` names: itself, else one differing in case only (Trino
+/// keeps names in lower case; a message key `userId` fills `userid`).
+fn column_named<'a>(columns: &'a [Column], name: &str) -> Option<&'a Column> {
+    columns
+        .iter()
+        .find(|c| c.name == name)
+        .or_else(|| columns.iter().find(|c| c.name.eq_ignore_ascii_case(name)))
+}
+
+/// `message`'s value for `column`: its key of the same name, else one
+/// differing in case only.
+fn field<'a>(message: &'a Message, column: &Column) -> Option<&'a Value> {
+    let object = message.data.as_object()?;
+    object.get(&column.name).or_else(|| {
+        object
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(&column.name))
+            .map(|(_, v)| v)
+    })
+}
+
+/// Messages that fill the same columns: the columns, and each message's row.
+type Group<'a> = (Vec<&'a Column>, Vec<String>);
+
 impl TrinoSink {
-    /// The columns written and each message's row of [`carried`] values,
-    /// as JSON text.
-    fn rows(&self, messages: &[Message]) -> Result<(Vec<&Column>, Vec<String>), ConnectorError> {
+    /// The batch's messages by the columns they fill, in groups written by
+    /// statements of their own: a column a message has no key for keeps its
+    /// default (or, merged, its value), whatever the rest of the batch has.
+    /// Each group: its columns, and each message's row of [`carried`]
+    /// values as JSON text.
+    fn groups(&self, messages: &[Message]) -> Result<Vec<Group<'_>>, ConnectorError> {
         if self.raw {
             let data = self.columns.iter().filter(|c| c.name == "data").collect();
             let rows = messages
                 .iter()
                 .map(|m| Value::Array(vec![Value::String(m.data.to_string())]).to_string())
                 .collect();
-            return Ok((data, rows));
+            return Ok(vec![(data, rows)]);
         }
-        // Only columns some message has (the key always), so the others
-        // keep their defaults.
-        let present: Vec<&Column> = self
-            .columns
-            .iter()
-            .filter(|c| {
-                self.upsert_key.as_ref().is_some_and(|k| k.contains(&c.name))
-                    || messages.iter().any(|m| m.data.get(c.name.as_str()).is_some())
-            })
-            .collect();
-        if present.is_empty() {
-            return Err(ConnectorError::Data(format!(
-                "no message key matches a column of {}",
-                self.table
-            )));
+        let mut groups: Vec<Group<'_>> = Vec::new();
+        for m in messages {
+            // The key always, so a merge finds its row.
+            let present: Vec<&Column> = self
+                .columns
+                .iter()
+                .filter(|c| self.upsert_key.as_ref().is_some_and(|k| k.contains(&c.name)) || field(m, c).is_some())
+                .collect();
+            if present.is_empty() {
+                return Err(ConnectorError::Data(format!(
+                    "no message key matches a column of {}",
+                    self.table
+                )));
+            }
+            if let Some(column) = present.iter().find(|c| !writable(&c.ty)) {
+                return Err(ConnectorError::Config(format!(
+                    "column {:?} of {}: sless cannot write a {} through Trino (Trino casts no JSON to it)",
+                    column.name, self.table, column.ty
+                )));
+            }
+            let row = Value::Array(present.iter().map(|c| carried(&c.ty, field(m, c))).collect()).to_string();
+            match groups.iter_mut().find(|(columns, _)| *columns == present) {
+                Some((_, rows)) => rows.push(row),
+                None => groups.push((present, vec![row])),
+            }
         }
-        let rows = messages
-            .iter()
-            .map(|m| {
-                let row: Vec<Value> = present
-                    .iter()
-                    .map(|c| carried(&c.ty, m.data.get(c.name.as_str())))
-                    .collect();
-                Value::Array(row).to_string()
-            })
-            .collect();
-        Ok((present, rows))
+        Ok(groups)
     }
 
     /// The last message of each key, in the order of their last appearance:
-    /// MERGE refuses two source rows for one target row.
+    /// MERGE refuses two source rows for one target row. Keys compare as
+    /// they are written (`1` and `"1"` are one key of a bigint column).
     fn last_of_each_key<'a>(
         &self,
         key: &[String],
         messages: &'a [Message],
     ) -> Result<Vec<&'a Message>, ConnectorError> {
+        let key: Vec<&Column> = key.iter().filter_map(|k| column_named(&self.columns, k)).collect();
         let mut last: HashMap<String, usize> = HashMap::new();
         for (i, m) in messages.iter().enumerate() {
-            let values: Vec<&Value> = key
-                .iter()
-                .map(|k| m.data.get(k.as_str()).unwrap_or(&Value::Null))
-                .collect();
-            if values.iter().any(|v| v.is_null()) {
+            let values: Vec<Value> = key.iter().map(|c| carried(&c.ty, field(m, c))).collect();
+            if values.iter().any(Value::is_null) {
                 return Err(ConnectorError::Data(format!(
                     "a message has no value for the conflictKey of {}",
                     self.table
                 )));
             }
-            last.insert(serde_json::to_string(&values).unwrap_or_default(), i);
+            last.insert(Value::Array(values).to_string(), i);
         }
         let mut kept: Vec<usize> = last.into_values().collect();
         kept.sort_unstable();
@@ -208,6 +239,52 @@ fn quoted_len(row: &str) -> usize {
     row.len() + row.matches('\'').count()
 }
 
+impl TrinoSink {
+    /// `rows` into `columns`, in statements that fit Trino's length, in order.
+    async fn write_rows(&self, columns: &[&Column], rows: &[String]) -> Result<(), ConnectorError> {
+        if rows.iter().any(|row| quoted_len(row) + 1 > MAX_STATEMENT_BYTES) {
+            return Err(ConnectorError::Data(format!(
+                "a message is longer than one Trino statement may be ({} KiB)",
+                MAX_STATEMENT_BYTES >> 10
+            )));
+        }
+        let mut start = 0;
+        while start < rows.len() {
+            let (mut end, mut bytes) = (start, 0);
+            while end < rows.len() && end - start < self.rows_per_statement {
+                bytes += quoted_len(&rows[end]) + 1;
+                if bytes > MAX_STATEMENT_BYTES && end > start {
+                    break;
+                }
+                end += 1;
+            }
+            self.server.run(&self.statement(columns, &rows[start..end])).await?;
+            start = end;
+        }
+        Ok(())
+    }
+}
+
+/// Whether Trino can take a value of type `ty` from JSON, as
+/// [`rows_select`] sends it: nested types only of types it casts JSON to.
+fn writable(ty: &str) -> bool {
+    let nested = ["array(", "map(", "row("].iter().any(|p| ty.starts_with(p));
+    let uncastable = [
+        "timestamp",
+        "date",
+        "time",
+        "uuid",
+        "char",
+        "varbinary",
+        "interval",
+        "ipaddress",
+    ];
+    !nested
+        || !ty
+            .split(|c: char| !c.is_ascii_alphanumeric())
+            .any(|word| uncastable.contains(&word))
+}
+
 #[async_trait]
 impl Sink for TrinoSink {
     fn target(&self) -> &str {
@@ -226,26 +303,8 @@ impl Sink for TrinoSink {
             }
             _ => messages,
         };
-        let (columns, rows) = self.rows(messages)?;
-        // Statements that fit Trino's length, in order.
-        if rows.iter().any(|row| quoted_len(row) + 1 > MAX_STATEMENT_BYTES) {
-            return Err(ConnectorError::Data(format!(
-                "a message is longer than one Trino statement may be ({} KiB)",
-                MAX_STATEMENT_BYTES >> 10
-            )));
-        }
-        let mut start = 0;
-        while start < rows.len() {
-            let (mut end, mut bytes) = (start, 0);
-            while end < rows.len() && end - start < self.rows_per_statement {
-                bytes += quoted_len(&rows[end]) + 1;
-                if bytes > MAX_STATEMENT_BYTES && end > start {
-                    break;
-                }
-                end += 1;
-            }
-            self.server.run(&self.statement(&columns, &rows[start..end])).await?;
-            start = end;
+        for (columns, rows) in self.groups(messages)? {
+            self.write_rows(&columns, &rows).await?;
         }
         Ok(())
     }

@@ -5,7 +5,8 @@
 //!
 //! Trino reads the catalog's data as it is when the statement runs: a row
 //! committed later with a position below one already read is not read.
-//! Write rows with increasing positions (an id, an insert time).
+//! Write rows with increasing positions (an id, an insert time). Rows whose
+//! position (or id) is NULL are not read.
 
 use async_trait::async_trait;
 use serde_json::Value;
@@ -58,15 +59,21 @@ impl TrinoSource {
     fn select_after(&self, position: Option<&RowPosition>) -> String {
         let (c, ty) = &self.column;
         let cast = |value: &str, ty: &str| format!("CAST({} AS {ty})", literal(value));
-        let filter = match (position, &self.id) {
-            (None, _) => String::new(),
-            (Some(p), Some((id, id_ty))) if p.id.is_some() => format!(
-                " WHERE q.{c} > {v} OR (q.{c} = {v} AND q.{id} > {i})",
+        // Rows without a position are never read: Trino sorts NULLs last,
+        // and a batch ending on one would have no position to go on from.
+        let mut filter = format!(" WHERE q.{c} IS NOT NULL");
+        if let Some((id, _)) = &self.id {
+            filter.push_str(&format!(" AND q.{id} IS NOT NULL"));
+        }
+        match (position, &self.id) {
+            (None, _) => {}
+            (Some(p), Some((id, id_ty))) if p.id.is_some() => filter.push_str(&format!(
+                " AND (q.{c} > {v} OR (q.{c} = {v} AND q.{id} > {i}))",
                 v = cast(&p.value, ty),
                 i = cast(p.id.as_deref().unwrap_or_default(), id_ty)
-            ),
-            (Some(p), _) => format!(" WHERE q.{c} > {}", cast(&p.value, ty)),
-        };
+            )),
+            (Some(p), _) => filter.push_str(&format!(" AND q.{c} > {}", cast(&p.value, ty))),
+        }
         let order = match &self.id {
             Some((id, _)) => format!("q.{c}, q.{id}"),
             None => format!("q.{c}"),
@@ -80,7 +87,7 @@ impl TrinoSource {
     async fn read_after(&self, position: Option<RowPosition>) -> Result<Vec<(Record, RowPosition)>, ConnectorError> {
         let select = self.select_after(position.as_ref());
         // Held until the rows are records: the answer and its records at once.
-        let (answer, _held) = self.server.run_held(&select, &self.memory).await?;
+        let (answer, _held) = self.server.run_held(&select, &self.memory, self.batch).await?;
         Ok(answer
             .objects()
             .into_iter()

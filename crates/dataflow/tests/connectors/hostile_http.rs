@@ -322,6 +322,22 @@ async fn every_unreachable_endpoint_fails_alike_and_in_the_same_time() {
     }
 }
 
+/// A server that answers far more rows than a statement asked for (the
+/// connect probe asks for one) is cut off at the bound while its answer is
+/// parsed: as if nothing answered as Trino.
+#[tokio::test]
+async fn trino_rows_beyond_what_was_asked_are_not_parsed() {
+    // 40 kB: within the probe's answer cap, 10,000 rows beyond its one.
+    let rows = "[0],".repeat(10_000);
+    let body = format!(
+        "{{\"id\": \"q\", \"columns\": [{{\"name\": \"x\", \"type\": \"integer\"}}], \"data\": [{}[1]]}}",
+        rows
+    );
+    let (port, _) = answering("200 OK", "", &body).await;
+    let e = trino_error(port).await.to_string();
+    assert!(e.contains("did not answer as Trino"), "{e}");
+}
+
 /// Trino names the next page of an answer (`nextUri`) itself: a server
 /// that names another host there (here the denied 127.0.0.2) is refused
 /// before anything is sent to it.

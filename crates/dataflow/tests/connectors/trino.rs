@@ -164,6 +164,28 @@ async fn merge_by_key_keeps_the_last_message_of_a_key_and_a_replay_changes_nothi
         .unwrap();
     let rows: Vec<(i32, String, i64)> = rows.iter().map(|r| (r.get(0), r.get(1), r.get(2))).collect();
     assert_eq!(rows, [(1, "last".into(), 3), (2, "two".into(), 2)]);
+    // A message fills the columns it has keys for, whatever the rest of its
+    // batch has: a merge never sets a column it did not name to NULL. Keys
+    // match columns in any case (Trino keeps names in lower case).
+    sink.write(&[
+        Message::new(json!({"ID": 1, "Name": "renamed"})),
+        Message::new(json!({"id": 4, "n": 40})),
+    ])
+    .await
+    .unwrap();
+    let rows = db
+        .query(&format!("SELECT id, name, n FROM {dst} ORDER BY id"), &[])
+        .await
+        .unwrap();
+    let rows: Vec<(i32, Option<String>, Option<i64>)> = rows.iter().map(|r| (r.get(0), r.get(1), r.get(2))).collect();
+    assert_eq!(
+        rows,
+        [
+            (1, Some("renamed".into()), Some(3)),
+            (2, Some("two".into()), Some(2)),
+            (4, None, Some(40))
+        ]
+    );
     // A message without the key is refused as data, not retried for ever.
     let err = sink
         .write(&[Message::new(json!({"name": "keyless"}))])
@@ -299,6 +321,57 @@ async fn a_long_batch_is_cut_into_statements_and_a_huge_message_refused() {
     let err = sink.write(&[huge]).await.unwrap_err();
     assert!(
         matches!(&err, ConnectorError::Data(m) if m.contains("longer than one Trino statement")),
+        "{err:?}"
+    );
+}
+
+/// Rows whose position is NULL are passed over, not read again and again,
+/// and never stop the source; a char column is written (cast from text);
+/// `upsertMode` on a table of whole messages is refused when it opens.
+#[tokio::test]
+async fn null_positions_char_columns_and_a_merge_into_whole_messages() {
+    let trino = TrinoServer::shared();
+    let table = unique("trino_nulls");
+    trino
+        .query(
+            "memory",
+            &format!("CREATE TABLE {table} (id bigint, code char(3), v varchar)"),
+        )
+        .await;
+    let writer = sink(trino.spec("memory", &table, json!({}))).await.unwrap();
+    writer
+        .write(&[
+            Message::new(json!({"id": 1, "code": "ab", "v": "a"})),
+            Message::new(json!({"code": "xyz", "v": "no id"})),
+            Message::new(json!({"id": 2, "v": "b"})),
+        ])
+        .await
+        .unwrap();
+    let source = registry::connect_source(
+        &spec(trino.spec("memory", &table, json!({"batchSize": 2, "pollInterval": 1}))),
+        &ctx(EgressPolicy::default()),
+    )
+    .await
+    .unwrap();
+    let rows = read_all(source.as_ref(), 2).await;
+    assert_eq!(
+        rows.iter()
+            .map(|r| (r["id"].clone(), r["code"].clone()))
+            .collect::<Vec<_>>(),
+        [(json!(1), json!("ab ")), (json!(2), Value::Null)]
+    );
+    writer.write(&[Message::new(json!({"id": 3, "v": "c"}))]).await.unwrap();
+    assert_eq!(read_all(source.as_ref(), 1).await[0]["id"], 3);
+
+    let whole = unique("trino_whole");
+    trino
+        .query("memory", &format!("CREATE TABLE {whole} (id bigint, data varchar)"))
+        .await;
+    let Err(err) = sink(trino.spec("memory", &whole, json!({"upsertMode": true, "conflictKey": "id"}))).await else {
+        panic!("a merge into whole messages was opened")
+    };
+    assert!(
+        matches!(&err, ConnectorError::Config(m) if m.contains("takes whole messages")),
         "{err:?}"
     );
 }
