@@ -143,11 +143,12 @@ impl TrinoSink {
         let mut groups: Vec<Group<'_>> = Vec::new();
         for m in messages {
             // The key always, so a merge finds its row.
-            let present: Vec<&Column> = self
+            let (present, values): (Vec<&Column>, Vec<Option<&Value>>) = self
                 .columns
                 .iter()
-                .filter(|c| self.upsert_key.as_ref().is_some_and(|k| k.contains(&c.name)) || field(m, c).is_some())
-                .collect();
+                .map(|c| (c, field(m, c)))
+                .filter(|(c, value)| value.is_some() || self.upsert_key.as_ref().is_some_and(|k| k.contains(&c.name)))
+                .unzip();
             if present.is_empty() {
                 return Err(ConnectorError::Data(format!(
                     "no message key matches a column of {}",
@@ -160,7 +161,7 @@ impl TrinoSink {
                     column.name, self.table, column.ty
                 )));
             }
-            let row = Value::Array(present.iter().map(|c| carried(&c.ty, field(m, c))).collect()).to_string();
+            let row = Value::Array(present.iter().zip(values).map(|(c, v)| carried(&c.ty, v)).collect()).to_string();
             match groups.iter_mut().find(|(columns, _)| *columns == present) {
                 Some((_, rows)) => rows.push(row),
                 None => groups.push((present, vec![row])),

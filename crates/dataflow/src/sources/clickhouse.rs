@@ -67,15 +67,6 @@ fn column_type(described: &str, name: &str) -> Result<String, ConnectorError> {
         .ok_or_else(|| ConnectorError::Config(format!("the source has no column {name:?} to read incrementally")))
 }
 
-/// A position value as text: a JSON string as it is, anything else as JSON.
-fn text_of(value: &Value) -> Option<String> {
-    match value {
-        Value::Null => None,
-        Value::String(s) => Some(s.clone()),
-        other => Some(other.to_string()),
-    }
-}
-
 impl ClickHouseSource {
     /// The query for the rows after `position`.
     fn select_after(&self, position: Option<&RowPosition>) -> String {
@@ -108,11 +99,8 @@ impl ClickHouseSource {
             .filter(|line| !line.trim().is_empty())
             .map(|line| {
                 let data: Value = serde_json::from_str(line).map_err(|e| ConnectorError::Data(e.to_string()))?;
-                let position = RowPosition {
-                    value: text_of(&data[&self.column_name]).unwrap_or_default(),
-                    id: self.id.as_ref().and_then(|_| text_of(&data[&self.id_name])),
-                };
-                Ok(position.record(data))
+                let id = self.id.as_ref().map(|_| self.id_name.as_str());
+                Ok(RowPosition::of(&data, &self.column_name, id).record(data))
             })
             .collect()
     }

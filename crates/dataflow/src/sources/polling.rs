@@ -49,6 +49,21 @@ impl RowPosition {
         })
     }
 
+    /// The position of `row`, a JSON object: its `column`'s value, and its
+    /// `id` column's where the position has one (a JSON string as it is,
+    /// any other value as JSON).
+    pub fn of(row: &serde_json::Value, column: &str, id: Option<&str>) -> Self {
+        let text = |name: &str| match &row[name] {
+            serde_json::Value::Null => None,
+            serde_json::Value::String(s) => Some(s.clone()),
+            other => Some(other.to_string()),
+        };
+        Self {
+            value: text(column).unwrap_or_default(),
+            id: id.and_then(text),
+        }
+    }
+
     /// The record of a row read at this position, with the position.
     pub fn record(self, data: serde_json::Value) -> (Record, Self) {
         let record = Record {

@@ -36,15 +36,6 @@ pub struct TrinoSource {
     memory: crate::budget::Allowance,
 }
 
-/// A position value as text: a JSON string as it is, anything else as JSON.
-fn text_of(value: &Value) -> Option<String> {
-    match value {
-        Value::Null => None,
-        Value::String(s) => Some(s.clone()),
-        other => Some(other.to_string()),
-    }
-}
-
 /// `name` among `columns`: quoted, with its type.
 fn typed(columns: &[Column], name: &str) -> Result<(String, String), ConnectorError> {
     columns
@@ -92,11 +83,9 @@ impl TrinoSource {
             .objects()
             .into_iter()
             .map(|row| {
-                let position = RowPosition {
-                    value: row.get(&self.column_name).and_then(text_of).unwrap_or_default(),
-                    id: self.id.as_ref().and_then(|_| row.get(&self.id_name).and_then(text_of)),
-                };
-                position.record(Value::Object(row))
+                let row = Value::Object(row);
+                let id = self.id.as_ref().map(|_| self.id_name.as_str());
+                RowPosition::of(&row, &self.column_name, id).record(row)
             })
             .collect())
     }
