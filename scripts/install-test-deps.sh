@@ -152,6 +152,30 @@ if [ ! -x "${SLESS_TRINO_JAVA_HOME:-/usr/lib/jvm/temurin-25-jdk-amd64}/bin/java"
     "/usr/lib/jvm/temurin-25-jdk-amd64 or SLESS_TRINO_JAVA_HOME: the Trino tests will fail" >&2
 fi
 
+# Nessie, the Iceberg REST catalog the nessie connector is tested against
+# (crates/testkit/src/nessie.rs), with moto's S3 server as its object store.
+# 0.99.0 is the newest nessie-quarkus runner Maven Central serves here; it
+# needs Java 21 or newer, so it runs on the Temurin 25 JDK as Trino does.
+NESSIE_VERSION=0.99.0
+NESSIE_HOME=${SLESS_CACHE:-$HOME/.cache/sless}/nessie-$NESSIE_VERSION
+if [ ! -e "$NESSIE_HOME/.complete" ]; then
+  if ! command -v mvn >/dev/null; then
+    log "installing Maven"
+    apt_install maven
+  fi
+  log "fetching Nessie $NESSIE_VERSION"
+  fetch=$(mktemp -d)
+  trap 'rm -rf "$fetch"' EXIT
+  mvn -B -q dependency:copy \
+    -Dartifact="org.projectnessie.nessie:nessie-quarkus:$NESSIE_VERSION:jar:runner" \
+    -DoutputDirectory="$fetch" -Dmaven.repo.local="$fetch/m2"
+  rm -rf "$NESSIE_HOME" && mkdir -p "$NESSIE_HOME"
+  mv "$fetch/nessie-quarkus-$NESSIE_VERSION-runner.jar" "$NESSIE_HOME/nessie-quarkus-runner.jar"
+  rm -rf "$fetch"
+  trap - EXIT
+  touch "$NESSIE_HOME/.complete"
+fi
+
 # Python clients for the end-to-end tests: boto3, awscli v1, moto (reference SQS).
 if ! python3 -m pip --version >/dev/null 2>&1; then
   log "installing pip"

@@ -11,14 +11,20 @@ pub mod component;
 pub mod condition;
 pub mod context;
 pub mod egress;
+#[cfg(feature = "nessie")]
+pub mod iceberg_rows;
 #[cfg(feature = "kafka")]
 pub mod kafka_client;
 pub mod message;
 pub mod metrics;
+#[cfg(feature = "nessie")]
+pub mod nessie_client;
 pub mod path;
 pub mod pipeline;
 pub mod processor;
 pub mod registry;
+#[cfg(feature = "nessie")]
+pub mod s3;
 pub mod sinks;
 pub mod sources;
 mod sql;

@@ -45,6 +45,8 @@ pub static SOURCES: &[sources::Descriptor] = &[
     sources::Descriptor::of::<sources::sqs::SqsSource>(),
     #[cfg(feature = "trino")]
     sources::Descriptor::of::<sources::trino::TrinoSource>(),
+    #[cfg(feature = "nessie")]
+    sources::Descriptor::of::<sources::nessie::NessieSource>(),
 ];
 
 /// Sinks, by type.
@@ -56,11 +58,9 @@ pub static SINKS: &[sinks::Descriptor] = &[
     sinks::Descriptor::of::<sinks::sqs::SqsSink>(),
     #[cfg(feature = "trino")]
     sinks::Descriptor::of::<sinks::trino::TrinoSink>(),
+    #[cfg(feature = "nessie")]
+    sinks::Descriptor::of::<sinks::nessie::NessieSink>(),
 ];
-
-/// Connector types of the upstream design that sless does not run yet: a
-/// spec naming one is told so rather than that the type is unknown.
-pub const NOT_YET_SUPPORTED: &[&str] = &["nessie"];
 
 /// Connector types this build leaves out (cargo features of this crate): a
 /// spec naming one is told so.
@@ -69,6 +69,8 @@ pub const NOT_BUILT_IN: &[&str] = &[
     "kafka",
     #[cfg(not(feature = "trino"))]
     "trino",
+    #[cfg(not(feature = "nessie"))]
+    "nessie",
 ];
 
 /// The component registry, as the model asks for it.
@@ -96,15 +98,6 @@ impl Components for Registry {
                     format!(
                         "connector type {:?} is not built into this sless (cargo feature {:?}); built in: {}",
                         spec.kind,
-                        spec.kind,
-                        kinds.join(", ")
-                    ),
-                )
-            } else if NOT_YET_SUPPORTED.contains(&spec.kind.as_str()) {
-                FieldError::invalid(
-                    type_path,
-                    format!(
-                        "connector type {:?} is not supported yet; supported types: {}",
                         spec.kind,
                         kinds.join(", ")
                     ),
@@ -300,18 +293,19 @@ mod tests {
         assert_eq!(spec.channel_buffer_size, 100);
     }
 
-    /// A build without the `kafka` and `trino` features refuses both types
-    /// by name (scripts/test.sh runs this in such a build).
-    #[cfg(not(any(feature = "kafka", feature = "trino")))]
+    /// A build without the `kafka`, `trino` and `nessie` features refuses
+    /// those types by name (scripts/test.sh runs this in such a build).
+    #[cfg(not(any(feature = "kafka", feature = "trino", feature = "nessie")))]
     #[test]
     fn types_left_out_of_the_build_are_refused_as_not_built_in() {
         let err = request(json!({
             "source": {"type": "kafka", "config": {"brokers": ["k:9092"], "topic": "t"}},
-            "sink": {"type": "trino", "config": {"serverURL": "https://t", "catalog": "c", "schema": "s", "table": "t"}}
+            "sink": {"type": "trino", "config": {"serverURL": "https://t", "catalog": "c", "schema": "s", "table": "t"}},
+            "errors": {"type": "nessie", "config": {"nessieUrl": "https://n", "namespace": "n", "table": "t"}}
         }))
         .into_spec(&Registry)
         .unwrap_err();
-        assert_eq!(fields_of(err.clone()), ["source.type", "sink.type"]);
+        assert_eq!(fields_of(err.clone()), ["source.type", "sink.type", "errors.type"]);
         for e in &err.0 {
             assert!(
                 e.message.contains("is not built into this sless (cargo feature"),
@@ -330,16 +324,15 @@ mod tests {
     }
 
     #[test]
-    fn unknown_missing_and_unsupported_types() {
+    fn unknown_and_missing_types() {
         let err = request(json!({
             "source": {"type": "mysql", "config": {}},
-            "sink": {"config": {}},
-            "errors": {"type": "nessie", "config": {}}
+            "sink": {"config": {}}
         }))
         .into_spec(&Registry)
         .unwrap_err();
-        assert_eq!(fields_of(err.clone()), ["source.type", "sink.type", "errors.type"]);
-        assert!(err.0[2].message.contains("not supported yet"), "{}", err.0[2].message);
+        assert_eq!(fields_of(err.clone()), ["source.type", "sink.type"]);
+        assert!(err.0[0].message.contains("mysql"), "{}", err.0[0].message);
     }
 
     #[test]

@@ -253,7 +253,7 @@ mod tests {
         let response = answer(
             "UPDATE",
             json!({
-                "source": {"type": "nessie", "config": {}},
+                "source": {"type": "mysql", "config": {}},
                 "sink": {"type": "postgresql", "config": {"table": "t"}},
                 "transformations": [{"type": "explode"}]
             }),
@@ -277,7 +277,7 @@ mod tests {
             .collect();
         assert!(causes.contains(&"spec.source.type"), "{causes:?}");
         assert!(causes.contains(&"spec.transformations[0].type"), "{causes:?}");
-        assert!(message.contains("not supported yet"), "{message}");
+        assert!(message.contains("\"mysql\""), "{message}");
     }
 
     #[test]

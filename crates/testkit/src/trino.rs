@@ -15,12 +15,11 @@
 //! Catalogs: `memory` (tables in the server's memory) and `postgresql` (the
 //! test database, `SLESS_TEST_PG`, with MERGE enabled).
 //!
-//! The server is a child of a shell that kills it, and removes its
-//! directory, once the test process is gone: a shared server never
-//! outlives its tests. A start that fails fails the tests at once.
+//! The server is [`Watched`]: it never outlives its tests. A start that
+//! fails fails the tests at once. Tests that read Iceberg tables add the
+//! `iceberg` catalog of a Nessie server ([`TrinoServer::add_iceberg`]).
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -29,7 +28,7 @@ use hmac::{Hmac, Mac};
 use serde_json::{Value, json};
 use sha2::Sha256;
 
-use crate::TempDir;
+use crate::server::{Watched, ask, cache_dir, java_home, shared};
 use crate::tls::Ca;
 
 pub const VERSION: &str = "476";
@@ -37,8 +36,7 @@ pub const USER: &str = "sless";
 pub const PASSWORD: &str = "trino-secret-7";
 
 pub struct TrinoServer {
-    _child: Child,
-    _dir: TempDir,
+    _process: Watched,
     /// `http://127.0.0.1:PORT`: no login.
     pub http_url: String,
     /// `https://localhost:PORT`: a password or a bearer token.
@@ -53,18 +51,7 @@ pub struct TrinoServer {
 pub fn home() -> PathBuf {
     std::env::var_os("SLESS_TRINO_HOME")
         .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            let cache = std::env::var_os("SLESS_CACHE")
-                .map(PathBuf::from)
-                .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/sless"));
-            cache.join(format!("trino-{VERSION}"))
-        })
-}
-
-fn java_home() -> PathBuf {
-    std::env::var_os("SLESS_TRINO_JAVA_HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/usr/lib/jvm/temurin-25-jdk-amd64"))
+        .unwrap_or_else(|| cache_dir().join(format!("trino-{VERSION}")))
 }
 
 /// The test database as Trino's JDBC connector names it: (URL, user).
@@ -86,24 +73,77 @@ fn jdbc_of_test_database() -> (String, String) {
     )
 }
 
+/// Trino's `etc/` in `root`: node, JVM and server settings (plain HTTP on
+/// `http_port`; HTTPS with `tls_pem`, passwords and HS256 JWTs on
+/// `https_port`), and the static catalogs. Catalogs are dynamic too
+/// (`CREATE CATALOG`).
+fn write_etc(root: &std::path::Path, http_port: u16, https_port: u16, tls_pem: &str, jwt_key: &[u8]) {
+    let hash = bcrypt::hash_with_result(PASSWORD, 8)
+        .unwrap()
+        .format_for_version(bcrypt::Version::TwoY);
+    let (jdbc, pg_user) = jdbc_of_test_database();
+    let etc = root.join("etc");
+    std::fs::create_dir_all(etc.join("catalog")).unwrap();
+    let write = |name: &str, text: String| std::fs::write(etc.join(name), text).unwrap();
+    std::fs::write(root.join("tls.pem"), tls_pem).unwrap();
+    std::fs::write(
+        root.join("jwt.key"),
+        base64::engine::general_purpose::STANDARD.encode(jwt_key),
+    )
+    .unwrap();
+    std::fs::write(root.join("password.db"), format!("{USER}:{hash}\n")).unwrap();
+    let root_text = root.display();
+    write(
+        "node.properties",
+        format!(
+            "node.environment=test\nnode.id=sless-test\nnode.data-dir={root_text}/data\n\
+             node.internal-address=127.0.0.1\nnode.bind-ip=127.0.0.1\n"
+        ),
+    );
+    write(
+        "jvm.config",
+        "-server\n-Xmx1G\n-XX:+UseG1GC\n-XX:+ExitOnOutOfMemoryError\n-Djdk.attach.allowAttachSelf=true\n\
+         -XX:+EnableDynamicAgentLoading\n-Dfile.encoding=UTF-8\n"
+            .into(),
+    );
+    write(
+        "config.properties",
+        format!(
+            "coordinator=true\nnode-scheduler.include-coordinator=true\n\
+             http-server.http.port={http_port}\ndiscovery.uri=http://127.0.0.1:{http_port}\n\
+             query.max-memory=512MB\nquery.max-memory-per-node=256MB\n\
+             catalog.management=dynamic\n\
+             http-server.https.enabled=true\nhttp-server.https.port={https_port}\n\
+             http-server.https.keystore.path={root_text}/tls.pem\n\
+             http-server.authentication.type=PASSWORD,JWT\n\
+             http-server.authentication.allow-insecure-over-http=true\n\
+             http-server.authentication.jwt.key-file={root_text}/jwt.key\n\
+             internal-communication.shared-secret={}\n",
+            base64::engine::general_purpose::STANDARD.encode(rand::random::<[u8; 32]>())
+        ),
+    );
+    write(
+        "password-authenticator.properties",
+        format!("password-authenticator.name=file\nfile.password-file={root_text}/password.db\n"),
+    );
+    write(
+        "catalog/memory.properties",
+        "connector.name=memory\nmemory.max-data-per-node=128MB\n".into(),
+    );
+    write(
+        "catalog/postgresql.properties",
+        format!(
+            "connector.name=postgresql\nconnection-url={jdbc}\nconnection-user={pg_user}\n\
+             merge.non-transactional-merge.enabled=true\n"
+        ),
+    );
+}
+
 impl TrinoServer {
     /// The test binary's one server, started on first use.
     pub fn shared() -> &'static TrinoServer {
-        // A start that failed fails every later test at once, with its
-        // reason, instead of starting another server each time.
         static SERVER: OnceLock<Result<TrinoServer, String>> = OnceLock::new();
-        let started = SERVER.get_or_init(|| {
-            std::panic::catch_unwind(Self::start).map_err(|e| {
-                e.downcast_ref::<String>()
-                    .cloned()
-                    .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
-                    .unwrap_or_default()
-            })
-        });
-        match started {
-            Ok(server) => server,
-            Err(reason) => panic!("the test binary's Trino did not start: {reason}"),
-        }
+        shared(&SERVER, "Trino", Self::start)
     }
 
     fn start() -> Self {
@@ -113,96 +153,23 @@ impl TrinoServer {
             "no Trino server at {}: run scripts/install-test-deps.sh",
             home.display()
         );
-        let dir = TempDir::new("trino");
-        let root = dir.0.clone();
         let (http_port, https_port) = (crate::free_port(), crate::free_port());
         let ca = Ca::new("sless test CA (trino)");
         let (cert, key) = ca.issue(&["localhost"], &[]);
         let jwt_key: Vec<u8> = (0..32).map(|_| rand::random::<u8>()).collect();
-        let hash = bcrypt::hash_with_result(PASSWORD, 8)
-            .unwrap()
-            .format_for_version(bcrypt::Version::TwoY);
-        let (jdbc, pg_user) = jdbc_of_test_database();
-        let etc = root.join("etc");
-        std::fs::create_dir_all(etc.join("catalog")).unwrap();
-        let write = |name: &str, text: String| std::fs::write(etc.join(name), text).unwrap();
-        std::fs::write(root.join("tls.pem"), format!("{cert}{key}")).unwrap();
-        std::fs::write(
-            root.join("jwt.key"),
-            base64::engine::general_purpose::STANDARD.encode(&jwt_key),
-        )
-        .unwrap();
-        std::fs::write(root.join("password.db"), format!("{USER}:{hash}\n")).unwrap();
-        let root_text = root.display();
-        write(
-            "node.properties",
-            format!(
-                "node.environment=test\nnode.id=sless-test\nnode.data-dir={root_text}/data\n\
-                 node.internal-address=127.0.0.1\nnode.bind-ip=127.0.0.1\n"
-            ),
+        let java = java_home();
+        let process = Watched::start(
+            "trino",
+            &home.join("bin/launcher"),
+            &["run", "--etc-dir=etc", "--data-dir=data"],
+            &[("JAVA_HOME", &java)],
+            |root| write_etc(root, http_port, https_port, &format!("{cert}{key}"), &jwt_key),
         );
-        write(
-            "jvm.config",
-            "-server\n-Xmx1G\n-XX:+UseG1GC\n-XX:+ExitOnOutOfMemoryError\n-Djdk.attach.allowAttachSelf=true\n\
-             -XX:+EnableDynamicAgentLoading\n-Dfile.encoding=UTF-8\n"
-                .into(),
-        );
-        write(
-            "config.properties",
-            format!(
-                "coordinator=true\nnode-scheduler.include-coordinator=true\n\
-                 http-server.http.port={http_port}\ndiscovery.uri=http://127.0.0.1:{http_port}\n\
-                 query.max-memory=512MB\nquery.max-memory-per-node=256MB\n\
-                 http-server.https.enabled=true\nhttp-server.https.port={https_port}\n\
-                 http-server.https.keystore.path={root_text}/tls.pem\n\
-                 http-server.authentication.type=PASSWORD,JWT\n\
-                 http-server.authentication.allow-insecure-over-http=true\n\
-                 http-server.authentication.jwt.key-file={root_text}/jwt.key\n\
-                 internal-communication.shared-secret={}\n",
-                base64::engine::general_purpose::STANDARD.encode(rand::random::<[u8; 32]>())
-            ),
-        );
-        write(
-            "password-authenticator.properties",
-            format!("password-authenticator.name=file\nfile.password-file={root_text}/password.db\n"),
-        );
-        write(
-            "catalog/memory.properties",
-            "connector.name=memory\nmemory.max-data-per-node=128MB\n".into(),
-        );
-        write(
-            "catalog/postgresql.properties",
-            format!(
-                "connector.name=postgresql\nconnection-url={jdbc}\nconnection-user={pg_user}\n\
-                 merge.non-transactional-merge.enabled=true\n"
-            ),
-        );
-        // The shell kills the server and removes its files once this
-        // process is gone; a server that exits before leaves a mark (its
-        // log stays for the error). Paths are the shell's arguments, never
-        // parts of its text.
-        let script = "JAVA_HOME=\"$1\" \"$2\" run --etc-dir=\"$3/etc\" --data-dir=\"$3/data\" >\"$3/server.log\" 2>&1 & \
-             child=$!; \
-             while kill -0 \"$4\" 2>/dev/null; do \
-               kill -0 $child 2>/dev/null || touch \"$3/exited\"; sleep 1; \
-             done; \
-             kill -9 $child 2>/dev/null; wait $child; rm -rf \"$3\"";
-        let child = Command::new("sh")
-            .arg("-c")
-            .arg(script)
-            .arg("trino-watchdog")
-            .arg(java_home())
-            .arg(home.join("bin/launcher"))
-            .arg(&root)
-            .arg(std::process::id().to_string())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let server = Self {
-            _child: child,
-            _dir: dir,
+        process.wait_until(Duration::from_secs(120), || {
+            ask(http_port, "GET /v1/info HTTP/1.1").is_some_and(|a| a.contains("\"starting\":false"))
+        });
+        Self {
+            _process: process,
             http_url: format!("http://127.0.0.1:{http_port}"),
             https_url: format!("https://localhost:{https_port}"),
             ca,
@@ -210,37 +177,6 @@ impl TrinoServer {
             // Tests share the server from runtimes of their own: a pooled
             // connection of one test's runtime is dead in the next.
             http: reqwest::Client::builder().pool_max_idle_per_host(0).build().unwrap(),
-        };
-        server.wait_started(&root);
-        server
-    }
-
-    /// Until `/v1/info` says the server has started.
-    fn wait_started(&self, root: &std::path::Path) {
-        let deadline = Instant::now() + Duration::from_secs(120);
-        let port: u16 = self.http_url.rsplit(':').next().unwrap().parse().unwrap();
-        loop {
-            if info_says_started(port) {
-                return;
-            }
-            let log = std::fs::read_to_string(root.join("server.log")).unwrap_or_default();
-            let tail: String = log
-                .chars()
-                .rev()
-                .take(4000)
-                .collect::<Vec<_>>()
-                .into_iter()
-                .rev()
-                .collect();
-            assert!(
-                !root.join("exited").exists(),
-                "Trino exited at its start; its log ends:\n{tail}"
-            );
-            assert!(
-                Instant::now() < deadline,
-                "Trino did not start within 120 s; its log ends:\n{tail}"
-            );
-            std::thread::sleep(Duration::from_millis(250));
         }
     }
 
@@ -284,6 +220,37 @@ impl TrinoServer {
         }
     }
 
+    /// Adds catalog `iceberg`, the tables of `nessie`'s branch `main`
+    /// through its Iceberg REST API and S3 store (once per server): Trino is
+    /// the tests' independent reader and second writer of Iceberg tables.
+    pub async fn add_iceberg(&self, nessie: &crate::nessie::NessieServer) {
+        static ADDED: tokio::sync::Mutex<bool> = tokio::sync::Mutex::const_new(false);
+        let mut added = ADDED.lock().await;
+        if !*added {
+            let properties = [
+                ("iceberg.catalog.type", "rest".to_owned()),
+                ("iceberg.rest-catalog.uri", format!("{}/main", nessie.iceberg_url)),
+                ("iceberg.rest-catalog.warehouse", crate::nessie::WAREHOUSE.to_owned()),
+                ("fs.native-s3.enabled", "true".to_owned()),
+                ("s3.endpoint", nessie.s3_endpoint.clone()),
+                ("s3.path-style-access", "true".to_owned()),
+                ("s3.region", crate::nessie::S3_REGION.to_owned()),
+                ("s3.aws-access-key", crate::nessie::S3_KEY.to_owned()),
+                ("s3.aws-secret-key", crate::nessie::S3_SECRET.to_owned()),
+            ]
+            .iter()
+            .map(|(k, v)| format!("\"{k}\" = '{v}'"))
+            .collect::<Vec<_>>()
+            .join(", ");
+            self.query(
+                "memory",
+                &format!("CREATE CATALOG iceberg USING iceberg WITH ({properties})"),
+            )
+            .await;
+            *added = true;
+        }
+    }
+
     /// The one number `sql` answers.
     pub async fn count(&self, catalog: &str, sql: &str) -> i64 {
         self.query(catalog, sql).await[0][0].as_i64().unwrap()
@@ -313,19 +280,4 @@ impl TrinoServer {
             .extend(extra.as_object().unwrap().clone());
         json!({"type": "trino", "config": config})
     }
-}
-
-/// Whether `GET /v1/info` answers `"starting":false`, asked over a plain
-/// socket: the caller may be inside a test's runtime, which cannot block.
-fn info_says_started(port: u16) -> bool {
-    use std::io::{Read, Write};
-    let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
-        return false;
-    };
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
-    let request = "GET /v1/info HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
-    let mut answer = String::new();
-    stream.write_all(request.as_bytes()).is_ok()
-        && stream.read_to_string(&mut answer).is_ok()
-        && answer.contains("\"starting\":false")
 }

@@ -309,7 +309,7 @@ async fn bad_input_gets_4xx_json_and_creates_nothing() {
         ),
         (
             json!({"name": "d", "source": pg_dataflow("x")["source"], "sink": {"type": "nessie", "config": {}}}),
-            "sink.type",
+            "sink.config.nessieUrl",
         ),
         (
             json!({"name": "d", "source": pg_dataflow("x")["source"],
@@ -364,15 +364,21 @@ async fn bad_input_gets_4xx_json_and_creates_nothing() {
         assert_eq!(err["error"]["field"], field, "{body}");
         assert!(!err["error"]["message"].as_str().unwrap().is_empty());
     }
+    // A token is never sent in the clear.
     let (status, err) = a
         .post(
             "/api/v1/dataflows",
-            json!({"name": "d", "source": {"type": "nessie", "config": {}}, "sink": pg_dataflow("x")["sink"]}),
+            json!({"name": "d", "sink": pg_dataflow("x")["sink"], "source": {"type": "nessie", "config":
+                {"nessieUrl": "http://nessie:19120", "namespace": "n", "table": "t", "token": "secret"}}}),
         )
         .await;
-    assert_eq!(status, 422);
+    assert_eq!(
+        (status, &err["error"]["field"]),
+        (422, &json!("source.config.nessieUrl")),
+        "{err}"
+    );
     assert!(
-        err["error"]["message"].as_str().unwrap().contains("not supported yet"),
+        err["error"]["message"].as_str().unwrap().contains("only over https://"),
         "{err}"
     );
 

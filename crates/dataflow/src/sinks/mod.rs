@@ -3,6 +3,8 @@
 pub mod clickhouse;
 #[cfg(feature = "kafka")]
 pub mod kafka;
+#[cfg(feature = "nessie")]
+pub mod nessie;
 pub mod postgres;
 pub mod sqs;
 #[cfg(feature = "trino")]

@@ -4,6 +4,8 @@
 pub mod clickhouse;
 #[cfg(feature = "kafka")]
 pub mod kafka;
+#[cfg(feature = "nessie")]
+pub mod nessie;
 mod polling;
 pub mod postgres;
 pub mod postgres_cdc;

@@ -5,5 +5,6 @@
 //! One binary, linking the dataflow crate alone.
 
 mod hostile_http;
+mod nessie;
 mod postgres;
 mod trino;

@@ -196,13 +196,13 @@ mod tests {
         assert!(spec.checkpoint_persistence);
         assert_eq!(spec.channel_buffer_size, 100);
         let bad: DataFlowCrdSpec = serde_json::from_value(json!({
-            "source": {"type": "nessie", "config": {}},
+            "source": {"type": "mysql", "config": {}},
             "sink": {"type": "postgresql", "config": {"table": "t"}}
         }))
         .unwrap();
         let errors = bad.to_spec().unwrap_err().to_string();
         assert!(errors.contains("source.type"), "{errors}");
-        assert!(errors.contains("not supported yet"), "{errors}");
+        assert!(errors.contains("mysql"), "{errors}");
         assert!(errors.contains("sink.config.connectionString"), "{errors}");
     }
 }

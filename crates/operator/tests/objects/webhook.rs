@@ -78,14 +78,14 @@ async fn reviews_are_answered_over_https() {
         (&json!(true), &json!("e911857d-c318-11e8-bbad-025000000001"))
     );
     let denied = ask(json!({
-        "source": {"type": "nessie", "config": {}},
+        "source": {"type": "nessie", "config": {"nessieUrl": "http://nessie:19120/api/v2", "namespace": "n"}},
         "sink": {"type": "kafka", "config": {"brokers": ["k:9092"]}}
     }))
     .await;
     assert_eq!(denied["allowed"], false);
     let message = denied["status"]["message"].as_str().unwrap();
     assert!(
-        message.contains("source.type") && message.contains("sink.config.topic"),
+        message.contains("source.config.table") && message.contains("sink.config.topic"),
         "{message}"
     );
 

@@ -51,7 +51,7 @@ pub(super) fn unreserved(b: u8) -> bool {
 }
 
 /// RFC 3986 unreserved characters stay; everything else is %XX.
-pub(super) fn uri_encode(input: &[u8], keep_slash: bool) -> String {
+pub fn uri_encode(input: &[u8], keep_slash: bool) -> String {
     const DIGITS: &[u8; 16] = b"0123456789ABCDEF";
     let mut out = String::with_capacity(input.len());
     for &b in input {

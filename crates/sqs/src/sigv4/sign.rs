@@ -10,6 +10,13 @@ use super::canonical::{ALGORITHM, Authorization, Request, amz_date, hmac, payloa
 /// value for `access_key`/`secret`, signing every header of `request` (which
 /// must include `host` and `x-amz-date`). Used by load tools and tests.
 pub fn sign(request: &Request<'_>, access_key: &str, secret: &str, region: &str) -> Option<String> {
+    sign_for(request, access_key, secret, region, "sqs")
+}
+
+/// [`sign`] for AWS service `service` (`"s3"` for the Nessie connector's
+/// object store). The request's `path` is as the service names the
+/// resource, unencoded: the canonical form encodes it once, as S3 wants.
+pub fn sign_for(request: &Request<'_>, access_key: &str, secret: &str, region: &str, service: &str) -> Option<String> {
     let amz_date = request.headers.get("x-amz-date")?.to_str().ok()?;
     let mut signed_headers: Vec<String> = request.headers.keys().map(|k| k.as_str().to_owned()).collect();
     signed_headers.sort();
@@ -18,7 +25,7 @@ pub fn sign(request: &Request<'_>, access_key: &str, secret: &str, region: &str)
         access_key: access_key.to_owned(),
         date: amz_date.get(..8)?.to_owned(),
         region: region.to_owned(),
-        service: "sqs".to_owned(),
+        service: service.to_owned(),
         signed_headers,
         signature: String::new(),
     };
