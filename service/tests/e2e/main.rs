@@ -13,6 +13,7 @@ mod dataflow_avro;
 mod dataflow_cdc;
 mod dataflow_clickhouse;
 mod dataflow_kafka;
+mod dataflow_nessie;
 mod dataflow_pg;
 mod dataflow_sqs;
 mod dataflow_trino;
