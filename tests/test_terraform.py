@@ -11,6 +11,7 @@ import pytest
 
 from conftest import REGION, TOKENS, sqs_client
 from tests.terraform_cli import QUEUE, TERRAFORM, Terraform
+from tests.nessie_server import NessieServer
 from tests.trino_server import TrinoServer
 
 
@@ -242,6 +243,72 @@ def test_a_dataflow_into_trino_from_terraform(tf, trino):
     assert tf.plan_exit().returncode == 0
     tf.run("destroy", "-auto-approve")
     assert tf.sless.rest("a", "GET", "/dataflows/orders-to-trino").status_code == 404
+
+
+@pytest.fixture(scope="module")
+def nessie():
+    server = NessieServer()
+    yield server
+    server.stop()
+
+
+NESSIE_DATAFLOW = """
+resource "sless_dataflow" "to_nessie" {
+  name   = "orders-to-nessie"
+  source = {
+    type   = "postgresql"
+    config = jsonencode({ connectionString = "postgres://postgres@127.0.0.1/test", table = "orders", pollInterval = 1 })
+  }
+  sink = {
+    type   = "nessie"
+    config = jsonencode({
+      nessieUrl          = "%s"
+      namespace          = "tf"
+      table              = "orders"
+      autoCreateTable    = true
+      awsRegion          = "us-east-1"
+      awsAccessKeyID     = "testing"
+      awsSecretAccessKey = "testing"
+    })
+  }
+}
+output "phase" { value = sless_dataflow.to_nessie.phase }
+"""
+
+
+def test_a_dataflow_into_nessie_from_terraform(tf, trino, nessie):
+    """A Nessie sink ordered with `terraform apply` against a real Nessie:
+    the namespace and table are made, the rows arrive as Trino's Iceberg
+    connector reads them, the flow's exactly-once position is a table
+    property, a second plan is empty, destroy removes the flow and the
+    property."""
+    trino.add_iceberg(nessie)
+    psql("INSERT INTO orders (card) SELECT 'card ' || g FROM generate_series(1, 5) g")
+    want = int(subprocess.run(["psql", os.environ.get("SLESS_TEST_PG", "postgres://postgres@127.0.0.1/test"),
+                               "-Atc", "SELECT count(*) FROM orders"],
+                              check=True, capture_output=True, text=True).stdout)
+    tf.write(NESSIE_DATAFLOW % nessie.api_url)
+    tf.apply()
+    assert tf.outputs()["phase"]["value"] == "Running"
+    deadline = time.time() + 30
+    while True:
+        got = trino.query("SELECT count(*) FROM iceberg.tf.orders")[0][0] if trino.query(
+            "SHOW TABLES FROM iceberg.tf LIKE 'orders'") else 0
+        if got == want or time.time() > deadline:
+            break
+        time.sleep(0.5)
+    assert got == want, f"{got} of {want} rows in the Iceberg table"
+    doc = json.loads(trino.query("SELECT data FROM iceberg.tf.orders LIMIT 1")[0][0])
+    assert set(doc) == {"id", "card"}, doc
+    positions = "SELECT count(*) FROM iceberg.tf.\"orders$properties\" WHERE key LIKE 'sless.position.%'"
+    assert trino.query(positions) == [[1]]
+    assert tf.plan_exit().returncode == 0
+    tf.run("destroy", "-auto-approve")
+    assert tf.sless.rest("a", "GET", "/dataflows/orders-to-nessie").status_code == 404
+    deadline = time.time() + 30
+    while trino.query(positions) != [[0]] and time.time() < deadline:
+        time.sleep(0.5)
+    assert trino.query(positions) == [[0]], "the deleted flow's position is removed from the table"
 
 
 def test_queue_service_data_source(tf, tenant_b):

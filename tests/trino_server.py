@@ -46,7 +46,8 @@ class TrinoServer:
             "-XX:+EnableDynamicAgentLoading\n-Dfile.encoding=UTF-8\n")
         (etc / "config.properties").write_text(
             f"coordinator=true\nnode-scheduler.include-coordinator=true\nhttp-server.http.port={port}\n"
-            f"discovery.uri=http://127.0.0.1:{port}\nquery.max-memory=512MB\nquery.max-memory-per-node=256MB\n")
+            f"discovery.uri=http://127.0.0.1:{port}\nquery.max-memory=512MB\nquery.max-memory-per-node=256MB\n"
+            "catalog.management=dynamic\n")
         (etc / "catalog" / "memory.properties").write_text("connector.name=memory\nmemory.max-data-per-node=128MB\n")
         env = dict(os.environ, JAVA_HOME=os.environ.get("SLESS_TRINO_JAVA_HOME", "/usr/lib/jvm/temurin-25-jdk-amd64"))
         self.log = open(self.dir / "server.log", "wb")
@@ -80,6 +81,25 @@ class TrinoServer:
             if "nextUri" not in answer:
                 return rows
             answer = json.load(urllib.request.urlopen(answer["nextUri"], timeout=60))
+
+    def add_iceberg(self, nessie):
+        """Catalog `iceberg`: the tables of `nessie`'s branch `main`, read
+        through Trino's Iceberg connector (the independent reader)."""
+        if ["iceberg"] in self.query("SHOW CATALOGS"):
+            return
+        properties = {
+            "iceberg.catalog.type": "rest",
+            "iceberg.rest-catalog.uri": f"{nessie.iceberg_url}/main",
+            "iceberg.rest-catalog.warehouse": "warehouse",
+            "fs.native-s3.enabled": "true",
+            "s3.endpoint": nessie.s3_endpoint,
+            "s3.path-style-access": "true",
+            "s3.region": "us-east-1",
+            "s3.aws-access-key": "testing",
+            "s3.aws-secret-key": "testing",
+        }
+        self.query("CREATE CATALOG iceberg USING iceberg WITH ("
+                   + ", ".join(f'"{k}" = \'{v}\'' for k, v in properties.items()) + ")")
 
     def stop(self):
         self.process.kill()
