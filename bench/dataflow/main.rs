@@ -11,6 +11,9 @@
 //! - PG→Trino and Trino→PG (`trino.rs`, Trino 476 of sless-testkit),
 //!   against Trino's own move of the same rows between its catalogs and the
 //!   bulk INSERT.
+//! - PG→Nessie and Nessie→PG (`nessie.rs`, Nessie 0.99 of sless-testkit),
+//!   against Trino's own load of the same rows into an Iceberg table of the
+//!   same catalog, its read of them, and the bulk INSERT.
 //! - PostgreSQL CDC→PG (`cdc.rs`), against the rate of the captured inserts.
 //!
 //!   Also the time from a commit to its row in the sink at 1,000 rows/s.
@@ -19,13 +22,15 @@
 //! `SLESS_TEST_PG`, default postgres://postgres@127.0.0.1/test;
 //! clickhouse-server from Debian's package; Trino from
 //! scripts/install-test-deps.sh); `SLESS_BENCH_ONLY=cdc` runs the CDC lines
-//! alone, `SLESS_BENCH_ONLY=trino` the Trino lines and their baseline.
+//! alone, `SLESS_BENCH_ONLY=trino` the Trino lines and their baseline,
+//! `SLESS_BENCH_ONLY=nessie` the Nessie lines.
 
 // A benchmark's output is its figures, on stdout.
 #![allow(clippy::print_stdout)]
 
 mod cdc;
 mod clickhouse;
+mod nessie;
 mod sqs;
 #[path = "../support.rs"]
 mod support;
@@ -286,8 +291,10 @@ async fn main() -> anyhow::Result<()> {
         after = max;
     }
     let plain = ROWS as f64 / started.elapsed().as_secs_f64();
-    if std::env::var("SLESS_BENCH_ONLY").as_deref() == Ok("trino") {
-        return trino::lines(&db, &dsn, plain).await;
+    match std::env::var("SLESS_BENCH_ONLY").as_deref() {
+        Ok("trino") => return trino::lines(&db, &dsn, plain).await,
+        Ok("nessie") => return nessie::lines(&db, &dsn, plain).await,
+        _ => {}
     }
     let (copy, insert_select, copy_cpu) = postgres_limits(&db, &dsn).await?;
 
@@ -339,6 +346,7 @@ async fn main() -> anyhow::Result<()> {
     );
     clickhouse::lines(&db, &dsn, plain).await?;
     trino::lines(&db, &dsn, plain).await?;
+    nessie::lines(&db, &dsn, plain).await?;
     cdc_lines(&db, &dsn).await?;
     db.batch_execute("DROP TABLE bench_src, bench_plain, bench_flow, bench_sqs")
         .await?;

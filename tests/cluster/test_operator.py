@@ -21,6 +21,8 @@ import requests
 
 from tests.conftest import BINARY, TOKENS, free_port
 from tests.cluster.conftest import BRIDGE, ROOT, forward, listener, psql, reaches, stop, wait_for
+from tests.nessie_server import NessieServer
+from tests.trino_server import TrinoServer
 
 SERVICES, PODS = "10.252.0.0/16", "10.251.0.0/24"
 ROWS = 10_000
@@ -188,6 +190,85 @@ def test_a_pg_to_pg_dataflows_processor_pod_moves_every_row_once_across_a_pod_de
              lambda: cluster.kubectl("-n", "sless-fn-a", "get", "deployment", f"dataflow-{name}",
                                      check=False).returncode != 0, 60)
     psql(f"DROP TABLE {src}; DROP TABLE IF EXISTS {dst}")
+
+
+@pytest.fixture(scope="module")
+def lakehouse(cluster):
+    """Trino and Nessie (with its S3 store) on the host, each forwarded to an
+    address on the bridge the pods reach: (trino, nessie, {name: host:port})."""
+    trino, nessie = TrinoServer(), NessieServer()
+    forwarders, reach = [], {}
+    try:
+        for name, url in [("trino", trino.url), ("nessie", nessie.api_url), ("s3", nessie.s3_endpoint)]:
+            port = int(url.split(":")[2].split("/")[0])
+            with socket.socket() as s:
+                s.bind((BRIDGE, 0))
+                bridge_port = s.getsockname()[1]
+            forwarders.append(forward(port, bridge_port))
+            reach[name] = f"{BRIDGE}:{bridge_port}"
+        trino.add_iceberg(nessie)
+        yield trino, nessie, reach
+    finally:
+        for forwarder in forwarders:
+            stop(forwarder)
+        trino.stop()
+        nessie.stop()
+
+
+def test_trino_and_nessie_dataflows_run_in_processor_pods(operator, pg_on_bridge, lakehouse):
+    """Processor pods reach Trino and Nessie (and the tables' S3 store)
+    through the egress policy: PostgreSQL → Nessie exactly once (the rows
+    read back by Trino's Iceberg connector, the position in the table's
+    property), Trino → PostgreSQL every row."""
+    trino, nessie, reach = lakehouse
+    suffix = uuid.uuid4().hex[:8]
+    rows = 2_000
+    src, dst, namespace = f"lake_src_{suffix}", f"lake_dst_{suffix}", f"lake_{suffix}"
+    psql(f"CREATE TABLE {src} (id serial PRIMARY KEY, payload text);"
+         f" INSERT INTO {src} (payload) SELECT 'p' || g FROM generate_series(1, {rows}) g;"
+         f" CREATE TABLE {dst} (id bigint, payload text)")
+    trino.query(f"CREATE TABLE memory.default.{src} AS SELECT x AS id, 'p' || CAST(x AS varchar) AS payload"
+                f" FROM UNNEST(sequence(1, {rows})) t(x)")
+    dsn = f"postgres://postgres@{pg_on_bridge}/test"
+    flows = [
+        {"name": f"to-nessie-{suffix}",
+         "source": {"type": "postgresql", "config": {"connectionString": dsn, "table": src,
+                                                      "batchSize": 250, "pollInterval": 1}},
+         "sink": {"type": "nessie", "config": {
+             "nessieUrl": f"http://{reach['nessie']}/api/v2", "namespace": namespace, "table": "rows",
+             "autoCreateTable": True, "awsEndpointURL": f"http://{reach['s3']}", "awsRegion": "us-east-1",
+             "awsAccessKeyID": "testing", "awsSecretAccessKey": "testing"}}},
+        {"name": f"from-trino-{suffix}",
+         "source": {"type": "trino", "config": {"serverURL": f"http://{reach['trino']}", "catalog": "memory",
+                                                 "schema": "default", "table": src, "batchSize": 500,
+                                                 "pollInterval": 1}},
+         "sink": {"type": "postgresql", "config": {"connectionString": dsn, "table": dst}}},
+    ]
+    for flow in flows:
+        created = operator.rest("a", "POST", "/dataflows", flow)
+        assert created.status_code == 201, created.text
+    try:
+        in_nessie = lambda: (trino.query(f"SELECT count(*) FROM iceberg.{namespace}.rows")[0][0]
+                             if trino.query(f"SHOW SCHEMAS FROM iceberg LIKE '{namespace}'")
+                             and trino.query(f"SHOW TABLES FROM iceberg.{namespace}") else 0)
+
+        def status():
+            views = [operator.rest("a", "GET", f"/dataflows/{f['name']}").json() for f in flows]
+            return f"{in_nessie()} rows in Nessie, {psql(f'SELECT count(*) FROM {dst}')} in PostgreSQL; " + \
+                "; ".join(f"{v.get('phase')}: {v.get('message')}" for v in views)
+        wait_for(status, lambda: in_nessie() == rows and int(psql(f"SELECT count(*) FROM {dst}")) == rows, 240)
+        time.sleep(2)
+        assert trino.query(f"SELECT count(DISTINCT json_extract_scalar(data, '$.id')) FROM iceberg.{namespace}.rows"
+                           )[0][0] == rows
+        doc = json.loads(trino.query(f"SELECT data FROM iceberg.{namespace}.rows LIMIT 1")[0][0])
+        assert set(doc) == {"id", "payload"}, doc
+        assert trino.query(f"SELECT count(*) FROM iceberg.{namespace}.\"rows$properties\""
+                           " WHERE key LIKE 'sless.position.%'") == [[1]]
+        assert int(psql(f"SELECT count(*) FROM {dst} WHERE payload = 'p' || id")) == rows
+    finally:
+        for flow in flows:
+            assert operator.rest("a", "DELETE", f"/dataflows/{flow['name']}").status_code == 204
+        psql(f"DROP TABLE {src}; DROP TABLE {dst}")
 
 
 def engine_pods(cluster, tenant):
