@@ -22,10 +22,15 @@ pub async fn lines(db: &tokio_postgres::Client, dsn: &str, plain: f64) -> anyhow
     let (nessie, trino) = (NessieServer::shared(), TrinoServer::shared());
     trino.add_iceberg(nessie).await;
     let namespace = format!("bench_{}", std::process::id());
-    trino.query("iceberg", &format!("CREATE SCHEMA iceberg.{namespace}")).await;
+    trino
+        .query("iceberg", &format!("CREATE SCHEMA iceberg.{namespace}"))
+        .await;
     for table in ["bulk", "flow"] {
         trino
-            .query("iceberg", &format!("CREATE TABLE iceberg.{namespace}.{table} {COLUMNS}"))
+            .query(
+                "iceberg",
+                &format!("CREATE TABLE iceberg.{namespace}.{table} {COLUMNS}"),
+            )
             .await;
     }
 

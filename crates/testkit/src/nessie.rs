@@ -162,3 +162,158 @@ fn application_properties(port: u16, management: u16, s3_endpoint: &str) -> Stri
          sless-s3.name={S3_KEY}\nsless-s3.secret={S3_SECRET}\n"
     )
 }
+
+/// A test-only stand-in for a Nessie that requires a login (the test server
+/// runs without one: Nessie's own logins need an OpenID Connect provider):
+/// an HTTPS proxy on loopback, with a certificate of [`AuthProxy::ca`] for
+/// `localhost`, that answers 401 to any request without `Authorization:
+/// Bearer {token}` or Basic `{user}:{password}`, and forwards the others to
+/// the shared Nessie, its answers' own URL rewritten to the proxy's. What it
+/// does not do: Nessie's OIDC token checks (expiry, issuer, audience) and
+/// its authorization rules.
+pub struct AuthProxy {
+    /// `https://localhost:PORT/api/v2`.
+    pub url: String,
+    pub ca: crate::tls::Ca,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for AuthProxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl NessieServer {
+    /// A proxy taking `token` as a bearer, or `user` and `password`.
+    pub async fn auth_proxy(&self, token: &str, user: &str, password: &str) -> AuthProxy {
+        use base64::Engine as _;
+        use rustls::pki_types::pem::PemObject as _;
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let ca = crate::tls::Ca::new("sless test CA (nessie proxy)");
+        let (cert, key) = ca.issue(&["localhost"], &[]);
+        let chain = rustls::pki_types::CertificateDer::pem_slice_iter(cert.as_bytes())
+            .collect::<Result<Vec<_>, _>>()
+            .unwrap();
+        let key = rustls::pki_types::PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap();
+        let config = rustls::ServerConfig::builder()
+            .with_no_client_auth()
+            .with_single_cert(chain, key)
+            .unwrap();
+        let tcp = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = tcp.local_addr().unwrap().port();
+        let base = self.api_url.trim_end_matches("/api/v2").to_owned();
+        let state = std::sync::Arc::new(Proxied {
+            allowed: vec![
+                format!("Bearer {token}"),
+                format!(
+                    "Basic {}",
+                    base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"))
+                ),
+            ],
+            upstream: base,
+            own: format!("https://localhost:{port}"),
+            http: reqwest::Client::new(),
+        });
+        let router = axum::Router::new().fallback(forward).with_state(state);
+        let listener = TlsListener {
+            tcp,
+            acceptor: tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config)),
+        };
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, router).await;
+        });
+        AuthProxy {
+            url: format!("https://localhost:{port}/api/v2"),
+            ca,
+            task,
+        }
+    }
+}
+
+struct Proxied {
+    allowed: Vec<String>,
+    upstream: String,
+    own: String,
+    http: reqwest::Client,
+}
+
+async fn forward(
+    axum::extract::State(proxy): axum::extract::State<std::sync::Arc<Proxied>>,
+    request: axum::extract::Request,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let authorized = request
+        .headers()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| proxy.allowed.iter().any(|a| a == v));
+    if !authorized {
+        return (
+            axum::http::StatusCode::UNAUTHORIZED,
+            [("content-type", "application/json")],
+            r#"{"error":{"message":"Not authorized","type":"NotAuthorizedException","code":401}}"#,
+        )
+            .into_response();
+    }
+    let method = request.method().clone();
+    let path = request
+        .uri()
+        .path_and_query()
+        .map(|p| p.as_str().to_owned())
+        .unwrap_or_default();
+    let content_type = request.headers().get("content-type").cloned();
+    let body = axum::body::to_bytes(request.into_body(), 64 << 20)
+        .await
+        .unwrap_or_default();
+    let mut upstream = proxy
+        .http
+        .request(method, format!("{}{path}", proxy.upstream))
+        .body(body);
+    if let Some(content_type) = content_type {
+        upstream = upstream.header("content-type", content_type);
+    }
+    let Ok(answer) = upstream.send().await else {
+        return axum::http::StatusCode::BAD_GATEWAY.into_response();
+    };
+    let status =
+        axum::http::StatusCode::from_u16(answer.status().as_u16()).unwrap_or(axum::http::StatusCode::BAD_GATEWAY);
+    let content_type = answer
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("application/json")
+        .to_owned();
+    let text = answer
+        .text()
+        .await
+        .unwrap_or_default()
+        .replace(&proxy.upstream, &proxy.own);
+    (status, [("content-type", content_type)], text).into_response()
+}
+
+/// TLS over a TCP listener, for axum::serve.
+struct TlsListener {
+    tcp: tokio::net::TcpListener,
+    acceptor: tokio_rustls::TlsAcceptor,
+}
+
+impl axum::serve::Listener for TlsListener {
+    type Io = tokio_rustls::server::TlsStream<tokio::net::TcpStream>;
+    type Addr = std::net::SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        loop {
+            let Ok((stream, addr)) = self.tcp.accept().await else {
+                continue;
+            };
+            if let Ok(tls) = self.acceptor.accept(stream).await {
+                return (tls, addr);
+            }
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        self.tcp.local_addr()
+    }
+}

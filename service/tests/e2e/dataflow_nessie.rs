@@ -41,11 +41,16 @@ async fn nessie_at_either_end_survives_kill_9_mid_stream_exactly_once() {
     let db = db().await;
     let rows = 3_000;
     let namespace = unique("e2e");
-    trino.query("iceberg", &format!("CREATE SCHEMA iceberg.{namespace}")).await;
+    trino
+        .query("iceberg", &format!("CREATE SCHEMA iceberg.{namespace}"))
+        .await;
     let written = format!("iceberg.{namespace}.written");
     let read = format!("iceberg.{namespace}.read");
     trino
-        .query("iceberg", &format!("CREATE TABLE {written} (id bigint, payload varchar)"))
+        .query(
+            "iceberg",
+            &format!("CREATE TABLE {written} (id bigint, payload varchar)"),
+        )
         .await;
     trino
         .query("iceberg", &format!("CREATE TABLE {read} (id bigint, payload varchar)"))
@@ -118,7 +123,9 @@ async fn nessie_at_either_end_survives_kill_9_mid_stream_exactly_once() {
         .await,
         rows
     );
-    db.batch_execute(&format!("DROP TABLE {pg_src}, {pg_dst}")).await.unwrap();
+    db.batch_execute(&format!("DROP TABLE {pg_src}, {pg_dst}"))
+        .await
+        .unwrap();
 }
 
 /// What a tenant gets wrong shows in the dataflow's status: a table that
@@ -144,13 +151,17 @@ async fn a_missing_table_and_a_missing_branch_show_in_the_status() {
         "sink": nessie.spec(&namespace, "t", json!({"branch": "no-such-branch", "autoCreateTable": true})),
     }))
     .await;
-    let view = a.wait_for_phase("missing-table", "Error", Duration::from_secs(30)).await;
+    let view = a
+        .wait_for_phase("missing-table", "Error", Duration::from_secs(30))
+        .await;
     let message = view["message"].as_str().unwrap_or_default();
     assert!(
         message.contains("no_such_table") && message.contains("no such"),
         "{view}"
     );
-    let view = a.wait_for_phase("missing-branch", "Error", Duration::from_secs(30)).await;
+    let view = a
+        .wait_for_phase("missing-branch", "Error", Duration::from_secs(30))
+        .await;
     let message = view["message"].as_str().unwrap_or_default();
     assert!(message.contains("no-such-branch"), "{view}");
     db.batch_execute(&format!("DROP TABLE {src}")).await.unwrap();

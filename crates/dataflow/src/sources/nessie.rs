@@ -35,6 +35,21 @@ pub struct NessieSource {
     nessie: Nessie,
     batch: usize,
     polling: Polling,
+    /// The read of the file the last batch ended in, kept for the next.
+    cursor: tokio::sync::Mutex<Option<Cursor>>,
+}
+
+/// An open read of one data file, kept between batches: the next batch of a
+/// large file goes on where the last one stopped instead of reading the
+/// file from its start again.
+struct Cursor {
+    sequence: i64,
+    path: String,
+    /// The row of the file `pending`'s first row (or the stream's next) is.
+    next: u64,
+    /// Rows of the last record batch not handed out yet.
+    pending: Option<arrow_array::RecordBatch>,
+    batches: iceberg::scan::ArrowRecordBatchStream,
 }
 
 impl Component for NessieSource {
@@ -69,6 +84,7 @@ impl super::Open for NessieSource {
             nessie,
             batch: config.batch_size.unwrap_or(DEFAULT_BATCH as u32).max(1) as usize,
             polling: Polling::start(config.poll_interval, ctx).await?,
+            cursor: tokio::sync::Mutex::new(None),
         })
     }
 }
@@ -158,32 +174,53 @@ impl NessieSource {
         Ok(files)
     }
 
-    /// The rows of `file` from its `skip`th on, at most `take`.
+    /// The rows of `file` from its `skip`th on, at most `take`: on from the
+    /// kept read of it where that stopped at `skip`, else from a new one.
     async fn rows_of(&self, table: &Table, file: Added, skip: u64, take: usize) -> Result<Vec<Value>, ConnectorError> {
         let what = &self.nessie.target;
-        let reader = table.reader_builder().with_batch_size(take.clamp(1, 8192)).build();
-        let tasks = futures_util::stream::iter([Ok(file.task)]);
-        let mut batches = reader
-            .read(Box::pin(tasks))
-            .map_err(|e| catalog_error(&e, what))?
-            .stream();
-        let mut skip = skip;
+        // Taken out while read: a read cancelled midway leaves none to reuse.
+        let mut slot = self.cursor.lock().await;
+        let kept = slot
+            .take()
+            .filter(|c| c.sequence == file.sequence && c.path == file.task.data_file_path && c.next == skip);
+        let mut cursor = match kept {
+            Some(cursor) => cursor,
+            None => Cursor {
+                sequence: file.sequence,
+                path: file.task.data_file_path.clone(),
+                next: 0,
+                pending: None,
+                batches: table
+                    .reader_builder()
+                    .with_batch_size(take.clamp(1, 8192))
+                    .build()
+                    .read(Box::pin(futures_util::stream::iter([Ok(file.task)])))
+                    .map_err(|e| catalog_error(&e, what))?
+                    .stream(),
+            },
+        };
         let mut rows = Vec::new();
         while rows.len() < take {
-            let Some(batch) = batches.try_next().await.map_err(|e| catalog_error(&e, what))? else {
-                break;
+            let batch = match cursor.pending.take() {
+                Some(batch) => batch,
+                None => match cursor.batches.try_next().await.map_err(|e| catalog_error(&e, what))? {
+                    Some(batch) => batch,
+                    None => break,
+                },
             };
-            let n = batch.num_rows() as u64;
-            if skip >= n {
-                skip -= n;
-                continue;
+            let before = skip.saturating_sub(cursor.next).min(batch.num_rows() as u64) as usize;
+            cursor.next += before as u64;
+            let batch = batch.slice(before, batch.num_rows() - before);
+            let used = batch.num_rows().min(take - rows.len());
+            let objects = iceberg_rows::from_batch(&batch.slice(0, used))
+                .map_err(|e| ConnectorError::Config(format!("{what}: {e}")))?;
+            rows.extend(objects.into_iter().map(Value::Object));
+            cursor.next += used as u64;
+            if used < batch.num_rows() {
+                cursor.pending = Some(batch.slice(used, batch.num_rows() - used));
             }
-            let batch = batch.slice(skip as usize, (n - skip) as usize);
-            skip = 0;
-            let objects =
-                iceberg_rows::from_batch(&batch).map_err(|e| ConnectorError::Config(format!("{what}: {e}")))?;
-            rows.extend(objects.into_iter().map(Value::Object).take(take - rows.len()));
         }
+        *slot = Some(cursor);
         Ok(rows)
     }
 

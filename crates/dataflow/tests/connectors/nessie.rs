@@ -15,21 +15,27 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use sless_dataflow::ConnectorError;
 use sless_dataflow::context::{PipelineContext, PositionsKey};
+use sless_dataflow::egress::EgressPolicy;
 use sless_dataflow::message::Message;
 use sless_dataflow::registry;
 use sless_dataflow::sinks::Sink;
 use sless_dataflow::sources::{Position, Source};
 use sless_model::dataflow::ConnectorSpec;
+use sless_testkit::TempDir;
 use sless_testkit::nessie::NessieServer;
 use sless_testkit::trino::TrinoServer;
 
 use super::postgres::unique;
 
 fn ctx(resume: Option<String>, key: Option<PositionsKey>) -> PipelineContext {
+    ctx_with(resume, key, EgressPolicy::default())
+}
+
+fn ctx_with(resume: Option<String>, key: Option<PositionsKey>, egress: EgressPolicy) -> PipelineContext {
     PipelineContext {
         id: "test/nessie".into(),
         checkpoint: None,
-        egress: Default::default(),
+        egress: Arc::new(egress),
         queue_services: None,
         resume,
         positions_key: key,
@@ -381,4 +387,63 @@ async fn tables_branches_and_what_the_spec_must_fix() {
     .await;
     let (rows, _) = read(from_dev.as_ref(), 2).await;
     assert_eq!(rows[1], json!({"data": r#"{"on":"dev"}"#}));
+}
+
+/// Logins over HTTPS, against the test kit's stand-in for a Nessie that
+/// requires one (`AuthProxy`: it checks the header and forwards; Nessie's
+/// own OIDC checks are not there): a bearer token and a user's password
+/// pass with the proxy's CA from the TLS directory; a forged token and a
+/// wrong password are refused as logins, naming no secret; a certificate
+/// not trusted is not connected to.
+#[tokio::test]
+async fn bearer_and_basic_logins_over_https_and_refused_ones() {
+    let (nessie, trino) = (NessieServer::shared(), TrinoServer::shared());
+    trino.add_iceberg(nessie).await;
+    let proxy = nessie.auth_proxy("nessie-token-9", "writer", "nessie-pass-4").await;
+    let tls_dir = TempDir::new("nessie-tls");
+    std::fs::write(tls_dir.0.join("ca.pem"), &proxy.ca.pem).unwrap();
+    let egress = EgressPolicy {
+        tls_dir: Some(tls_dir.0.clone()),
+        ..Default::default()
+    };
+    let namespace = unique("auth");
+    let open = |login: Value, trusted: bool| {
+        let mut config = nessie.spec(&namespace, "t", json!({"autoCreateTable": true}));
+        config["config"]["nessieUrl"] = json!(proxy.url);
+        if trusted {
+            config["config"]["tls"] = json!({"caFile": "ca.pem"});
+        }
+        for (k, v) in login.as_object().unwrap() {
+            config["config"][k] = v.clone();
+        }
+        let ctx = ctx_with(None, None, egress.clone());
+        async move { registry::connect_sink(&spec(config), &ctx).await }
+    };
+    for login in [
+        json!({"token": "nessie-token-9"}),
+        json!({"user": "writer", "password": "nessie-pass-4"}),
+    ] {
+        let sink = open(login, true).await.unwrap();
+        sink.write(&messages([json!({"n": 1})])).await.unwrap();
+    }
+    assert_eq!(
+        trino
+            .count("iceberg", &format!("SELECT count(*) FROM iceberg.{namespace}.t"))
+            .await,
+        2
+    );
+    for (login, secret) in [
+        (json!({"token": "forged-token-1"}), "forged-token-1"),
+        (json!({"user": "writer", "password": "guess-5"}), "guess-5"),
+    ] {
+        let refused = open(login, true).await.err().unwrap();
+        let text = refused.to_string();
+        assert!(
+            matches!(refused, ConnectorError::Config(_)) && text.contains("refused the login"),
+            "{text}"
+        );
+        assert!(!text.contains(secret), "{text}");
+    }
+    let untrusted = open(json!({"token": "nessie-token-9"}), false).await.err().unwrap();
+    assert!(!matches!(untrusted, ConnectorError::Config(_)), "{untrusted}");
 }
