@@ -211,6 +211,7 @@ impl EgressPolicy {
             .resolve_to_addrs(&host, &addrs)
             .redirect(reqwest::redirect::Policy::none())
             .no_proxy()
+            .proxy(fence(host.clone(), port))
             .connect_timeout(CONNECT_WINDOW)
             .timeout(timeout)
             .danger_accept_invalid_certs(tls.insecure);
@@ -252,6 +253,29 @@ impl EgressPolicy {
             ))),
         }
     }
+}
+
+/// Where a client of [`EgressPolicy::http_client`] sends a request for any
+/// other host or port than the one the policy checked: a loopback port
+/// nothing listens on, so the request fails there. A library the client is
+/// lent to may follow a URL the remote side gave it (Iceberg's REST catalog
+/// takes a `uri` from the server's `/v1/config`); an address literal would
+/// never reach the pinned resolver, and a name would reach the system's.
+const FENCE: &str = "http://127.0.0.1:1";
+
+/// The proxy rule that lets requests for `host:port` through and fences
+/// every other destination off ([`FENCE`]).
+fn fence(host: String, port: u16) -> reqwest::Proxy {
+    reqwest::Proxy::custom(move |url| {
+        let allowed = url
+            .host_str()
+            .is_some_and(|h| h.trim_start_matches('[').trim_end_matches(']') == host)
+            && url.port_or_known_default() == Some(port);
+        if !allowed {
+            tracing::warn!(destination = %url.host_str().unwrap_or_default(), "a request for a host the egress policy did not check was refused");
+        }
+        (!allowed).then_some(FENCE)
+    })
 }
 
 pub use sless_runtime::http::Answer;

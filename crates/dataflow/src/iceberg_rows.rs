@@ -37,6 +37,7 @@ use base64::Engine as _;
 use serde_json::{Map, Value};
 
 const DAY_MICROS: i64 = 86_400_000_000;
+const DAY_NANOS: i64 = 86_400_000_000_000;
 
 /// Why a column cannot be written or read here, if it cannot.
 pub fn unsupported(field: &Field) -> Option<String> {
@@ -70,8 +71,21 @@ fn field_of<'a>(row: &'a Map<String, Value>, name: &str) -> Option<&'a Value> {
         .or_else(|| row.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v))
 }
 
-/// The rows as a batch of `schema`; an error names the row and the column.
-pub fn to_batch(schema: &SchemaRef, rows: &[&Map<String, Value>]) -> Result<RecordBatch, String> {
+/// The columns of an Iceberg schema that are of type `uuid` (Arrow has them
+/// as 16-byte fixed binary, as it has `fixed[16]`).
+pub fn uuid_columns(schema: &iceberg::spec::Schema) -> Vec<String> {
+    schema
+        .as_struct()
+        .fields()
+        .iter()
+        .filter(|f| *f.field_type == iceberg::spec::Type::Primitive(iceberg::spec::PrimitiveType::Uuid))
+        .map(|f| f.name.clone())
+        .collect()
+}
+
+/// The rows as a batch of `schema` (`uuids` naming its uuid columns); an
+/// error names the row and the column.
+pub fn to_batch(schema: &SchemaRef, uuids: &[String], rows: &[&Map<String, Value>]) -> Result<RecordBatch, String> {
     let columns = schema
         .fields()
         .iter()
@@ -88,7 +102,8 @@ pub fn to_batch(schema: &SchemaRef, rows: &[&Map<String, Value>]) -> Result<Reco
                     field.name()
                 ));
             }
-            column(field, &values).map_err(|(i, e)| format!("message {i}: column {:?}: {e}", field.name()))
+            let uuid = uuids.contains(field.name());
+            column(field, uuid, &values).map_err(|(i, e)| format!("message {i}: column {:?}: {e}", field.name()))
         })
         .collect::<Result<Vec<_>, _>>()?;
     RecordBatch::try_new(schema.clone(), columns).map_err(|e| e.to_string())
@@ -109,7 +124,7 @@ macro_rules! build {
     }};
 }
 
-fn column(field: &Field, values: &[Option<&Value>]) -> Result<ArrayRef, (usize, String)> {
+fn column(field: &Field, uuid: bool, values: &[Option<&Value>]) -> Result<ArrayRef, (usize, String)> {
     let n = values.len();
     Ok(match field.data_type() {
         DataType::Boolean => build!(BooleanBuilder::with_capacity(n), values, |v: &Value| v
@@ -132,19 +147,18 @@ fn column(field: &Field, values: &[Option<&Value>]) -> Result<ArrayRef, (usize, 
             .and_then(|t| days_of(t).ok_or_else(|| format!("{t:?} is not a date (YYYY-MM-DD)")))),
         DataType::Time64(TimeUnit::Microsecond) => {
             build!(Time64MicrosecondBuilder::with_capacity(n), values, |v: &Value| text(v)
-                .and_then(
-                    |t| time_of(t).ok_or_else(|| format!("{t:?} is not a time (HH:MM:SS[.ffffff])"))
-                ))
+                .and_then(|t| time_of(t).ok_or_else(|| format!("{t:?} is not a time (HH:MM:SS[.ffffff])")))
+                .and_then(|ns| micros(i128::from(ns))))
         }
         DataType::Timestamp(TimeUnit::Microsecond, zone) => build!(
             TimestampMicrosecondBuilder::with_capacity(n).with_timezone_opt(zone.clone()),
             values,
-            |v: &Value| timestamp(v)
+            |v: &Value| timestamp(v).and_then(micros)
         ),
         DataType::Timestamp(TimeUnit::Nanosecond, zone) => build!(
             TimestampNanosecondBuilder::with_capacity(n).with_timezone_opt(zone.clone()),
             values,
-            |v: &Value| timestamp(v).and_then(|us| us.checked_mul(1000).ok_or_else(|| "out of range".to_owned()))
+            |v: &Value| timestamp(v).and_then(|ns| i64::try_from(ns).map_err(|_| "out of range".to_owned()))
         ),
         DataType::Utf8 => build!(StringBuilder::with_capacity(n, 0), values, |v: &Value| Ok::<_, String>(
             match v {
@@ -152,7 +166,7 @@ fn column(field: &Field, values: &[Option<&Value>]) -> Result<ArrayRef, (usize, 
                 other => other.to_string(),
             }
         )),
-        DataType::FixedSizeBinary(16) if is_uuid(field) => fixed(values, 16, |v| {
+        DataType::FixedSizeBinary(16) if uuid => fixed(values, 16, |v| {
             text(v).and_then(|t| uuid_bytes(t).ok_or_else(|| format!("{t:?} is not a UUID")))
         })?,
         DataType::FixedSizeBinary(len) => fixed(values, *len, base64_of)?,
@@ -180,16 +194,6 @@ fn fixed(
         }
     }
     Ok(Arc::new(builder.finish()))
-}
-
-/// Whether a 16-byte fixed column is Iceberg's `uuid` (the Arrow field says
-/// so in its extension name; Iceberg's schema conversion gives none, so a
-/// 16-byte column is taken as a UUID unless it says otherwise).
-fn is_uuid(field: &Field) -> bool {
-    field
-        .metadata()
-        .get("ARROW:extension:name")
-        .is_none_or(|name| name == "arrow.uuid")
 }
 
 fn text(v: &Value) -> Result<&str, String> {
@@ -279,11 +283,22 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
     (yoe + era * 400 + i64::from(m <= 2), m, d)
 }
 
+/// `text`'s digits as a number, if it is all ASCII digits.
+fn digits(text: &str) -> Option<i64> {
+    (!text.is_empty() && text.len() <= 9 && text.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| text.parse().ok())
+        .flatten()
+}
+
+/// Days since 1970-01-01 of `YYYY-MM-DD` (years 0001 to 9999).
 fn days_of(text: &str) -> Option<i32> {
-    let mut parts = text.splitn(3, '-');
-    let y: i64 = parts.next()?.parse().ok()?;
-    let m: u32 = parts.next()?.parse().ok()?;
-    let d: u32 = parts.next()?.parse().ok()?;
+    let bytes = text.as_bytes();
+    if bytes.len() != 10 || bytes[4] != b'-' || bytes[7] != b'-' {
+        return None;
+    }
+    let y = digits(text.get(..4)?)?;
+    let m = u32::try_from(digits(text.get(5..7)?)?).ok()?;
+    let d = u32::try_from(digits(text.get(8..)?)?).ok()?;
     let days_in_month = match m {
         1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
         4 | 6 | 9 | 11 => 30,
@@ -291,58 +306,80 @@ fn days_of(text: &str) -> Option<i32> {
         2 => 28,
         _ => return None,
     };
-    if !(1..=days_in_month).contains(&d) {
+    if y == 0 || !(1..=days_in_month).contains(&d) {
         return None;
     }
     i32::try_from(days_from_civil(y, m, d)).ok()
 }
 
-/// Microseconds since midnight of `HH:MM[:SS[.ffffff]]`.
+/// Nanoseconds since midnight of `HH:MM[:SS[.fffffffff]]`.
 fn time_of(text: &str) -> Option<i64> {
     let (hms, fraction) = text.split_once('.').unwrap_or((text, ""));
     let mut parts = hms.split(':');
-    let h: i64 = parts.next()?.parse().ok()?;
-    let m: i64 = parts.next()?.parse().ok()?;
-    let s: i64 = parts.next().map_or(Some(0), |s| s.parse().ok())?;
-    if parts.next().is_some() || h > 23 || m > 59 || s > 59 || fraction.len() > 9 {
+    let mut field = |max: i64| {
+        parts
+            .next()
+            .filter(|p| p.len() == 2)
+            .and_then(digits)
+            .filter(|v| *v <= max)
+    };
+    let (h, m) = (field(23)?, field(59)?);
+    let s = match hms.len() {
+        5 => 0,
+        8 => field(59)?,
+        _ => return None,
+    };
+    if hms.contains('.') || fraction.len() > 9 || (text.contains('.') && fraction.is_empty()) {
         return None;
     }
-    if !fraction.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    let micros: i64 = format!("{:0<6}", &fraction[..fraction.len().min(6)]).parse().ok()?;
-    Some(((h * 60 + m) * 60 + s) * 1_000_000 + micros)
+    let nanos = if fraction.is_empty() {
+        0
+    } else {
+        digits(&format!("{fraction:0<9}"))?
+    };
+    Some(((h * 60 + m) * 60 + s) * 1_000_000_000 + nanos)
 }
 
-/// Microseconds since the epoch (UTC) of an RFC 3339 timestamp: a date, `T`
+/// Nanoseconds since the epoch (UTC) of an RFC 3339 timestamp: a date, `T`
 /// or a space, a time, and `Z`, an offset (`+03:00`, `+0300`, `+03`) or
 /// none (UTC).
-fn timestamp(v: &Value) -> Result<i64, String> {
+fn timestamp(v: &Value) -> Result<i128, String> {
     let t = text(v)?.trim();
     let refused = || format!("{t:?} is not an RFC 3339 timestamp");
+    if !t.is_ascii() {
+        return Err(refused());
+    }
     let (date, rest) = t.split_at_checked(10).ok_or_else(refused)?;
-    let days = i64::from(days_of(date).ok_or_else(refused)?);
+    let days = i128::from(days_of(date).ok_or_else(refused)?);
     let rest = rest.strip_prefix(['T', 't', ' ']).ok_or_else(refused)?;
     let zone_at = rest.find(['Z', 'z', '+', '-']).unwrap_or(rest.len());
     let (time, zone) = rest.split_at(zone_at);
-    let micros = time_of(time).ok_or_else(refused)?;
+    let nanos = i128::from(time_of(time).ok_or_else(refused)?);
     let offset_minutes = match zone {
         "" | "Z" | "z" => 0,
         _ => {
             let sign = if zone.starts_with('-') { -1 } else { 1 };
-            let digits: String = zone[1..].chars().filter(|c| *c != ':').collect();
-            let (h, m) = match digits.len() {
-                2 => (digits.parse::<i64>().map_err(|_| refused())?, 0),
-                4 => (
-                    digits[..2].parse::<i64>().map_err(|_| refused())?,
-                    digits[2..].parse::<i64>().map_err(|_| refused())?,
-                ),
-                _ => return Err(refused()),
+            let hhmm = zone[1..].replacen(':', "", 1);
+            let (h, m) = match hhmm.len() {
+                2 => (digits(&hhmm), Some(0)),
+                4 => (digits(&hhmm[..2]), digits(&hhmm[2..])),
+                _ => (None, None),
             };
-            sign * (h * 60 + m)
+            match (h, m) {
+                (Some(h), Some(m)) if h <= 23 && m <= 59 => sign * (h * 60 + m),
+                _ => return Err(refused()),
+            }
         }
     };
-    Ok(days * DAY_MICROS + micros - offset_minutes * 60_000_000)
+    Ok(days * i128::from(DAY_NANOS) + nanos - i128::from(offset_minutes) * 60_000_000_000)
+}
+
+/// `nanos` in microseconds, refused when that would drop digits.
+fn micros(nanos: i128) -> Result<i64, String> {
+    if nanos % 1000 != 0 {
+        return Err("has more precision than microseconds".into());
+    }
+    i64::try_from(nanos / 1000).map_err(|_| "out of range".to_owned())
 }
 
 fn format_time(micros: i64) -> String {
@@ -397,8 +434,9 @@ fn decimal_text(value: i128, scale: i8) -> String {
     }
 }
 
-/// The rows of `batch` as JSON objects, NULLs as JSON null.
-pub fn from_batch(batch: &RecordBatch) -> Result<Vec<Map<String, Value>>, String> {
+/// The rows of `batch` as JSON objects (`uuids` naming its uuid
+/// columns), NULLs as JSON null.
+pub fn from_batch(batch: &RecordBatch, uuids: &[String]) -> Result<Vec<Map<String, Value>>, String> {
     let schema = batch.schema();
     let mut rows = vec![Map::with_capacity(schema.fields().len()); batch.num_rows()];
     for (field, array) in schema.fields().iter().zip(batch.columns()) {
@@ -406,7 +444,7 @@ pub fn from_batch(batch: &RecordBatch) -> Result<Vec<Map<String, Value>>, String
             let value = if array.is_null(i) {
                 Value::Null
             } else {
-                json_of(field, array, i)?
+                json_of(field, uuids.contains(field.name()), array, i)?
             };
             row.insert(field.name().clone(), value);
         }
@@ -414,7 +452,7 @@ pub fn from_batch(batch: &RecordBatch) -> Result<Vec<Map<String, Value>>, String
     Ok(rows)
 }
 
-fn json_of(field: &Field, array: &ArrayRef, i: usize) -> Result<Value, String> {
+fn json_of(field: &Field, uuid: bool, array: &ArrayRef, i: usize) -> Result<Value, String> {
     let b64 = |bytes: &[u8]| Value::String(base64::engine::general_purpose::STANDARD.encode(bytes));
     Ok(match array.data_type() {
         DataType::Boolean => Value::Bool(array.as_boolean().value(i)),
@@ -443,9 +481,7 @@ fn json_of(field: &Field, array: &ArrayRef, i: usize) -> Result<Value, String> {
         DataType::Utf8 => Value::String(array.as_string::<i32>().value(i).to_owned()),
         DataType::LargeUtf8 => Value::String(array.as_string::<i64>().value(i).to_owned()),
         DataType::Utf8View => Value::String(array.as_string_view().value(i).to_owned()),
-        DataType::FixedSizeBinary(16) if is_uuid(field) => {
-            Value::String(uuid_text(array.as_fixed_size_binary().value(i)))
-        }
+        DataType::FixedSizeBinary(16) if uuid => Value::String(uuid_text(array.as_fixed_size_binary().value(i))),
         DataType::FixedSizeBinary(_) => b64(array.as_fixed_size_binary().value(i)),
         DataType::Binary => b64(array.as_binary::<i32>().value(i)),
         DataType::LargeBinary => b64(array.as_binary::<i64>().value(i)),
@@ -496,18 +532,43 @@ mod tests {
         assert_eq!(days_of("1970-01-01"), Some(0));
         assert_eq!(days_of("2000-03-01"), Some(11017));
         assert_eq!(days_of("2023-02-29"), None);
+        assert_eq!(days_of("9223372036854775807-01-01"), None);
+        assert_eq!(days_of("2023-1-01"), None);
         assert_eq!(days_of("2024-02-29"), Some(19782));
         for days in [-719_162, -1, 0, 11017, 19782, 2_932_896] {
             assert_eq!(days_of(&format_date(days)).map(i64::from), Some(days));
         }
-        assert_eq!(time_of("12:34:56.5"), Some(45_296_500_000));
-        assert_eq!(time_of("24:00:00"), None);
-        let utc = timestamp(&json!("2026-12-07T10:00:00Z")).unwrap();
-        assert_eq!(timestamp(&json!("2026-12-07 13:00:00+03:00")), Ok(utc));
-        assert_eq!(timestamp(&json!("2026-12-07T05:30:00-0430")), Ok(utc));
+        assert_eq!(time_of("12:34:56.5"), Some(45_296_500_000_000));
+        assert_eq!(time_of("12:34"), Some(45_240_000_000_000));
+        for bad in [
+            "24:00:00",
+            "-1:00:00",
+            "1:2:3",
+            "12:34:56.",
+            "12:34:56.1234567890",
+            "12:3a:00",
+        ] {
+            assert_eq!(time_of(bad), None, "{bad}");
+        }
+        let utc = micros(timestamp(&json!("2026-12-07T10:00:00Z")).unwrap()).unwrap();
+        let at = |text: &str| timestamp(&json!(text)).and_then(micros);
+        assert_eq!(at("2026-12-07 13:00:00+03:00"), Ok(utc));
+        assert_eq!(at("2026-12-07T05:30:00-0430"), Ok(utc));
         assert_eq!(format_timestamp(utc + 1, true), "2026-12-07T10:00:00.000001Z");
-        assert_eq!(timestamp(&json!(format_timestamp(utc + 1, true))), Ok(utc + 1));
-        assert!(timestamp(&json!("yesterday")).is_err());
+        assert_eq!(at(&format_timestamp(utc + 1, true)), Ok(utc + 1));
+        assert_eq!(
+            at("2026-12-07T10:00:00.0000001Z"),
+            Err("has more precision than microseconds".into()),
+            "never rounded"
+        );
+        for bad in [
+            "yesterday",
+            "999999-01-01T00:00:00Z",
+            "2026-01-01T00:00:00+a\u{20ac}",
+            "2026-01-01T00:00:00+25",
+        ] {
+            assert!(at(bad).is_err(), "{bad}");
+        }
         assert!(timestamp(&json!(1_700_000_000)).is_err());
     }
 
@@ -531,8 +592,9 @@ mod tests {
             json!({"id": 2, "price": null, "name": {"nested": [1]}}),
         ];
         let maps: Vec<_> = rows.iter().map(|r| r.as_object().unwrap()).collect();
-        let batch = to_batch(&schema, &maps).unwrap();
-        let back = from_batch(&batch).unwrap();
+        let uuids = ["u".to_owned()];
+        let batch = to_batch(&schema, &uuids, &maps).unwrap();
+        let back = from_batch(&batch, &uuids).unwrap();
         assert_eq!(
             Value::Object(back[0].clone()),
             json!({"id": 1, "price": "1.10", "at": "2026-12-07T10:00:00.123456Z",
@@ -543,10 +605,10 @@ mod tests {
             json!({"id": 2, "price": null, "at": null, "u": null, "name": "{\"nested\":[1]}", "raw": null})
         );
         let missing = json!({"price": "1"});
-        let error = to_batch(&schema, &[missing.as_object().unwrap()]).unwrap_err();
+        let error = to_batch(&schema, &uuids, &[missing.as_object().unwrap()]).unwrap_err();
         assert_eq!(error, "message 0: column \"id\" is required and has no value");
         let bad = json!({"id": 1, "price": "1.234"});
-        let error = to_batch(&schema, &[maps[0], bad.as_object().unwrap()]).unwrap_err();
+        let error = to_batch(&schema, &uuids, &[maps[0], bad.as_object().unwrap()]).unwrap_err();
         assert_eq!(error, "message 1: column \"price\": \"1.234\" has more than 2 decimals");
     }
 }

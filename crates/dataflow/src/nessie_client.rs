@@ -11,8 +11,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use async_trait::async_trait;
 use iceberg::table::Table;
-use iceberg::{Catalog, CatalogBuilder, ErrorKind, NamespaceIdent, TableIdent};
+use iceberg::{Catalog, CatalogBuilder, ErrorKind, Namespace, NamespaceIdent, TableCommit, TableCreation, TableIdent};
 use iceberg_catalog_rest::{RestCatalog, RestCatalogBuilder};
 use serde::Deserialize;
 use sless_model::dataflow::{Role, SecretRef};
@@ -159,10 +160,17 @@ impl NessieConfig {
                 Ok(_) => {}
             }
         }
-        if let Some(url) = self.aws_endpoint_url.as_deref().filter(|u| !u.is_empty())
-            && let Err(reason) = http_endpoint(url)
-        {
-            errors.push(FieldError::invalid(format!("{path}.awsEndpointURL"), reason));
+        if let Some(url) = self.aws_endpoint_url.as_deref().filter(|u| !u.is_empty()) {
+            let carries_credentials =
+                reqwest::Url::parse(url).is_ok_and(|u| !u.username().is_empty() || u.password().is_some());
+            match http_endpoint(url) {
+                Err(reason) => errors.push(FieldError::invalid(format!("{path}.awsEndpointURL"), reason)),
+                Ok(_) if carries_credentials => errors.push(FieldError::invalid(
+                    format!("{path}.awsEndpointURL"),
+                    "must not carry credentials: give awsAccessKeyID and awsSecretAccessKey",
+                )),
+                Ok(_) => {}
+            }
         }
         if let Some(branch) = &self.branch
             && !branch_name(branch)
@@ -214,8 +222,11 @@ impl NessieConfig {
                 "must be at least 1 second",
             ));
         }
-        if self.batch_size == Some(0) {
-            errors.push(FieldError::invalid(format!("{path}.batchSize"), "must be at least 1"));
+        if self.batch_size.is_some_and(|n| !(1..=MAX_BATCH).contains(&n)) {
+            errors.push(FieldError::invalid(
+                format!("{path}.batchSize"),
+                format!("must be 1 to {MAX_BATCH}"),
+            ));
         }
         let only = |given: bool, field: &str, role_of: Role, errors: &mut ValidationErrors| {
             if given && role != role_of {
@@ -299,6 +310,9 @@ impl NessieConfig {
         })
     }
 }
+
+/// Most rows a source hands out at once: each is held as a message.
+pub const MAX_BATCH: u32 = 10_000;
 
 /// Longest one request to the catalog may take.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
@@ -410,28 +424,38 @@ impl Nessie {
     }
 }
 
-/// A failure of the catalog or the store about `what`, as a connector's
-/// error: a missing namespace or table, and a refused login, are the
-/// spec's to fix; anything else may be retried.
-pub fn catalog_error(e: &iceberg::Error, what: &str) -> ConnectorError {
+/// The HTTP status of a catalog's answer that `e` reports, if any:
+/// Iceberg's REST client puts it first among an error's context (and the
+/// answer's body after it, which is why the text is read no further).
+fn status_of(e: &iceberg::Error) -> Option<u16> {
     let text = e.to_string();
-    let message: String = text.chars().take(600).collect();
-    match e.kind() {
-        ErrorKind::TableNotFound => ConnectorError::Config(format!("{what}: no such table")),
-        ErrorKind::NamespaceNotFound => ConnectorError::Config(format!("{what}: no such namespace")),
-        ErrorKind::FeatureUnsupported | ErrorKind::DataInvalid => {
-            ConnectorError::Config(format!("{what}: {}", e.message()))
+    let (_, rest) = text.split_once(", context: { status: ")?;
+    rest.get(..3)?.parse().ok()
+}
+
+/// A failure of the catalog or the store about `what`, as a connector's
+/// error: a missing namespace or table, a refused login and a refused
+/// request are the spec's to fix; anything else may be retried. Only the
+/// kind, the status and Iceberg's own message are told: never the
+/// answer's body, which a server of any kind could have sent.
+pub fn catalog_error(e: &iceberg::Error, what: &str) -> ConnectorError {
+    let message: String = e.message().chars().take(300).collect();
+    let status = status_of(e);
+    let answered = status.map(|s| format!(" (HTTP {s})")).unwrap_or_default();
+    match (e.kind(), status) {
+        (ErrorKind::TableNotFound, _) => ConnectorError::Config(format!("{what}: no such table")),
+        (ErrorKind::NamespaceNotFound, _) => ConnectorError::Config(format!("{what}: no such namespace")),
+        (ErrorKind::FeatureUnsupported | ErrorKind::DataInvalid, _) => {
+            ConnectorError::Config(format!("{what}: {message}"))
         }
-        ErrorKind::CatalogCommitConflicts => {
-            ConnectorError::Transient(format!("{what}: another writer committed first, retries used up"))
+        (ErrorKind::CatalogCommitConflicts, _) => {
+            ConnectorError::Transient(format!("{what}: another writer committed first"))
         }
-        _ if text.contains("status: 401") || text.contains("status: 403") => {
-            ConnectorError::Config(format!("{what}: the catalog refused the login: {message}"))
-        }
-        _ if text.contains("status: 404") || text.contains("status: 400") => ConnectorError::Config(format!(
-            "{what}: the catalog refused the request (is there such a branch?): {message}"
+        (_, Some(401 | 403)) => ConnectorError::Config(format!("{what}: the catalog refused the login{answered}")),
+        (_, Some(400 | 404)) => ConnectorError::Config(format!(
+            "{what}: the catalog refused the request{answered} (is there such a branch?)"
         )),
-        _ => ConnectorError::Transient(format!("{what}: {message}")),
+        _ => ConnectorError::Transient(format!("{what}: {message}{answered}")),
     }
 }
 
@@ -440,6 +464,7 @@ pub fn catalog_error(e: &iceberg::Error, what: &str) -> ConnectorError {
 /// data files. (Nessie's catalog keeps only a table's current snapshot in
 /// its metadata, its history being Nessie's commits; properties go on from
 /// commit to commit, whoever makes it.)
+#[derive(Debug)]
 pub struct PositionProperty {
     /// `sless.position.{digest of the dataflow key}`.
     pub name: String,
@@ -509,5 +534,110 @@ impl PositionProperty {
                 position: String::new(),
                 seal: String::new(),
             }))
+    }
+}
+
+/// What [`Guarded`] answers a commit whose position is in the table already.
+const ALREADY_COMMITTED: &str = "sless: the position is committed already";
+
+/// The catalog as a sink's commit sees it: a commit another writer beat is
+/// not made again by Iceberg (which would rebase it on the new snapshot
+/// without looking at the position), and the table a commit is based on,
+/// loaded just before it is sent, is checked for the position first: a
+/// commit whose answer was lost and that landed meanwhile is found there.
+#[derive(Debug)]
+pub struct Guarded<'a> {
+    pub catalog: &'a RestCatalog,
+    /// This dataflow's property and the position the commit stores.
+    pub position: Option<(&'a PositionProperty, &'a str)>,
+}
+
+impl Guarded<'_> {
+    /// Whether `e` says the commit was made already.
+    pub fn committed_already(e: &iceberg::Error) -> bool {
+        e.kind() == ErrorKind::PreconditionFailed && e.message() == ALREADY_COMMITTED
+    }
+}
+
+#[async_trait]
+impl Catalog for Guarded<'_> {
+    async fn list_namespaces(&self, parent: Option<&NamespaceIdent>) -> iceberg::Result<Vec<NamespaceIdent>> {
+        self.catalog.list_namespaces(parent).await
+    }
+
+    async fn create_namespace(
+        &self,
+        namespace: &NamespaceIdent,
+        properties: HashMap<String, String>,
+    ) -> iceberg::Result<Namespace> {
+        self.catalog.create_namespace(namespace, properties).await
+    }
+
+    async fn get_namespace(&self, namespace: &NamespaceIdent) -> iceberg::Result<Namespace> {
+        self.catalog.get_namespace(namespace).await
+    }
+
+    async fn namespace_exists(&self, namespace: &NamespaceIdent) -> iceberg::Result<bool> {
+        self.catalog.namespace_exists(namespace).await
+    }
+
+    async fn update_namespace(
+        &self,
+        namespace: &NamespaceIdent,
+        properties: HashMap<String, String>,
+    ) -> iceberg::Result<()> {
+        self.catalog.update_namespace(namespace, properties).await
+    }
+
+    async fn drop_namespace(&self, namespace: &NamespaceIdent) -> iceberg::Result<()> {
+        self.catalog.drop_namespace(namespace).await
+    }
+
+    async fn list_tables(&self, namespace: &NamespaceIdent) -> iceberg::Result<Vec<TableIdent>> {
+        self.catalog.list_tables(namespace).await
+    }
+
+    async fn create_table(&self, namespace: &NamespaceIdent, creation: TableCreation) -> iceberg::Result<Table> {
+        self.catalog.create_table(namespace, creation).await
+    }
+
+    async fn load_table(&self, table: &TableIdent) -> iceberg::Result<Table> {
+        let loaded = self.catalog.load_table(table).await?;
+        if let Some((property, position)) = self.position
+            && property.read(&loaded).as_deref() == Some(position)
+        {
+            return Err(iceberg::Error::new(ErrorKind::PreconditionFailed, ALREADY_COMMITTED));
+        }
+        Ok(loaded)
+    }
+
+    async fn drop_table(&self, table: &TableIdent) -> iceberg::Result<()> {
+        self.catalog.drop_table(table).await
+    }
+
+    async fn purge_table(&self, table: &TableIdent) -> iceberg::Result<()> {
+        self.catalog.purge_table(table).await
+    }
+
+    async fn table_exists(&self, table: &TableIdent) -> iceberg::Result<bool> {
+        self.catalog.table_exists(table).await
+    }
+
+    async fn rename_table(&self, src: &TableIdent, dest: &TableIdent) -> iceberg::Result<()> {
+        self.catalog.rename_table(src, dest).await
+    }
+
+    async fn register_table(&self, table: &TableIdent, metadata_location: String) -> iceberg::Result<Table> {
+        self.catalog.register_table(table, metadata_location).await
+    }
+
+    async fn update_table(&self, commit: TableCommit) -> iceberg::Result<Table> {
+        self.catalog.update_table(commit).await.map_err(|e| {
+            if e.kind() == ErrorKind::CatalogCommitConflicts {
+                e.with_retryable(false)
+            } else {
+                e
+            }
+        })
     }
 }

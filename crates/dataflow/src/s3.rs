@@ -97,12 +97,19 @@ impl StorageFactory for S3StoreFactory {
             .split_once("://")
             .filter(|(scheme, authority)| matches!(*scheme, "http" | "https") && !authority.contains('/'))
             .map(|(s, a)| (s.to_owned(), a.to_owned()))
+            .filter(|(_, authority)| !authority.contains('@'))
             .ok_or_else(|| {
                 Error::new(
                     ErrorKind::DataInvalid,
-                    format!("S3 endpoint {endpoint:?}: not http(s)://host[:port]"),
+                    "the S3 endpoint is not http(s)://host[:port] (without credentials)",
                 )
             })?;
+        // The Host header as the client sends it, which is what is signed.
+        let authority = authority.to_ascii_lowercase();
+        let default_port = if scheme == "https" { ":443" } else { ":80" };
+        let authority = authority
+            .strip_suffix(default_port)
+            .map_or(authority.clone(), str::to_owned);
         let keys = match (&settings.access_key, &settings.secret_key) {
             (Some(access), Some(secret)) => Some(Keys {
                 access: access.clone(),
@@ -205,7 +212,7 @@ fn set(headers: &mut axum::http::HeaderMap, name: &'static str, value: &str) -> 
     Ok(())
 }
 
-/// S3's `<Code>` and `<Message>` of an error answer, if it has them.
+/// S3's `<Code>` of an error answer, if it has one.
 fn s3_error(body: &[u8]) -> String {
     let text = String::from_utf8_lossy(body);
     let tag = |name: &str| {
@@ -214,11 +221,11 @@ fn s3_error(body: &[u8]) -> String {
         let end = text[start..].find("</")? + start;
         Some(text[start..end].chars().take(300).collect::<String>())
     };
-    match (tag("Code"), tag("Message")) {
-        (Some(code), Some(message)) => format!("{code}: {message}"),
-        (Some(code), None) => code,
-        _ => String::new(),
-    }
+    // The code only: S3's codes are a closed set of words, its messages
+    // whatever the server wrote.
+    tag("Code")
+        .filter(|code| code.len() <= 64 && code.bytes().all(|b| b.is_ascii_alphanumeric()))
+        .unwrap_or_default()
 }
 
 impl Inner {

@@ -3,11 +3,14 @@
 //! to 30 s), reporting each phase. `sless dev` and `sless processor` both
 //! run their dataflows through it.
 
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::FutureExt;
 use tokio::sync::watch;
 
+use crate::ConnectorError;
 use crate::context::PipelineContext;
 use crate::pipeline::{Pipeline, Refusal, Stats};
 use sless_model::dataflow::DataFlowPhase;
@@ -19,6 +22,18 @@ const REFUSAL_CHECK: Duration = Duration::from_millis(500);
 
 /// Restarts of a failed pipeline: after 1 s, doubling to 30 s.
 const RESTART: Backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(30));
+
+/// A panic of a pipeline (a defect): logged with its text, which may hold
+/// the data it met; the status says only that it happened.
+fn panicked(dataflow: &str, panic: Box<dyn std::any::Any + Send>) -> ConnectorError {
+    let text = panic
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| panic.downcast_ref::<&str>().copied())
+        .unwrap_or_default();
+    tracing::error!(%dataflow, panic = text, "the dataflow's pipeline panicked");
+    ConnectorError::Transient("the processor failed unexpectedly (a defect, in its log)".into())
+}
 
 fn refusal_message(r: &Refusal) -> String {
     format!(
@@ -36,11 +51,18 @@ pub async fn supervise(
 ) {
     let mut retries = RESTART.start();
     while !*stopped.borrow() {
-        match Pipeline::connect(&spec, &ctx, stats.clone()).await {
+        let connected = AssertUnwindSafe(Pipeline::connect(&spec, &ctx, stats.clone()))
+            .catch_unwind()
+            .await
+            .unwrap_or_else(|panic| Err(panicked(&ctx.id, panic)));
+        match connected {
             Ok(pipeline) => {
                 report(DataFlowPhase::Running, "running".into());
                 retries.succeeded();
-                let run = pipeline.run(stopped.clone());
+                // A panic ends the run as a failure, restarted like any other.
+                let run = AssertUnwindSafe(pipeline.run(stopped.clone()))
+                    .catch_unwind()
+                    .map(|ran| ran.unwrap_or_else(|panic| Err(panicked(&ctx.id, panic))));
                 tokio::pin!(run);
                 // A refused message, or a read or write retried, stalls the
                 // flow without failing it: show it.

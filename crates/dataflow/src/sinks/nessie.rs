@@ -16,6 +16,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use arrow_schema::SchemaRef;
 use async_trait::async_trait;
@@ -37,9 +38,16 @@ use crate::component::Component;
 use crate::context::{PipelineContext, PositionsKey};
 use crate::iceberg_rows;
 use crate::message::Message;
-use crate::nessie_client::{Nessie, NessieConfig, PositionProperty, catalog_error};
+use crate::nessie_client::{Guarded, Nessie, NessieConfig, PositionProperty, catalog_error};
 use sless_model::ValidationErrors;
 use sless_model::dataflow::Role;
+
+/// Commits tried before a batch is given back to be retried: each one
+/// another writer beat is made again on the new snapshot.
+const COMMIT_ATTEMPTS: u32 = 8;
+
+/// Largest data file written: below what the object store writes whole.
+const TARGET_FILE_BYTES: usize = crate::s3::MAX_OBJECT / 2;
 
 pub struct NessieSink {
     nessie: Nessie,
@@ -143,12 +151,16 @@ impl super::Open for NessieSink {
 
     async fn release(config: &NessieConfig, ctx: &PipelineContext) -> Result<(), ConnectorError> {
         let nessie = Nessie::connect(config, ctx).await?;
-        let table = match nessie.load().await {
-            Ok(table) => table,
-            // Nothing to remove from a table that is gone.
-            Err(ConnectorError::Config(_)) => return Ok(()),
-            Err(e) => return Err(e),
-        };
+        // Nothing to remove from a table that is gone.
+        if !nessie
+            .catalog
+            .table_exists(&nessie.ident)
+            .await
+            .map_err(|e| catalog_error(&e, &nessie.target))?
+        {
+            return Ok(());
+        }
+        let table = nessie.load().await?;
         let position = PositionProperty::of(ctx, &nessie.target);
         if !table.metadata().properties().contains_key(&position.name) {
             return Ok(());
@@ -169,7 +181,12 @@ impl super::Open for NessieSink {
 
 impl NessieSink {
     /// The rows of `messages` as a batch of the table's current schema.
-    fn batch(&self, schema: &SchemaRef, messages: &[Message]) -> Result<arrow_array::RecordBatch, ConnectorError> {
+    fn batch(
+        &self,
+        schema: &SchemaRef,
+        uuids: &[String],
+        messages: &[Message],
+    ) -> Result<arrow_array::RecordBatch, ConnectorError> {
         let wrapped: Vec<Map<String, Value>>;
         let rows: Vec<&Map<String, Value>> = if self.raw {
             wrapped = messages
@@ -188,7 +205,7 @@ impl NessieSink {
                 })
                 .collect::<Result<_, _>>()?
         };
-        iceberg_rows::to_batch(schema, &rows).map_err(ConnectorError::Data)
+        iceberg_rows::to_batch(schema, uuids, &rows).map_err(ConnectorError::Data)
     }
 
     /// Writes `messages` as one Parquet data file of `table`.
@@ -202,11 +219,13 @@ impl NessieSink {
         }
         let what = &self.nessie.target;
         let schema = writable_schema(table, what)?;
-        let batch = self.batch(&schema, messages)?;
         let metadata = table.metadata();
+        let uuids = iceberg_rows::uuid_columns(metadata.current_schema());
+        let batch = self.batch(&schema, &uuids, messages)?;
         let n = self.files.fetch_add(1, Ordering::Relaxed);
-        let files = RollingFileWriterBuilder::new_with_default_file_size(
+        let files = RollingFileWriterBuilder::new(
             ParquetWriterBuilder::new(WriterProperties::default(), metadata.current_schema().clone()),
+            TARGET_FILE_BYTES,
             table.file_io().clone(),
             DefaultLocationGenerator::new(metadata).map_err(|e| catalog_error(&e, what))?,
             DefaultFileNameGenerator::new(format!("{}-{n}", self.file_prefix), None, DataFileFormat::Parquet),
@@ -251,41 +270,55 @@ impl Sink for NessieSink {
 
     async fn write_at(&self, messages: &[Message], position: Option<&str>) -> Result<(), ConnectorError> {
         let what = &self.nessie.target;
-        let table = self.nessie.load().await?;
+        let mut table = self.nessie.load().await?;
         let stored = match position {
+            // Sent again after a lost answer, and the first commit landed:
+            // no data file to write.
+            Some(position) if self.position.read(&table).as_deref() == Some(position) => return Ok(()),
             Some(position) => {
-                // A commit sent again whose first answer was lost: done already.
-                if self.position.read(&table).as_deref() == Some(position) {
-                    return Ok(());
-                }
                 let key = self.positions_key.as_ref().ok_or_else(no_positions_key)?;
-                Some(self.position.value(position, key))
+                Some((position, self.position.value(position, key)))
             }
             None => None,
         };
         let files = self.data_files(&table, messages).await?;
-        let mut transaction = Transaction::new(&table);
-        if let Some(value) = stored {
-            transaction = transaction
-                .update_table_properties()
-                .set(self.position.name.clone(), value)
-                .apply(transaction)
-                .map_err(|e| catalog_error(&e, what))?;
-        } else if files.is_empty() {
+        if files.is_empty() && stored.is_none() {
             return Ok(());
         }
-        if !files.is_empty() {
-            transaction = transaction
-                .fast_append()
-                .with_check_duplicate(false)
-                .add_data_files(files)
-                .apply(transaction)
-                .map_err(|e| catalog_error(&e, what))?;
+        let guarded = Guarded {
+            catalog: &self.nessie.catalog,
+            position: stored.as_ref().map(|(position, _)| (&self.position, *position)),
+        };
+        for attempt in 1..=COMMIT_ATTEMPTS {
+            let mut transaction = Transaction::new(&table);
+            if let Some((_, value)) = &stored {
+                transaction = transaction
+                    .update_table_properties()
+                    .set(self.position.name.clone(), value.clone())
+                    .apply(transaction)
+                    .map_err(|e| catalog_error(&e, what))?;
+            }
+            if !files.is_empty() {
+                transaction = transaction
+                    .fast_append()
+                    .with_check_duplicate(false)
+                    .add_data_files(files.clone())
+                    .apply(transaction)
+                    .map_err(|e| catalog_error(&e, what))?;
+            }
+            match transaction.commit(&guarded).await {
+                Ok(_) => return Ok(()),
+                // A commit sent again whose first answer was lost, found in the table.
+                Err(e) if Guarded::committed_already(&e) => return Ok(()),
+                Err(e) if e.kind() == ErrorKind::CatalogCommitConflicts && attempt < COMMIT_ATTEMPTS => {
+                    tokio::time::sleep(Duration::from_millis(50 * u64::from(attempt))).await;
+                    table = self.nessie.load().await?;
+                }
+                Err(e) => return Err(catalog_error(&e, what)),
+            }
         }
-        transaction
-            .commit(&self.nessie.catalog)
-            .await
-            .map(drop)
-            .map_err(|e| catalog_error(&e, what))
+        Err(ConnectorError::Transient(format!(
+            "{what}: other writers committed first {COMMIT_ATTEMPTS} times"
+        )))
     }
 }

@@ -6,9 +6,11 @@
 //! keeps only a table's current snapshot in its metadata, so there is no
 //! snapshot history to walk). Files are read by sequence number, then path;
 //! rows in file order; manifests older than the position are not opened.
-//! The read position is a sequence number and how many rows of its files
-//! are read: it is the checkpoint (and what an exactly-once sink stores),
-//! so the source resumes inside a commit without reading its rows again.
+//! The read position is a file (its sequence number and path) and how many
+//! of its rows are read: it is the checkpoint (and what an exactly-once sink
+//! stores), so the source resumes inside a file without reading its rows
+//! again. A table whose history went back before the position (a branch
+//! reset, a rollback) stops the flow with that reason.
 //!
 //! What a commit adds is read: appends, and the files an update, a merge or
 //! a compaction rewrites (their rows again). Delete files are not applied,
@@ -82,7 +84,10 @@ impl super::Open for NessieSource {
         }
         Ok(Self {
             nessie,
-            batch: config.batch_size.unwrap_or(DEFAULT_BATCH as u32).max(1) as usize,
+            batch: config
+                .batch_size
+                .unwrap_or(DEFAULT_BATCH as u32)
+                .clamp(1, crate::nessie_client::MAX_BATCH) as usize,
             polling: Polling::start(config.poll_interval, ctx).await?,
             cursor: tokio::sync::Mutex::new(None),
         })
@@ -96,27 +101,36 @@ struct Added {
     rows: u64,
 }
 
-/// Where reading resumes: a sequence number, and how many rows of its
-/// files are read.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+/// Where reading resumes: every file before `path` in the order files
+/// are read (by sequence number, then path) is read, and `rows` rows of
+/// `path`. Kept by file, not by count, so a file of the same commit that is
+/// rewritten or removed later does not move it.
+#[derive(Clone, PartialEq, Eq, Debug)]
 struct After {
     sequence: i64,
+    path: String,
     rows: u64,
 }
 
 impl After {
     fn parse(position: &RowPosition) -> Result<Self, ConnectorError> {
         let bad = || ConnectorError::Config(format!("{:?} is not a nessie read position", position.text()));
+        let (rows, path) = position
+            .id
+            .as_deref()
+            .and_then(|id| id.split_once('/'))
+            .ok_or_else(bad)?;
         Ok(Self {
             sequence: position.value.parse().map_err(|_| bad())?,
-            rows: position.id.as_deref().ok_or_else(bad)?.parse().map_err(|_| bad())?,
+            path: path.to_owned(),
+            rows: rows.parse().map_err(|_| bad())?,
         })
     }
 
-    fn position(self) -> RowPosition {
+    fn position(&self) -> RowPosition {
         RowPosition {
             value: self.sequence.to_string(),
-            id: Some(self.rows.to_string()),
+            id: Some(format!("{}/{}", self.rows, self.path)),
         }
     }
 }
@@ -124,7 +138,7 @@ impl After {
 impl NessieSource {
     /// The data files of the table's current snapshot committed at or after
     /// `after`'s sequence number, by sequence number and path.
-    async fn files_from(&self, table: &Table, after: Option<After>) -> Result<Vec<Added>, ConnectorError> {
+    async fn files_from(&self, table: &Table, after: Option<&After>) -> Result<Vec<Added>, ConnectorError> {
         let what = &self.nessie.target;
         let Some(snapshot) = table.metadata().current_snapshot() else {
             return Ok(Vec::new());
@@ -199,6 +213,7 @@ impl NessieSource {
                     .stream(),
             },
         };
+        let uuids = iceberg_rows::uuid_columns(table.metadata().current_schema());
         let mut rows = Vec::new();
         while rows.len() < take {
             let batch = match cursor.pending.take() {
@@ -212,7 +227,7 @@ impl NessieSource {
             cursor.next += before as u64;
             let batch = batch.slice(before, batch.num_rows() - before);
             let used = batch.num_rows().min(take - rows.len());
-            let objects = iceberg_rows::from_batch(&batch.slice(0, used))
+            let objects = iceberg_rows::from_batch(&batch.slice(0, used), &uuids)
                 .map_err(|e| ConnectorError::Config(format!("{what}: {e}")))?;
             rows.extend(objects.into_iter().map(Value::Object));
             cursor.next += used as u64;
@@ -227,29 +242,34 @@ impl NessieSource {
     async fn read_after(&self, position: Option<RowPosition>) -> Result<Vec<(Record, RowPosition)>, ConnectorError> {
         let after = position.as_ref().map(After::parse).transpose()?;
         let table = self.nessie.load().await?;
+        if let Some(after) = &after
+            && table.metadata().last_sequence_number() < after.sequence
+        {
+            return Err(ConnectorError::Config(format!(
+                "{}: the table's history went back before the read position (commit {}): a branch reset or a \
+                 rollback; read it from the start again by deleting the dataflow's checkpoint",
+                self.nessie.target, after.sequence
+            )));
+        }
         let mut read = Vec::new();
-        // Rows of the sequence number being read, counted across its files.
-        let mut at = After {
-            sequence: i64::MIN,
-            rows: 0,
-        };
-        for file in self.files_from(&table, after).await? {
-            if file.sequence != at.sequence {
-                at = After {
-                    sequence: file.sequence,
-                    rows: 0,
-                };
-            }
-            let done = after.filter(|a| a.sequence == at.sequence).map_or(0, |a| a.rows);
-            let start = at.rows;
-            at.rows += file.rows;
-            if at.rows <= done {
+        for file in self.files_from(&table, after.as_ref()).await? {
+            let skip = match &after {
+                Some(a) if (file.sequence, &file.task.data_file_path) < (a.sequence, &a.path) => continue,
+                Some(a) if (file.sequence, &file.task.data_file_path) == (a.sequence, &a.path) => a.rows,
+                _ => 0,
+            };
+            if skip >= file.rows {
                 continue;
             }
-            let skip = done.saturating_sub(start);
+            let (sequence, path) = (file.sequence, file.task.data_file_path.clone());
             let rows = self.rows_of(&table, file, skip, self.batch - read.len()).await?;
-            for (row, data) in (start + skip + 1..).zip(rows) {
-                read.push(After { rows: row, ..at }.position().record(data));
+            for (row, data) in (skip + 1..).zip(rows) {
+                let at = After {
+                    sequence,
+                    path: path.clone(),
+                    rows: row,
+                };
+                read.push(at.position().record(data));
             }
             if read.len() >= self.batch {
                 break;
@@ -284,7 +304,11 @@ mod tests {
 
     #[test]
     fn a_read_position_round_trips_and_refuses_what_is_not_one() {
-        let at = After { sequence: 42, rows: 7 };
+        let at = After {
+            sequence: 42,
+            path: "s3://b/t/data/00000-0-a.parquet".into(),
+            rows: 7,
+        };
         assert_eq!(After::parse(&RowPosition::parse(&at.position().text())).unwrap(), at);
         assert!(
             After::parse(&RowPosition::parse("17")).is_err(),

@@ -1,4 +1,4 @@
-//! The HTTP connectors (SQS, ClickHouse, Trino, the schema registry) against
+//! The HTTP connectors (SQS, ClickHouse, Trino, the Nessie catalog, the schema registry) against
 //! hostile servers on loopback: a permitted host that redirects to a denied
 //! one, answers that never end or declare a gigabyte, and error bodies that
 //! carry another server's secrets. Everything binds to loopback: the
@@ -386,4 +386,52 @@ async fn an_ipv6_literal_is_reached_and_checked_by_the_policy() {
     };
     let refused = closed.http_client(&url, Duration::from_secs(5)).await.unwrap_err();
     assert!(refused.to_string().contains("egress"), "{refused}");
+}
+
+/// A client of the policy sends requests only to the host and port it was
+/// made for: another port, another name for the same address, another
+/// address (where a library the client is lent to might be sent) never see
+/// a connection.
+#[tokio::test]
+async fn a_client_of_the_policy_reaches_only_the_host_and_port_it_checked() {
+    let (port, _) = answering("200 OK", "", "{}").await;
+    let (other, other_hits) = answering("200 OK", "", "{}").await;
+    let (denied, denied_hits) = answering_on("127.0.0.2", "200 OK", "", "{}").await;
+    let url = format!("http://127.0.0.1:{port}/");
+    let client = policy().http_client(&url, Duration::from_secs(5)).await.unwrap();
+    assert_eq!(client.get(&url).send().await.unwrap().status(), 200);
+    for elsewhere in [
+        format!("http://127.0.0.1:{other}/"),
+        format!("http://localhost:{other}/"),
+        format!("http://127.0.0.2:{denied}/"),
+        format!("http://[::1]:{port}/"),
+    ] {
+        assert!(client.get(&elsewhere).send().await.is_err(), "{elsewhere} was reached");
+    }
+    assert_eq!(other_hits.load(Ordering::SeqCst), 0);
+    assert_eq!(denied_hits.load(Ordering::SeqCst), 0);
+}
+
+/// An Iceberg REST catalog whose `/v1/config` names another `uri` (which
+/// Iceberg's client follows for every later request): the Nessie sink's
+/// requests never get there, and the catalog's answer is not passed on.
+#[tokio::test]
+async fn a_catalog_that_names_another_uri_is_not_followed() {
+    let (denied, denied_hits) = answering_on("127.0.0.2", "200 OK", "", "{}").await;
+    let config = format!(
+        r#"{{"defaults": {{}}, "overrides": {{"uri": "http://127.0.0.2:{denied}/iceberg/main", "note": "{SECRET}"}}}}"#
+    );
+    let (catalog, _) = answering("200 OK", "", &config).await;
+    let spec: sless_model::dataflow::ConnectorSpec = serde_json::from_value(serde_json::json!({
+        "type": "nessie",
+        "config": {"nessieUrl": format!("http://127.0.0.1:{catalog}"), "namespace": "n", "table": "t",
+                   "autoCreateTable": true}
+    }))
+    .unwrap();
+    let error = sless_dataflow::registry::connect_sink(&spec, &context())
+        .await
+        .err()
+        .unwrap();
+    assert!(!error.to_string().contains(SECRET), "{error}");
+    assert_eq!(denied_hits.load(Ordering::SeqCst), 0, "the overriding uri was reached");
 }
