@@ -11,6 +11,7 @@ mod cli;
 mod connections;
 mod dataflow_avro;
 mod dataflow_cdc;
+mod dataflow_cdc_apply;
 mod dataflow_clickhouse;
 mod dataflow_kafka;
 mod dataflow_nessie;

@@ -17,6 +17,12 @@
 //! array or exponent number for any other non-json column, whose text the
 //! statement takes from jsonb (`{"a": 1}`, `0.0000001`).
 //!
+//! `applyChanges` takes change events of `postgresql-cdc` (`op`, `before`,
+//! `after`) instead of rows and applies them by key, in order
+//! ([`crate::sql::changes`]): inserts and updates as upserts of the columns
+//! they carry, key changes in place, deletes and truncates, so the table
+//! stays equal to the captured one. A batch's changes go in one transaction.
+//!
 //! Exactly once (`exactlyOnce`, on unless set false where the source can
 //! resume from a stored position): each batch is written in one transaction
 //! with the source's position after it, in a table of the tenant's own
@@ -38,6 +44,7 @@ use crate::ConnectorError;
 use crate::component::Component;
 use crate::context::PipelineContext;
 use crate::message::Message;
+use crate::sql::changes::{self, Step};
 use crate::sql::positions::{self, PositionRow};
 use crate::sql::{connect, quote, quote_ident};
 use serde::Deserialize;
@@ -64,6 +71,9 @@ pub struct PostgresSinkConfig {
     /// Store the source's position with each batch; default on where the
     /// source can resume from it.
     pub exactly_once: Option<bool>,
+    /// Apply change events (`op`, `before`, `after`) by key instead of
+    /// writing messages as rows.
+    pub apply_changes: Option<bool>,
 }
 
 pub struct PostgresSink {
@@ -81,6 +91,8 @@ pub struct PostgresSink {
     exactly_once: Option<bool>,
     positions: PositionRow,
     positions_key: Option<crate::context::PositionsKey>,
+    /// `applyChanges`: the key change events are applied by.
+    changes_key: Option<Vec<String>>,
 }
 
 /// A column of the target table and how a message value becomes its input.
@@ -181,6 +193,27 @@ impl PostgresSink {
             (Some(true), None) => return Err(ConnectorError::Config("upsertMode needs conflictKey".into())),
             _ => None,
         };
+        let changes_key = match config.apply_changes {
+            Some(true) if raw => {
+                return Err(ConnectorError::Config(format!(
+                    "applyChanges writes the captured rows into columns: {table:?} takes whole messages (a data jsonb column)"
+                )));
+            }
+            Some(true) => Some(match &config.conflict_key {
+                Some(key) => key.split(',').map(|k| k.trim().to_owned()).collect(),
+                None => primary_key(&client, &table_quoted, &table).await?,
+            }),
+            _ => None,
+        };
+        if let Some(unknown) = changes_key
+            .iter()
+            .flatten()
+            .find(|k| !columns.iter().any(|(c, _, _)| c == *k))
+        {
+            return Err(ConnectorError::Config(format!(
+                "conflictKey {unknown:?} is not a column of {table:?}"
+            )));
+        }
         Ok(Self {
             client,
             table,
@@ -196,6 +229,7 @@ impl PostgresSink {
             exactly_once: config.exactly_once,
             positions,
             positions_key: ctx.positions_key.clone(),
+            changes_key,
         })
     }
 
@@ -309,6 +343,135 @@ impl PostgresSink {
     }
 }
 
+impl PostgresSink {
+    /// Applies change events in one transaction (inside the caller's when
+    /// `in_transaction`).
+    async fn apply(&self, messages: &[Message], key: &[String], in_transaction: bool) -> Result<(), ConnectorError> {
+        let names: Vec<String> = self.columns.iter().map(|c| c.name.clone()).collect();
+        let steps = changes::plan(messages, key, &names).map_err(ConnectorError::Data)?;
+        if !in_transaction {
+            self.client
+                .batch_execute("BEGIN")
+                .await
+                .map_err(ConnectorError::query)?;
+        }
+        let applied = async {
+            for step in &steps {
+                self.run(step, key).await?;
+            }
+            Ok(())
+        }
+        .await;
+        if !in_transaction {
+            let end = if applied.is_ok() { "COMMIT" } else { "ROLLBACK" };
+            let ended = self.client.batch_execute(end).await.map_err(ConnectorError::query);
+            applied.as_ref().map_err(Clone::clone)?;
+            ended?;
+        }
+        applied
+    }
+
+    async fn run(&self, step: &Step, key: &[String]) -> Result<(), ConnectorError> {
+        let t = &self.table_quoted;
+        let list =
+            |names: &mut dyn Iterator<Item = &String>| names.map(|n| quote_ident(n)).collect::<Vec<_>>().join(", ");
+        let keys = list(&mut key.iter());
+        let (sql, params): (String, Vec<String>) = match step {
+            Step::Upsert { columns, rows } => {
+                let names = list(&mut columns.iter());
+                let updates: Vec<String> = columns
+                    .iter()
+                    .filter(|c| !key.contains(c))
+                    .map(|c| format!("{0} = EXCLUDED.{0}", quote_ident(c)))
+                    .collect();
+                let conflict = if updates.is_empty() {
+                    "DO NOTHING".to_owned()
+                } else {
+                    format!("DO UPDATE SET {}", updates.join(", "))
+                };
+                (
+                    format!(
+                        "INSERT INTO {t} ({names}) SELECT {names} FROM jsonb_populate_recordset(NULL::{t}, $1::text::jsonb) \
+                         ON CONFLICT ({keys}) {conflict}"
+                    ),
+                    vec![json(rows)],
+                )
+            }
+            Step::Delete { keys: rows } => (
+                format!(
+                    "DELETE FROM {t} WHERE ({keys}) IN (SELECT {keys} FROM jsonb_populate_recordset(NULL::{t}, $1::text::jsonb))"
+                ),
+                vec![json(rows)],
+            ),
+            Step::Rekey { old, row } => {
+                let names = list(&mut row.keys());
+                let sql = format!(
+                    "UPDATE {t} SET ({names}) = (SELECT {names} FROM jsonb_populate_record(NULL::{t}, $1::text::jsonb)) \
+                     WHERE ({keys}) = (SELECT {keys} FROM jsonb_populate_record(NULL::{t}, $2::text::jsonb))"
+                );
+                let moved = self
+                    .client
+                    .execute(&sql, &[&json(row), &json(old)])
+                    .await
+                    .map_err(ConnectorError::query)?;
+                if moved > 0 {
+                    return Ok(());
+                }
+                // The old row is not in the table: the new one is written whole.
+                let mut columns: Vec<String> = row.keys().cloned().collect();
+                columns.sort();
+                let upsert = Step::Upsert {
+                    columns,
+                    rows: vec![row.clone()],
+                };
+                return Box::pin(self.run(&upsert, key)).await;
+            }
+            Step::Truncate => (format!("TRUNCATE {t}"), Vec::new()),
+        };
+        let params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = params
+            .iter()
+            .map(|p| p as &(dyn tokio_postgres::types::ToSql + Sync))
+            .collect();
+        self.client
+            .execute(&sql, &params)
+            .await
+            .map(drop)
+            .map_err(ConnectorError::query)
+    }
+}
+
+/// `value` as JSON text (a map or a list of maps: serialising cannot fail).
+fn json<T: serde::Serialize>(value: &T) -> String {
+    serde_json::to_string(value).unwrap_or_default()
+}
+
+/// The primary key columns of `table`, in key order.
+async fn primary_key(
+    client: &tokio_postgres::Client,
+    table_quoted: &str,
+    table: &str,
+) -> Result<Vec<String>, ConnectorError> {
+    let key: Vec<String> = client
+        .query(
+            "SELECT a.attname::text FROM pg_index i \
+             JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey) \
+             WHERE i.indrelid = $1::text::regclass AND i.indisprimary \
+             ORDER BY array_position(i.indkey::int2[], a.attnum)",
+            &[&table_quoted],
+        )
+        .await
+        .map_err(ConnectorError::query)?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    if key.is_empty() {
+        return Err(ConnectorError::Config(format!(
+            "applyChanges applies changes by key: {table:?} has no primary key (give conflictKey)"
+        )));
+    }
+    Ok(key)
+}
+
 /// What became of a batch given to COPY.
 enum Copied {
     Written,
@@ -389,6 +552,12 @@ impl Component for PostgresSink {
         if let Some(table) = p.table.as_deref().filter(|t| positions::names_positions(t)) {
             errors.push(FieldError::invalid(format!("{path}.table"), positions::reserved(table)));
         }
+        if p.apply_changes == Some(true) && p.auto_create_table == Some(true) {
+            errors.push(FieldError::invalid(
+                format!("{path}.applyChanges"),
+                "applies changes to a table shaped like the captured one; autoCreateTable makes a table of whole messages",
+            ));
+        }
     }
 }
 
@@ -466,6 +635,9 @@ impl PostgresSink {
     async fn write_rows(&self, messages: &[Message], in_transaction: bool) -> Result<(), ConnectorError> {
         if messages.is_empty() {
             return Ok(());
+        }
+        if let Some(key) = &self.changes_key {
+            return self.apply(messages, key, in_transaction).await;
         }
         let batch: Vec<&Value> = messages.iter().map(|m| &m.data).collect();
         let present = self.present(&batch)?;

@@ -3,6 +3,7 @@
 //! identifiers that come from a spec, and the tables exactly-once sinks
 //! keep positions in, which no spec may name.
 
+pub(crate) mod changes;
 pub mod positions;
 pub mod replication;
 mod tls;
