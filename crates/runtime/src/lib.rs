@@ -4,6 +4,7 @@
 //! connection bounds, and locks a panic does not poison.
 
 pub mod backoff;
+pub mod civil;
 pub mod hex;
 pub mod http;
 pub mod random;

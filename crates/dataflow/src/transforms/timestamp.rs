@@ -128,19 +128,6 @@ fn parse_format(name: Option<&str>) -> Result<Format, FormatError> {
     Ok(layout(name))
 }
 
-/// Days since 1970-01-01 → (year, month, day), proleptic Gregorian.
-fn civil(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (yoe + era * 400 + i64::from(month <= 2), month, day)
-}
-
 fn render(format: &Format, at: SystemTime) -> Value {
     let since = at.duration_since(UNIX_EPOCH).unwrap_or_default();
     let secs = i64::try_from(since.as_secs()).unwrap_or(i64::MAX);
@@ -148,7 +135,7 @@ fn render(format: &Format, at: SystemTime) -> Value {
         Format::Unix => Value::from(secs),
         Format::UnixMilli => Value::from(i64::try_from(since.as_millis()).unwrap_or(i64::MAX)),
         Format::Layout(tokens) => {
-            let (year, month, day) = civil(secs.div_euclid(86_400));
+            let (year, month, day) = sless_runtime::civil::civil_from_days(secs.div_euclid(86_400));
             let in_day = secs.rem_euclid(86_400);
             let mut out = String::new();
             for t in tokens {
@@ -254,7 +241,7 @@ mod tests {
         let typo = check_format(Some("rfc3339nano")).unwrap_err().to_string();
         assert!(typo.contains("did you mean RFC3339Nano"), "{typo}");
         assert!(check_format(Some(" unix ")).is_err());
-        assert_eq!(civil(0), (1970, 1, 1));
-        assert_eq!(civil(11_016), (2000, 2, 29));
+        assert_eq!(sless_runtime::civil::civil_from_days(0), (1970, 1, 1));
+        assert_eq!(sless_runtime::civil::civil_from_days(11_016), (2000, 2, 29));
     }
 }

@@ -35,14 +35,7 @@ pub(super) fn parse_amz_date(value: &str) -> Option<i64> {
     if !(1..=12).contains(&m) || !(1..=31).contains(&d) || hh > 23 || mm > 59 || ss > 60 {
         return None;
     }
-    // Days from civil date (proleptic Gregorian), after H. Hinnant.
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
+    let days = sless_runtime::civil::days_from_civil(y, u32::try_from(m).ok()?, u32::try_from(d).ok()?);
     Some(days * 86_400 + hh * 3600 + mm * 60 + ss)
 }
 
