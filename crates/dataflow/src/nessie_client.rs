@@ -641,3 +641,62 @@ impl Catalog for Guarded<'_> {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+    use sless_model::ValidationErrors;
+    use sless_model::dataflow::Role;
+
+    use super::{NessieConfig, catalog_uri};
+
+    /// What a tenant may put in a spec: every hostile value is refused at
+    /// its own field before anything connects.
+    #[test]
+    fn hostile_values_are_refused_at_their_fields() {
+        let long = "t".repeat(10_000);
+        for (config, field) in [
+            (json!({"nessieUrl": "file:///etc/passwd"}), "nessieUrl"),
+            (json!({"nessieUrl": "http://n:19120", "token": "secret"}), "nessieUrl"),
+            (json!({"namespace": "a/../b"}), "namespace"),
+            (json!({"namespace": "a..b"}), "namespace"),
+            (json!({"table": "t; DROP TABLE x"}), "table"),
+            (json!({"table": long}), "table"),
+            (json!({"branch": "../main"}), "branch"),
+            (json!({"branch": "main?x=1"}), "branch"),
+            (json!({"awsEndpointURL": "http://key:secret@s3:9000"}), "awsEndpointURL"),
+            (json!({"batchSize": 0}), "batchSize"),
+            (json!({"batchSize": 1_000_000_000}), "batchSize"),
+            (json!({"autoCreateTable": true}), "autoCreateTable"),
+        ] {
+            let mut spec = json!({"nessieUrl": "https://n:19120", "namespace": "n", "table": "t"});
+            spec.as_object_mut()
+                .unwrap()
+                .extend(config.as_object().unwrap().clone());
+            let config: NessieConfig = serde_json::from_value(spec.clone()).unwrap();
+            let mut errors = ValidationErrors::default();
+            config.check(Role::Source, "source.config", &mut errors);
+            assert!(
+                errors.0.iter().any(|e| e.field == format!("source.config.{field}")),
+                "{spec}: {errors:?}"
+            );
+        }
+        assert!(serde_json::from_value::<NessieConfig>(json!({"nessieUrl": "x", "unknown": 1})).is_err());
+    }
+
+    #[test]
+    fn the_catalog_uri_is_the_branchs_under_the_servers_root() {
+        for url in [
+            "http://n:19120",
+            "http://n:19120/",
+            "http://n:19120/api/v2",
+            "http://n:19120/iceberg?x=1#y",
+        ] {
+            assert_eq!(catalog_uri(url, "dev").unwrap(), "http://n:19120/iceberg/dev", "{url}");
+        }
+        assert!(
+            catalog_uri("http://u:p@n:19120", "main").is_err(),
+            "credentials in the URL"
+        );
+    }
+}
