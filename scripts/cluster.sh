@@ -125,6 +125,14 @@ build_netpol() {
   log "built kube-network-policies in $((SECONDS - started)) s"
 }
 
+# On CI the Go build cache (about 5 GB) serves no one once the binaries are
+# cached under $SLESS_CACHE, and the disk is shared with the Rust builds.
+# (The module cache stays: images() reads pause.c from it.)
+drop_go_caches() {
+  [ -n "${CI:-}" ] || return 0
+  go clean -cache
+}
+
 pki() {
   local dir=$STATE/pki
   mkdir -p "$dir"
@@ -463,6 +471,7 @@ up() {
   build
   build_cert_manager
   build_netpol
+  drop_go_caches
   local started=$SECONDS
   down quiet
   mkdir -p "$STATE" "$RUN"
@@ -560,7 +569,7 @@ case "${1:-}" in
   up) up ;;
   down) down ;;
   env) env_line ;;
-  build) packages && build && build_cert_manager && build_netpol ;;
+  build) packages && build && build_cert_manager && build_netpol && drop_go_caches ;;
   image) sless_image ;;
   *) echo "usage: $0 up|down|env|build|image" >&2; exit 2 ;;
 esac

@@ -4,11 +4,22 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# The free disk before each step: a full disk shows as a linker's bus error.
+disk() { echo "==> $1 ($(df -h --output=avail . | tail -1 | tr -d ' ') free)"; }
+
+disk "installing the test dependencies"
 ./scripts/install-test-deps.sh
 
 # Unformatted code or a clippy warning fails the suite like a failing test.
 cargo fmt --all --check
+# Every fuzz target for a bounded time: a crash fails the suite. First, so
+# that on CI its sanitizer build (about 6 GB) is gone before the workspace's.
+disk "fuzzing"
+./scripts/fuzz.sh --dev 20
+if [ -n "${CI:-}" ]; then rm -rf fuzz/target; fi
+disk "clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
+disk "building the workspace"
 cargo build --workspace --all-targets --locked
 cargo test --workspace --locked
 # A build without the connectors whose clients are heavy (cargo features):
@@ -16,6 +27,6 @@ cargo test --workspace --locked
 cargo check -p sless --no-default-features --locked
 cargo test -p sless-dataflow --no-default-features --locked --lib types_left_out_of_the_build
 # End-to-end: the real sless binary with boto3, awscli and moto.
+disk "pytest"
 python3 -m pytest tests/ -q
-# Every fuzz target for a bounded time: a crash fails the suite.
-./scripts/fuzz.sh --dev 20
+disk "done"
