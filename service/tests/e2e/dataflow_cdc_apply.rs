@@ -187,3 +187,135 @@ async fn a_random_workload_applied_by_key_leaves_the_sink_equal_to_the_source() 
     assert_eq!(a.delete(&format!("/api/v1/dataflows/{name}")).await.0, 204);
     db.batch_execute(&format!("DROP TABLE {src}, {dst}")).await.unwrap();
 }
+
+/// Waits until `sql` (a count of differing rows) is 0, showing the
+/// dataflow's view if it never is.
+async fn wait_equal(db: &tokio_postgres::Client, a: &crate::common::Client, name: &str, sql: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let left = count(db, sql).await;
+        if left == 0 {
+            return;
+        }
+        let view = a.get(&format!("/api/v1/dataflows/{name}")).await.1;
+        assert!(Instant::now() < deadline, "{left} rows differ after 60 s; the dataflow: {view}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Waits for the phase `Error` with a message holding `words`.
+async fn wait_for_error(a: &crate::common::Client, name: &str, words: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let view = a.get(&format!("/api/v1/dataflows/{name}")).await.1;
+        let message = view["message"].as_str().unwrap_or_default().to_owned();
+        if view["phase"] == "Error" && message.contains(words) {
+            return message;
+        }
+        assert!(Instant::now() < deadline, "{name} never stopped on {words:?}: {view}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// One flow captures two tables and routes each to its own sink table;
+/// then the source's schema changes under it. A column added to the source
+/// stops the flow with the column's name in its status (its values are
+/// never dropped) until the sink has the column; a widened type's larger
+/// value stops it until the sink's column is widened; a dropped column
+/// leaves the sink's column with the values it had. The sinks then equal
+/// the sources.
+#[tokio::test]
+async fn several_tables_route_to_their_sinks_and_schema_changes_stop_or_follow() {
+    let db = db().await;
+    let (src_a, dst_a, src_b, dst_b) = (
+        unique("schema_src_a"),
+        unique("schema_dst_a"),
+        unique("schema_src_b"),
+        unique("schema_dst_b"),
+    );
+    db.batch_execute(&format!(
+        "CREATE TABLE {src_a} (id int PRIMARY KEY, name text, n int);
+         CREATE TABLE {dst_a} (LIKE {src_a} INCLUDING ALL);
+         CREATE TABLE {src_b} (id int PRIMARY KEY, v text);
+         CREATE TABLE {dst_b} (LIKE {src_b} INCLUDING ALL);
+         INSERT INTO {src_a} SELECT g, 'a' || g, g FROM generate_series(1, 20) g;
+         INSERT INTO {src_b} SELECT g, 'b' || g FROM generate_series(1, 30) g;"
+    ))
+    .await
+    .unwrap();
+    let dir = TempDir::new("df-cdc-schema");
+    let server = DevServer::start(&dir.0);
+    let a = server.client(TOKEN_A);
+    let name = format!("schema-{}", rand::random::<u32>());
+    a.create_dataflow(json!({
+        "name": name,
+        "source": {"type": "postgresql-cdc", "config": {"connectionString": dsn(), "tables": [src_a, src_b]}},
+        "transformations": [{"type": "router", "config": {"routes": [
+            {"condition": format!("$.source.table == '{src_b}'"), "sink": pg(&dst_b, json!({"applyChanges": true}))},
+        ]}}],
+        "sink": pg(&dst_a, json!({"applyChanges": true})),
+    }))
+    .await;
+    let (same_a, same_b) = (differences(&src_a, &dst_a), differences(&src_b, &dst_b));
+    db.batch_execute(&format!(
+        "INSERT INTO {src_b} VALUES (31, 'b31'); UPDATE {src_a} SET name = 'changed' WHERE id = 3; \
+         DELETE FROM {src_b} WHERE id = 1;"
+    ))
+    .await
+    .unwrap();
+    wait_equal(&db, &a, &name, &same_a).await;
+    wait_equal(&db, &a, &name, &same_b).await;
+
+    // A column added to the source: refused, named, until the sink has it.
+    db.batch_execute(&format!(
+        "ALTER TABLE {src_a} ADD COLUMN extra text; \
+         INSERT INTO {src_a} VALUES (100, 'new', 100, 'kept'); UPDATE {src_a} SET extra = 'e' WHERE id = 1;"
+    ))
+    .await
+    .unwrap();
+    let message = wait_for_error(&a, &name, "\"extra\"").await;
+    assert!(message.contains(&dst_a), "{message}");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        count(&db, &format!("SELECT count(*) FROM {dst_a} WHERE id = 100")).await,
+        0,
+        "nothing from the change on is written without its column"
+    );
+    db.batch_execute(&format!("ALTER TABLE {dst_a} ADD COLUMN extra text"))
+        .await
+        .unwrap();
+    wait_equal(&db, &a, &name, &same_a).await;
+    a.wait_for_phase(&name, "Running", Duration::from_secs(30)).await;
+
+    // A widened type: its larger values wait for the sink's column.
+    db.batch_execute(&format!(
+        "ALTER TABLE {src_a} ALTER COLUMN n TYPE bigint; UPDATE {src_a} SET n = 10000000000 WHERE id = 2;"
+    ))
+    .await
+    .unwrap();
+    wait_for_error(&a, &name, "out of range").await;
+    db.batch_execute(&format!("ALTER TABLE {dst_a} ALTER COLUMN n TYPE bigint"))
+        .await
+        .unwrap();
+    wait_equal(&db, &a, &name, &same_a).await;
+
+    // A dropped column stays in the sink with the values it had.
+    db.batch_execute(&format!(
+        "ALTER TABLE {src_a} DROP COLUMN name; INSERT INTO {src_a} VALUES (101, 5, 'z'); \
+         UPDATE {src_a} SET n = 6 WHERE id = 1; INSERT INTO {src_b} VALUES (32, 'b32');"
+    ))
+    .await
+    .unwrap();
+    let kept = format!("(SELECT id, n, extra FROM {dst_a})");
+    wait_equal(&db, &a, &name, &differences(&src_a, &kept)).await;
+    wait_equal(&db, &a, &name, &same_b).await;
+    assert_eq!(
+        count(&db, &format!("SELECT count(*) FROM {dst_a} WHERE id = 1 AND name = 'a1'")).await,
+        1
+    );
+    a.wait_for_phase(&name, "Running", Duration::from_secs(30)).await;
+    assert_eq!(a.delete(&format!("/api/v1/dataflows/{name}")).await.0, 204);
+    db.batch_execute(&format!("DROP TABLE {src_a}, {dst_a}, {src_b}, {dst_b}"))
+        .await
+        .unwrap();
+}

@@ -22,6 +22,11 @@
 //! ([`crate::sql::changes`]): inserts and updates as upserts of the columns
 //! they carry, key changes in place, deletes and truncates, so the table
 //! stays equal to the captured one. A batch's changes go in one transaction.
+//! A schema change of the source: a column it gained is refused (with the
+//! column's name, retried) until the sink's table has it too; a column it
+//! dropped stays in the sink (rows written after it get its default); a
+//! widened type's larger values are refused until the sink's column is
+//! widened. Nothing is skipped meanwhile.
 //!
 //! Exactly once (`exactlyOnce`, on unless set false where the source can
 //! resume from a stored position): each batch is written in one transaction
@@ -32,6 +37,7 @@
 //! neither loses a row nor writes one twice. The row is deleted with the
 //! dataflow.
 
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use async_trait::async_trait;
@@ -50,6 +56,7 @@ use crate::sql::{connect, quote, quote_ident};
 use serde::Deserialize;
 use sless_model::dataflow::SecretRef;
 use sless_model::{FieldError, ValidationErrors};
+use sless_runtime::sync::Unpoisoned;
 
 /// Batches written by statement after a COPY met an existing key.
 const AFTER_CONFLICT: u32 = 16;
@@ -91,8 +98,16 @@ pub struct PostgresSink {
     exactly_once: Option<bool>,
     positions: PositionRow,
     positions_key: Option<crate::context::PositionsKey>,
-    /// `applyChanges`: the key change events are applied by.
-    changes_key: Option<Vec<String>>,
+    /// `applyChanges`: how change events are applied.
+    changes: Option<Changes>,
+}
+
+/// `applyChanges`: the key change events are applied by, and the table's
+/// columns as last read (read again when an event has one they lack: the
+/// table may have gained it since).
+struct Changes {
+    key: Vec<String>,
+    columns: Mutex<Vec<String>>,
 }
 
 /// A column of the target table and how a message value becomes its input.
@@ -112,6 +127,36 @@ enum ColumnKind {
     ByStatement,
     /// Any other type: a string's contents, else the JSON text.
     Scalar,
+}
+
+/// The columns of `table` (quoted), in order: name, type, and kind. A
+/// domain has its base type's category; `json` and `jsonb` are found
+/// through a domain too.
+async fn table_columns(
+    client: &tokio_postgres::Client,
+    table: &str,
+) -> Result<Vec<(String, String, ColumnKind)>, ConnectorError> {
+    Ok(client
+        .query(
+            "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod), \
+               CASE WHEN coalesce(nullif(t.typbasetype, 0), t.oid) IN ('json'::regtype, 'jsonb'::regtype) THEN 'j' \
+                    WHEN t.typcategory IN ('A', 'C') OR a.attidentity = 'a' THEN 's' ELSE 'v' END \
+             FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid \
+             WHERE a.attrelid = $1::text::regclass AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum",
+            &[&table],
+        )
+        .await
+        .map_err(ConnectorError::query)?
+        .iter()
+        .map(|r| {
+            let kind = match r.get::<_, &str>(2) {
+                "j" => ColumnKind::Json,
+                "s" => ColumnKind::ByStatement,
+                _ => ColumnKind::Scalar,
+            };
+            (r.get(0), r.get(1), kind)
+        })
+        .collect())
 }
 
 impl PostgresSink {
@@ -141,29 +186,7 @@ impl PostgresSink {
                 .await
                 .map_err(ConnectorError::query)?;
         }
-        // A domain has its base type's category; `json` and `jsonb` are
-        // found through a domain too.
-        let columns: Vec<(String, String, ColumnKind)> = client
-            .query(
-                "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod), \
-                   CASE WHEN coalesce(nullif(t.typbasetype, 0), t.oid) IN ('json'::regtype, 'jsonb'::regtype) THEN 'j' \
-                        WHEN t.typcategory IN ('A', 'C') OR a.attidentity = 'a' THEN 's' ELSE 'v' END \
-                 FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid \
-                 WHERE a.attrelid = $1::text::regclass AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum",
-                &[&table_quoted],
-            )
-            .await
-            .map_err(ConnectorError::query)?
-            .iter()
-            .map(|r| {
-                let kind = match r.get::<_, &str>(2) {
-                    "j" => ColumnKind::Json,
-                    "s" => ColumnKind::ByStatement,
-                    _ => ColumnKind::Scalar,
-                };
-                (r.get(0), r.get(1), kind)
-            })
-            .collect();
+        let columns = table_columns(&client, &table_quoted).await?;
         if columns.is_empty() {
             return Err(ConnectorError::Config(format!(
                 "table {table:?} has no columns (does it exist?)"
@@ -200,7 +223,7 @@ impl PostgresSink {
                 )));
             }
             Some(true) => Some(match &config.conflict_key {
-                Some(key) => key.split(',').map(|k| k.trim().to_owned()).collect(),
+                Some(key) => key.split(',').map(|k| k.trim().to_owned()).collect::<Vec<_>>(),
                 None => primary_key(&client, &table_quoted, &table).await?,
             }),
             _ => None,
@@ -214,6 +237,10 @@ impl PostgresSink {
                 "conflictKey {unknown:?} is not a column of {table:?}"
             )));
         }
+        let changes = changes_key.map(|key| Changes {
+            key,
+            columns: Mutex::new(columns.iter().map(|(name, _, _)| name.clone()).collect()),
+        });
         Ok(Self {
             client,
             table,
@@ -229,7 +256,7 @@ impl PostgresSink {
             exactly_once: config.exactly_once,
             positions,
             positions_key: ctx.positions_key.clone(),
-            changes_key,
+            changes,
         })
     }
 
@@ -346,9 +373,10 @@ impl PostgresSink {
 impl PostgresSink {
     /// Applies change events in one transaction (inside the caller's when
     /// `in_transaction`).
-    async fn apply(&self, messages: &[Message], key: &[String], in_transaction: bool) -> Result<(), ConnectorError> {
-        let names: Vec<String> = self.columns.iter().map(|c| c.name.clone()).collect();
-        let steps = changes::plan(messages, key, &names).map_err(ConnectorError::Data)?;
+    async fn apply(&self, messages: &[Message], changes: &Changes, in_transaction: bool) -> Result<(), ConnectorError> {
+        self.has_columns(messages, changes).await?;
+        let key = &changes.key;
+        let steps = changes::plan(messages, key).map_err(ConnectorError::Data)?;
         if !in_transaction {
             self.client
                 .batch_execute("BEGIN")
@@ -369,6 +397,30 @@ impl PostgresSink {
             ended?;
         }
         applied
+    }
+
+    /// Refuses events that carry a column the table lacks (the source's
+    /// table gained it): written without it, its values would be lost. The
+    /// flow goes on once the sink's table has the column.
+    async fn has_columns(&self, messages: &[Message], changes: &Changes) -> Result<(), ConnectorError> {
+        if changes::unknown_column(messages, &changes.columns.lock_unpoisoned()).is_none() {
+            return Ok(());
+        }
+        let columns: Vec<String> = table_columns(&self.client, &self.table_quoted)
+            .await?
+            .into_iter()
+            .map(|(name, _, _)| name)
+            .collect();
+        let unknown = changes::unknown_column(messages, &columns).map(str::to_owned);
+        *changes.columns.lock_unpoisoned() = columns;
+        match unknown {
+            None => Ok(()),
+            Some(column) => Err(ConnectorError::Data(format!(
+                "the captured rows have a column {column:?} that {} lacks (added to the source table?): \
+                 nothing from this change on is written until the sink table has it (ALTER TABLE … ADD COLUMN)",
+                self.table
+            ))),
+        }
     }
 
     async fn run(&self, step: &Step, key: &[String]) -> Result<(), ConnectorError> {
@@ -636,8 +688,8 @@ impl PostgresSink {
         if messages.is_empty() {
             return Ok(());
         }
-        if let Some(key) = &self.changes_key {
-            return self.apply(messages, key, in_transaction).await;
+        if let Some(changes) = &self.changes {
+            return self.apply(messages, changes, in_transaction).await;
         }
         let batch: Vec<&Value> = messages.iter().map(|m| &m.data).collect();
         let present = self.present(&batch)?;

@@ -99,19 +99,25 @@ fn identity(key: &Map<String, Value>) -> String {
     Value::Object(key.clone()).to_string()
 }
 
-/// The steps that apply `messages` (change events) to a table of
-/// `columns` keyed by `key`: keys of `after` the table has no column for
-/// are left out. An error names the message at fault.
-pub(crate) fn plan(messages: &[Message], key: &[String], columns: &[String]) -> Result<Vec<Step>, String> {
+/// A column some event's `after` has and `columns` lacks: the source
+/// table gained it (ADD COLUMN). Applying the events without it would
+/// lose its values, so the sink refuses them until its table has it.
+pub(crate) fn unknown_column<'a>(messages: &'a [Message], columns: &[String]) -> Option<&'a str> {
+    messages
+        .iter()
+        .filter_map(|m| m.data.get("after").and_then(Value::as_object))
+        .flat_map(|after| after.keys())
+        .find(|name| !columns.contains(name))
+        .map(String::as_str)
+}
+
+/// The steps that apply `messages` (change events) to a table keyed by
+/// `key` that has every column of their `after` ([`unknown_column`]). An
+/// error names the message at fault.
+pub(crate) fn plan(messages: &[Message], key: &[String]) -> Result<Vec<Step>, String> {
     let mut steps = Vec::new();
     let mut upserts = Upserts::default();
     let mut deletes: Vec<Map<String, Value>> = Vec::new();
-    let only_columns = |row: &Map<String, Value>| -> Map<String, Value> {
-        row.iter()
-            .filter(|(k, _)| columns.contains(k))
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect()
-    };
     for (i, message) in messages.iter().enumerate() {
         let event = message.data.as_object();
         let op = event.and_then(|e| e.get("op")).and_then(Value::as_str);
@@ -136,10 +142,10 @@ pub(crate) fn plan(messages: &[Message], key: &[String], columns: &[String]) -> 
                         upserts.flush(&mut steps);
                         steps.push(Step::Rekey {
                             old,
-                            row: only_columns(after),
+                            row: after.clone(),
                         });
                     }
-                    None => upserts.add(identity(&new_key), only_columns(after)),
+                    None => upserts.add(identity(&new_key), after.clone()),
                 }
             }
             Some("d") => {
@@ -190,13 +196,12 @@ mod tests {
     fn upserts_merge_by_key_in_order_and_split_by_columns() {
         let steps = plan(
             &events(vec![
-                json!({"op": "c", "after": {"id": 1, "a": 1, "b": "x", "dropped": 1}}),
+                json!({"op": "c", "after": {"id": 1, "a": 1, "b": "x"}}),
                 json!({"op": "u", "before": null, "after": {"id": 1, "a": 2}}),
                 json!({"op": "r", "after": {"id": 2, "a": 3, "b": "y"}}),
                 json!({"op": "u", "before": {"id": 3}, "after": {"id": 3, "a": 4}}),
             ]),
             &["id".into()],
-            &columns(),
         )
         .unwrap();
         assert_eq!(
@@ -230,7 +235,6 @@ mod tests {
                 json!({"op": "c", "after": {"id": 8}}),
             ]),
             &["id".into()],
-            &columns(),
         )
         .unwrap();
         assert_eq!(
@@ -269,13 +273,19 @@ mod tests {
             (json!({"after": {"id": 1}}), "not a change event"),
             (json!("text"), "not a change event"),
         ] {
-            let error = plan(
-                &events(vec![json!({"op": "c", "after": {"id": 0}}), event]),
-                &key,
-                &columns(),
-            )
-            .unwrap_err();
+            let error = plan(&events(vec![json!({"op": "c", "after": {"id": 0}}), event]), &key).unwrap_err();
             assert!(error.starts_with("message 1: ") && error.contains(words), "{error}");
         }
+    }
+
+    #[test]
+    fn a_column_the_table_lacks_is_named() {
+        let batch = events(vec![
+            json!({"op": "d", "before": {"id": 1, "gone": 1}}),
+            json!({"op": "u", "before": null, "after": {"id": 1, "a": 2}}),
+            json!({"op": "c", "after": {"id": 2, "a": 3, "added": "x"}}),
+        ]);
+        assert_eq!(unknown_column(&batch, &columns()), Some("added"));
+        assert_eq!(unknown_column(&batch[..2], &columns()), None);
     }
 }
