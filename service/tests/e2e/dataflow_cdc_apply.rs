@@ -198,7 +198,10 @@ async fn wait_equal(db: &tokio_postgres::Client, a: &crate::common::Client, name
             return;
         }
         let view = a.get(&format!("/api/v1/dataflows/{name}")).await.1;
-        assert!(Instant::now() < deadline, "{left} rows differ after 60 s; the dataflow: {view}");
+        assert!(
+            Instant::now() < deadline,
+            "{left} rows differ after 60 s; the dataflow: {view}"
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
@@ -310,7 +313,11 @@ async fn several_tables_route_to_their_sinks_and_schema_changes_stop_or_follow()
     wait_equal(&db, &a, &name, &differences(&src_a, &kept)).await;
     wait_equal(&db, &a, &name, &same_b).await;
     assert_eq!(
-        count(&db, &format!("SELECT count(*) FROM {dst_a} WHERE id = 1 AND name = 'a1'")).await,
+        count(
+            &db,
+            &format!("SELECT count(*) FROM {dst_a} WHERE id = 1 AND name = 'a1'")
+        )
+        .await,
         1
     );
     a.wait_for_phase(&name, "Running", Duration::from_secs(30)).await;

@@ -39,12 +39,15 @@
 //! comment naming the dataflow) and the slot that goes with it. A database
 //! role per tenant is still the real boundary.
 //!
-//! This file holds the component (its config, rules, the slot and
-//! publication it owns, opening and the pipeline's calls), over 500 lines
-//! with its tests; beside it are the reading task (`reading.rs`: snapshot,
-//! stream, confirmations), the pgoutput decoder (`pgoutput.rs`) and the
-//! keeping of transactions streamed in progress (`streams.rs`). The
-//! replication protocol client is [`crate::sql::replication`].
+//! This file holds the component: its config and rules, opening (the slot
+//! and publication it owns) and the pipeline's calls. Beside it, by
+//! concern: the names and ownership marks (`names.rs`), the slot and what
+//! a start does with it (`slot.rs`), the snapshot (`snapshot.rs`), the
+//! reading task (`reading.rs`: the replication stream handed out in
+//! batches, and confirmations), the pgoutput decoder (`pgoutput.rs`), the
+//! transactions streamed in progress (`streams.rs`), and change positions
+//! (`position.rs`). The replication protocol client is
+//! [`crate::sql::replication`].
 
 use std::sync::Arc;
 use std::sync::Mutex;
@@ -53,15 +56,24 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use serde::Deserialize;
-use sha2::{Digest, Sha256};
 use tokio::sync::{Notify, mpsc};
 
+mod names;
 mod pgoutput;
+mod position;
 mod reading;
+mod slot;
+mod snapshot;
 mod streams;
 
-use self::pgoutput::{lsn_text, parse_lsn};
-use self::reading::{Inbox, Job, Order, Outbox, Shared, last_change, run};
+pub use self::names::name_prefix;
+use self::names::{comment, names, owned, publication_comment, valid_name};
+use self::pgoutput::lsn_text;
+use self::position::{Order, last_change};
+use self::reading::{Inbox, Job, Outbox, Shared, run};
+use self::slot::{Plan, consistent_point, drop_slot, plan, slot_position};
+use self::snapshot::SnapshotMark;
+use self::streams::remove_old_spill;
 use super::{DEFAULT_BATCH, Position, Record, Source};
 use crate::ConnectorError;
 use crate::component::Component;
@@ -78,9 +90,6 @@ use sless_runtime::sync::Unpoisoned;
 pub const MAX_TABLES: usize = 100;
 /// Batches decoded ahead of the pipeline.
 const READ_AHEAD: usize = 4;
-/// The comment's words, after the owner's mark, while a snapshot is not
-/// yet wholly written.
-const SNAPSHOT_PENDING: &str = "snapshot pending";
 
 /// What a new slot starts with (`snapshot`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -123,118 +132,6 @@ pub struct PostgresCdcConfig {
 impl PostgresCdcConfig {
     fn tables(&self) -> Vec<&str> {
         self.table.iter().chain(&self.tables).map(String::as_str).collect()
-    }
-}
-
-/// A slot or publication name PostgreSQL accepts: `[a-z0-9_]{1,63}`.
-fn valid_name(name: &str) -> bool {
-    (1..=63).contains(&name.len())
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
-}
-
-fn hex_digest(text: &str, bytes: usize) -> String {
-    sless_runtime::hex::encode(&Sha256::digest(text.as_bytes())[..bytes])
-}
-
-/// The error of a slot the server invalidated (`wal_status` `lost`): the
-/// changes it held back are gone, and capturing on from a new slot would
-/// skip them silently, so the dataflow stops and says so.
-fn slot_lost(slot: &str) -> ConnectorError {
-    ConnectorError::Config(format!(
-        "replication slot {slot} was invalidated by the PostgreSQL server: the WAL it held was removed \
-         (max_slot_wal_keep_size), so the changes since the dataflow last confirmed a position are lost. \
-         Delete and create the dataflow again to capture from now on, and copy the tables to catch up"
-    ))
-}
-
-/// What a slot or publication name a spec gives must begin with: `sless_`,
-/// 12 hex digits of the SHA-256 of `tenant`, and `_`. (The default names,
-/// `sless_` and 20 hex digits, cannot begin so.)
-pub fn name_prefix(tenant: &str) -> String {
-    format!("sless_{}_", hex_digest(tenant, 6))
-}
-
-/// The slot and publication names of a dataflow, and whether they are its
-/// defaults.
-fn names(config: &PostgresCdcConfig, id: &str) -> (String, String) {
-    let slot = config
-        .slot_name
-        .clone()
-        .unwrap_or_else(|| format!("sless_{}", hex_digest(id, 10)));
-    let publication = config.publication_name.clone().unwrap_or_else(|| slot.clone());
-    (slot, publication)
-}
-
-/// The comment a dataflow puts on the publication it makes (letters, digits
-/// and spaces: a literal as it is).
-fn owner_mark(id: &str) -> String {
-    format!("made by sless dataflow {}", hex_digest(id, 8))
-}
-
-/// What the comment on a dataflow's publication says: `None` when this
-/// dataflow did not make it; else whether a snapshot is pending. Unmarked
-/// (made before marks), it is this dataflow's when it has the dataflow's
-/// default name, which only this dataflow derives.
-fn owned(config: &PostgresCdcConfig, id: &str, comment: Option<&str>) -> Option<bool> {
-    let mark = owner_mark(id);
-    match comment {
-        Some(c) if c == mark => Some(false),
-        Some(c) if c.strip_prefix(mark.as_str()).and_then(|rest| rest.strip_prefix("; ")) == Some(SNAPSHOT_PENDING) => {
-            Some(true)
-        }
-        Some(_) => None,
-        None => (config.publication_name.is_none() && config.slot_name.is_none()).then_some(false),
-    }
-}
-
-/// The comment a dataflow puts on its publication: its mark, and whether a
-/// snapshot is pending (letters, digits, spaces and `;`: a literal as it is).
-fn comment(id: &str, pending: bool) -> String {
-    match pending {
-        true => format!("{}; {SNAPSHOT_PENDING}", owner_mark(id)),
-        false => owner_mark(id),
-    }
-}
-
-/// The comment on `publication`: `None` when there is no such publication.
-async fn publication_comment(
-    client: &tokio_postgres::Client,
-    publication: &str,
-) -> Result<Option<Option<String>>, ConnectorError> {
-    Ok(client
-        .query_opt(
-            "SELECT obj_description(oid, 'pg_publication') FROM pg_publication WHERE pubname = $1",
-            &[&publication],
-        )
-        .await
-        .map_err(ConnectorError::query)?
-        .map(|row| row.get::<_, Option<String>>(0)))
-}
-
-/// What a start does with the slot.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Plan {
-    /// Stream the slot (made now without a snapshot if missing).
-    Stream,
-    /// Make the slot with a snapshot, read it, then stream.
-    SnapshotThenStream,
-    /// Read a snapshot and nothing more (no slot).
-    SnapshotOnly,
-    /// The snapshot of `initial_only` is written: nothing to read.
-    Finished,
-}
-
-fn plan(mode: SnapshotMode, slot_exists: bool, pending: Option<bool>) -> Plan {
-    match mode {
-        SnapshotMode::Never => Plan::Stream,
-        // A pending snapshot, a new dataflow, or a slot lost by hand: the
-        // rows since the last confirmed change are read again whole.
-        SnapshotMode::Initial if pending == Some(true) || !slot_exists => Plan::SnapshotThenStream,
-        SnapshotMode::Initial => Plan::Stream,
-        SnapshotMode::InitialOnly if pending == Some(false) => Plan::Finished,
-        SnapshotMode::InitialOnly => Plan::SnapshotOnly,
     }
 }
 
@@ -341,96 +238,12 @@ impl Component for PostgresCdcSource {
     }
 }
 
-/// Removes the spill directories releases before this one made for the
-/// slot under the system's temporary directory (`sless-cdc-<slot>-N`),
-/// which only a clean stop removed.
-async fn remove_old_spill(slot: &str) {
-    let prefix = format!("sless-cdc-{slot}-");
-    let _ = tokio::task::spawn_blocking(move || {
-        let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
-            return;
-        };
-        for entry in entries.flatten() {
-            let ours = entry
-                .file_name()
-                .to_str()
-                .and_then(|name| name.strip_prefix(&prefix))
-                .is_some_and(|rest| rest.bytes().all(|b| b.is_ascii_digit()));
-            if ours {
-                let _ = std::fs::remove_dir_all(entry.path());
-            }
-        }
-    })
-    .await;
-}
-
 async fn target(config: &PostgresCdcConfig, ctx: &PipelineContext) -> Result<Target, ConnectorError> {
     let dsn = config
         .connection_string
         .as_deref()
         .ok_or_else(|| ConnectorError::Config("connectionString is required".into()))?;
     Target::of(dsn, &ctx.egress).await
-}
-
-/// A slot's confirmed position, if it exists.
-async fn slot_position(client: &tokio_postgres::Client, slot: &str) -> Result<Option<u64>, ConnectorError> {
-    let Some(row) = client
-        .query_opt(
-            "SELECT confirmed_flush_lsn::text, plugin::text, wal_status = 'lost' \
-             FROM pg_replication_slots WHERE slot_name = $1",
-            &[&slot],
-        )
-        .await
-        .map_err(ConnectorError::query)?
-    else {
-        return Ok(None);
-    };
-    let plugin: Option<String> = row.get(1);
-    if plugin.as_deref() != Some("pgoutput") {
-        return Err(ConnectorError::Config(format!(
-            "replication slot {slot} exists and is not a pgoutput slot"
-        )));
-    }
-    if row.get::<_, Option<bool>>(2) == Some(true) {
-        return Err(slot_lost(slot));
-    }
-    Ok(Some(
-        row.get::<_, Option<String>>(0)
-            .as_deref()
-            .and_then(parse_lsn)
-            .unwrap_or(0),
-    ))
-}
-
-async fn drop_slot(client: &tokio_postgres::Client, slot: &str) -> Result<(), ConnectorError> {
-    // A run still stopping may hold the slot a moment longer.
-    let mut attempts = 0;
-    loop {
-        match client
-            .execute(
-                "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1",
-                &[&slot],
-            )
-            .await
-        {
-            Ok(_) => return Ok(()),
-            Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::OBJECT_IN_USE) && attempts < 20 => {
-                attempts += 1;
-                tokio::time::sleep(Duration::from_millis(500)).await;
-            }
-            Err(e) => return Err(ConnectorError::query(e)),
-        }
-    }
-}
-
-/// The LSN of a `CREATE_REPLICATION_SLOT` answer (its consistent point).
-fn consistent_point(rows: &replication::Rows) -> Result<u64, ConnectorError> {
-    rows.rows
-        .first()
-        .and_then(|row| row.get(1).cloned().flatten())
-        .as_deref()
-        .and_then(parse_lsn)
-        .ok_or_else(|| ConnectorError::Closed("CREATE_REPLICATION_SLOT answered no consistent point".into()))
 }
 
 #[async_trait]
@@ -609,30 +422,6 @@ impl super::Open for PostgresCdcSource {
     }
 }
 
-/// The snapshot's rows are all written: a restart streams on instead of
-/// reading them again.
-struct SnapshotMark {
-    client: Arc<tokio_postgres::Client>,
-    /// The publication, quoted.
-    publication: String,
-    /// Its comment once the snapshot is written.
-    written: String,
-}
-
-impl SnapshotMark {
-    async fn written(&self) -> Result<(), ConnectorError> {
-        self.client
-            .batch_execute(&format!(
-                "COMMENT ON PUBLICATION {} IS '{}'",
-                self.publication, self.written
-            ))
-            .await
-            .map_err(ConnectorError::query)?;
-        tracing::info!(publication = %self.publication, "snapshot written");
-        Ok(())
-    }
-}
-
 #[async_trait]
 impl Source for PostgresCdcSource {
     fn batch_size(&self) -> usize {
@@ -685,65 +474,5 @@ impl Source for PostgresCdcSource {
 
     fn resume_text(&self, done: &[Position]) -> Option<String> {
         last_change(done).map(Order::text)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_pending_snapshot_is_read_again_and_initial_only_finishes_once_written() {
-        use SnapshotMode::{Initial, InitialOnly, Never};
-        // (mode, slot exists, publication's snapshot pending: None = no publication)
-        let cases = [
-            (Initial, false, None, Plan::SnapshotThenStream),
-            (Initial, true, Some(false), Plan::Stream),
-            (Initial, true, Some(true), Plan::SnapshotThenStream),
-            (Initial, false, Some(false), Plan::SnapshotThenStream),
-            (Never, false, None, Plan::Stream),
-            (Never, true, Some(true), Plan::Stream),
-            (InitialOnly, false, None, Plan::SnapshotOnly),
-            (InitialOnly, false, Some(true), Plan::SnapshotOnly),
-            (InitialOnly, false, Some(false), Plan::Finished),
-            (InitialOnly, true, Some(false), Plan::Finished),
-        ];
-        for (mode, slot, pending, want) in cases {
-            assert_eq!(plan(mode, slot, pending), want, "{mode:?} {slot} {pending:?}");
-        }
-    }
-
-    #[test]
-    fn only_this_dataflows_marks_are_its_own() {
-        let config: PostgresCdcConfig = serde_json::from_value(serde_json::json!({"table": "t"})).unwrap();
-        let named: PostgresCdcConfig =
-            serde_json::from_value(serde_json::json!({"table": "t", "publicationName": "p"})).unwrap();
-        assert_eq!(owned(&config, "a/f", Some(&comment("a/f", false))), Some(false));
-        assert_eq!(owned(&config, "a/f", Some(&comment("a/f", true))), Some(true));
-        assert_eq!(owned(&config, "a/g", Some(&comment("a/f", true))), None);
-        assert_eq!(owned(&config, "a/f", Some("made by someone")), None);
-        assert_eq!(
-            owned(&config, "a/f", None),
-            Some(false),
-            "unmarked with the default name"
-        );
-        assert_eq!(owned(&named, "a/f", None), None, "unmarked with a name a spec gave");
-        let snapshot: PostgresCdcConfig =
-            serde_json::from_value(serde_json::json!({"table": "t", "snapshot": "initial_only"})).unwrap();
-        assert_eq!(snapshot.snapshot, SnapshotMode::InitialOnly);
-        assert!(
-            serde_json::from_value::<PostgresCdcConfig>(serde_json::json!({"table": "t", "snapshot": "always"}))
-                .is_err()
-        );
-    }
-
-    #[test]
-    fn default_names_are_valid_and_differ_by_dataflow() {
-        let config: PostgresCdcConfig = serde_json::from_value(serde_json::json!({"table": "t"})).unwrap();
-        let (a, pa) = names(&config, "a/flow");
-        let (b, _) = names(&config, "b/flow");
-        assert!(valid_name(&a) && valid_name(&b) && a != b);
-        assert_eq!(a, pa);
-        assert!(!valid_name("Bad-Name") && !valid_name("") && !valid_name(&"x".repeat(64)));
     }
 }

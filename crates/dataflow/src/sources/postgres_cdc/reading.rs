@@ -6,16 +6,17 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 use tokio::sync::{Notify, mpsc};
 
-use super::pgoutput::{Decoder, lsn_text, parse_lsn, snapshot_event, value_of};
+use super::pgoutput::Decoder;
+use super::position::Order;
+use super::slot::Plan;
+use super::snapshot::{SnapshotMark, snapshot};
 use super::streams::{Limits, Step, Streams};
-use super::{Plan, SnapshotMark};
 use crate::ConnectorError;
 use crate::message::Message;
 use crate::sources::{Position, Record};
-use crate::sql::quote;
 use crate::sql::replication::{self, ChangeStream, KEEPALIVE_ASK, StatusWriter, Streamed};
 use sless_runtime::sync::Unpoisoned;
 
@@ -84,7 +85,7 @@ pub(super) struct Outbox {
 }
 
 impl Outbox {
-    async fn push(&mut self, message: Value, position: Position) -> Result<(), ConnectorError> {
+    pub(super) async fn push(&mut self, message: Value, position: Position) -> Result<(), ConnectorError> {
         self.pending.push(Record {
             message: Message::new(message),
             position,
@@ -96,7 +97,7 @@ impl Outbox {
     }
 
     /// Sends what is pending (waiting while the reader is behind).
-    async fn flush(&mut self) -> Result<(), ConnectorError> {
+    pub(super) async fn flush(&mut self) -> Result<(), ConnectorError> {
         if self.pending.is_empty() {
             return Ok(());
         }
@@ -144,68 +145,6 @@ async fn read_all(mut job: Job, out: &mut Outbox, shared: &Shared) -> Result<(),
             other => other,
         },
         confirmed = &mut confirming => confirmed,
-    }
-}
-
-/// Reads the tables in the snapshot of the open transaction, handing each
-/// row out as an `op: r` event; the last one's position completes the
-/// snapshot. Whether there was a row.
-async fn snapshot(job: &mut Job, out: &mut Outbox) -> Result<bool, ConnectorError> {
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64);
-    let mut held: Option<Value> = None;
-    let mut rows_read = 0u64;
-    for (i, table) in job.tables.iter().enumerate() {
-        let quoted = quote(table)?;
-        // Names as the catalog has them (the table as written may rely
-        // on the search path). Quoted names are [A-Za-z0-9_."] only.
-        let named = job
-            .repl
-            .query(&format!(
-                "SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
-                 WHERE c.oid = '{quoted}'::regclass"
-            ))
-            .await?;
-        let (schema, name) = match named.rows.first().map(|r| r.as_slice()) {
-            Some([Some(schema), Some(name)]) => (schema.clone(), name.clone()),
-            _ => return Err(ConnectorError::Config(format!("table {table} not found"))),
-        };
-        let cursor = format!("sless_snapshot_{i}");
-        job.repl
-            .query(&format!("DECLARE {cursor} NO SCROLL CURSOR FOR SELECT * FROM {quoted}"))
-            .await?;
-        loop {
-            let fetched = job
-                .repl
-                .query(&format!("FETCH FORWARD {} FROM {cursor}", job.batch))
-                .await?;
-            if fetched.rows.is_empty() {
-                break;
-            }
-            for row in fetched.rows {
-                let mut object = Map::with_capacity(row.len());
-                for ((column, oid), value) in fetched.columns.iter().zip(row) {
-                    let value = value.map_or(Value::Null, |text| value_of(*oid, &text));
-                    object.insert(column.clone(), value);
-                }
-                let event = snapshot_event(&schema, &name, Value::Object(object), job.start, now_ms);
-                if let Some(previous) = held.replace(event) {
-                    out.push(previous, Position::SnapshotRow { last: false }).await?;
-                }
-                rows_read += 1;
-            }
-        }
-        job.repl.query(&format!("CLOSE {cursor}")).await?;
-    }
-    tracing::info!(slot = %job.slot, rows = rows_read, "snapshot read");
-    match held {
-        Some(last) => {
-            out.push(last, Position::SnapshotRow { last: true }).await?;
-            out.flush().await?;
-            Ok(true)
-        }
-        None => Ok(false),
     }
 }
 
@@ -315,46 +254,6 @@ async fn stream_changes(
     }
 }
 
-/// Where a change is in commit order: its transaction's commit LSN and its
-/// place in the transaction.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
-pub(super) struct Order {
-    commit: u64,
-    index: u32,
-}
-
-/// The order of the last change among `done` (snapshot rows have none).
-pub(super) fn last_change(done: &[Position]) -> Option<Order> {
-    done.iter().rev().find_map(|p| match *p {
-        Position::Change { commit, index, .. } => Some(Order { commit, index }),
-        _ => None,
-    })
-}
-
-impl Order {
-    /// The position of the change at this order, which confirms `confirms`.
-    fn position(self, confirms: u64) -> Position {
-        Position::Change {
-            confirms,
-            commit: self.commit,
-            index: self.index,
-        }
-    }
-
-    /// As an exactly-once sink stores it.
-    pub(super) fn text(self) -> String {
-        format!("cdc:{}:{}", lsn_text(self.commit), self.index)
-    }
-
-    pub(super) fn parse(text: &str) -> Option<Self> {
-        let (commit, index) = text.strip_prefix("cdc:")?.rsplit_once(':')?;
-        Some(Self {
-            commit: parse_lsn(commit)?,
-            index: index.parse().ok()?,
-        })
-    }
-}
-
 /// Confirms written changes to the server as they are written, at once
 /// when it asks, and asks for a keepalive every [`KEEPALIVE_ASK`] (which
 /// keeps an idle slot moving and shows the server is there). Ends once the
@@ -386,48 +285,5 @@ async fn confirm(mut status: StatusWriter, start: u64, shared: &Shared) -> Resul
         if closing {
             return Ok(());
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn change_orders_round_trip_and_sort_by_commit_then_index() {
-        let a = Order {
-            commit: 0x1_0000_0010,
-            index: 7,
-        };
-        assert_eq!(Order::parse(&a.text()), Some(a));
-        assert!(
-            a < Order {
-                commit: a.commit,
-                index: 8
-            }
-        );
-        assert!(
-            Order {
-                commit: 0x20,
-                index: 99
-            } < a
-        );
-        for bad in ["", "cdc:", "cdc:1/2", "cdc:x/2:3", "kafka:1/2:3", "cdc:1/2:-1"] {
-            assert_eq!(Order::parse(bad), None, "{bad}");
-        }
-        let source_done = [
-            Position::SnapshotRow { last: true },
-            Position::Change {
-                confirms: 5,
-                commit: 0x30,
-                index: 1,
-            },
-            Position::SnapshotRow { last: false },
-        ];
-        assert_eq!(
-            last_change(&source_done).map(Order::text).as_deref(),
-            Some("cdc:0/30:1")
-        );
-        assert_eq!(last_change(&source_done[..1]), None, "snapshot rows store no position");
     }
 }

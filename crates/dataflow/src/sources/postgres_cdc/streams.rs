@@ -387,6 +387,29 @@ impl Drop for Replay {
     }
 }
 
+/// Removes the spill directories releases before this one made for the
+/// slot under the system's temporary directory (`sless-cdc-<slot>-N`),
+/// which only a clean stop removed.
+pub(super) async fn remove_old_spill(slot: &str) {
+    let prefix = format!("sless-cdc-{slot}-");
+    let _ = tokio::task::spawn_blocking(move || {
+        let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let ours = entry
+                .file_name()
+                .to_str()
+                .and_then(|name| name.strip_prefix(&prefix))
+                .is_some_and(|rest| rest.bytes().all(|b| b.is_ascii_digit()));
+            if ours {
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        }
+    })
+    .await;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
