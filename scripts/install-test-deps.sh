@@ -98,17 +98,22 @@ if ! grep -q "sless-tests-password" "$conf/pg_hba.conf"; then
   as_root mv "$conf/pg_hba.conf.new" "$conf/pg_hba.conf"
   psql "postgres://postgres@127.0.0.1/test" -qc 'SELECT pg_reload_conf()' >/dev/null
 fi
-# Change data capture (postgresql-cdc) needs logical decoding.
-if [ "$(psql "postgres://postgres@127.0.0.1/test" -Atc 'SHOW wal_level')" != logical ]; then
-  log "switching PostgreSQL to wal_level=logical"
+# Change data capture (postgresql-cdc) needs logical decoding; a slot per
+# capturing test, with room for those a failed test leaves behind (the
+# default of 10 would fail every later test after a few).
+pg_setting() { psql "postgres://postgres@127.0.0.1/test" -Atc "SHOW $1"; }
+if [ "$(pg_setting wal_level)" != logical ] || [ "$(pg_setting max_replication_slots)" -lt 40 ]; then
+  log "switching PostgreSQL to wal_level=logical with 40 replication slots"
   psql "postgres://postgres@127.0.0.1/test" -qc 'ALTER SYSTEM SET wal_level = logical' >/dev/null
+  psql "postgres://postgres@127.0.0.1/test" -qc 'ALTER SYSTEM SET max_replication_slots = 40' >/dev/null
+  psql "postgres://postgres@127.0.0.1/test" -qc 'ALTER SYSTEM SET max_wal_senders = 40' >/dev/null
   cluster=$(ls /etc/postgresql | sort -V | tail -n 1)
   as_root pg_ctlcluster --skip-systemctl-redirect "$cluster" main restart
   for _ in $(seq 50); do
     pg_isready -q -h 127.0.0.1 -p 5432 && break
     sleep 0.2
   done
-  [ "$(psql "postgres://postgres@127.0.0.1/test" -Atc 'SHOW wal_level')" = logical ]
+  [ "$(pg_setting wal_level)" = logical ]
 fi
 
 # ClickHouse: source and sink of the dataflow tests; each test starts its own

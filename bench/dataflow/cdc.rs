@@ -115,6 +115,57 @@ pub async fn to_pg(
     Ok((flow, inserts, flow_cpu, inserts_cpu))
 }
 
+/// Rows in the table the snapshot line reads.
+pub const SNAPSHOT_ROWS: i64 = 1_000_000;
+
+/// The initial snapshot of a table of [`SNAPSHOT_ROWS`] rows, read in
+/// chunks of `chunk` rows while the stream runs, into a table like the
+/// source's: the dataflow's rows/s from its start to the last row written,
+/// and `COPY … TO STDOUT`'s of the same table (the server's own fastest
+/// way out).
+pub async fn snapshot(db: &tokio_postgres::Client, dsn: &str, chunk: u32) -> anyhow::Result<(f64, f64)> {
+    db.batch_execute(&format!(
+        "DROP TABLE IF EXISTS bench_snap_src, bench_snap_dst;
+         CREATE TABLE bench_snap_src (id int PRIMARY KEY, customer_name text, card text, amount int);
+         INSERT INTO bench_snap_src SELECT g, 'customer ' || g, '4111111111111111', g % 1000
+           FROM generate_series(1, {SNAPSHOT_ROWS}) g;
+         CREATE TABLE bench_snap_dst (LIKE bench_snap_src INCLUDING ALL);
+         VACUUM ANALYZE bench_snap_src;"
+    ))
+    .await?;
+    let started = Instant::now();
+    let out = db.copy_out("COPY bench_snap_src TO STDOUT").await?;
+    futures_util::pin_mut!(out);
+    let mut lines = 0i64;
+    while let Some(chunk) = futures_util::StreamExt::next(&mut out).await {
+        lines += chunk?.iter().filter(|b| **b == b'\n').count() as i64;
+    }
+    let copy = lines as f64 / started.elapsed().as_secs_f64();
+    anyhow::ensure!(lines == SNAPSHOT_ROWS, "COPY gave {lines} rows");
+    let slot = fresh_slot(db, "snap").await?;
+    let started = Instant::now();
+    let flow = Flow::connect(
+        json!({
+            "source": {"type": "postgresql-cdc", "config": {"connectionString": dsn, "table": "bench_snap_src",
+                       "batchSize": BATCH, "snapshotChunkSize": chunk, "slotName": slot}},
+            "sink": {"type": "postgresql", "config": {"connectionString": dsn, "table": "bench_snap_dst", "applyChanges": true}},
+            "channelBufferSize": BATCH
+        }),
+        "bench/snapshot",
+    )
+    .await?;
+    let (source, sink, ctx) = (flow.spec.source.clone(), flow.spec.sink.clone(), flow.ctx.clone());
+    let running = flow.run();
+    running.written(SNAPSHOT_ROWS).await;
+    let rate = SNAPSHOT_ROWS as f64 / started.elapsed().as_secs_f64();
+    running.stop().await;
+    let written = count(db, "bench_snap_dst").await?;
+    anyhow::ensure!(written == SNAPSHOT_ROWS, "every row written once, not {written}");
+    sless_dataflow::registry::release(&source, &sink, &ctx).await?;
+    db.batch_execute("DROP TABLE bench_snap_src, bench_snap_dst").await?;
+    Ok((rate, copy))
+}
+
 /// The time from a change's commit to its row in the sink, at a steady
 /// `rate` rows/s (transactions of ten rows) for `seconds`: p50 and p99 in
 /// milliseconds. Each captured row carries `clock_timestamp()` of its insert

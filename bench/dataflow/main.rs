@@ -14,7 +14,8 @@
 //! - PG→Nessie and Nessie→PG (`nessie.rs`, Nessie 0.99 of sless-testkit),
 //!   against Trino's own load of the same rows into an Iceberg table of the
 //!   same catalog, its read of them, and the bulk INSERT.
-//! - PostgreSQL CDC→PG (`cdc.rs`), against the rate of the captured inserts.
+//! - PostgreSQL CDC→PG (`cdc.rs`), against the rate of the captured inserts;
+//!   its initial snapshot of 1,000,000 rows in chunks, against `COPY … TO`.
 //!
 //!   Also the time from a commit to its row in the sink at 1,000 rows/s.
 //!
@@ -233,6 +234,16 @@ async fn cdc_lines(db: &tokio_postgres::Client, dsn: &str) -> anyhow::Result<()>
             "PG CDC→PG {ROWS} rows in transactions of {BATCH}, {what}: dataflow draining them {cdc:.0} rows/s, \
              the inserts themselves {inserts:.0} rows/s = ratio {:.2}. Dataflow {flow_cpu}, inserts {inserts_cpu}",
             cdc / inserts
+        );
+    }
+    for chunk in [5_000, 20_000] {
+        let (snapshot, copy) = cdc::snapshot(db, dsn, chunk).await?;
+        println!(
+            "PG CDC snapshot of {} rows in chunks of {chunk} (watermarks, the stream running), applied by key \
+             into a table like the source's: dataflow {snapshot:.0} rows/s, COPY … TO STDOUT of the table \
+             {copy:.0} rows/s = ratio {:.2}",
+            cdc::SNAPSHOT_ROWS,
+            snapshot / copy
         );
     }
     let (rate, seconds) = (1000, 20);

@@ -803,7 +803,8 @@ async fn a_snapshot_of_existing_rows_then_interleaved_transactions_replay_to_the
     let dir = TempDir::new("df-cdc-snapshot");
     let name = flow_name("cdc-snap");
     let sink = pg(&events, json!({"autoCreateTable": true}));
-    let (_server, a) = running(&dir, &name, cdc(&[&src], json!({"batchSize": 500})), sink, json!({})).await;
+    let source = cdc(&[&src], json!({"batchSize": 500, "snapshotChunkSize": 1000}));
+    let (_server, a) = running(&dir, &name, source, sink, json!({})).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let transactions = writer.await.unwrap();
@@ -825,10 +826,10 @@ async fn a_snapshot_of_existing_rows_then_interleaved_transactions_replay_to_the
     .await;
     let snapshot: Vec<&Value> = all.iter().filter(|e| e["op"] == "r").collect();
     let first_change = all.iter().position(|e| e["op"] != "r").unwrap();
-    assert_eq!(
-        first_change,
-        snapshot.len(),
-        "the snapshot comes whole before any change"
+    let last_snapshot_row = all.iter().rposition(|e| e["op"] == "r").unwrap();
+    assert!(
+        first_change < last_snapshot_row,
+        "changes stream while the snapshot is read in chunks"
     );
     assert!(snapshot.len() >= EXISTING as usize, "{} snapshot rows", snapshot.len());
     let ids: std::collections::BTreeSet<i64> = snapshot.iter().map(|e| e["after"]["id"].as_i64().unwrap()).collect();
@@ -849,14 +850,27 @@ async fn a_snapshot_of_existing_rows_then_interleaved_transactions_replay_to_the
     db.batch_execute(&format!("DROP TABLE {src}, {events}")).await.unwrap();
 }
 
-/// `kill -9` while the snapshot's rows are being written: the publication
-/// still says the snapshot is pending, so the restarted dataflow reads a
-/// new snapshot whole (rows written before the kill come twice, as
-/// at-least-once allows) and streams from the slot's start, so that the
-/// changes made meanwhile (a delete of a row the first snapshot wrote,
-/// too) all arrive and the events replay to the table.
+/// Waits until the publication no longer says its snapshot is pending.
+async fn wait_snapshot_written(db: &tokio_postgres::Client, publication: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while publication_comment(db, publication)
+        .await
+        .flatten()
+        .is_some_and(|c| c.ends_with("; snapshot pending"))
+    {
+        assert!(std::time::Instant::now() < deadline, "the snapshot was never written");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// `kill -9` while the snapshot's chunks are being written: the restarted
+/// dataflow goes on from the chunk it was at (the checkpoint says which;
+/// the exactly-once sink says whether the chunk out was written), not
+/// from the start, while the changes made meanwhile (a delete of a row a
+/// chunk wrote, too) stream in. Every row comes once as a snapshot row,
+/// and the events replay to the table.
 #[tokio::test]
-async fn kill_9_in_the_snapshot_takes_it_again_and_loses_nothing() {
+async fn kill_9_in_the_snapshot_goes_on_from_its_chunk_and_loses_nothing() {
     const ROWS: i64 = 40_000;
     let db = db().await;
     let (src, dst) = (unique("cdc_snapkill_src"), unique("cdc_snapkill_dst"));
@@ -868,12 +882,13 @@ async fn kill_9_in_the_snapshot_takes_it_again_and_loses_nothing() {
     .unwrap();
     let dir = TempDir::new("df-cdc-snapkill");
     let name = flow_name("cdc-snapkill");
-    let source = cdc(&[&src], json!({"batchSize": 50}));
+    let source = cdc(&[&src], json!({"batchSize": 50, "snapshotChunkSize": 700}));
     let sink = pg(&dst, json!({"autoCreateTable": true}));
     let (server, _) = running(&dir, &name, source, sink, json!({"channelBufferSize": 50})).await;
     let landed = format!("SELECT count(*) FROM {dst}");
     wait_mid_stream(&db, &landed, ROWS / 4, ROWS).await;
     server.kill9();
+    let before_restart = count(&db, &landed).await;
     let publication = default_slot(&name);
     assert!(
         publication_comment(&db, &publication)
@@ -882,8 +897,6 @@ async fn kill_9_in_the_snapshot_takes_it_again_and_loses_nothing() {
             .unwrap()
             .ends_with("; snapshot pending")
     );
-    // Changes while the dataflow is down are streamed after the new snapshot
-    // (or are in it).
     db.batch_execute(&format!(
         "UPDATE {src} SET v = 1 WHERE id <= 10; DELETE FROM {src} WHERE id = 11; INSERT INTO {src} VALUES ({}, 0, 'late')",
         ROWS + 1
@@ -892,7 +905,7 @@ async fn kill_9_in_the_snapshot_takes_it_again_and_loses_nothing() {
     .unwrap();
 
     let server = DevServer::start(&dir.0);
-    // The insert's stream event (it is in the new snapshot too) comes last.
+    wait_snapshot_written(&db, &publication).await;
     wait_for(
         &db,
         &format!(
@@ -903,6 +916,18 @@ async fn kill_9_in_the_snapshot_takes_it_again_and_loses_nothing() {
     )
     .await;
     let all = events_once(&db, &dst, count(&db, &landed).await).await;
+    let snapshot_ids: Vec<i64> = all
+        .iter()
+        .filter(|e| e["op"] == "r")
+        .map(|e| e["after"]["id"].as_i64().unwrap())
+        .collect();
+    let once: std::collections::BTreeSet<i64> = snapshot_ids.iter().copied().collect();
+    assert_eq!(
+        once.len(),
+        snapshot_ids.len(),
+        "a snapshot row came twice: it started over"
+    );
+    assert!(before_restart > 0 && once.len() as i64 >= ROWS - 1);
     assert_replays_to(&db, &all, &src).await;
     let a = server.client(TOKEN_A);
     assert_eq!(a.delete(&format!("/api/v1/dataflows/{name}")).await.0, 204);

@@ -1,5 +1,5 @@
 //! PostgreSQL change data capture (`postgresql-cdc`): the published
-//! tables' existing rows first (the initial snapshot), then their inserts,
+//! tables' existing rows (the initial snapshot) and their inserts,
 //! updates, deletes and truncates in commit order, as Debezium-shaped
 //! events (`before`, `after`, `op`, `source`).
 //!
@@ -16,7 +16,10 @@
 //! transaction (a transaction cut by the crash, from its start); nothing is
 //! skipped.
 //!
-//! The snapshot (`snapshot: initial`, the default): when the slot is made,
+//! The snapshot (`snapshot: initial`, the default): on PostgreSQL 14 and
+//! later the tables are read in chunks by key while the stream runs, with
+//! watermarks ([`chunks`]), and a crash goes on from the chunk it was in.
+//! Before 14, when the slot is made,
 //! it is made with `USE_SNAPSHOT` inside a repeatable-read transaction on
 //! the replication connection, which then reads the tables (`op: r`
 //! events) in exactly the state the slot streams from. The publication's
@@ -42,7 +45,8 @@
 //! This file holds the component: its config and rules, opening (the slot
 //! and publication it owns) and the pipeline's calls. Beside it, by
 //! concern: the names and ownership marks (`names.rs`), the slot and what
-//! a start does with it (`slot.rs`), the snapshot (`snapshot.rs`), the
+//! a start does with it (`slot.rs`), the snapshot in chunks (`chunks.rs`)
+//! and whole (`snapshot.rs`), the
 //! reading task (`reading.rs`: the replication stream handed out in
 //! batches, and confirmations), the pgoutput decoder (`pgoutput.rs`), the
 //! transactions streamed in progress (`streams.rs`), and change positions
@@ -56,8 +60,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use serde::Deserialize;
+use serde_json::{Map, Value};
 use tokio::sync::{Notify, mpsc};
 
+mod chunks;
 mod names;
 mod pgoutput;
 mod position;
@@ -66,6 +72,7 @@ mod slot;
 mod snapshot;
 mod streams;
 
+use self::chunks::{Chunking, Cursor, DEFAULT_CHUNK, MAX_CHUNK};
 pub use self::names::name_prefix;
 use self::names::{comment, names, owned, publication_comment, valid_name};
 use self::pgoutput::lsn_text;
@@ -127,6 +134,8 @@ pub struct PostgresCdcConfig {
     /// What a new slot starts with. Default `initial`.
     #[serde(default)]
     pub snapshot: SnapshotMode,
+    /// Rows a chunk of the snapshot reads (PostgreSQL 14 on). Default 5000.
+    pub snapshot_chunk_size: Option<u32>,
 }
 
 impl PostgresCdcConfig {
@@ -137,6 +146,7 @@ impl PostgresCdcConfig {
 
 pub struct PostgresCdcSource {
     mark: Arc<SnapshotMark>,
+    chunks: Option<Arc<Chunking>>,
     batch: usize,
     shared: Arc<Shared>,
     records: tokio::sync::Mutex<Inbox>,
@@ -220,6 +230,12 @@ impl Component for PostgresCdcSource {
                 "must be at least 1 second",
             ));
         }
+        if c.snapshot_chunk_size.is_some_and(|n| !(1..=MAX_CHUNK).contains(&n)) {
+            errors.push(FieldError::invalid(
+                format!("{path}.snapshotChunkSize"),
+                format!("must be 1 to {MAX_CHUNK}"),
+            ));
+        }
         if c.batch_size == Some(0) {
             errors.push(FieldError::invalid(format!("{path}.batchSize"), "must be at least 1"));
         }
@@ -244,6 +260,35 @@ async fn target(config: &PostgresCdcConfig, ctx: &PipelineContext) -> Result<Tar
         .as_deref()
         .ok_or_else(|| ConnectorError::Config("connectionString is required".into()))?;
     Target::of(dsn, &ctx.egress).await
+}
+
+/// The chunked snapshot of a start: from the first table on a new slot,
+/// else from where the dataflow's checkpoint says it was (past the chunk
+/// out when `written`, what an exactly-once sink holds, has its last row,
+/// or past the row of it the sink holds).
+async fn chunking(
+    config: &PostgresCdcConfig,
+    ctx: &PipelineContext,
+    slot: &str,
+    mark: &Arc<SnapshotMark>,
+    tables: &[String],
+    slot_existed: bool,
+    written: Option<(Order, Option<Map<String, Value>>)>,
+) -> Result<Arc<Chunking>, ConnectorError> {
+    let cursor = match slot_existed {
+        true => chunks::resume(ctx.checkpoint.as_ref(), tables, written).await?,
+        false => Cursor {
+            tables: tables.to_vec(),
+            after: None,
+        },
+    };
+    tracing::info!(dataflow = %ctx.id, tables = ?cursor.tables, after = cursor.after.is_some(), "snapshot in chunks");
+    let size = config.snapshot_chunk_size.unwrap_or(DEFAULT_CHUNK).clamp(1, MAX_CHUNK);
+    let chunking = Arc::new(Chunking::new(slot, size, ctx.checkpoint.clone(), mark.clone(), cursor));
+    if !slot_existed {
+        chunking.start().await?;
+    }
+    Ok(chunking)
 }
 
 #[async_trait]
@@ -326,14 +371,15 @@ impl super::Open for PostgresCdcSource {
             .await
             .map_err(ConnectorError::query)?;
         let batch = config.batch_size.unwrap_or(DEFAULT_BATCH as u32).max(1) as usize;
-        let skip = match &ctx.resume {
-            Some(text) => Some(Order::parse(text).ok_or_else(|| {
+        let written = match &ctx.resume {
+            Some(text) => Some(chunks::parse_resume(text).ok_or_else(|| {
                 ConnectorError::Config(format!(
                     "the sink's stored position {text:?} is not a change capture position"
                 ))
             })?),
             None => None,
         };
+        let skip = written.as_ref().map(|(order, _)| *order);
         let shared = Arc::new(Shared {
             done: AtomicU64::new(0),
             idle: AtomicU64::new(0),
@@ -353,30 +399,43 @@ impl super::Open for PostgresCdcSource {
             publication: publication_quoted,
             written: comment(&ctx.id, false),
         });
+        let mut chunks = None;
         let job = match plan {
             Plan::Finished => None,
             _ => {
                 let mut repl = replication::connect(&target).await?;
-                if snapshot {
+                // From PostgreSQL 14 the snapshot is read in chunks while
+                // the stream runs; before, in the slot's exported snapshot.
+                let chunked = plan == Plan::SnapshotThenStream && repl.server_major >= 14;
+                let exported = snapshot && !chunked;
+                if exported {
                     repl.query("BEGIN READ ONLY ISOLATION LEVEL REPEATABLE READ").await?;
                 }
                 let start = match position {
                     Some(confirmed) => confirmed,
                     None if plan == Plan::SnapshotOnly => 0,
                     None => {
-                        let how = if snapshot { "USE_SNAPSHOT" } else { "NOEXPORT_SNAPSHOT" };
+                        let how = if exported { "USE_SNAPSHOT" } else { "NOEXPORT_SNAPSHOT" };
                         let made = repl
                             .query(&format!("CREATE_REPLICATION_SLOT \"{slot}\" LOGICAL pgoutput {how}"))
                             .await?;
                         consistent_point(&made)?
                     }
                 };
+                let table_names: Vec<String> = tables.iter().map(|t| (*t).to_owned()).collect();
+                let mut job_chunks = None;
+                if chunked {
+                    let chunking =
+                        chunking(config, ctx, &slot, &mark, &table_names, position.is_some(), written).await?;
+                    chunks = Some(chunking.clone());
+                    job_chunks = Some((chunking, replication::connect(&target).await?));
+                }
                 shared.done.store(start, Ordering::Relaxed);
-                tracing::info!(dataflow = %ctx.id, %slot, start = %lsn_text(start), ?plan, "change data capture started");
+                tracing::info!(dataflow = %ctx.id, %slot, start = %lsn_text(start), ?plan, chunked, "change data capture started");
                 Some(Job {
                     repl,
                     plan,
-                    tables: tables.iter().map(|t| (*t).to_owned()).collect(),
+                    tables: table_names,
                     slot: slot.clone(),
                     publication: publication.clone(),
                     start,
@@ -385,12 +444,14 @@ impl super::Open for PostgresCdcSource {
                     skip,
                     spill_dir: ctx.budget.spill_dir.clone(),
                     spill: ctx.budget.spill.clone(),
+                    chunks: job_chunks,
                 })
             }
         };
         let task = tokio::spawn(run(job, sender, shared.clone()));
         Ok(Self {
             mark,
+            chunks,
             batch,
             shared,
             records: tokio::sync::Mutex::new(Inbox {
@@ -469,10 +530,17 @@ impl Source for PostgresCdcSource {
         if done.contains(&Position::SnapshotRow { last: true }) {
             self.mark.written().await?;
         }
+        if let (Some(chunks), Some(newest)) = (&self.chunks, last_change(done)) {
+            chunks.written(newest).await?;
+        }
         Ok(())
     }
 
     fn resume_text(&self, done: &[Position]) -> Option<String> {
-        last_change(done).map(Order::text)
+        let last = last_change(done)?;
+        Some(match &self.chunks {
+            Some(chunks) => chunks.resume_text(last),
+            None => last.text(),
+        })
     }
 }

@@ -149,6 +149,10 @@ fn tuple(r: &mut Reader, relation: &Relation) -> Result<Option<Value>, DecodeErr
 pub struct Decoder {
     relations: HashMap<u32, Relation>,
     open: Option<Open>,
+    /// The prefix of the logical messages kept ([`Decoder::watching`]).
+    watched: Option<String>,
+    /// The content of the last kept message, until taken.
+    message: Option<String>,
 }
 
 /// The transaction being decoded.
@@ -164,6 +168,20 @@ impl Decoder {
     /// Whether a Begin has come without its Commit.
     pub fn in_transaction(&self) -> bool {
         self.open.is_some()
+    }
+
+    /// Keeps the content of transactional logical messages with `prefix`
+    /// (`pg_logical_emit_message`; pgoutput sends them with `messages`).
+    pub fn watching(prefix: String) -> Self {
+        Self {
+            watched: Some(prefix),
+            ..Self::default()
+        }
+    }
+
+    /// The content of the kept message the last feed decoded.
+    pub fn take_message(&mut self) -> Option<String> {
+        self.message.take()
     }
 
     /// The commit LSN of the transaction being decoded.
@@ -247,8 +265,18 @@ impl Decoder {
                     changes.push(self.event("t", Value::Null, Value::Null, &relation.schema, &relation.table, lsn)?);
                 }
             }
-            // Type, Origin and logical Message carry no row changes.
-            b'Y' | b'O' | b'M' => {}
+            b'M' => {
+                let transactional = r.u8()? & 1 == 1;
+                let _lsn = r.u64()?;
+                let prefix = r.string()?;
+                let len = r.u32()? as usize;
+                let content = r.take(len)?;
+                if transactional && self.watched.as_deref() == Some(prefix.as_str()) {
+                    self.message = Some(String::from_utf8_lossy(content).into_owned());
+                }
+            }
+            // Type and Origin carry no row changes.
+            b'Y' | b'O' => {}
             _ => return Err(bad("unknown message type")),
         }
         Ok(None)
@@ -408,6 +436,32 @@ mod tests {
             d.feed(3, &insert, &mut changes).is_err(),
             "more values than columns, and cut short"
         );
+        assert!(changes.is_empty());
+    }
+
+    #[test]
+    fn only_transactional_messages_with_the_watched_prefix_are_kept() {
+        let message = |flags: u8, prefix: &str, content: &str| {
+            let mut m = vec![b'M', flags];
+            m.extend(7u64.to_be_bytes());
+            m.extend(prefix.as_bytes());
+            m.push(0);
+            m.extend((content.len() as u32).to_be_bytes());
+            m.extend(content.as_bytes());
+            m
+        };
+        let mut d = Decoder::watching("sless.snapshot.s".into());
+        let mut changes = Vec::new();
+        d.feed(1, &message(1, "sless.snapshot.s", "a:1:L"), &mut changes)
+            .unwrap();
+        assert_eq!(d.take_message().as_deref(), Some("a:1:L"));
+        assert_eq!(d.take_message(), None);
+        for (flags, prefix) in [(0, "sless.snapshot.s"), (1, "sless.snapshot.other"), (1, "")] {
+            d.feed(1, &message(flags, prefix, "x"), &mut changes).unwrap();
+            assert_eq!(d.take_message(), None, "{flags} {prefix}");
+        }
+        let cut = message(1, "sless.snapshot.s", "abc");
+        assert!(d.feed(1, &cut[..cut.len() - 1], &mut changes).is_err());
         assert!(changes.is_empty());
     }
 

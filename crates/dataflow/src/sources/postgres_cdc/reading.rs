@@ -9,6 +9,7 @@ use std::time::Instant;
 use serde_json::Value;
 use tokio::sync::{Notify, mpsc};
 
+use super::chunks::Chunking;
 use super::pgoutput::Decoder;
 use super::position::Order;
 use super::slot::Plan;
@@ -53,6 +54,9 @@ pub(super) struct Job {
     /// The dataflow's own spill directory, and what it may keep there.
     pub(super) spill_dir: std::path::PathBuf,
     pub(super) spill: crate::budget::Allowance,
+    /// A snapshot read in chunks while the stream runs, and the connection
+    /// its statements go on.
+    pub(super) chunks: Option<(Arc<Chunking>, replication::Connection)>,
 }
 
 /// Reads the snapshot and the stream into `out` until it fails; the error
@@ -114,7 +118,8 @@ pub(super) struct Inbox {
 }
 
 async fn read_all(mut job: Job, out: &mut Outbox, shared: &Shared) -> Result<(), ConnectorError> {
-    if matches!(job.plan, Plan::SnapshotThenStream | Plan::SnapshotOnly) {
+    let chunks = job.chunks.take();
+    if chunks.is_none() && matches!(job.plan, Plan::SnapshotThenStream | Plan::SnapshotOnly) {
         let any = snapshot(&mut job, out).await?;
         job.repl.query("COMMIT").await?;
         if !any {
@@ -133,19 +138,31 @@ async fn read_all(mut job: Job, out: &mut Outbox, shared: &Shared) -> Result<(),
     } else {
         "proto_version '1'"
     };
-    let options = format!("{protocol}, publication_names '{}'", job.publication);
+    // The chunks' watermarks are logical messages (PostgreSQL 14 on).
+    let messages = if chunks.is_some() { ", messages 'true'" } else { "" };
+    let options = format!("{protocol}{messages}, publication_names '{}'", job.publication);
     let streams = Streams::new(job.spill_dir.clone(), Limits::default(), job.spill.clone());
     let (stream, status) = job.repl.start_replication(&job.slot, job.start, &options).await?;
     let confirming = confirm(status, job.start, shared);
     tokio::pin!(confirming);
+    let chunking = chunks.as_ref().map(|(chunking, _)| chunking.clone());
     tokio::select! {
-        read = stream_changes(stream, job.start, job.skip, streams, out, shared) => match read {
+        read = stream_changes(stream, job.start, job.skip, streams, chunking, out, shared) => match read {
             // The source is dropped: confirm what it wrote first.
             Err(ConnectorError::Stopped) => confirming.await,
             other => other,
         },
         confirmed = &mut confirming => confirmed,
+        driven = drive(chunks) => driven,
     }
+}
+
+/// Reads the snapshot's chunks, if any; ends only on an error.
+async fn drive(chunks: Option<(Arc<Chunking>, replication::Connection)>) -> Result<(), ConnectorError> {
+    if let Some((chunking, mut sql)) = chunks {
+        chunking.drive(&mut sql).await?;
+    }
+    std::future::pending().await
 }
 
 /// The changes being handed out. A change confirms its transaction only
@@ -164,6 +181,7 @@ struct Changes {
     handed_upto: u64,
     next: Order,
     skip: Option<Order>,
+    chunks: Option<Arc<Chunking>>,
 }
 
 impl Changes {
@@ -177,6 +195,9 @@ impl Changes {
             && commit != self.next.commit
         {
             self.next = Order { commit, index: 0 };
+        }
+        if let Some(chunks) = &self.chunks {
+            self.chunk(chunks.clone(), lsn).await?;
         }
         let skip = self.skip;
         for change in self.decoded.drain(..) {
@@ -200,6 +221,29 @@ impl Changes {
     }
 }
 
+impl Changes {
+    /// Lays the decoded changes over the snapshot's chunk; at its high
+    /// watermark, adds its rows to the decoded changes, in that
+    /// transaction's place.
+    async fn chunk(&mut self, chunks: Arc<Chunking>, lsn: u64) -> Result<(), ConnectorError> {
+        for change in &self.decoded {
+            chunks.observe(change);
+        }
+        let Some(content) = self.decoder.take_message() else {
+            return Ok(());
+        };
+        let Some(mut handout) = chunks.watermark(&content, lsn) else {
+            return Ok(());
+        };
+        let first = Order {
+            commit: self.next.commit,
+            index: self.next.index + self.decoded.len() as u32,
+        };
+        self.decoded.append(&mut handout.events);
+        chunks.handed(first, handout).await
+    }
+}
+
 /// Hands the stream's changes out as they are decoded; a transaction the
 /// server streams while in progress (protocol 2) when it commits.
 async fn stream_changes(
@@ -207,17 +251,22 @@ async fn stream_changes(
     start: u64,
     skip: Option<Order>,
     mut streams: Streams,
+    chunks: Option<Arc<Chunking>>,
     out: &mut Outbox,
     shared: &Shared,
 ) -> Result<(), ConnectorError> {
     let mut changes = Changes {
-        decoder: Decoder::default(),
+        decoder: match &chunks {
+            Some(chunking) => Decoder::watching(chunking.prefix.clone()),
+            None => Decoder::default(),
+        },
         decoded: Vec::new(),
         held: None,
         read_upto: start,
         handed_upto: start,
         next: Order::default(),
         skip,
+        chunks,
     };
     loop {
         // Nothing more arrived yet: hand out what is decoded.
