@@ -62,11 +62,12 @@ pub async fn to_pg(
             json!([{"type": "select", "config": {"fields": ["after.id", "after.customer_name", "after.card", "after.amount"]}}])
         }
     };
-    // Connecting creates the slot: only later changes are captured.
+    // Connecting creates the slot: only later changes are captured (no
+    // snapshot: its chunks would also read rows inserted after the slot).
     let flow = Flow::connect(
         json!({
             "source": {"type": "postgresql-cdc", "config": {"connectionString": dsn, "table": "bench_cdc_src", "batchSize": BATCH,
-                       "slotName": slot}},
+                       "slotName": slot, "snapshot": "never"}},
             "sink": {"type": "postgresql", "config": {"connectionString": dsn, "table": "bench_cdc_dst"}},
             "transformations": transformations,
             "channelBufferSize": BATCH
@@ -129,10 +130,10 @@ pub async fn snapshot(db: &tokio_postgres::Client, dsn: &str, chunk: u32) -> any
          CREATE TABLE bench_snap_src (id int PRIMARY KEY, customer_name text, card text, amount int);
          INSERT INTO bench_snap_src SELECT g, 'customer ' || g, '4111111111111111', g % 1000
            FROM generate_series(1, {SNAPSHOT_ROWS}) g;
-         CREATE TABLE bench_snap_dst (LIKE bench_snap_src INCLUDING ALL);
-         VACUUM ANALYZE bench_snap_src;"
+         CREATE TABLE bench_snap_dst (LIKE bench_snap_src INCLUDING ALL);"
     ))
     .await?;
+    db.batch_execute("VACUUM ANALYZE bench_snap_src").await?;
     let started = Instant::now();
     let out = db.copy_out("COPY bench_snap_src TO STDOUT").await?;
     futures_util::pin_mut!(out);
@@ -167,11 +168,17 @@ pub async fn snapshot(db: &tokio_postgres::Client, dsn: &str, chunk: u32) -> any
 }
 
 /// The time from a change's commit to its row in the sink, at a steady
-/// `rate` rows/s (transactions of ten rows) for `seconds`: p50 and p99 in
-/// milliseconds. Each captured row carries `clock_timestamp()` of its insert
+/// `rate` rows/s (transactions of `per_transaction` rows) for `seconds`:
+/// p50 and p99 in milliseconds. Each captured row carries `clock_timestamp()` of its insert
 /// (its transaction commits right after); the sink's row carries it of its
 /// write (its batch commits right after).
-pub async fn latency(db: &tokio_postgres::Client, dsn: &str, rate: u64, seconds: u64) -> anyhow::Result<(f64, f64)> {
+pub async fn latency(
+    db: &tokio_postgres::Client,
+    dsn: &str,
+    rate: u64,
+    seconds: u64,
+    per_transaction: u64,
+) -> anyhow::Result<Latency> {
     db.batch_execute(
         "DROP TABLE IF EXISTS bench_cdc_lat_src, bench_cdc_lat_dst;
          CREATE TABLE bench_cdc_lat_src (id int PRIMARY KEY, at timestamptz NOT NULL DEFAULT clock_timestamp());
@@ -183,7 +190,7 @@ pub async fn latency(db: &tokio_postgres::Client, dsn: &str, rate: u64, seconds:
     let flow = Flow::connect(
         json!({
             "source": {"type": "postgresql-cdc", "config": {"connectionString": dsn, "table": "bench_cdc_lat_src",
-                       "batchSize": BATCH, "slotName": slot}},
+                       "batchSize": BATCH, "slotName": slot, "snapshot": "never"}},
             "sink": {"type": "postgresql", "config": {"connectionString": dsn, "table": "bench_cdc_lat_dst"}},
             "channelBufferSize": BATCH
         }),
@@ -194,21 +201,39 @@ pub async fn latency(db: &tokio_postgres::Client, dsn: &str, rate: u64, seconds:
     let running = flow.run();
     let (writer, conn) = tokio_postgres::connect(dsn, tokio_postgres::NoTls).await?;
     tokio::spawn(conn);
-    let every = std::time::Duration::from_micros(10_000_000 / rate);
+    let rss_before = super::support::rss_kib(std::process::id())?;
+    let peak = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(rss_before));
+    let sampler = {
+        let peak = peak.clone();
+        tokio::spawn(async move {
+            loop {
+                if let Ok(rss) = super::support::rss_kib(std::process::id()) {
+                    peak.fetch_max(rss, std::sync::atomic::Ordering::Relaxed);
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        })
+    };
+    let every = std::time::Duration::from_micros(1_000_000 * per_transaction / rate);
     let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    let n = per_transaction as i64;
     let total = (rate * seconds) as i64;
-    for t in 0..total / 10 {
+    let started = Instant::now();
+    for t in 0..total / n {
         tick.tick().await;
         writer
             .batch_execute(&format!(
                 "INSERT INTO bench_cdc_lat_src (id) SELECT g FROM generate_series({}, {}) g",
-                t * 10 + 1,
-                t * 10 + 10
+                t * n + 1,
+                t * n + n
             ))
             .await?;
     }
+    let achieved = total as f64 / started.elapsed().as_secs_f64();
     running.written(total).await;
     running.stop().await;
+    sampler.abort();
     let row = db
         .query_one(
             "SELECT percentile_cont(ARRAY[0.5, 0.99]) WITHIN GROUP (ORDER BY
@@ -222,5 +247,23 @@ pub async fn latency(db: &tokio_postgres::Client, dsn: &str, rate: u64, seconds:
     sless_dataflow::registry::release(&source, &sink, &ctx).await?;
     db.batch_execute("DROP TABLE bench_cdc_lat_src, bench_cdc_lat_dst")
         .await?;
-    Ok((percentiles[0], percentiles[1]))
+    Ok(Latency {
+        p50: percentiles[0],
+        p99: percentiles[1],
+        achieved,
+        rss_before_mib: rss_before as f64 / 1024.0,
+        rss_peak_mib: peak.load(std::sync::atomic::Ordering::Relaxed) as f64 / 1024.0,
+    })
+}
+
+/// Commit-to-sink latency at a steady rate, in milliseconds, and the
+/// resident memory of this process (which runs the dataflow) before the
+/// flow and at its peak.
+pub struct Latency {
+    pub p50: f64,
+    pub p99: f64,
+    /// The rate the inserts kept, rows/s.
+    pub achieved: f64,
+    pub rss_before_mib: f64,
+    pub rss_peak_mib: f64,
 }

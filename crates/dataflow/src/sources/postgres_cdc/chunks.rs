@@ -12,7 +12,9 @@
 //! its key laid over it (so it is the row as of the high watermark, an
 //! unchanged TOASTed value included); a row the window deleted or
 //! truncated is left out. The stream never waits for the snapshot, and no
-//! row is handed out older than a change already handed out.
+//! row is handed out older than a change already handed out; a row changed
+//! after the slot was made and before its chunk comes as that change and
+//! again as a snapshot row.
 //!
 //! Every logical slot on the database sees the watermarks, so they carry
 //! no data: this run's nonce and the chunk's number, and on the high one a
