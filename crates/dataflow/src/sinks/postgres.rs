@@ -26,7 +26,8 @@
 //! column's name, retried) until the sink's table has it too; a column it
 //! dropped stays in the sink (rows written after it get its default); a
 //! widened type's larger values are refused until the sink's column is
-//! widened. Nothing is skipped meanwhile.
+//! widened. Nothing is skipped meanwhile (with an error sink, a refused
+//! change goes there, as any refused message does).
 //!
 //! Exactly once (`exactlyOnce`, on unless set false where the source can
 //! resume from a stored position): each batch is written in one transaction

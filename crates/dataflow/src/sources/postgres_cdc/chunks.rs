@@ -21,15 +21,25 @@
 //! token no one could read before it was sent (a watermark forged from the
 //! low one is left).
 //!
-//! Progress is kept in the dataflow's checkpoint store: the tables left
-//! and the key after the last row written, and the chunk handed out but
-//! maybe not yet written, with the order of its last row. One chunk is out
-//! at a time. After a crash the snapshot goes on from there: the chunk out
-//! is done when an exactly-once sink holds its last row, else read again
-//! (so with other sinks one chunk may come twice). Without a checkpoint
-//! store (`checkpointPersistence: false`) it starts over. A table without
-//! a primary key is read in chunks by `ctid`: a row of it changed around a
-//! chunk's select may come both as a snapshot row and as the change.
+//! Progress: one chunk is out at a time. Each snapshot row's position, as
+//! an exactly-once sink stores it with the row, carries where the snapshot
+//! goes on once that row is written (the tables left and the key after it),
+//! so after a crash the snapshot goes on after the last row the sink holds:
+//! every row comes once. The dataflow's checkpoint store keeps where it
+//! goes on once every chunk handed out is written, and every table it was
+//! asked for (one the spec names later is read too); with another sink a
+//! crash goes on from there (the chunk out may come twice), and without a
+//! checkpoint store (`checkpointPersistence: false`) from the start.
+//!
+//! A chunk's changes are matched to its rows by the table's replica
+//! identity: the primary key, the identity index, or for a table without
+//! a key (`REPLICA IDENTITY FULL`, which updates and deletes need) the
+//! whole old row. Such a table is read in chunks by `ctid`: a row an update
+//! moved back to where the chunks have passed comes as that update, and a
+//! row inserted or updated around a chunk's select may come both as the
+//! change and as a snapshot row; a rewrite of the table between chunks
+//! (`VACUUM FULL`, `CLUSTER`) moves rows the chunks would miss. A
+//! partitioned table's changes are matched by its partitions' names.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -66,116 +76,171 @@ pub(super) struct Cursor {
 /// What the checkpoint store keeps.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 struct Saved {
+    /// Where the snapshot goes on once every chunk handed out is written.
     snapshot: Cursor,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pending: Option<Pending>,
+    /// Every table the snapshot was asked to read.
+    #[serde(default)]
+    tables: Vec<String>,
 }
 
-/// The chunk handed out and maybe not yet written.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-struct Pending {
-    /// Its first and last rows' orders, as an exactly-once sink stores them.
-    first: String,
-    last: String,
-    next: Cursor,
-}
-
-/// What an exactly-once sink stores for a change at `order`: its text, and
-/// for a row of the chunk out, the row's key after a `|`.
-pub(super) fn resume_text(order: Order, key: Option<&Row>) -> String {
-    match key {
-        Some(key) => format!("{}|{}", order.text(), Value::Object(key.clone())),
+/// What an exactly-once sink stores for a change at `order` while a
+/// snapshot runs: its text, and after a `|` where the snapshot goes on
+/// once the change is written.
+pub(super) fn resume_text(order: Order, cursor: Option<&Cursor>) -> String {
+    match cursor.and_then(|c| serde_json::to_string(c).ok()) {
+        Some(cursor) => format!("{}|{cursor}", order.text()),
         None => order.text(),
     }
 }
 
-/// The order and the chunk row's key of a stored [`resume_text`].
-pub(super) fn parse_resume(text: &str) -> Option<(Order, Option<Row>)> {
+/// The order and the snapshot's cursor of a stored [`resume_text`].
+pub(super) fn parse_resume(text: &str) -> Option<(Order, Option<Cursor>)> {
     match text.split_once('|') {
-        Some((order, key)) => Some((Order::parse(order)?, Some(serde_json::from_str(key).ok()?))),
+        Some((order, cursor)) => Some((Order::parse(order)?, Some(serde_json::from_str(cursor).ok()?))),
         None => Some((Order::parse(text)?, None)),
     }
 }
 
-/// Where a snapshot of `tables` goes on: the saved cursor; past the chunk
-/// that was out when `written` (what an exactly-once sink holds) has its
-/// last row, or past the row of it the sink holds; from the start without
-/// a saved one. Tables the spec no longer names are left out.
+/// Where a snapshot of `tables` goes on: after what the exactly-once sink
+/// holds (`written`), else where the checkpoint says, else from the start.
+/// Tables the spec no longer names are left out; tables it names that the
+/// snapshot was never asked for are added.
 pub(super) async fn resume(
     store: Option<&Arc<dyn CheckpointStore>>,
     tables: &[String],
-    written: Option<(Order, Option<Row>)>,
+    written: Option<Cursor>,
 ) -> Result<Cursor, ConnectorError> {
     let saved = match store {
         Some(store) => store.load().await.map_err(store_error)?,
         None => None,
     };
     let saved: Option<Saved> = saved.and_then(|text| serde_json::from_str(&text).ok());
-    let Some(saved) = saved else {
-        return Ok(Cursor {
+    let asked = saved.as_ref().map_or_else(|| tables.to_vec(), |s| s.tables.clone());
+    let mut cursor = match (written, saved) {
+        (Some(written), _) => written,
+        (None, Some(saved)) => saved.snapshot,
+        (None, None) => Cursor {
             tables: tables.to_vec(),
             after: None,
-        });
+        },
     };
-    let mut cursor = saved.snapshot;
-    if let (Some(pending), Some((written, key))) = (saved.pending, written) {
-        let (first, last) = (Order::parse(&pending.first), Order::parse(&pending.last));
-        if last.is_some_and(|last| last <= written) {
-            cursor = pending.next;
-        } else if first.is_some_and(|first| first <= written)
-            && let Some(key) = key
-        {
-            cursor.after = Some(key);
-        }
-    }
     let first = cursor.tables.first().cloned();
     cursor.tables.retain(|t| tables.contains(t));
     if cursor.tables.first() != first.as_ref() {
         cursor.after = None;
     }
+    cursor
+        .tables
+        .extend(tables.iter().filter(|t| !asked.contains(t)).cloned());
     Ok(cursor)
 }
 
-/// A table being read: its names as the catalog has them and its key.
+/// How a chunk's changes are matched to its rows.
+#[derive(Debug, Clone, PartialEq)]
+enum Identity {
+    /// By these columns (the primary key, or the replica identity index).
+    Columns(Vec<String>),
+    /// By the whole row (no key: `REPLICA IDENTITY FULL`).
+    Row,
+}
+
+/// A table being read: its names as the catalog has them, its key, and
+/// the names its changes come under (its partitions').
 struct Table {
     schema: String,
     name: String,
     quoted: String,
-    /// The primary key's columns; `None`: read by `ctid`.
-    key: Option<Vec<String>>,
+    /// The primary key's columns and their types; `None`: read by `ctid`.
+    key: Option<Vec<(String, String)>>,
+    identity: Identity,
+    names: Vec<(String, String)>,
 }
+
+/// One row of [`Table::describe`]'s query: schema, name, replica identity,
+/// and as JSON the key's columns and types, the identity index's columns
+/// and the partitions' names.
+type Described = (String, String, String, Option<String>, Option<String>, Option<String>);
 
 impl Table {
     async fn describe(sql: &mut replication::Connection, table: &str) -> Result<Self, ConnectorError> {
         let quoted = quote(table)?;
         // Quoted names are [A-Za-z0-9_."] only: literal as they are.
-        let named = sql
-            .query(&format!(
-                "SELECT n.nspname, c.relname, (SELECT json_agg(a.attname ORDER BY k.i)::text \
+        let index_columns = |which: &str, what: &str| {
+            format!(
+                "(SELECT json_agg({what} ORDER BY k.i)::text \
                    FROM pg_index x CROSS JOIN LATERAL unnest(x.indkey) WITH ORDINALITY AS k(attnum, i) \
                    JOIN pg_attribute a ON a.attrelid = x.indrelid AND a.attnum = k.attnum \
-                   WHERE x.indrelid = c.oid AND x.indisprimary) \
-                 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = '{quoted}'::regclass"
+                   WHERE x.indrelid = c.oid AND x.{which})"
+            )
+        };
+        let found = sql
+            .query(&format!(
+                "SELECT n.nspname, c.relname, c.relreplident::text, {}, {}, \
+                   (SELECT json_agg(json_build_array(pn.nspname, pc.relname))::text FROM pg_partition_tree(c.oid) p \
+                    JOIN pg_class pc ON pc.oid = p.relid JOIN pg_namespace pn ON pn.oid = pc.relnamespace) \
+                 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = '{quoted}'::regclass",
+                index_columns(
+                    "indisprimary",
+                    "json_build_array(a.attname, format_type(a.atttypid, a.atttypmod))"
+                ),
+                index_columns("indisreplident", "a.attname"),
             ))
             .await?;
-        match named.rows.first().map(Vec::as_slice) {
-            Some([Some(schema), Some(name), key]) => Ok(Self {
-                schema: schema.clone(),
-                name: name.clone(),
-                quoted,
-                key: match key {
-                    Some(names) => Some(
-                        serde_json::from_str(names)
-                            .map_err(|e| ConnectorError::Closed(format!("the key of {table}: {e}")))?,
-                    ),
-                    None => None,
-                },
-            }),
-            _ => Err(ConnectorError::Config(format!("table {table} not found"))),
+        let described: Described = match found.rows.first().map(Vec::as_slice) {
+            Some([Some(schema), Some(name), Some(identity), key, index, names]) => (
+                schema.clone(),
+                name.clone(),
+                identity.clone(),
+                key.clone(),
+                index.clone(),
+                names.clone(),
+            ),
+            _ => return Err(ConnectorError::Config(format!("table {table} not found"))),
+        };
+        Self::of(quoted, described)
+            .map_err(|e| ConnectorError::Closed(format!("the catalog's description of {table}: {e}")))
+    }
+
+    fn of(quoted: String, (schema, name, identity, key, index, names): Described) -> Result<Self, serde_json::Error> {
+        let key: Option<Vec<(String, String)>> = key.as_deref().map(serde_json::from_str).transpose()?;
+        let index: Option<Vec<String>> = index.as_deref().map(serde_json::from_str).transpose()?;
+        let mut names: Vec<(String, String)> = names
+            .as_deref()
+            .map(serde_json::from_str)
+            .transpose()?
+            .unwrap_or_default();
+        if names.is_empty() {
+            names.push((schema.clone(), name.clone()));
+        }
+        let identity = match (identity.as_str(), index, &key) {
+            ("i", Some(index), _) => Identity::Columns(index),
+            (_, _, Some(key)) => Identity::Columns(key.iter().map(|(k, _)| k.clone()).collect()),
+            _ => Identity::Row,
+        };
+        Ok(Self {
+            schema,
+            name,
+            quoted,
+            key,
+            identity,
+            names,
+        })
+    }
+
+    /// Whether `after` (a saved cursor's) says where this table's rows go
+    /// on: exactly its key's columns, none NULL (or a `ctid`). A key
+    /// changed since (a primary key added, say) reads the table again.
+    fn fits(&self, after: &Row) -> bool {
+        match &self.key {
+            Some(key) => {
+                after.len() == key.len() && key.iter().all(|(k, _)| after.get(k).is_some_and(|v| !v.is_null()))
+            }
+            None => after.len() == 1 && after.get("ctid").is_some_and(Value::is_string),
         }
     }
 
-    /// The next `size` rows after `after`, in key order.
+    /// The next `size` rows after `after`, in key order, each with its
+    /// position (key or `ctid`).
     async fn select(
         &self,
         sql: &mut replication::Connection,
@@ -185,12 +250,17 @@ impl Table {
         let t = &self.quoted;
         let query = match &self.key {
             Some(key) => {
-                let keys = key.iter().map(|k| quote_ident(k)).collect::<Vec<_>>().join(", ");
+                let keys = key.iter().map(|(k, _)| quote_ident(k)).collect::<Vec<_>>().join(", ");
+                // The last key as its columns' own types read it (type
+                // names from format_type, quoted where they need it).
                 let after = match after {
-                    Some(after) => format!(
-                        "WHERE ({keys}) > (SELECT {keys} FROM jsonb_populate_record(NULL::{t}, {}::jsonb))",
-                        literal(&Value::Object(after.clone()).to_string())
-                    ),
+                    Some(after) => {
+                        let values: Vec<String> = key
+                            .iter()
+                            .map(|(k, ty)| format!("CAST({} AS {ty})", literal(&text_of(&after[k], ty))))
+                            .collect();
+                        format!("WHERE ({keys}) > ({})", values.join(", "))
+                    }
                     None => String::new(),
                 };
                 format!("SELECT * FROM {t} {after} ORDER BY {keys} LIMIT {size}")
@@ -204,6 +274,7 @@ impl Table {
             }
         };
         let found = sql.query(&query).await?;
+        let keyed = self.key.is_some();
         Ok(found
             .rows
             .into_iter()
@@ -212,18 +283,28 @@ impl Table {
                 let mut position = Row::new();
                 for (i, ((column, oid), value)) in found.columns.iter().zip(values).enumerate() {
                     let value = value.map_or(Value::Null, |text| value_of(*oid, &text));
-                    if self.key.is_none() && i == 0 {
+                    if !keyed && i == 0 {
                         position.insert("ctid".into(), value);
                     } else {
                         row.insert(column.clone(), value);
                     }
                 }
-                if let Some(key) = &self.key {
-                    position = key_values(&row, key).unwrap_or_default();
+                for (k, _) in self.key.iter().flatten() {
+                    position.insert(k.clone(), row.get(k).cloned().unwrap_or_default());
                 }
                 (row, position)
             })
             .collect())
+    }
+}
+
+/// A value of a column of type `ty` as the text its input function reads
+/// (`value_of`'s inverse: strings as they are, but a json column's as
+/// JSON; numbers and booleans as JSON).
+fn text_of(value: &Value, ty: &str) -> String {
+    match value {
+        Value::String(text) if ty != "json" && ty != "jsonb" => text.clone(),
+        other => other.to_string(),
     }
 }
 
@@ -232,13 +313,24 @@ fn literal(text: &str) -> String {
     format!("E'{}'", text.replace('\\', "\\\\").replace('\'', "''"))
 }
 
-/// The key columns' values of `row`, when it has them all.
+/// The key columns' values of `row`, when it has them all, none NULL (an
+/// identity index's old row leaves the other columns NULL).
 fn key_values(row: &Row, key: &[String]) -> Option<Row> {
-    key.iter().map(|k| row.get(k).map(|v| (k.clone(), v.clone()))).collect()
+    key.iter()
+        .map(|k| row.get(k).filter(|v| !v.is_null()).map(|v| (k.clone(), v.clone())))
+        .collect()
+}
+
+/// What tells a row of a chunk apart, by `identity`.
+fn identify(row: &Row, identity: &Identity) -> Option<String> {
+    match identity {
+        Identity::Columns(columns) => key_values(row, columns).map(|key| identity_text(&key)),
+        Identity::Row => Some(identity_text(row)),
+    }
 }
 
 /// A key as text, to tell keys apart.
-fn identity(key: &Row) -> String {
+fn identity_text(key: &Row) -> String {
     Value::Object(key.clone()).to_string()
 }
 
@@ -249,11 +341,13 @@ struct Window {
     token: String,
     schema: String,
     table: String,
-    key: Option<Vec<String>>,
+    /// The names its changes come under (a partitioned table's partitions).
+    names: Vec<(String, String)>,
+    identity: Identity,
     /// The low watermark has come: changes are laid over the chunk.
     open: bool,
-    /// By key: the window's changes laid over each other, or `None` where
-    /// the row was deleted last.
+    /// By identity: the window's changes laid over each other, or `None`
+    /// where the row was deleted (or moved away) last.
     changed: HashMap<String, Option<Row>>,
     truncated: bool,
     /// The selected rows and the cursor after them, once selected.
@@ -261,39 +355,64 @@ struct Window {
 }
 
 impl Window {
+    fn of(seq: u64, token: String, table: &Table) -> Self {
+        Self {
+            seq,
+            token,
+            schema: table.schema.clone(),
+            table: table.name.clone(),
+            names: table.names.clone(),
+            identity: table.identity.clone(),
+            open: false,
+            changed: HashMap::new(),
+            truncated: false,
+            rows: None,
+        }
+    }
+
     /// Lays a change of the stream over the chunk.
     fn observe(&mut self, event: &Value) {
         let source = &event["source"];
-        if !self.open || source["table"] != self.table.as_str() || source["schema"] != self.schema.as_str() {
+        let ours = self
+            .names
+            .iter()
+            .any(|(schema, table)| source["schema"] == schema.as_str() && source["table"] == table.as_str());
+        if !self.open || !ours {
             return;
         }
-        let Some(key) = &self.key else {
-            return;
-        };
         let row = |field: &str| event.get(field).and_then(Value::as_object);
+        let old = row("before").and_then(|b| identify(b, &self.identity));
         match event["op"].as_str() {
             Some("t") => {
                 self.truncated = true;
                 self.changed.clear();
             }
             Some("d") => {
-                if let Some(old) = row("before").and_then(|b| key_values(b, key)) {
-                    self.changed.insert(identity(&old), None);
+                if let Some(old) = old {
+                    self.changed.insert(old, None);
                 }
             }
             _ => {
                 let Some(after) = row("after") else {
                     return;
                 };
-                let new = key_values(after, key);
+                if self.identity == Identity::Row {
+                    // Without a key the old row is gone; the new one is the
+                    // change's (a chunk that read it hands it out too).
+                    if let Some(old) = old {
+                        self.changed.insert(old, None);
+                    }
+                    return;
+                }
+                let new = identify(after, &self.identity);
                 // A key change: the old key's row is gone.
-                if let Some(old) = row("before").and_then(|b| key_values(b, key))
+                if let Some(old) = old
                     && Some(&old) != new.as_ref()
                 {
-                    self.changed.insert(identity(&old), None);
+                    self.changed.insert(old, None);
                 }
                 if let Some(new) = new {
-                    let over = self.changed.entry(identity(&new)).or_insert(None);
+                    let over = self.changed.entry(new).or_insert(None);
                     match over {
                         Some(over) => over.extend(after.clone()),
                         None => *over = Some(after.clone()),
@@ -304,7 +423,7 @@ impl Window {
     }
 
     /// The chunk's rows as of the high watermark, as events, with their
-    /// keys.
+    /// positions.
     fn rows(self, lsn: u64) -> Handout {
         let (rows, next) = self.rows.unwrap_or_default();
         if self.truncated {
@@ -319,12 +438,10 @@ impl Window {
             .map_or(0, |d| d.as_millis() as i64);
         let (mut events, mut keys) = (Vec::with_capacity(rows.len()), Vec::with_capacity(rows.len()));
         for (mut row, position) in rows {
-            if self.key.is_some() {
-                match self.changed.get(&identity(&position)) {
-                    Some(None) => continue,
-                    Some(Some(over)) => row.extend(over.clone()),
-                    None => {}
-                }
+            match identify(&row, &self.identity).and_then(|id| self.changed.get(&id)) {
+                Some(None) => continue,
+                Some(Some(over)) => row.extend(over.clone()),
+                None => {}
             }
             events.push(snapshot_event(
                 &self.schema,
@@ -351,17 +468,28 @@ pub(super) struct Handout {
 struct Out {
     /// Its first row's order; the others follow it in its transaction.
     first: Order,
+    /// Each row's position (key or `ctid`).
     keys: Vec<Row>,
+    /// The tables left when it was read, its own first.
+    tables: Vec<String>,
     next: Cursor,
 }
 
 impl Out {
-    /// The key of the row at `order`, if it is one of this chunk's.
-    fn key(&self, order: Order) -> Option<&Row> {
+    /// Where the snapshot goes on once the change at `order` is written:
+    /// `None` before this chunk's rows.
+    fn cursor_at(&self, order: Order) -> Option<Cursor> {
+        if order >= self.last() {
+            return Some(self.next.clone());
+        }
         if order.commit != self.first.commit || order.index < self.first.index {
             return None;
         }
-        self.keys.get((order.index - self.first.index) as usize)
+        let key = self.keys.get((order.index - self.first.index) as usize)?;
+        Some(Cursor {
+            tables: self.tables.clone(),
+            after: Some(key.clone()),
+        })
     }
 
     fn last(&self) -> Order {
@@ -411,6 +539,8 @@ pub(super) struct Chunking {
     nonce: String,
     size: u32,
     store: Option<Arc<dyn CheckpointStore>>,
+    /// Every table the snapshot was asked to read.
+    asked: Vec<String>,
     mark: Arc<SnapshotMark>,
     state: Mutex<State>,
     /// The chunk out is written: the next may start.
@@ -422,6 +552,7 @@ impl Chunking {
         slot: &str,
         size: u32,
         store: Option<Arc<dyn CheckpointStore>>,
+        asked: Vec<String>,
         mark: Arc<SnapshotMark>,
         done: Cursor,
     ) -> Self {
@@ -430,6 +561,7 @@ impl Chunking {
             nonce: format!("{:016x}", rand::random::<u64>()),
             size,
             store,
+            asked,
             mark,
             state: Mutex::new(State {
                 done,
@@ -440,22 +572,24 @@ impl Chunking {
         }
     }
 
-    async fn save(&self, saved: &Saved) -> Result<(), ConnectorError> {
+    /// Saves where the snapshot goes on once what is handed out is written.
+    async fn save(&self, done: Cursor) -> Result<(), ConnectorError> {
         let Some(store) = &self.store else {
             return Ok(());
         };
-        let text = serde_json::to_string(saved).map_err(|e| ConnectorError::Transient(e.to_string()))?;
+        let saved = Saved {
+            snapshot: done,
+            tables: self.asked.clone(),
+        };
+        let text = serde_json::to_string(&saved).map_err(|e| ConnectorError::Transient(e.to_string()))?;
         store.save(&text).await.map_err(store_error)
     }
 
-    /// Saves where the snapshot starts (a new slot: from the first table).
+    /// Saves where the snapshot starts: before a new slot is made, so that
+    /// no earlier run's progress can stand for it.
     pub(super) async fn start(&self) -> Result<(), ConnectorError> {
         let done = self.state.lock_unpoisoned().done.clone();
-        self.save(&Saved {
-            snapshot: done,
-            pending: None,
-        })
-        .await
+        self.save(done).await
     }
 
     async fn emit(&self, sql: &mut replication::Connection, seq: u64, mark: &str) -> Result<(), ConnectorError> {
@@ -491,21 +625,18 @@ impl Chunking {
                 tables.insert(name.clone(), Table::describe(sql, name).await?);
             }
             let table = &tables[name];
+            let after = cursor.after.as_ref().filter(|after| {
+                let fits = table.fits(after);
+                if !fits {
+                    tracing::warn!(prefix = %self.prefix, %name, "the saved snapshot position does not fit the table's key: reading it from its start");
+                }
+                fits
+            });
             seq += 1;
             let token = format!("{:016x}", rand::random::<u64>());
-            self.state.lock_unpoisoned().window = Some(Window {
-                seq,
-                token: token.clone(),
-                schema: table.schema.clone(),
-                table: table.name.clone(),
-                key: table.key.clone(),
-                open: false,
-                changed: HashMap::new(),
-                truncated: false,
-                rows: None,
-            });
+            self.state.lock_unpoisoned().window = Some(Window::of(seq, token.clone(), table));
             self.emit(sql, seq, "L").await?;
-            let rows = table.select(sql, cursor.after.as_ref(), self.size).await?;
+            let rows = table.select(sql, after, self.size).await?;
             rows_read += rows.len();
             let next = match rows.last() {
                 Some((_, position)) if rows.len() == self.size as usize => Cursor {
@@ -538,48 +669,44 @@ impl Chunking {
         at_watermark(&mut self.state.lock_unpoisoned().window, &self.nonce, content, lsn)
     }
 
-    /// The chunk's events are handed out from `first` on: saved as out
-    /// until written (at once done when there were none).
-    pub(super) async fn handed(&self, first: Order, handout: Handout) -> Result<(), ConnectorError> {
+    /// The chunk's events are handed out from `first` on: out until
+    /// written (at once done when there were none).
+    pub(super) fn handed(&self, first: Order, handout: Handout) -> Option<Cursor> {
         let Handout { keys, next, .. } = handout;
-        let saved = {
-            let mut state = self.state.lock_unpoisoned();
-            if keys.is_empty() {
-                state.done = next.clone();
-                Saved {
-                    snapshot: next,
-                    pending: None,
-                }
-            } else {
-                let out = Out { first, keys, next };
-                let pending = Pending {
-                    first: first.text(),
-                    last: out.last().text(),
-                    next: out.next.clone(),
-                };
-                state.out = Some(out);
-                Saved {
-                    snapshot: state.done.clone(),
-                    pending: Some(pending),
-                }
-            }
-        };
-        let none = saved.pending.is_none();
-        self.save(&saved).await?;
-        if none {
-            self.free.notify_one();
+        let mut state = self.state.lock_unpoisoned();
+        if keys.is_empty() {
+            state.done = next.clone();
+            return Some(next);
         }
-        Ok(())
+        let tables = state.done.tables.clone();
+        state.out = Some(Out {
+            first,
+            keys,
+            tables,
+            next,
+        });
+        None
     }
 
-    /// What an exactly-once sink stores for the change at `order`.
+    /// A chunk with nothing to hand out is done: saved, and the next may
+    /// start.
+    pub(super) async fn skipped(&self, done: Cursor) -> Result<(), ConnectorError> {
+        let saved = self.save(done).await;
+        self.free.notify_one();
+        saved
+    }
+
+    /// What an exactly-once sink stores for the change at `order`: with
+    /// where the snapshot goes on once it is written.
     pub(super) fn resume_text(&self, order: Order) -> String {
         let state = self.state.lock_unpoisoned();
-        resume_text(order, state.out.as_ref().and_then(|out| out.key(order)))
+        let cursor = state.out.as_ref().and_then(|out| out.cursor_at(order));
+        resume_text(order, Some(cursor.as_ref().unwrap_or(&state.done)))
     }
 
     /// Everything up to `newest` is written: the chunk out too, if its last
-    /// row is.
+    /// row is. The next chunk may start even if saving fails (the
+    /// checkpoint is then a chunk behind, and a crash reads it again).
     pub(super) async fn written(&self, newest: Order) -> Result<(), ConnectorError> {
         let done = {
             let mut state = self.state.lock_unpoisoned();
@@ -594,13 +721,9 @@ impl Chunking {
                 }
             }
         };
-        self.save(&Saved {
-            snapshot: done,
-            pending: None,
-        })
-        .await?;
+        let saved = self.save(done).await;
         self.free.notify_one();
-        Ok(())
+        saved
     }
 }
 
@@ -610,18 +733,23 @@ mod tests {
 
     use super::*;
 
-    fn window() -> Window {
+    fn window(identity: Identity) -> Window {
         Window {
             seq: 1,
             token: "t".into(),
             schema: "public".into(),
             table: "t".into(),
-            key: Some(vec!["id".into()]),
+            names: vec![("public".into(), "t".into())],
+            identity,
             open: true,
             changed: HashMap::new(),
             truncated: false,
             rows: None,
         }
+    }
+
+    fn by_id() -> Identity {
+        Identity::Columns(vec!["id".into()])
     }
 
     fn row(value: Value) -> Row {
@@ -634,7 +762,7 @@ mod tests {
 
     #[test]
     fn a_chunk_row_is_handed_out_as_of_its_high_watermark() {
-        let mut w = window();
+        let mut w = window(by_id());
         let selected = |id: i64, big: &str| (row(json!({"id": id, "v": 0, "big": big})), row(json!({"id": id})));
         w.rows = Some((
             vec![
@@ -669,23 +797,57 @@ mod tests {
     }
 
     #[test]
-    fn before_the_low_watermark_and_after_a_truncate_nothing_is_laid_over() {
-        let mut w = window();
+    fn changes_are_matched_by_the_replica_identity_and_the_partitions() {
+        // An identity index on `code`: a delete's old row has only it, the
+        // key NULL.
+        let mut w = window(Identity::Columns(vec!["code".into()]));
+        w.names.push(("public".into(), "t_2026".into()));
+        w.rows = Some((
+            vec![(row(json!({"id": 1, "code": "a"})), row(json!({"id": 1})))],
+            Cursor::default(),
+        ));
+        let mut leaf = change("d", json!({"id": null, "code": "a"}), Value::Null);
+        leaf["source"]["table"] = json!("t_2026");
+        w.observe(&leaf);
+        assert!(w.rows(1).events.is_empty(), "deleted in a partition, by its identity");
+
+        // No key: the whole old row, truncates too.
+        let mut w = window(Identity::Row);
+        let keyless = |x: i64| {
+            (
+                row(json!({"x": x, "note": "old"})),
+                row(json!({"ctid": format!("(0,{x})")})),
+            )
+        };
+        w.rows = Some((vec![keyless(1), keyless(2), keyless(3)], Cursor::default()));
+        w.observe(&change("d", json!({"x": 1, "note": "old"}), Value::Null));
+        w.observe(&change(
+            "u",
+            json!({"x": 2, "note": "old"}),
+            json!({"x": 2, "note": "new"}),
+        ));
+        let handout = w.rows(1);
+        assert_eq!(handout.keys, vec![row(json!({"ctid": "(0,3)"}))]);
+        let mut w = window(Identity::Row);
+        w.rows = Some((vec![keyless(1)], Cursor::default()));
+        w.observe(&change("t", Value::Null, Value::Null));
+        assert!(w.rows(1).events.is_empty());
+    }
+
+    #[test]
+    fn before_the_low_watermark_nothing_is_laid_over() {
+        let mut w = window(by_id());
         w.open = false;
         w.observe(&change("d", json!({"id": 1}), Value::Null));
         assert!(
             w.changed.is_empty(),
             "changes before the low watermark are older than the select"
         );
-        w.open = true;
-        w.rows = Some((vec![(row(json!({"id": 1})), row(json!({"id": 1})))], Cursor::default()));
-        w.observe(&change("t", Value::Null, Value::Null));
-        assert!(w.rows(1).events.is_empty());
     }
 
     #[test]
     fn only_this_runs_watermarks_open_and_close_the_window() {
-        let mut w = Some(window());
+        let mut w = Some(window(by_id()));
         w.as_mut().unwrap().open = false;
         for other in ["x:1:L", "n:2:L", "n:1", "n:x:L", ""] {
             assert!(at_watermark(&mut w, "n", other, 1).is_none());
@@ -716,61 +878,93 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn a_restart_goes_on_after_what_the_sink_holds() {
-        let tables = ["a".to_owned(), "b".to_owned()];
-        let order = |index| Order { commit: 0x50, index };
-        let cursor = |tables: &[&str], after: Option<Value>| Cursor {
+    fn cursor(tables: &[&str], after: Option<Value>) -> Cursor {
+        Cursor {
             tables: tables.iter().map(|t| (*t).to_owned()).collect(),
             after: after.map(row),
-        };
+        }
+    }
+
+    #[tokio::test]
+    async fn a_restart_goes_on_after_what_the_sink_holds_else_the_checkpoint() {
+        let tables = ["a".to_owned(), "b".to_owned()];
         let saved = Saved {
             snapshot: cursor(&["a", "b"], Some(json!({"id": 10}))),
-            pending: Some(Pending {
-                first: order(3).text(),
-                last: order(5).text(),
-                next: cursor(&["a", "b"], Some(json!({"id": 13}))),
-            }),
+            tables: tables.to_vec(),
         };
         let store: Arc<dyn CheckpointStore> =
             Arc::new(Stored(Mutex::new(Some(serde_json::to_string(&saved).unwrap()))));
-        let at = |written| resume(Some(&store), &tables, written);
+        let held = cursor(&["a", "b"], Some(json!({"id": 12})));
+        assert_eq!(resume(Some(&store), &tables, Some(held.clone())).await.unwrap(), held);
+        assert_eq!(resume(Some(&store), &tables, None).await.unwrap(), saved.snapshot);
+        // A table the spec no longer names is left out, its key with it;
+        // one it names now is added.
+        let now = ["b".to_owned(), "c".to_owned()];
         assert_eq!(
-            at(None).await.unwrap(),
-            saved.snapshot,
-            "no sink position: the chunk again"
+            resume(Some(&store), &now, None).await.unwrap(),
+            cursor(&["b", "c"], None)
         );
-        assert_eq!(at(Some((order(2), None))).await.unwrap(), saved.snapshot);
-        let within = at(Some((order(4), Some(row(json!({"id": 12})))))).await.unwrap();
-        assert_eq!(within, cursor(&["a", "b"], Some(json!({"id": 12}))));
-        assert_eq!(
-            at(Some((order(5), None))).await.unwrap(),
-            saved.pending.clone().unwrap().next
-        );
-        assert_eq!(
-            at(Some((Order { commit: 0x60, index: 0 }, None))).await.unwrap(),
-            saved.pending.unwrap().next
-        );
-        // A table the spec no longer names is left out, and its key with it.
-        let only_b = resume(Some(&store), &tables[1..], None).await.unwrap();
-        assert_eq!(only_b, cursor(&["b"], None));
         // Nothing saved, or something else saved: from the start.
-        let empty: Arc<dyn CheckpointStore> = Arc::new(Stored(Mutex::new(Some("12".into()))));
+        let other: Arc<dyn CheckpointStore> = Arc::new(Stored(Mutex::new(Some("12".into()))));
         assert_eq!(
-            resume(Some(&empty), &tables, None).await.unwrap(),
+            resume(Some(&other), &tables, None).await.unwrap(),
             cursor(&["a", "b"], None)
         );
         assert_eq!(resume(None, &tables, None).await.unwrap(), cursor(&["a", "b"], None));
-        assert_eq!(
-            parse_resume(&resume_text(order(4), Some(&row(json!({"id": "x|y"})))))
-                .unwrap()
-                .1,
-            Some(row(json!({"id": "x|y"})))
-        );
     }
 
     #[test]
-    fn literals_survive_quoting() {
+    fn a_stored_position_says_where_the_snapshot_goes_on() {
+        let order = |index| Order { commit: 0x50, index };
+        let out = Out {
+            first: order(3),
+            keys: vec![row(json!({"id": "x|y"})), row(json!({"id": "z"}))],
+            tables: vec!["a".into()],
+            next: cursor(&["b"], None),
+        };
+        assert_eq!(out.cursor_at(order(2)), None, "a change before the chunk");
+        assert_eq!(
+            out.cursor_at(order(3)),
+            Some(cursor(&["a"], Some(json!({"id": "x|y"}))))
+        );
+        assert_eq!(out.cursor_at(order(4)), Some(cursor(&["b"], None)));
+        assert_eq!(
+            out.cursor_at(Order { commit: 0x60, index: 0 }),
+            Some(cursor(&["b"], None))
+        );
+        let text = resume_text(order(3), out.cursor_at(order(3)).as_ref());
+        assert_eq!(parse_resume(&text), Some((order(3), out.cursor_at(order(3)))));
+        assert_eq!(parse_resume(&order(3).text()), Some((order(3), None)));
+        assert_eq!(parse_resume("cdc:0/50:3|{bad"), None);
+    }
+
+    #[test]
+    fn saved_keys_are_read_back_as_their_types_take_them() {
         assert_eq!(literal("it's \\ x"), "E'it''s \\\\ x'");
+        assert_eq!(text_of(&json!("{1,2}"), "integer[]"), "{1,2}");
+        assert_eq!(text_of(&json!("a"), "jsonb"), "\"a\"");
+        assert_eq!(text_of(&json!(true), "boolean"), "true");
+        assert_eq!(text_of(&json!(12.5), "numeric"), "12.5");
+        let table = Table::of(
+            "t".into(),
+            (
+                "public".into(),
+                "t".into(),
+                "d".into(),
+                Some(r#"[["id", "integer"], ["region", "text"]]"#.into()),
+                None,
+                None,
+            ),
+        )
+        .unwrap();
+        assert_eq!(table.identity, Identity::Columns(vec!["id".into(), "region".into()]));
+        assert!(table.fits(&row(json!({"id": 1, "region": "x"}))));
+        for other in [
+            json!({"id": 1}),
+            json!({"id": 1, "region": null}),
+            json!({"ctid": "(0,1)"}),
+        ] {
+            assert!(!table.fits(&row(other.clone())), "{other}");
+        }
     }
 }

@@ -18,21 +18,26 @@
 //!
 //! The snapshot (`snapshot: initial`, the default): on PostgreSQL 14 and
 //! later the tables are read in chunks by key while the stream runs, with
-//! watermarks ([`chunks`]), and a crash goes on from the chunk it was in.
-//! Before 14, when the slot is made,
-//! it is made with `USE_SNAPSHOT` inside a repeatable-read transaction on
-//! the replication connection, which then reads the tables (`op: r`
-//! events) in exactly the state the slot streams from. The publication's
-//! comment says "snapshot pending" until every snapshot row is written
-//! downstream. A dataflow that starts and finds it pending (a crash in the
-//! snapshot) keeps the slot, which has confirmed nothing yet, reads the
-//! tables again whole in a new snapshot, and then streams from the slot's
-//! start: rows written before the crash come again, and changes made since
-//! the slot's start come after the new snapshot even where it already holds
+//! watermarks ([`chunks`]), and a crash goes on after the last snapshot
+//! row written. The publication's comment says "snapshot pending" until
+//! every snapshot row is written downstream; a dataflow that starts and
+//! finds it pending goes on with the snapshot.
+//!
+//! Before PostgreSQL 14 (no logical messages for watermarks), and for
+//! `initial_only` (no stream), the slot is made with `USE_SNAPSHOT` inside
+//! a repeatable-read transaction on the replication connection, which then
+//! reads the tables whole (`op: r` events) in exactly the state the slot
+//! streams from. A dataflow that finds that snapshot pending (a crash in
+//! it) keeps the slot, which has confirmed nothing yet, reads the tables
+//! again whole in a new snapshot, and then streams from the slot's start:
+//! rows written before the crash come again, and changes made since the
+//! slot's start come after the new snapshot even where it already holds
 //! them, so a consumer applying events in order ends with the tables'
-//! state (at least once; no row and no delete is lost). A slot found
-//! missing while the publication is there (dropped by hand) is made again
-//! with a new snapshot; deletes made while there was no slot are not seen.
+//! state (at least once; no row and no delete is lost).
+//!
+//! A slot found missing while the publication is there (dropped by hand)
+//! is made again with a new snapshot; deletes made while there was no slot
+//! are not seen.
 //! `never` streams from the slot's creation only; `initial_only` reads the
 //! rows, keeps no slot, and then reads nothing more.
 //!
@@ -60,7 +65,6 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use serde::Deserialize;
-use serde_json::{Map, Value};
 use tokio::sync::{Notify, mpsc};
 
 mod chunks;
@@ -76,7 +80,7 @@ use self::chunks::{Chunking, Cursor, DEFAULT_CHUNK, MAX_CHUNK};
 pub use self::names::name_prefix;
 use self::names::{comment, names, owned, publication_comment, valid_name};
 use self::pgoutput::lsn_text;
-use self::position::{Order, last_change};
+use self::position::last_change;
 use self::reading::{Inbox, Job, Outbox, Shared, run};
 use self::slot::{Plan, consistent_point, drop_slot, plan, slot_position};
 use self::snapshot::SnapshotMark;
@@ -262,20 +266,20 @@ async fn target(config: &PostgresCdcConfig, ctx: &PipelineContext) -> Result<Tar
     Target::of(dsn, &ctx.egress).await
 }
 
-/// The chunked snapshot of a start: from the first table on a new slot,
-/// else from where the dataflow's checkpoint says it was (past the chunk
-/// out when `written`, what an exactly-once sink holds, has its last row,
-/// or past the row of it the sink holds).
+/// The chunked snapshot of a start, saved before anything is read: from
+/// the first table on a new slot (saved before the slot is made), else
+/// after what the exactly-once sink holds (`written`) or where the
+/// dataflow's checkpoint says.
 async fn chunking(
     config: &PostgresCdcConfig,
     ctx: &PipelineContext,
     slot: &str,
     mark: &Arc<SnapshotMark>,
     tables: &[String],
-    slot_existed: bool,
-    written: Option<(Order, Option<Map<String, Value>>)>,
+    slot_exists: bool,
+    written: Option<Cursor>,
 ) -> Result<Arc<Chunking>, ConnectorError> {
-    let cursor = match slot_existed {
+    let cursor = match slot_exists {
         true => chunks::resume(ctx.checkpoint.as_ref(), tables, written).await?,
         false => Cursor {
             tables: tables.to_vec(),
@@ -284,10 +288,9 @@ async fn chunking(
     };
     tracing::info!(dataflow = %ctx.id, tables = ?cursor.tables, after = cursor.after.is_some(), "snapshot in chunks");
     let size = config.snapshot_chunk_size.unwrap_or(DEFAULT_CHUNK).clamp(1, MAX_CHUNK);
-    let chunking = Arc::new(Chunking::new(slot, size, ctx.checkpoint.clone(), mark.clone(), cursor));
-    if !slot_existed {
-        chunking.start().await?;
-    }
+    let store = ctx.checkpoint.clone();
+    let chunking = Arc::new(Chunking::new(slot, size, store, tables.to_vec(), mark.clone(), cursor));
+    chunking.start().await?;
     Ok(chunking)
 }
 
@@ -371,15 +374,17 @@ impl super::Open for PostgresCdcSource {
             .await
             .map_err(ConnectorError::query)?;
         let batch = config.batch_size.unwrap_or(DEFAULT_BATCH as u32).max(1) as usize;
-        let written = match &ctx.resume {
-            Some(text) => Some(chunks::parse_resume(text).ok_or_else(|| {
-                ConnectorError::Config(format!(
-                    "the sink's stored position {text:?} is not a change capture position"
-                ))
-            })?),
-            None => None,
+        let (skip, resumed) = match &ctx.resume {
+            Some(text) => {
+                let (order, cursor) = chunks::parse_resume(text).ok_or_else(|| {
+                    ConnectorError::Config(format!(
+                        "the sink's stored position {text:?} is not a change capture position"
+                    ))
+                })?;
+                (Some(order), cursor)
+            }
+            None => (None, None),
         };
-        let skip = written.as_ref().map(|(order, _)| *order);
         let shared = Arc::new(Shared {
             done: AtomicU64::new(0),
             idle: AtomicU64::new(0),
@@ -411,6 +416,11 @@ impl super::Open for PostgresCdcSource {
                 if exported {
                     repl.query("BEGIN READ ONLY ISOLATION LEVEL REPEATABLE READ").await?;
                 }
+                let table_names: Vec<String> = tables.iter().map(|t| (*t).to_owned()).collect();
+                let chunking = match chunked {
+                    true => Some(chunking(config, ctx, &slot, &mark, &table_names, position.is_some(), resumed).await?),
+                    false => None,
+                };
                 let start = match position {
                     Some(confirmed) => confirmed,
                     None if plan == Plan::SnapshotOnly => 0,
@@ -422,11 +432,8 @@ impl super::Open for PostgresCdcSource {
                         consistent_point(&made)?
                     }
                 };
-                let table_names: Vec<String> = tables.iter().map(|t| (*t).to_owned()).collect();
                 let mut job_chunks = None;
-                if chunked {
-                    let chunking =
-                        chunking(config, ctx, &slot, &mark, &table_names, position.is_some(), written).await?;
+                if let Some(chunking) = chunking {
                     chunks = Some(chunking.clone());
                     job_chunks = Some((chunking, replication::connect(&target).await?));
                 }

@@ -240,7 +240,10 @@ impl Changes {
             index: self.next.index + self.decoded.len() as u32,
         };
         self.decoded.append(&mut handout.events);
-        chunks.handed(first, handout).await
+        match chunks.handed(first, handout) {
+            Some(done) => chunks.skipped(done).await,
+            None => Ok(()),
+        }
     }
 }
 
