@@ -512,3 +512,78 @@ async fn a_partitioned_table_is_snapshotted_in_chunks_while_it_changes() {
     assert_eq!(a.delete(&format!("/api/v1/dataflows/{name}")).await.0, 204);
     db.batch_execute(&format!("DROP TABLE {src}, {dst}")).await.unwrap();
 }
+
+/// Keys of arrays, jsonb (strings and numbers), 25-digit numerics,
+/// timestamps and text with quotes go from chunk to chunk (each read back
+/// as its column's type): every row comes once as a snapshot row.
+#[tokio::test]
+async fn keys_of_every_common_type_go_from_chunk_to_chunk() {
+    let db = db().await;
+    let events = unique("chunk_keys_events");
+    let tables: Vec<(String, &str)> = vec![
+        (unique("chunk_key_array"), "ARRAY[g, g % 3]"),
+        (
+            unique("chunk_key_jsonb"),
+            "CASE WHEN g % 2 = 0 THEN to_jsonb(g) ELSE to_jsonb('s' || g) END",
+        ),
+        (
+            unique("chunk_key_numeric"),
+            "('1234567890123456789012345.' || lpad(g::text, 3, '0'))::numeric",
+        ),
+        (
+            unique("chunk_key_time"),
+            "'2026-01-01 00:00:00+00'::timestamptz + g * interval '1.000001 seconds'",
+        ),
+        (unique("chunk_key_text"), "'it''s \\ ' || g"),
+    ];
+    for (table, key) in &tables {
+        let ty = match *key {
+            k if k.starts_with("ARRAY") => "int[]",
+            k if k.starts_with("CASE") => "jsonb",
+            k if k.contains("numeric") => "numeric",
+            k if k.contains("timestamptz") => "timestamptz",
+            _ => "text",
+        };
+        db.batch_execute(&format!(
+            "CREATE TABLE {table} (k {ty} PRIMARY KEY, v int);
+             INSERT INTO {table} SELECT {key}, g FROM generate_series(1, 60) g;"
+        ))
+        .await
+        .unwrap();
+    }
+    let dir = TempDir::new("df-cdc-keys");
+    let server = DevServer::start(&dir.0);
+    let a = server.client(TOKEN_A);
+    let name = format!("keys-{}", rand::random::<u32>());
+    let names: Vec<&String> = tables.iter().map(|(t, _)| t).collect();
+    a.create_dataflow(json!({
+        "name": name,
+        "source": {"type": "postgresql-cdc", "config": {
+            "connectionString": dsn(), "tables": names, "snapshotChunkSize": 7}},
+        "sink": pg(&events, json!({"autoCreateTable": true})),
+    }))
+    .await;
+    let snapshot_rows = format!("SELECT count(*) FROM {events} WHERE data->>'op' = 'r'");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while count(&db, &snapshot_rows).await < 300 {
+        let view = a.get(&format!("/api/v1/dataflows/{name}")).await.1;
+        assert!(
+            Instant::now() < deadline,
+            "not every snapshot row came; the dataflow: {view}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    for (table, _) in &tables {
+        let distinct = format!(
+            "SELECT count(DISTINCT data->'after'->>'k') FROM {events} WHERE data->>'op' = 'r' \
+             AND data->'source'->>'table' = '{table}'"
+        );
+        assert_eq!(count(&db, &distinct).await, 60, "{table}");
+    }
+    assert_eq!(count(&db, &snapshot_rows).await, 300, "no row twice");
+    assert_eq!(a.delete(&format!("/api/v1/dataflows/{name}")).await.0, 204);
+    let all: Vec<&str> = tables.iter().map(|(t, _)| t.as_str()).collect();
+    db.batch_execute(&format!("DROP TABLE {}, {events}", all.join(", ")))
+        .await
+        .unwrap();
+}
