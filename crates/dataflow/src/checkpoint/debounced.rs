@@ -99,6 +99,11 @@ impl CheckpointStore for Arc<Debounced> {
         };
         if due { self.flush().await } else { Ok(()) }
     }
+
+    async fn save_now(&self, position: &str) -> Result<(), CheckpointError> {
+        self.state.lock_unpoisoned().pending = Some(position.to_owned());
+        self.flush().await
+    }
 }
 
 #[cfg(test)]

@@ -26,4 +26,9 @@ pub enum CheckpointError {
 pub trait CheckpointStore: Send + Sync {
     async fn load(&self) -> Result<Option<String>, CheckpointError>;
     async fn save(&self, position: &str) -> Result<(), CheckpointError>;
+    /// Saves `position` before returning, whatever the store's pace: what
+    /// follows must not happen before it is kept.
+    async fn save_now(&self, position: &str) -> Result<(), CheckpointError> {
+        self.save(position).await
+    }
 }

@@ -32,14 +32,16 @@
 //! checkpoint store (`checkpointPersistence: false`) from the start.
 //!
 //! A chunk's changes are matched to its rows by the table's replica
-//! identity: the primary key, the identity index, or for a table without
-//! a key (`REPLICA IDENTITY FULL`, which updates and deletes need) the
-//! whole old row. Such a table is read in chunks by `ctid`: a row an update
-//! moved back to where the chunks have passed comes as that update, and a
-//! row inserted or updated around a chunk's select may come both as the
-//! change and as a snapshot row; a rewrite of the table between chunks
-//! (`VACUUM FULL`, `CLUSTER`) moves rows the chunks would miss. A
-//! partitioned table's changes are matched by its partitions' names.
+//! identity (the primary key, or the identity index) and, for a
+//! partitioned table, by its partitions' names; a truncate in the window
+//! reads the chunk again. A table without a primary key is read in chunks
+//! by `ctid`, each under a SHARE lock (writers wait while a chunk is read,
+//! and both its watermarks come with its commit, no change between them):
+//! a row an update moved back to where the chunks have passed comes as
+//! that update, and a rewrite of the table between chunks (`VACUUM FULL`,
+//! `CLUSTER`) moves rows the chunks would miss. Positions keep the key as
+//! the server wrote it, read back with a cast to the column's type; a
+//! saved one that no longer fits the table's key reads it again.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -65,12 +67,26 @@ pub const MAX_CHUNK: u32 = 100_000;
 type Row = Map<String, Value>;
 
 /// Where the snapshot goes on: the tables left (the one being read first,
-/// as the spec names them) and the key after which its rows are to read.
+/// as the spec names them), the key after which its rows are to read (as
+/// the server wrote it), and every table it was asked to read.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub(super) struct Cursor {
     pub(super) tables: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(super) after: Option<Row>,
+    #[serde(default)]
+    pub(super) asked: Vec<String>,
+}
+
+impl Cursor {
+    /// A snapshot of `tables` from their start.
+    pub(super) fn of(tables: &[String]) -> Self {
+        Self {
+            tables: tables.to_vec(),
+            after: None,
+            asked: tables.to_vec(),
+        }
+    }
 }
 
 /// What the checkpoint store keeps.
@@ -78,9 +94,11 @@ pub(super) struct Cursor {
 struct Saved {
     /// Where the snapshot goes on once every chunk handed out is written.
     snapshot: Cursor,
-    /// Every table the snapshot was asked to read.
+    /// Where the slot this snapshot goes with began: an exactly-once
+    /// sink's position from before is an earlier snapshot's. `None`: the
+    /// slot was not made yet when this was saved.
     #[serde(default)]
-    tables: Vec<String>,
+    since: Option<u64>,
 }
 
 /// What an exactly-once sink stores for a change at `order` while a
@@ -93,55 +111,52 @@ pub(super) fn resume_text(order: Order, cursor: Option<&Cursor>) -> String {
     }
 }
 
-/// The order and the snapshot's cursor of a stored [`resume_text`].
+/// The order and the snapshot's cursor of a stored [`resume_text`] (none
+/// where what follows the `|` is not one).
 pub(super) fn parse_resume(text: &str) -> Option<(Order, Option<Cursor>)> {
     match text.split_once('|') {
-        Some((order, cursor)) => Some((Order::parse(order)?, Some(serde_json::from_str(cursor).ok()?))),
+        Some((order, cursor)) => Some((Order::parse(order)?, serde_json::from_str(cursor).ok())),
         None => Some((Order::parse(text)?, None)),
     }
 }
 
-/// Where a snapshot of `tables` goes on: after what the exactly-once sink
-/// holds (`written`), else where the checkpoint says, else from the start.
-/// Tables the spec no longer names are left out; tables it names that the
-/// snapshot was never asked for are added.
+/// Where a snapshot of `tables` goes on, and where its slot began: after
+/// what the exactly-once sink holds (`written`, when it is this snapshot's),
+/// else where the checkpoint says, else from the start. Tables the spec no
+/// longer names are left out; tables it names that the snapshot was never
+/// asked for are added.
 pub(super) async fn resume(
     store: Option<&Arc<dyn CheckpointStore>>,
     tables: &[String],
-    written: Option<Cursor>,
-) -> Result<Cursor, ConnectorError> {
+    written: Option<(Order, Option<Cursor>)>,
+) -> Result<(Cursor, Option<u64>), ConnectorError> {
     let saved = match store {
         Some(store) => store.load().await.map_err(store_error)?,
         None => None,
     };
     let saved: Option<Saved> = saved.and_then(|text| serde_json::from_str(&text).ok());
-    let asked = saved.as_ref().map_or_else(|| tables.to_vec(), |s| s.tables.clone());
-    let mut cursor = match (written, saved) {
-        (Some(written), _) => written,
+    let since = saved.as_ref().and_then(|s| s.since);
+    // Without a checkpoint the sink's cursor cannot be told from an
+    // earlier snapshot's; with one saved before the slot was made, it is.
+    let this_snapshot = |order: &Order| saved.is_none() || since.is_some_and(|since| order.commit >= since);
+    let held = written.and_then(|(order, cursor)| cursor.filter(|_| this_snapshot(&order)));
+    let mut cursor = match (held, saved) {
+        (Some(held), _) => held,
         (None, Some(saved)) => saved.snapshot,
-        (None, None) => Cursor {
-            tables: tables.to_vec(),
-            after: None,
-        },
+        (None, None) => Cursor::of(tables),
     };
     let first = cursor.tables.first().cloned();
     cursor.tables.retain(|t| tables.contains(t));
     if cursor.tables.first() != first.as_ref() {
         cursor.after = None;
     }
-    cursor
-        .tables
-        .extend(tables.iter().filter(|t| !asked.contains(t)).cloned());
-    Ok(cursor)
-}
-
-/// How a chunk's changes are matched to its rows.
-#[derive(Debug, Clone, PartialEq)]
-enum Identity {
-    /// By these columns (the primary key, or the replica identity index).
-    Columns(Vec<String>),
-    /// By the whole row (no key: `REPLICA IDENTITY FULL`).
-    Row,
+    let asked = std::mem::replace(&mut cursor.asked, tables.to_vec());
+    if !asked.is_empty() {
+        cursor
+            .tables
+            .extend(tables.iter().filter(|t| !asked.contains(t)).cloned());
+    }
+    Ok((cursor, since))
 }
 
 /// A table being read: its names as the catalog has them, its key, and
@@ -150,16 +165,30 @@ struct Table {
     schema: String,
     name: String,
     quoted: String,
-    /// The primary key's columns and their types; `None`: read by `ctid`.
+    /// The primary key's columns and their types; `None`: read by `ctid`,
+    /// each chunk under a lock that holds writers off.
     key: Option<Vec<(String, String)>>,
-    identity: Identity,
+    /// The columns a chunk's changes are matched by: the primary key, or
+    /// the replica identity index (what an old row carries).
+    identity: Vec<String>,
     names: Vec<(String, String)>,
+    /// Each column's type as the stream gives it (a domain, not its base
+    /// type as a query's rows say), so that both read a value alike.
+    types: HashMap<String, u32>,
 }
 
 /// One row of [`Table::describe`]'s query: schema, name, replica identity,
-/// and as JSON the key's columns and types, the identity index's columns
-/// and the partitions' names.
-type Described = (String, String, String, Option<String>, Option<String>, Option<String>);
+/// and as JSON the key's columns and types, the identity index's columns,
+/// the partitions' names and the columns' types.
+type Described = (
+    String,
+    String,
+    String,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+);
 
 impl Table {
     async fn describe(sql: &mut replication::Connection, table: &str) -> Result<Self, ConnectorError> {
@@ -170,14 +199,16 @@ impl Table {
                 "(SELECT json_agg({what} ORDER BY k.i)::text \
                    FROM pg_index x CROSS JOIN LATERAL unnest(x.indkey) WITH ORDINALITY AS k(attnum, i) \
                    JOIN pg_attribute a ON a.attrelid = x.indrelid AND a.attnum = k.attnum \
-                   WHERE x.indrelid = c.oid AND x.{which})"
+                   WHERE x.indrelid = c.oid AND x.{which} AND k.i <= x.indnkeyatts)"
             )
         };
         let found = sql
             .query(&format!(
                 "SELECT n.nspname, c.relname, c.relreplident::text, {}, {}, \
                    (SELECT json_agg(json_build_array(pn.nspname, pc.relname))::text FROM pg_partition_tree(c.oid) p \
-                    JOIN pg_class pc ON pc.oid = p.relid JOIN pg_namespace pn ON pn.oid = pc.relnamespace) \
+                    JOIN pg_class pc ON pc.oid = p.relid JOIN pg_namespace pn ON pn.oid = pc.relnamespace), \
+                   (SELECT json_object_agg(attname, atttypid::int8)::text FROM pg_attribute \
+                    WHERE attrelid = c.oid AND attnum > 0 AND NOT attisdropped) \
                  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = '{quoted}'::regclass",
                 index_columns(
                     "indisprimary",
@@ -187,13 +218,14 @@ impl Table {
             ))
             .await?;
         let described: Described = match found.rows.first().map(Vec::as_slice) {
-            Some([Some(schema), Some(name), Some(identity), key, index, names]) => (
+            Some([Some(schema), Some(name), Some(identity), key, index, names, types]) => (
                 schema.clone(),
                 name.clone(),
                 identity.clone(),
                 key.clone(),
                 index.clone(),
                 names.clone(),
+                types.clone(),
             ),
             _ => return Err(ConnectorError::Config(format!("table {table} not found"))),
         };
@@ -201,9 +233,17 @@ impl Table {
             .map_err(|e| ConnectorError::Closed(format!("the catalog's description of {table}: {e}")))
     }
 
-    fn of(quoted: String, (schema, name, identity, key, index, names): Described) -> Result<Self, serde_json::Error> {
+    fn of(
+        quoted: String,
+        (schema, name, identity, key, index, names, types): Described,
+    ) -> Result<Self, serde_json::Error> {
         let key: Option<Vec<(String, String)>> = key.as_deref().map(serde_json::from_str).transpose()?;
         let index: Option<Vec<String>> = index.as_deref().map(serde_json::from_str).transpose()?;
+        let types = types
+            .as_deref()
+            .map(serde_json::from_str)
+            .transpose()?
+            .unwrap_or_default();
         let mut names: Vec<(String, String)> = names
             .as_deref()
             .map(serde_json::from_str)
@@ -213,9 +253,9 @@ impl Table {
             names.push((schema.clone(), name.clone()));
         }
         let identity = match (identity.as_str(), index, &key) {
-            ("i", Some(index), _) => Identity::Columns(index),
-            (_, _, Some(key)) => Identity::Columns(key.iter().map(|(k, _)| k.clone()).collect()),
-            _ => Identity::Row,
+            ("i", Some(index), _) => index,
+            (_, _, Some(key)) => key.iter().map(|(k, _)| k.clone()).collect(),
+            _ => Vec::new(),
         };
         Ok(Self {
             schema,
@@ -224,6 +264,7 @@ impl Table {
             key,
             identity,
             names,
+            types,
         })
     }
 
@@ -257,7 +298,7 @@ impl Table {
                     Some(after) => {
                         let values: Vec<String> = key
                             .iter()
-                            .map(|(k, ty)| format!("CAST({} AS {ty})", literal(&text_of(&after[k], ty))))
+                            .map(|(k, ty)| format!("CAST({} AS {ty})", literal(&text_of(&after[k]))))
                             .collect();
                         format!("WHERE ({keys}) > ({})", values.join(", "))
                     }
@@ -281,16 +322,16 @@ impl Table {
             .map(|values| {
                 let mut row = Row::with_capacity(values.len());
                 let mut position = Row::new();
-                for (i, ((column, oid), value)) in found.columns.iter().zip(values).enumerate() {
-                    let value = value.map_or(Value::Null, |text| value_of(*oid, &text));
-                    if !keyed && i == 0 {
-                        position.insert("ctid".into(), value);
-                    } else {
-                        row.insert(column.clone(), value);
+                for (i, ((column, oid), text)) in found.columns.iter().zip(values).enumerate() {
+                    // A position keeps the server's own text of its key.
+                    let is_key = (!keyed && i == 0) || self.key.iter().flatten().any(|(k, _)| k == column);
+                    if is_key && let Some(text) = &text {
+                        position.insert(column.clone(), Value::String(text.clone()));
                     }
-                }
-                for (k, _) in self.key.iter().flatten() {
-                    position.insert(k.clone(), row.get(k).cloned().unwrap_or_default());
+                    if keyed || i > 0 {
+                        let oid = self.types.get(column).copied().unwrap_or(*oid);
+                        row.insert(column.clone(), text.map_or(Value::Null, |text| value_of(oid, &text)));
+                    }
                 }
                 (row, position)
             })
@@ -298,12 +339,11 @@ impl Table {
     }
 }
 
-/// A value of a column of type `ty` as the text its input function reads
-/// (`value_of`'s inverse: strings as they are, but a json column's as
-/// JSON; numbers and booleans as JSON).
-fn text_of(value: &Value, ty: &str) -> String {
+/// A saved key's value as the text its column's input function reads: the
+/// server's own text, kept as a string.
+fn text_of(value: &Value) -> String {
     match value {
-        Value::String(text) if ty != "json" && ty != "jsonb" => text.clone(),
+        Value::String(text) => text.clone(),
         other => other.to_string(),
     }
 }
@@ -321,12 +361,12 @@ fn key_values(row: &Row, key: &[String]) -> Option<Row> {
         .collect()
 }
 
-/// What tells a row of a chunk apart, by `identity`.
-fn identify(row: &Row, identity: &Identity) -> Option<String> {
-    match identity {
-        Identity::Columns(columns) => key_values(row, columns).map(|key| identity_text(&key)),
-        Identity::Row => Some(identity_text(row)),
+/// What tells a row of a chunk apart: its `identity` columns' values.
+fn identify(row: &Row, identity: &[String]) -> Option<String> {
+    if identity.is_empty() {
+        return None;
     }
+    key_values(row, identity).map(|key| identity_text(&key))
 }
 
 /// A key as text, to tell keys apart.
@@ -343,7 +383,9 @@ struct Window {
     table: String,
     /// The names its changes come under (a partitioned table's partitions).
     names: Vec<(String, String)>,
-    identity: Identity,
+    /// The columns its changes are matched by (none: read under a lock,
+    /// with no change between its watermarks).
+    identity: Vec<String>,
     /// The low watermark has come: changes are laid over the chunk.
     open: bool,
     /// By identity: the window's changes laid over each other, or `None`
@@ -352,10 +394,12 @@ struct Window {
     truncated: bool,
     /// The selected rows and the cursor after them, once selected.
     rows: Option<(Vec<(Row, Row)>, Cursor)>,
+    /// The cursor before them: a truncate in the window reads them again.
+    again: Cursor,
 }
 
 impl Window {
-    fn of(seq: u64, token: String, table: &Table) -> Self {
+    fn of(seq: u64, token: String, table: &Table, again: Cursor) -> Self {
         Self {
             seq,
             token,
@@ -367,6 +411,7 @@ impl Window {
             changed: HashMap::new(),
             truncated: false,
             rows: None,
+            again,
         }
     }
 
@@ -396,14 +441,6 @@ impl Window {
                 let Some(after) = row("after") else {
                     return;
                 };
-                if self.identity == Identity::Row {
-                    // Without a key the old row is gone; the new one is the
-                    // change's (a chunk that read it hands it out too).
-                    if let Some(old) = old {
-                        self.changed.insert(old, None);
-                    }
-                    return;
-                }
                 let new = identify(after, &self.identity);
                 // A key change: the old key's row is gone.
                 if let Some(old) = old
@@ -425,14 +462,16 @@ impl Window {
     /// The chunk's rows as of the high watermark, as events, with their
     /// positions.
     fn rows(self, lsn: u64) -> Handout {
-        let (rows, next) = self.rows.unwrap_or_default();
         if self.truncated {
+            // Of this table or of one of its partitions: which rows went is
+            // not known, so the chunk is read again.
             return Handout {
                 events: Vec::new(),
                 keys: Vec::new(),
-                next,
+                next: self.again,
             };
         }
+        let (rows, next) = self.rows.unwrap_or_default();
         let now_ms = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as i64);
@@ -470,8 +509,8 @@ struct Out {
     first: Order,
     /// Each row's position (key or `ctid`).
     keys: Vec<Row>,
-    /// The tables left when it was read, its own first.
-    tables: Vec<String>,
+    /// The cursor it was read from (its table first).
+    from: Cursor,
     next: Cursor,
 }
 
@@ -487,8 +526,8 @@ impl Out {
         }
         let key = self.keys.get((order.index - self.first.index) as usize)?;
         Some(Cursor {
-            tables: self.tables.clone(),
             after: Some(key.clone()),
+            ..self.from.clone()
         })
     }
 
@@ -523,6 +562,8 @@ fn at_watermark(window: &mut Option<Window>, nonce: &str, content: &str, lsn: u6
 struct State {
     /// Every row before this cursor is written.
     done: Cursor,
+    /// Where the slot began, once it is known.
+    since: Option<u64>,
     out: Option<Out>,
     window: Option<Window>,
 }
@@ -539,8 +580,6 @@ pub(super) struct Chunking {
     nonce: String,
     size: u32,
     store: Option<Arc<dyn CheckpointStore>>,
-    /// Every table the snapshot was asked to read.
-    asked: Vec<String>,
     mark: Arc<SnapshotMark>,
     state: Mutex<State>,
     /// The chunk out is written: the next may start.
@@ -552,19 +591,19 @@ impl Chunking {
         slot: &str,
         size: u32,
         store: Option<Arc<dyn CheckpointStore>>,
-        asked: Vec<String>,
         mark: Arc<SnapshotMark>,
         done: Cursor,
+        since: Option<u64>,
     ) -> Self {
         Self {
             prefix: format!("sless.snapshot.{slot}"),
             nonce: format!("{:016x}", rand::random::<u64>()),
             size,
             store,
-            asked,
             mark,
             state: Mutex::new(State {
                 done,
+                since,
                 out: None,
                 window: None,
             }),
@@ -572,24 +611,39 @@ impl Chunking {
         }
     }
 
-    /// Saves where the snapshot goes on once what is handed out is written.
-    async fn save(&self, done: Cursor) -> Result<(), ConnectorError> {
+    /// Saves where the snapshot goes on once what is handed out is written;
+    /// `now`: before returning, whatever the store's pace.
+    async fn save(&self, done: Cursor, now: bool) -> Result<(), ConnectorError> {
         let Some(store) = &self.store else {
             return Ok(());
         };
-        let saved = Saved {
-            snapshot: done,
-            tables: self.asked.clone(),
-        };
-        let text = serde_json::to_string(&saved).map_err(|e| ConnectorError::Transient(e.to_string()))?;
-        store.save(&text).await.map_err(store_error)
+        let since = self.state.lock_unpoisoned().since;
+        let text = serde_json::to_string(&Saved { snapshot: done, since })
+            .map_err(|e| ConnectorError::Transient(e.to_string()))?;
+        match now {
+            true => store.save_now(&text).await,
+            false => store.save(&text).await,
+        }
+        .map_err(store_error)
     }
 
-    /// Saves where the snapshot starts: before a new slot is made, so that
-    /// no earlier run's progress can stand for it.
+    /// Saves where the snapshot starts, before anything is read; for a new
+    /// slot, before it is made, so that no earlier snapshot's progress can
+    /// stand for this one's.
     pub(super) async fn start(&self) -> Result<(), ConnectorError> {
         let done = self.state.lock_unpoisoned().done.clone();
-        self.save(done).await
+        self.save(done, true).await
+    }
+
+    /// The new slot began at `since`: sink positions from before it are an
+    /// earlier snapshot's.
+    pub(super) async fn slot_made(&self, since: u64) -> Result<(), ConnectorError> {
+        let done = {
+            let mut state = self.state.lock_unpoisoned();
+            state.since = Some(since);
+            state.done.clone()
+        };
+        self.save(done, true).await
     }
 
     async fn emit(&self, sql: &mut replication::Connection, seq: u64, mark: &str) -> Result<(), ConnectorError> {
@@ -634,24 +688,40 @@ impl Chunking {
             });
             seq += 1;
             let token = format!("{:016x}", rand::random::<u64>());
-            self.state.lock_unpoisoned().window = Some(Window::of(seq, token.clone(), table));
+            let again = Cursor {
+                after: after.cloned(),
+                ..cursor.clone()
+            };
+            self.state.lock_unpoisoned().window = Some(Window::of(seq, token.clone(), table, again));
+            // Without a key a change cannot be matched to a row: writers
+            // wait while the chunk is read, and both watermarks come with
+            // its commit, nothing between them.
+            let locked = table.key.is_none();
+            if locked {
+                sql.query("BEGIN").await?;
+                sql.query(&format!("LOCK TABLE {} IN SHARE MODE", table.quoted)).await?;
+            }
             self.emit(sql, seq, "L").await?;
             let rows = table.select(sql, after, self.size).await?;
             rows_read += rows.len();
             let next = match rows.last() {
                 Some((_, position)) if rows.len() == self.size as usize => Cursor {
-                    tables: cursor.tables.clone(),
                     after: Some(position.clone()),
+                    ..cursor.clone()
                 },
                 _ => Cursor {
                     tables: cursor.tables[1..].to_vec(),
                     after: None,
+                    asked: cursor.asked.clone(),
                 },
             };
             if let Some(window) = self.state.lock_unpoisoned().window.as_mut() {
                 window.rows = Some((rows, next));
             }
             self.emit(sql, seq, &format!("H:{token}")).await?;
+            if locked {
+                sql.query("COMMIT").await?;
+            }
         }
     }
 
@@ -678,22 +748,24 @@ impl Chunking {
             state.done = next.clone();
             return Some(next);
         }
-        let tables = state.done.tables.clone();
+        let from = state.done.clone();
         state.out = Some(Out {
             first,
             keys,
-            tables,
+            from,
             next,
         });
         None
     }
 
     /// A chunk with nothing to hand out is done: saved, and the next may
-    /// start.
-    pub(super) async fn skipped(&self, done: Cursor) -> Result<(), ConnectorError> {
-        let saved = self.save(done).await;
+    /// start (a failed save leaves the checkpoint a chunk behind: a crash
+    /// reads that chunk again).
+    pub(super) async fn skipped(&self, done: Cursor) {
+        if let Err(error) = self.save(done, false).await {
+            tracing::warn!(prefix = %self.prefix, %error, "cannot save the snapshot's progress");
+        }
         self.free.notify_one();
-        saved
     }
 
     /// What an exactly-once sink stores for the change at `order`: with
@@ -721,7 +793,7 @@ impl Chunking {
                 }
             }
         };
-        let saved = self.save(done).await;
+        let saved = self.save(done, false).await;
         self.free.notify_one();
         saved
     }
@@ -733,27 +805,32 @@ mod tests {
 
     use super::*;
 
-    fn window(identity: Identity) -> Window {
+    fn window(identity: &[&str]) -> Window {
         Window {
             seq: 1,
             token: "t".into(),
             schema: "public".into(),
             table: "t".into(),
             names: vec![("public".into(), "t".into())],
-            identity,
+            identity: identity.iter().map(|c| (*c).to_owned()).collect(),
             open: true,
             changed: HashMap::new(),
             truncated: false,
             rows: None,
+            again: cursor(&["t"], Some(json!({"id": "0"}))),
         }
-    }
-
-    fn by_id() -> Identity {
-        Identity::Columns(vec!["id".into()])
     }
 
     fn row(value: Value) -> Row {
         value.as_object().unwrap().clone()
+    }
+
+    fn cursor(tables: &[&str], after: Option<Value>) -> Cursor {
+        Cursor {
+            tables: tables.iter().map(|t| (*t).to_owned()).collect(),
+            after: after.map(row),
+            asked: tables.iter().map(|t| (*t).to_owned()).collect(),
+        }
     }
 
     fn change(op: &str, before: Value, after: Value) -> Value {
@@ -762,8 +839,13 @@ mod tests {
 
     #[test]
     fn a_chunk_row_is_handed_out_as_of_its_high_watermark() {
-        let mut w = window(by_id());
-        let selected = |id: i64, big: &str| (row(json!({"id": id, "v": 0, "big": big})), row(json!({"id": id})));
+        let mut w = window(&["id"]);
+        let selected = |id: i64, big: &str| {
+            (
+                row(json!({"id": id, "v": 0, "big": big})),
+                row(json!({"id": id.to_string()})),
+            )
+        };
         w.rows = Some((
             vec![
                 selected(1, "b1"),
@@ -793,50 +875,48 @@ mod tests {
             ]
         );
         assert!(handout.events.iter().all(|e| e["op"] == "r"));
-        assert_eq!(handout.keys, vec![row(json!({"id": 1})), row(json!({"id": 4}))]);
+        assert_eq!(handout.keys, vec![row(json!({"id": "1"})), row(json!({"id": "4"}))]);
     }
 
     #[test]
     fn changes_are_matched_by_the_replica_identity_and_the_partitions() {
         // An identity index on `code`: a delete's old row has only it, the
-        // key NULL.
-        let mut w = window(Identity::Columns(vec!["code".into()]));
+        // key NULL; it came from a partition.
+        let mut w = window(&["code"]);
         w.names.push(("public".into(), "t_2026".into()));
         w.rows = Some((
-            vec![(row(json!({"id": 1, "code": "a"})), row(json!({"id": 1})))],
+            vec![(row(json!({"id": 1, "code": "a"})), row(json!({"id": "1"})))],
             Cursor::default(),
         ));
         let mut leaf = change("d", json!({"id": null, "code": "a"}), Value::Null);
         leaf["source"]["table"] = json!("t_2026");
         w.observe(&leaf);
         assert!(w.rows(1).events.is_empty(), "deleted in a partition, by its identity");
+    }
 
-        // No key: the whole old row, truncates too.
-        let mut w = window(Identity::Row);
-        let keyless = |x: i64| {
-            (
-                row(json!({"x": x, "note": "old"})),
-                row(json!({"ctid": format!("(0,{x})")})),
-            )
-        };
-        w.rows = Some((vec![keyless(1), keyless(2), keyless(3)], Cursor::default()));
-        w.observe(&change("d", json!({"x": 1, "note": "old"}), Value::Null));
-        w.observe(&change(
-            "u",
-            json!({"x": 2, "note": "old"}),
-            json!({"x": 2, "note": "new"}),
+    #[test]
+    fn a_truncate_in_the_window_reads_the_chunk_again() {
+        let mut w = window(&["id"]);
+        w.names.push(("public".into(), "t_2026".into()));
+        w.rows = Some((
+            vec![(row(json!({"id": 1})), row(json!({"id": "1"})))],
+            cursor(&["u"], None),
         ));
+        let mut leaf = change("t", Value::Null, Value::Null);
+        leaf["source"]["table"] = json!("t_2026");
+        w.observe(&leaf);
         let handout = w.rows(1);
-        assert_eq!(handout.keys, vec![row(json!({"ctid": "(0,3)"}))]);
-        let mut w = window(Identity::Row);
-        w.rows = Some((vec![keyless(1)], Cursor::default()));
-        w.observe(&change("t", Value::Null, Value::Null));
-        assert!(w.rows(1).events.is_empty());
+        assert!(handout.events.is_empty());
+        assert_eq!(
+            handout.next,
+            cursor(&["t"], Some(json!({"id": "0"}))),
+            "the same chunk again"
+        );
     }
 
     #[test]
     fn before_the_low_watermark_nothing_is_laid_over() {
-        let mut w = window(by_id());
+        let mut w = window(&["id"]);
         w.open = false;
         w.observe(&change("d", json!({"id": 1}), Value::Null));
         assert!(
@@ -847,7 +927,7 @@ mod tests {
 
     #[test]
     fn only_this_runs_watermarks_open_and_close_the_window() {
-        let mut w = Some(window(by_id()));
+        let mut w = Some(window(&["id"]));
         w.as_mut().unwrap().open = false;
         for other in ["x:1:L", "n:2:L", "n:1", "n:x:L", ""] {
             assert!(at_watermark(&mut w, "n", other, 1).is_none());
@@ -878,39 +958,54 @@ mod tests {
         }
     }
 
-    fn cursor(tables: &[&str], after: Option<Value>) -> Cursor {
-        Cursor {
-            tables: tables.iter().map(|t| (*t).to_owned()).collect(),
-            after: after.map(row),
-        }
+    fn stored(saved: Option<Saved>) -> Arc<dyn CheckpointStore> {
+        Arc::new(Stored(Mutex::new(saved.map(|s| serde_json::to_string(&s).unwrap()))))
     }
 
     #[tokio::test]
-    async fn a_restart_goes_on_after_what_the_sink_holds_else_the_checkpoint() {
+    async fn a_restart_goes_on_after_what_the_sink_holds_of_this_snapshot_else_the_checkpoint() {
         let tables = ["a".to_owned(), "b".to_owned()];
+        let at = |commit| Order { commit, index: 0 };
         let saved = Saved {
-            snapshot: cursor(&["a", "b"], Some(json!({"id": 10}))),
-            tables: tables.to_vec(),
+            snapshot: cursor(&["a", "b"], Some(json!({"id": "10"}))),
+            since: Some(0x40),
         };
-        let store: Arc<dyn CheckpointStore> =
-            Arc::new(Stored(Mutex::new(Some(serde_json::to_string(&saved).unwrap()))));
-        let held = cursor(&["a", "b"], Some(json!({"id": 12})));
-        assert_eq!(resume(Some(&store), &tables, Some(held.clone())).await.unwrap(), held);
-        assert_eq!(resume(Some(&store), &tables, None).await.unwrap(), saved.snapshot);
+        let store = stored(Some(saved.clone()));
+        let held = cursor(&["a", "b"], Some(json!({"id": "12"})));
+        let resumed = |written| resume(Some(&store), &tables, written);
+        assert_eq!(
+            resumed(Some((at(0x50), Some(held.clone())))).await.unwrap(),
+            (held.clone(), Some(0x40))
+        );
+        assert_eq!(resumed(None).await.unwrap().0, saved.snapshot);
+        assert_eq!(
+            resumed(Some((at(0x30), Some(cursor(&[], None))))).await.unwrap().0,
+            saved.snapshot,
+            "a position from before the slot is an earlier snapshot's"
+        );
+        // Saved before the slot was made: the sink's cursor is an earlier one's.
+        let fresh = stored(Some(Saved {
+            snapshot: cursor(&["a", "b"], None),
+            since: None,
+        }));
+        let from_start = resume(Some(&fresh), &tables, Some((at(0x90), Some(cursor(&[], None))))).await;
+        assert_eq!(from_start.unwrap().0, cursor(&["a", "b"], None));
         // A table the spec no longer names is left out, its key with it;
         // one it names now is added.
         let now = ["b".to_owned(), "c".to_owned()];
-        assert_eq!(
-            resume(Some(&store), &now, None).await.unwrap(),
-            cursor(&["b", "c"], None)
-        );
+        let (moved, _) = resume(Some(&store), &now, None).await.unwrap();
+        assert_eq!(moved.tables, vec!["b".to_owned(), "c".to_owned()]);
+        assert_eq!((moved.after, moved.asked), (None, now.to_vec()));
+        // Without a checkpoint: the sink's cursor, with its own list of tables asked.
+        let (held_only, _) = resume(None, &now, Some((at(1), Some(held)))).await.unwrap();
+        assert_eq!(held_only.tables, vec!["b".to_owned(), "c".to_owned()]);
         // Nothing saved, or something else saved: from the start.
         let other: Arc<dyn CheckpointStore> = Arc::new(Stored(Mutex::new(Some("12".into()))));
         assert_eq!(
-            resume(Some(&other), &tables, None).await.unwrap(),
-            cursor(&["a", "b"], None)
+            resume(Some(&other), &tables, None).await.unwrap().0,
+            Cursor::of(&tables)
         );
-        assert_eq!(resume(None, &tables, None).await.unwrap(), cursor(&["a", "b"], None));
+        assert_eq!(resume(None, &tables, None).await.unwrap().0, Cursor::of(&tables));
     }
 
     #[test]
@@ -919,52 +1014,60 @@ mod tests {
         let out = Out {
             first: order(3),
             keys: vec![row(json!({"id": "x|y"})), row(json!({"id": "z"}))],
-            tables: vec!["a".into()],
+            from: cursor(&["a", "b"], None),
             next: cursor(&["b"], None),
         };
+        let in_a = |key: &str| {
+            let mut c = cursor(&["a", "b"], None);
+            c.after = Some(row(json!({"id": key})));
+            c
+        };
         assert_eq!(out.cursor_at(order(2)), None, "a change before the chunk");
-        assert_eq!(
-            out.cursor_at(order(3)),
-            Some(cursor(&["a"], Some(json!({"id": "x|y"}))))
-        );
+        assert_eq!(out.cursor_at(order(3)), Some(in_a("x|y")));
         assert_eq!(out.cursor_at(order(4)), Some(cursor(&["b"], None)));
         assert_eq!(
             out.cursor_at(Order { commit: 0x60, index: 0 }),
             Some(cursor(&["b"], None))
         );
         let text = resume_text(order(3), out.cursor_at(order(3)).as_ref());
-        assert_eq!(parse_resume(&text), Some((order(3), out.cursor_at(order(3)))));
+        assert_eq!(parse_resume(&text), Some((order(3), Some(in_a("x|y")))));
         assert_eq!(parse_resume(&order(3).text()), Some((order(3), None)));
-        assert_eq!(parse_resume("cdc:0/50:3|{bad"), None);
+        assert_eq!(
+            parse_resume("cdc:0/50:3|{\"id\": 5}"),
+            Some((order(3), None)),
+            "not a cursor"
+        );
+        assert_eq!(parse_resume("cdc:x|{}"), None);
     }
 
     #[test]
-    fn saved_keys_are_read_back_as_their_types_take_them() {
+    fn saved_keys_are_read_back_as_the_server_wrote_them() {
         assert_eq!(literal("it's \\ x"), "E'it''s \\\\ x'");
-        assert_eq!(text_of(&json!("{1,2}"), "integer[]"), "{1,2}");
-        assert_eq!(text_of(&json!("a"), "jsonb"), "\"a\"");
-        assert_eq!(text_of(&json!(true), "boolean"), "true");
-        assert_eq!(text_of(&json!(12.5), "numeric"), "12.5");
-        let table = Table::of(
-            "t".into(),
+        assert_eq!(text_of(&json!("{1,2}")), "{1,2}");
+        assert_eq!(text_of(&json!("\"a\"")), "\"a\"");
+        let described = |identity: &str, index: Option<&str>| {
             (
-                "public".into(),
-                "t".into(),
-                "d".into(),
-                Some(r#"[["id", "integer"], ["region", "text"]]"#.into()),
+                "public".to_owned(),
+                "t".to_owned(),
+                identity.to_owned(),
+                Some(r#"[["id", "integer"], ["region", "text"]]"#.to_owned()),
+                index.map(str::to_owned),
                 None,
-                None,
-            ),
-        )
-        .unwrap();
-        assert_eq!(table.identity, Identity::Columns(vec!["id".into(), "region".into()]));
-        assert!(table.fits(&row(json!({"id": 1, "region": "x"}))));
+                Some(r#"{"id": 23, "region": 16390}"#.to_owned()),
+            )
+        };
+        let table = Table::of("t".into(), described("d", None)).unwrap();
+        assert_eq!(table.identity, vec!["id".to_owned(), "region".to_owned()]);
+        assert_eq!(table.types.get("region"), Some(&16390), "a domain's own type");
+        assert!(table.fits(&row(json!({"id": "1", "region": "x"}))));
         for other in [
-            json!({"id": 1}),
-            json!({"id": 1, "region": null}),
+            json!({"id": "1"}),
+            json!({"id": "1", "region": null}),
             json!({"ctid": "(0,1)"}),
         ] {
             assert!(!table.fits(&row(other.clone())), "{other}");
         }
+        let by_index = Table::of("t".into(), described("i", Some(r#"["region"]"#))).unwrap();
+        assert_eq!(by_index.identity, vec!["region".to_owned()]);
     }
 }

@@ -80,7 +80,7 @@ use self::chunks::{Chunking, Cursor, DEFAULT_CHUNK, MAX_CHUNK};
 pub use self::names::name_prefix;
 use self::names::{comment, names, owned, publication_comment, valid_name};
 use self::pgoutput::lsn_text;
-use self::position::last_change;
+use self::position::{Order, last_change};
 use self::reading::{Inbox, Job, Outbox, Shared, run};
 use self::slot::{Plan, consistent_point, drop_slot, plan, slot_position};
 use self::snapshot::SnapshotMark;
@@ -277,19 +277,16 @@ async fn chunking(
     mark: &Arc<SnapshotMark>,
     tables: &[String],
     slot_exists: bool,
-    written: Option<Cursor>,
+    written: Option<(Order, Option<Cursor>)>,
 ) -> Result<Arc<Chunking>, ConnectorError> {
-    let cursor = match slot_exists {
+    let (cursor, since) = match slot_exists {
         true => chunks::resume(ctx.checkpoint.as_ref(), tables, written).await?,
-        false => Cursor {
-            tables: tables.to_vec(),
-            after: None,
-        },
+        false => (Cursor::of(tables), None),
     };
     tracing::info!(dataflow = %ctx.id, tables = ?cursor.tables, after = cursor.after.is_some(), "snapshot in chunks");
     let size = config.snapshot_chunk_size.unwrap_or(DEFAULT_CHUNK).clamp(1, MAX_CHUNK);
     let store = ctx.checkpoint.clone();
-    let chunking = Arc::new(Chunking::new(slot, size, store, tables.to_vec(), mark.clone(), cursor));
+    let chunking = Arc::new(Chunking::new(slot, size, store, mark.clone(), cursor, since));
     chunking.start().await?;
     Ok(chunking)
 }
@@ -381,7 +378,7 @@ impl super::Open for PostgresCdcSource {
                         "the sink's stored position {text:?} is not a change capture position"
                     ))
                 })?;
-                (Some(order), cursor)
+                (Some(order), Some((order, cursor)))
             }
             None => (None, None),
         };
@@ -429,7 +426,11 @@ impl super::Open for PostgresCdcSource {
                         let made = repl
                             .query(&format!("CREATE_REPLICATION_SLOT \"{slot}\" LOGICAL pgoutput {how}"))
                             .await?;
-                        consistent_point(&made)?
+                        let since = consistent_point(&made)?;
+                        if let Some(chunking) = &chunking {
+                            chunking.slot_made(since).await?;
+                        }
+                        since
                     }
                 };
                 let mut job_chunks = None;

@@ -240,10 +240,10 @@ impl Changes {
             index: self.next.index + self.decoded.len() as u32,
         };
         self.decoded.append(&mut handout.events);
-        match chunks.handed(first, handout) {
-            Some(done) => chunks.skipped(done).await,
-            None => Ok(()),
+        if let Some(done) = chunks.handed(first, handout) {
+            chunks.skipped(done).await;
         }
+        Ok(())
     }
 }
 
