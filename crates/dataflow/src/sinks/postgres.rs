@@ -498,7 +498,8 @@ fn json<T: serde::Serialize>(value: &T) -> String {
     serde_json::to_string(value).unwrap_or_default()
 }
 
-/// The primary key columns of `table`, in key order.
+/// The primary key columns of `table`, in key order (not the columns an
+/// `INCLUDE` adds to its index).
 async fn primary_key(
     client: &tokio_postgres::Client,
     table_quoted: &str,
@@ -507,9 +508,10 @@ async fn primary_key(
     let key: Vec<String> = client
         .query(
             "SELECT a.attname::text FROM pg_index i \
-             JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey) \
-             WHERE i.indrelid = $1::text::regclass AND i.indisprimary \
-             ORDER BY array_position(i.indkey::int2[], a.attnum)",
+             CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, n) \
+             JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum \
+             WHERE i.indrelid = $1::text::regclass AND i.indisprimary AND k.n <= i.indnkeyatts \
+             ORDER BY k.n",
             &[&table_quoted],
         )
         .await

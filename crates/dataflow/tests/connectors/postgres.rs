@@ -365,3 +365,31 @@ async fn raw_mode_copies_whole_messages_and_arrays_and_identities_take_the_state
         .await
         .unwrap();
 }
+
+/// `applyChanges` keys by the primary key's own columns: those an
+/// `INCLUDE` adds to its index are not part of it (an upsert on them
+/// names no constraint the server has).
+#[tokio::test]
+async fn applied_changes_key_by_the_primary_key_without_its_included_columns() {
+    let db = db().await;
+    let table = unique("apply_include");
+    db.batch_execute(&format!(
+        "CREATE TABLE {table} (id int, note text, v int, PRIMARY KEY (id) INCLUDE (note))"
+    ))
+    .await
+    .unwrap();
+    let sink = sink(&table, json!({"applyChanges": true})).await;
+    let events = [
+        json!({"op": "c", "after": {"id": 1, "note": "a", "v": 1}}),
+        json!({"op": "u", "before": null, "after": {"id": 1, "note": "b", "v": 2}}),
+        json!({"op": "c", "after": {"id": 2, "note": "c", "v": 3}}),
+        json!({"op": "d", "before": {"id": 2}}),
+    ];
+    let messages: Vec<Message> = events.into_iter().map(Message::new).collect();
+    sink.write(&messages).await.unwrap();
+    assert_eq!(
+        row_to_json(&db, &format!("SELECT * FROM {table} ORDER BY id")).await,
+        vec![json!({"id": 1, "note": "b", "v": 2})]
+    );
+    db.batch_execute(&format!("DROP TABLE {table}")).await.unwrap();
+}
