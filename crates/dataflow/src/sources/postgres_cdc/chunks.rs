@@ -10,8 +10,8 @@
 //! select. At the high watermark the chunk's rows are handed out as `op: r`
 //! events, in that transaction's place, each with the window's changes to
 //! its key laid over it (so it is the row as of the high watermark, an
-//! unchanged TOASTed value included); a row the window deleted or
-//! truncated is left out. The stream never waits for the snapshot, and no
+//! unchanged TOASTed value included); a row the window deleted is left
+//! out. The stream never waits for the snapshot, and no
 //! row is handed out older than a change already handed out; a row changed
 //! after the slot was made and before its chunk comes as that change and
 //! again as a snapshot row.
@@ -50,7 +50,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use tokio::sync::Notify;
 
-use super::pgoutput::{snapshot_event, value_of};
+use super::pgoutput::{now_ms, snapshot_event, value_of};
 use super::position::Order;
 use super::snapshot::SnapshotMark;
 use crate::checkpoint::CheckpointStore;
@@ -472,9 +472,7 @@ impl Window {
             };
         }
         let (rows, next) = self.rows.unwrap_or_default();
-        let now_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as i64);
+        let now_ms = now_ms();
         let (mut events, mut keys) = (Vec::with_capacity(rows.len()), Vec::with_capacity(rows.len()));
         for (mut row, position) in rows {
             match identify(&row, &self.identity).and_then(|id| self.changed.get(&id)) {

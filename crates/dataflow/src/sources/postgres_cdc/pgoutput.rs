@@ -308,8 +308,16 @@ impl Decoder {
     }
 }
 
+/// Milliseconds since the Unix epoch now: a snapshot event's `ts_ms`.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
 /// The event of a row read by the initial snapshot (`op: r`, as
-/// Debezium's), at the slot's consistent point `lsn`.
+/// Debezium's), at `lsn` (the slot's consistent point, or the chunk's high
+/// watermark), read at `now_ms` ([`now_ms`]).
 pub fn snapshot_event(schema: &str, table: &str, row: Value, lsn: u64, now_ms: i64) -> Value {
     json!({
         "before": null,

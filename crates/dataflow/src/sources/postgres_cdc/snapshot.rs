@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
-use super::pgoutput::{snapshot_event, value_of};
+use super::pgoutput::{now_ms, snapshot_event, value_of};
 use super::reading::{Job, Outbox};
 use crate::ConnectorError;
 use crate::sources::Position;
@@ -40,9 +40,7 @@ impl SnapshotMark {
 /// row out as an `op: r` event; the last one's position completes the
 /// snapshot. Whether there was a row.
 pub(super) async fn snapshot(job: &mut Job, out: &mut Outbox) -> Result<bool, ConnectorError> {
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64);
+    let now_ms = now_ms();
     let mut held: Option<Value> = None;
     let mut rows_read = 0u64;
     for (i, table) in job.tables.iter().enumerate() {
