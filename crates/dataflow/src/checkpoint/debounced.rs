@@ -152,4 +152,17 @@ mod tests {
         tokio::time::sleep(Duration::from_secs(2)).await;
         assert_eq!(recorded.0.lock_unpoisoned().len(), writes);
     }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_position_saved_now_is_written_within_the_interval() {
+        let recorded = Arc::new(Recorded::default());
+        let store = Debounced::new(recorded.clone(), INTERVAL);
+        store.save("0").await.unwrap();
+        store.save("1").await.unwrap();
+        assert_eq!(*recorded.0.lock_unpoisoned(), ["0"], "within the interval: deferred");
+        store.save_now("2").await.unwrap();
+        assert_eq!(*recorded.0.lock_unpoisoned(), ["0", "2"], "written before it returns");
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(*recorded.0.lock_unpoisoned(), ["0", "2"], "nothing older written after it");
+    }
 }
