@@ -553,6 +553,16 @@ mod tests {
                 "source.config.tables",
             ),
             (
+                json!({"type": "postgresql-cdc", "config": {"connectionString": "postgres://db/x", "table": "t",
+                    "snapshotChunkSize": 100_001}}),
+                "source.config.snapshotChunkSize",
+            ),
+            (
+                json!({"type": "postgresql-cdc", "config": {"connectionString": "postgres://db/x", "table": "t",
+                    "snapshotChunkSize": 0}}),
+                "source.config.snapshotChunkSize",
+            ),
+            (
                 json!({"type": "clickhouse", "config": {"connectionString": "clickhouse://ch:9000", "table": "t"}}),
                 "source.config.connectionString",
             ),

@@ -163,6 +163,10 @@ mod tests {
         store.save_now("2").await.unwrap();
         assert_eq!(*recorded.0.lock_unpoisoned(), ["0", "2"], "written before it returns");
         tokio::time::sleep(Duration::from_secs(2)).await;
-        assert_eq!(*recorded.0.lock_unpoisoned(), ["0", "2"], "nothing older written after it");
+        assert_eq!(
+            *recorded.0.lock_unpoisoned(),
+            ["0", "2"],
+            "nothing older written after it"
+        );
     }
 }
