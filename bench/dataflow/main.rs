@@ -81,6 +81,7 @@ impl Flow {
             egress: Default::default(),
             queue_services: None,
             resume: None,
+            snapshots: Vec::new(),
             positions_key: Some(sless_dataflow::context::PositionsKey::generate()),
             budget: sless_dataflow::budget::FlowBudget::temporary(),
         };

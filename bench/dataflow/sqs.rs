@@ -67,6 +67,7 @@ pub async fn source_alone() -> anyhow::Result<f64> {
         egress: Default::default(),
         queue_services: None,
         resume: None,
+        snapshots: Vec::new(),
         positions_key: None,
         budget: sless_dataflow::budget::FlowBudget::temporary(),
     };

@@ -26,6 +26,10 @@ pub struct PipelineContext {
     /// ([`crate::sources::Source::resume_text`]); set by the pipeline when
     /// it connects the source, `None` elsewhere.
     pub resume: Option<String>,
+    /// The tenant's requests to read tables again
+    /// (`DataFlowSpec::snapshots`); set by the pipeline when it connects
+    /// the source, empty elsewhere.
+    pub snapshots: Vec<sless_model::dataflow::SnapshotRequest>,
     /// The tenant's key for the positions exactly-once sinks store; `None`
     /// where the platform gave none (exactly once is refused then).
     pub positions_key: Option<PositionsKey>,

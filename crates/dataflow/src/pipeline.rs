@@ -197,6 +197,7 @@ impl Pipeline {
             (_, true) => Some(source_digest(spec)),
         };
         let mut source_ctx = ctx.clone();
+        source_ctx.snapshots = spec.snapshots.clone();
         if let Some(digest) = &exactly_once {
             source_ctx.resume = main
                 .stored_position()

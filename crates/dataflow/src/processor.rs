@@ -92,16 +92,25 @@ pub fn load_spec(path: &std::path::Path) -> Result<DataFlowSpec, ProcessorError>
         path: shown.clone(),
         source,
     })?;
-    let request: DataFlowRequest = serde_json::from_slice(&bytes).map_err(|e| ProcessorError::BadSpec {
+    let bad = |reason: String| ProcessorError::BadSpec {
         path: shown.clone(),
-        reason: e.to_string(),
-    })?;
-    request
-        .into_spec(&crate::registry::Registry)
-        .map_err(|e| ProcessorError::BadSpec {
-            path: shown,
-            reason: e.to_string(),
-        })
+        reason,
+    };
+    let mut file: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_slice(&bytes).map_err(|e| bad(e.to_string()))?;
+    // Written by the operator from a DataFlowSpec: what a create body
+    // holds, and the snapshot requests, which no body does.
+    let snapshots = match file.remove("snapshots") {
+        Some(value) => serde_json::from_value(value).map_err(|e| bad(format!("snapshots: {e}")))?,
+        None => Vec::new(),
+    };
+    let request: DataFlowRequest =
+        serde_json::from_value(serde_json::Value::Object(file)).map_err(|e| bad(e.to_string()))?;
+    let registry = crate::registry::Registry;
+    let mut spec = request.into_spec(&registry).map_err(|e| bad(e.to_string()))?;
+    spec.snapshots = snapshots;
+    spec.validate(&registry).map_err(|e| bad(e.to_string()))?;
+    Ok(spec)
 }
 
 #[derive(Clone)]
@@ -196,6 +205,7 @@ pub async fn run(opts: ProcessorOptions, shutdown: impl Future<Output = ()>) -> 
         egress: Arc::new(opts.egress),
         queue_services: None,
         resume: None,
+        snapshots: Vec::new(),
         positions_key,
         budget,
     };

@@ -77,6 +77,24 @@ pub const NOT_BUILT_IN: &[&str] = &[
 pub struct Registry;
 
 impl Components for Registry {
+    fn snapshot_tables(&self, source: &ConnectorSpec) -> Result<Vec<String>, String> {
+        use crate::component::Component;
+        use sources::postgres_cdc::{PostgresCdcConfig, PostgresCdcSource, SnapshotMode};
+        if source.kind != PostgresCdcSource::KIND {
+            return Err(format!(
+                "only a {} source reads tables again; this dataflow's is {}",
+                PostgresCdcSource::KIND,
+                source.kind
+            ));
+        }
+        let config: PostgresCdcConfig = serde_json::from_value(source.config.clone().unwrap_or(Value::Null))
+            .map_err(|e| format!("the source's config is not valid: {e}"))?;
+        if config.snapshot == SnapshotMode::InitialOnly {
+            return Err("a source with snapshot: initial_only reads its tables once and streams nothing after".into());
+        }
+        Ok(config.tables().into_iter().map(str::to_owned).collect())
+    }
+
     fn check_connector(&self, spec: &ConnectorSpec, role: Role, path: &str, errors: &mut ValidationErrors) {
         let type_path = format!("{path}.type");
         if spec.kind.is_empty() {
@@ -607,5 +625,99 @@ mod tests {
             .into_spec(&Registry)
             .unwrap_err();
         assert_eq!(fields_of(err), ["sink.config.avroSchema"]);
+    }
+
+    fn cdc(config: serde_json::Value) -> DataFlowSpec {
+        request(json!({"source": {"type": "postgresql-cdc", "config": config}, "sink": pg("out")}))
+            .into_spec(&Registry)
+            .unwrap()
+    }
+
+    fn asked(spec: &DataFlowSpec, tables: &[&str]) -> Vec<(String, String)> {
+        let tables: Vec<String> = tables.iter().map(|t| (*t).to_owned()).collect();
+        let mut errors = ValidationErrors::default();
+        spec.check_snapshot(&Registry, &tables, "tables", &mut errors);
+        errors.0.into_iter().map(|e| (e.field, e.message)).collect()
+    }
+
+    /// A snapshot request names tables the CDC source captures; any other
+    /// source, `initial_only`, or no checkpoint to keep what was read is
+    /// refused with the reason.
+    #[test]
+    fn a_snapshot_request_names_captured_tables_of_a_cdc_source() {
+        let db = "postgres://db/x";
+        let spec = cdc(json!({"connectionString": db, "table": "a", "tables": ["public.b"]}));
+        assert!(asked(&spec, &["public.b", "a"]).is_empty());
+        let refused = asked(&spec, &["c", "a", "a"]);
+        assert_eq!(refused[0].0, "tables[0]");
+        assert!(refused[0].1.contains("it captures a, public.b"), "{}", refused[0].1);
+        assert_eq!(
+            (refused[1].0.as_str(), refused[1].1.contains("twice")),
+            ("tables[2]", true)
+        );
+        assert_eq!(asked(&spec, &[])[0].0, "tables");
+        let others = [
+            (
+                request(json!({"source": pg("t"), "sink": pg("u")}))
+                    .into_spec(&Registry)
+                    .unwrap(),
+                "only a postgresql-cdc",
+            ),
+            (
+                cdc(json!({"connectionString": db, "table": "a", "snapshot": "initial_only"})),
+                "reads its tables once",
+            ),
+            (
+                DataFlowSpec {
+                    checkpoint_persistence: false,
+                    ..spec.clone()
+                },
+                "needs checkpointPersistence",
+            ),
+        ];
+        for (other, why) in others {
+            let refused = asked(&other, &["a"]);
+            assert_eq!(refused.len(), 1);
+            assert!(refused[0].0 == "tables" && refused[0].1.contains(why), "{refused:?}");
+        }
+    }
+
+    /// Ids only grow, whatever the clock says; past the most kept, the
+    /// oldest two become one and no table is lost; an update keeps what its
+    /// spec still captures; a hand-written list is checked like a request.
+    #[test]
+    fn snapshot_requests_grow_fold_and_follow_the_spec() {
+        let db = "postgres://db/x";
+        let mut spec = cdc(json!({"connectionString": db, "tables": ["a", "b", "c"]}));
+        assert_eq!(spec.request_snapshot(vec!["a".into()], 1_000), 1_000);
+        assert_eq!(spec.request_snapshot(vec!["b".into()], 900), 1_001);
+        for i in 0..sless_model::dataflow::MAX_SNAPSHOT_REQUESTS - 1 {
+            spec.request_snapshot(vec!["c".into()], 2_000 + i as u64);
+        }
+        assert_eq!(spec.snapshots.len(), sless_model::dataflow::MAX_SNAPSHOT_REQUESTS);
+        assert_eq!(spec.snapshots[0].id, 1_001);
+        assert_eq!(spec.snapshots[0].tables, ["a", "b"]);
+        spec.validate(&Registry).unwrap();
+
+        let mut narrower = cdc(json!({"connectionString": db, "tables": ["b"]}));
+        narrower.keep_snapshots(&spec, &Registry);
+        assert_eq!(narrower.snapshots.len(), 1);
+        assert_eq!(
+            (narrower.snapshots[0].id, &narrower.snapshots[0].tables[..]),
+            (1_001, &["b".to_owned()][..])
+        );
+        let mut other = request(json!({"source": pg("t"), "sink": pg("u")}))
+            .into_spec(&Registry)
+            .unwrap();
+        other.keep_snapshots(&spec, &Registry);
+        assert!(other.snapshots.is_empty());
+
+        let mut by_hand = spec.clone();
+        by_hand.snapshots.swap(0, 1);
+        by_hand.snapshots[2].tables = vec!["zzz".into()];
+        assert_eq!(
+            fields_of(by_hand.validate(&Registry).unwrap_err()),
+            ["snapshots[1].id", "snapshots[2].tables[0]"]
+        );
     }
 }

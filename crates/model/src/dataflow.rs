@@ -14,6 +14,9 @@ use super::{FieldError, ValidationErrors};
 pub const DEFAULT_CHANNEL_BUFFER_SIZE: u32 = 100;
 pub const MAX_CHANNEL_BUFFER_SIZE: u32 = 100_000;
 pub const MAX_TRANSFORMATIONS: usize = 64;
+/// Most snapshot requests a dataflow keeps: the oldest two are folded into
+/// one past it (a table may then be read once more, never less).
+pub const MAX_SNAPSHOT_REQUESTS: usize = 16;
 
 /// A source, sink or error sink: its type and its type-specific config.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
@@ -67,6 +70,32 @@ pub trait Components {
 
     /// Checks the transformation `spec` at `path` (e.g. `transformations[2]`).
     fn check_transformation(&self, spec: &TransformationSpec, path: &str, errors: &mut ValidationErrors);
+
+    /// The tables `source` can be asked to read again (a snapshot
+    /// request), as its config names them; `Err`: why it cannot.
+    fn snapshot_tables(&self, source: &ConnectorSpec) -> Result<Vec<String>, String>;
+}
+
+/// Body of `POST /dataflows/{name}/snapshots`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SnapshotTables {
+    /// Tables the source captures, as its config names them; each read
+    /// again in chunks while the stream goes on.
+    #[serde(default)]
+    pub tables: Vec<String>,
+}
+
+/// A tenant's request that a change capture source read tables again
+/// (`POST /dataflows/{name}/snapshots`), while it streams on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SnapshotRequest {
+    /// Greater than every earlier request's (milliseconds since the epoch
+    /// when made): the source reads each request once, the newest last.
+    pub id: u64,
+    /// Tables as the source's config names them.
+    pub tables: Vec<String>,
 }
 
 /// One step of the pipeline.
@@ -104,12 +133,101 @@ pub struct DataFlowSpec {
     pub resources: Option<Resources>,
     pub checkpoint_persistence: bool,
     pub channel_buffer_size: u32,
+    /// Tables the tenant asked the source to read again, oldest first. Not
+    /// part of a create or update body: `POST /snapshots` adds them, and an
+    /// update keeps those the new spec still captures.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub snapshots: Vec<SnapshotRequest>,
 }
 
 impl DataFlowSpec {
+    /// Adds a request to read `tables` again (checked by
+    /// [`Self::check_snapshot`]) with an id greater than any before (`now_ms`
+    /// unless the last is as late); past [`MAX_SNAPSHOT_REQUESTS`] the
+    /// oldest two become one. Returns the new request's id.
+    pub fn request_snapshot(&mut self, tables: Vec<String>, now_ms: u64) -> u64 {
+        let id = self.snapshots.last().map_or(now_ms, |last| now_ms.max(last.id + 1));
+        self.snapshots.push(SnapshotRequest { id, tables });
+        if self.snapshots.len() > MAX_SNAPSHOT_REQUESTS {
+            let oldest = self.snapshots.remove(0);
+            let next = &mut self.snapshots[0].tables;
+            for table in oldest.tables.into_iter().rev() {
+                if !next.contains(&table) {
+                    next.insert(0, table);
+                }
+            }
+        }
+        id
+    }
+
+    /// Whether this spec's source may be asked to read `tables` again: each
+    /// one it captures, at least one, none twice; problems at
+    /// `{path}[i]`.
+    pub fn check_snapshot(
+        &self,
+        components: &dyn Components,
+        tables: &[String],
+        path: &str,
+        errors: &mut ValidationErrors,
+    ) {
+        let captured = match components.snapshot_tables(&self.source) {
+            Ok(captured) if self.checkpoint_persistence => captured,
+            Ok(_) => {
+                errors.push(FieldError::invalid(
+                    path,
+                    "reading tables again needs checkpointPersistence: the source keeps which requests it has read",
+                ));
+                return;
+            }
+            Err(reason) => {
+                errors.push(FieldError::invalid(path, reason));
+                return;
+            }
+        };
+        if tables.is_empty() {
+            errors.push(FieldError::invalid(path, "name at least one table"));
+        }
+        for (i, table) in tables.iter().enumerate() {
+            if !captured.contains(table) {
+                errors.push(FieldError::invalid(
+                    format!("{path}[{i}]"),
+                    format!(
+                        "{table:?} is not a table the source captures (it captures {})",
+                        captured.join(", ")
+                    ),
+                ));
+            } else if tables[..i].contains(table) {
+                errors.push(FieldError::invalid(
+                    format!("{path}[{i}]"),
+                    format!("{table:?} is named twice"),
+                ));
+            }
+        }
+    }
+
+    /// Takes the snapshot requests of `earlier` (the spec this one
+    /// replaces) that are still to be read: the tables this spec still
+    /// captures, none when its source cannot read tables again.
+    pub fn keep_snapshots(&mut self, earlier: &DataFlowSpec, components: &dyn Components) {
+        let captured = match components.snapshot_tables(&self.source) {
+            Ok(captured) if self.checkpoint_persistence => captured,
+            _ => return,
+        };
+        self.snapshots = earlier
+            .snapshots
+            .iter()
+            .map(|r| SnapshotRequest {
+                id: r.id,
+                tables: r.tables.iter().filter(|t| captured.contains(t)).cloned().collect(),
+            })
+            .filter(|r| !r.tables.is_empty())
+            .collect();
+    }
+
     /// Applies upstream's webhook rules; every problem is reported.
     pub fn validate(&self, components: &dyn Components) -> Result<(), ValidationErrors> {
         let mut errors = ValidationErrors::default();
+        self.check_snapshots(components, &mut errors);
         components.check_connector(&self.source, Role::Source, "source", &mut errors);
         components.check_connector(&self.sink, Role::Sink, "sink", &mut errors);
         if let Some(sink) = &self.errors {
@@ -137,6 +255,28 @@ impl DataFlowSpec {
             ));
         }
         errors.into_result()
+    }
+
+    /// The kept snapshot requests (a DataFlow object's may be written by
+    /// hand): at most [`MAX_SNAPSHOT_REQUESTS`], ids increasing, each
+    /// request one [`Self::check_snapshot`] takes.
+    fn check_snapshots(&self, components: &dyn Components, errors: &mut ValidationErrors) {
+        if self.snapshots.len() > MAX_SNAPSHOT_REQUESTS {
+            errors.push(FieldError::invalid(
+                "snapshots",
+                format!("at most {MAX_SNAPSHOT_REQUESTS} requests"),
+            ));
+            return;
+        }
+        for (i, request) in self.snapshots.iter().enumerate() {
+            if i > 0 && request.id <= self.snapshots[i - 1].id {
+                errors.push(FieldError::invalid(
+                    format!("snapshots[{i}].id"),
+                    "must be greater than the request's before it",
+                ));
+            }
+            self.check_snapshot(components, &request.tables, &format!("snapshots[{i}].tables"), errors);
+        }
     }
 }
 
@@ -227,6 +367,7 @@ impl DataFlowRequest {
             resources: self.resources,
             checkpoint_persistence: self.checkpoint_persistence.unwrap_or(true),
             channel_buffer_size: self.channel_buffer_size.unwrap_or(DEFAULT_CHANNEL_BUFFER_SIZE),
+            snapshots: Vec::new(),
         };
         spec.validate(components)?;
         Ok(spec)
@@ -243,6 +384,7 @@ impl DataFlowRequest {
             resources: self.resources.or(current.resources),
             checkpoint_persistence: self.checkpoint_persistence.unwrap_or(current.checkpoint_persistence),
             channel_buffer_size: self.channel_buffer_size.unwrap_or(current.channel_buffer_size),
+            snapshots: Vec::new(),
         };
         spec.validate(components)?;
         Ok(spec)
@@ -289,6 +431,10 @@ pub struct DataFlowView {
     pub resources: Option<Resources>,
     pub checkpoint_persistence: bool,
     pub channel_buffer_size: u32,
+    /// Requests to read tables again (`POST .../snapshots`), oldest first;
+    /// the source reads each once.
+    #[serde(default)]
+    pub snapshots: Vec<SnapshotRequest>,
     pub phase: DataFlowPhase,
     pub message: Option<String>,
     /// RFC 3339.

@@ -223,6 +223,7 @@ fn crd_spec(spec: DataFlowSpec, keep: Option<&DataFlowCrdSpec>) -> DataFlowCrdSp
         processor_image: keep.and_then(|k| k.processor_image.clone()),
         checkpoint_persistence: Some(spec.checkpoint_persistence),
         channel_buffer_size: Some(spec.channel_buffer_size),
+        snapshots: spec.snapshots,
     }
 }
 
@@ -251,6 +252,7 @@ fn flow_view(tenant: &DnsLabel, df: DataFlow) -> DataFlowView {
         channel_buffer_size: spec
             .channel_buffer_size
             .unwrap_or(sless_model::dataflow::DEFAULT_CHANNEL_BUFFER_SIZE),
+        snapshots: spec.snapshots,
         phase,
         message,
         created_at: df

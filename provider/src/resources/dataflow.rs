@@ -113,6 +113,9 @@ impl DataFlowState {
             resources,
             checkpoint_persistence,
             channel_buffer_size,
+            // Made through `POST .../snapshots`, not by the configuration;
+            // the API keeps them across the provider's updates.
+            snapshots: _,
             phase,
             message,
             created_at: _,
@@ -475,6 +478,7 @@ mod tests {
             }),
             checkpoint_persistence: true,
             channel_buffer_size: 100,
+            snapshots: Vec::new(),
             phase: DataFlowPhase::Running,
             message: None,
             created_at: "2026-01-01T00:00:00Z".into(),

@@ -18,7 +18,9 @@ use super::limits::TenantLimits;
 use super::queue_services::check_body_name;
 use sless_dataflow::registry::Registry;
 use sless_model::ErrorBody;
-use sless_model::dataflow::{DataFlowEventList, DataFlowRequest, DataFlowSpec, DataFlowView};
+use sless_model::dataflow::{
+    DataFlowEventList, DataFlowRequest, DataFlowSpec, DataFlowView, SnapshotRequest, SnapshotTables,
+};
 use sless_model::name::DnsLabel;
 use sless_platform::PlatformError;
 
@@ -36,6 +38,7 @@ fn spec_of(view: DataFlowView) -> DataFlowSpec {
         resources: view.resources,
         checkpoint_persistence: view.checkpoint_persistence,
         channel_buffer_size: view.channel_buffer_size,
+        snapshots: view.snapshots,
     }
 }
 
@@ -151,16 +154,19 @@ async fn update(
     partial: bool,
 ) -> Result<Json<DataFlowView>, ApiError> {
     check_body_name(body.name.take().as_deref(), &name.label)?;
-    let spec = if partial {
-        let current = state
-            .platform
-            .get_dataflow(&tenant, &name.label)
-            .await
-            .map_err(|e| ApiError::from_platform(e, name.what()))?;
-        body.patch(&spec_of(current), &Registry)?
+    let current = state
+        .platform
+        .get_dataflow(&tenant, &name.label)
+        .await
+        .map_err(|e| ApiError::from_platform(e, name.what()))?;
+    let current = spec_of(current);
+    let mut spec = if partial {
+        body.patch(&current, &Registry)?
     } else {
         body.into_spec(&Registry)?
     };
+    // No body names them: an update keeps the requests still to read.
+    spec.keep_snapshots(&current, &Registry);
     check_sinks(&state, &spec)?;
     check_scope(&state, &tenant, &spec)?;
     state
@@ -201,6 +207,47 @@ pub async fn patch(
     ApiJson(body): ApiJson<DataFlowRequest>,
 ) -> Result<Json<DataFlowView>, ApiError> {
     update(state, tenant, name, body, true).await
+}
+
+/// Ask the dataflow's `postgresql-cdc` source to read tables again, in
+/// chunks while it streams on (an incremental snapshot): their rows come
+/// as `op: r` events after what is already written. The processor restarts
+/// to take the request up; the request's id tells it from later ones.
+#[utoipa::path(post, path = "/api/v1/dataflows/{name}/snapshots", tag = "dataflows",
+    params(("name" = String, Path, description = "Dataflow name")),
+    request_body = SnapshotTables,
+    responses((status = 202, body = SnapshotRequest), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 422, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn snapshot(
+    State(state): State<AppState>,
+    Extension(Tenant(tenant)): Extension<Tenant>,
+    name: Named<DataFlowKind>,
+    ApiJson(body): ApiJson<SnapshotTables>,
+) -> Result<(StatusCode, Json<SnapshotRequest>), ApiError> {
+    let current = state
+        .platform
+        .get_dataflow(&tenant, &name.label)
+        .await
+        .map_err(|e| ApiError::from_platform(e, name.what()))?;
+    let mut spec = spec_of(current);
+    let mut errors = sless_model::ValidationErrors::default();
+    spec.check_snapshot(&Registry, &body.tables, "tables", &mut errors);
+    errors.into_result().map_err(ApiError::Validation)?;
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let id = spec.request_snapshot(body.tables.clone(), now_ms);
+    state
+        .platform
+        .update_dataflow(&tenant, &name.label, spec)
+        .await
+        .map_err(|e| ApiError::from_platform(e, name.what()))?;
+    let request = SnapshotRequest {
+        id,
+        tables: body.tables,
+    };
+    Ok((StatusCode::ACCEPTED, Json(request)))
 }
 
 /// Stop and delete a dataflow.

@@ -65,6 +65,7 @@ pub fn router(state: AppState) -> Router {
                 .delete(dataflows::delete),
         )
         .route("/dataflows/{name}/events", get(dataflows::events))
+        .route("/dataflows/{name}/snapshots", post(dataflows::snapshot))
         .route_layer(middleware::from_fn_with_state(state.clone(), auth::require_tenant));
 
     Router::new()

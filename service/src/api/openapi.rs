@@ -14,7 +14,7 @@ use sless_model::{ErrorBody, ErrorDetail, dataflow, queue_service};
         queue_services::create, queue_services::list, queue_services::get,
         queue_services::put, queue_services::patch, queue_services::delete,
         dataflows::create, dataflows::list, dataflows::get,
-        dataflows::put, dataflows::patch, dataflows::delete, dataflows::events,
+        dataflows::put, dataflows::patch, dataflows::delete, dataflows::events, dataflows::snapshot,
         queues::list, queues::create, queues::delete, queues::send, queues::peek, queues::redrive,
     ),
     components(schemas(
@@ -23,6 +23,7 @@ use sless_model::{ErrorBody, ErrorDetail, dataflow, queue_service};
         dataflow::DataFlowRequest, dataflow::DataFlowView, dataflow::DataFlowCounters, dataflow::ConnectorSpec,
         dataflow::TransformationSpec, dataflow::Resources, dataflows::DataFlowList,
         dataflow::DataFlowEvent, dataflow::DataFlowEventList, dataflow::EventKind,
+        dataflow::SnapshotTables, dataflow::SnapshotRequest,
         queues::QueueView, queues::QueueList, queues::QueueRequest, queues::MessageRequest,
         queues::PeekedMessage, queues::PeekList,
     )),
@@ -92,6 +93,7 @@ const CLOSED: &[&str] = &[
     "Resources",
     "ConnectorSpec",
     "TransformationSpec",
+    "SnapshotTables",
 ];
 
 /// The document as served: [`ApiDoc`] with what the server enforces and
@@ -116,7 +118,8 @@ pub fn document() -> serde_json::Value {
                         responses[*status] = error(description);
                     }
                 }
-                if has_body && path.starts_with("/api/v1/dataflows") && responses.get("403").is_none() {
+                let quota = path.starts_with("/api/v1/dataflows") && !path.ends_with("/snapshots");
+                if has_body && quota && responses.get("403").is_none() {
                     responses["403"] = error("Over the tenant's quota of dataflows or of sinks per dataflow");
                 }
                 if path.contains("/queues") && responses.get("409").is_none() {

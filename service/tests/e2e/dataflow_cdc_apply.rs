@@ -572,3 +572,145 @@ async fn keys_of_every_common_type_go_from_chunk_to_chunk() {
         .await
         .unwrap();
 }
+
+/// A table is read again on request (`POST .../snapshots`) while the
+/// stream goes on, and repairs a sink that lost rows; the table not asked
+/// for is not read again. The request is kept by an update (as Terraform's
+/// PUT sends it) and read once: after it, a damaged sink stays damaged.
+/// Requests the source cannot take are refused at their field.
+#[tokio::test]
+async fn a_table_is_read_again_on_request_and_only_once() {
+    let db = db().await;
+    let (src_a, dst_a, src_b, dst_b) = (
+        unique("again_src_a"),
+        unique("again_dst_a"),
+        unique("again_src_b"),
+        unique("again_dst_b"),
+    );
+    db.batch_execute(&format!(
+        "CREATE TABLE {src_a} (id int PRIMARY KEY, v int, big text);
+         CREATE TABLE {dst_a} (LIKE {src_a} INCLUDING ALL);
+         CREATE TABLE {src_b} (id int PRIMARY KEY, v int);
+         CREATE TABLE {dst_b} (LIKE {src_b} INCLUDING ALL);
+         INSERT INTO {src_a} SELECT g, 0, {BIG} FROM generate_series(1, 3000) g;
+         INSERT INTO {src_b} SELECT g, 0 FROM generate_series(1, 500) g;"
+    ))
+    .await
+    .unwrap();
+    let dir = TempDir::new("df-cdc-again");
+    let server = DevServer::start(&dir.0);
+    let a = server.client(TOKEN_A);
+    let name = format!("again-{}", rand::random::<u32>());
+    let route = |src: &str, dst: &str| json!({"condition": format!("$.source.table == '{src}'"), "sink": pg(dst, json!({"applyChanges": true}))});
+    let spec = json!({
+        "source": {"type": "postgresql-cdc", "config": {
+            "connectionString": dsn(), "tables": [src_a, src_b], "snapshotChunkSize": 200}},
+        "transformations": [{"type": "router", "config": {"routes": [route(&src_a, &dst_a)]}}],
+        "sink": pg(&dst_b, json!({"applyChanges": true})),
+    });
+    let mut created = spec.clone();
+    created["name"] = json!(name);
+    a.create_dataflow(created).await;
+    wait_equal(&db, &a, &name, &differences(&src_a, &dst_a)).await;
+    wait_equal(&db, &a, &name, &differences(&src_b, &dst_b)).await;
+
+    // Both sinks lose rows (restored from an old backup, say).
+    let damage = format!("DELETE FROM {dst_a} WHERE id % 3 = 0; DELETE FROM {dst_b} WHERE id % 5 = 0;");
+    db.batch_execute(&damage).await.unwrap();
+    let path = format!("/api/v1/dataflows/{name}/snapshots");
+    let (status, request) = a.post(&path, json!({"tables": [src_a]})).await;
+    assert_eq!(status, 202, "{request}");
+    assert_eq!(request["tables"], json!([src_a]));
+    // The stream goes on while the table is read: updates that leave the
+    // TOASTed value alone, deletes, inserts.
+    for round in 0..20 {
+        db.batch_execute(&format!(
+            "UPDATE {src_a} SET v = v + 1 WHERE id % 7 = {};
+             DELETE FROM {src_a} WHERE id = {};
+             INSERT INTO {src_a} VALUES ({}, {round}, 'new');",
+            round % 7,
+            round * 100 + 1,
+            10_000 + round
+        ))
+        .await
+        .unwrap();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    wait_equal(&db, &a, &name, &differences(&src_a, &dst_a)).await;
+    let b_lost = count(&db, &differences(&src_b, &dst_b)).await;
+    assert_eq!(b_lost, 100, "the table not asked for is not read again");
+    let view = a.get(&format!("/api/v1/dataflows/{name}")).await.1;
+    assert_eq!(view["snapshots"], json!([request]), "{view}");
+
+    // An update keeps the request; the processor it restarts does not read
+    // the table again: the sink stays damaged after a change flows through.
+    let (status, view) = a.put(&format!("/api/v1/dataflows/{name}"), spec.clone()).await;
+    assert_eq!((status, &view["snapshots"]), (200, &json!([request])), "{view}");
+    db.batch_execute(&format!("DELETE FROM {dst_a} WHERE id % 3 = 0"))
+        .await
+        .unwrap();
+    db.batch_execute(&format!("INSERT INTO {src_a} VALUES (20000, 0, 'marker')"))
+        .await
+        .unwrap();
+    wait_for_zero(
+        &db,
+        &format!("SELECT count(*) FROM {src_a} s WHERE s.id = 20000 AND NOT EXISTS (SELECT 1 FROM {dst_a} d WHERE d.id = s.id)"),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(
+        count(&db, &differences(&src_a, &dst_a)).await > 0,
+        "read again without a new request"
+    );
+
+    // Requests it cannot take, each refused at its field.
+    for (body, field, words) in [
+        (
+            json!({"tables": ["public.nope"]}),
+            "tables[0]",
+            "not a table the source captures",
+        ),
+        (json!({"tables": []}), "tables", "at least one"),
+        (json!({"tables": [src_b, src_b]}), "tables[1]", "twice"),
+    ] {
+        let (status, answer) = a.post(&path, body.clone()).await;
+        assert_eq!(status, 422, "{body}: {answer}");
+        let detail = &answer["error"];
+        assert_eq!(detail["field"], field, "{answer}");
+        assert!(
+            detail["message"].as_str().unwrap_or_default().contains(words),
+            "{answer}"
+        );
+    }
+    assert_eq!(a.post(&path, json!({"tables": [src_a], "all": true})).await.0, 400);
+    let other = server.client(crate::common::TOKEN_B);
+    assert_eq!(
+        other.post(&path, json!({"tables": [src_a]})).await.0,
+        404,
+        "another tenant's dataflow"
+    );
+    assert_eq!(
+        a.post("/api/v1/dataflows/nope/snapshots", json!({"tables": [src_a]}))
+            .await
+            .0,
+        404
+    );
+    let copy = format!("copy-{}", rand::random::<u32>());
+    a.create_dataflow(json!({"name": copy, "source": pg(&src_b, json!({})), "sink": pg(&dst_b, json!({}))}))
+        .await;
+    let (status, answer) = a
+        .post(
+            &format!("/api/v1/dataflows/{copy}/snapshots"),
+            json!({"tables": [src_b]}),
+        )
+        .await;
+    assert_eq!(status, 422, "{answer}");
+    assert!(answer.to_string().contains("only a postgresql-cdc source"), "{answer}");
+
+    for flow in [&name, &copy] {
+        assert_eq!(a.delete(&format!("/api/v1/dataflows/{flow}")).await.0, 204);
+    }
+    db.batch_execute(&format!("DROP TABLE {src_a}, {dst_a}, {src_b}, {dst_b}"))
+        .await
+        .unwrap();
+}

@@ -196,6 +196,7 @@ mod tests {
             egress: Default::default(),
             queue_services: None,
             resume: None,
+            snapshots: Vec::new(),
             positions_key: None,
             budget: crate::budget::FlowBudget::temporary(),
         };

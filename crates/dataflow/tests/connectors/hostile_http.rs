@@ -98,6 +98,7 @@ fn context() -> PipelineContext {
         egress: policy(),
         queue_services: None,
         resume: None,
+        snapshots: Vec::new(),
         positions_key: None,
         budget: sless_dataflow::budget::FlowBudget::temporary(),
     }

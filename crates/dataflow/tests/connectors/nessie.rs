@@ -38,6 +38,7 @@ fn ctx_with(resume: Option<String>, key: Option<PositionsKey>, egress: EgressPol
         egress: Arc::new(egress),
         queue_services: None,
         resume,
+        snapshots: Vec::new(),
         positions_key: key,
         budget: sless_dataflow::budget::FlowBudget::temporary(),
     }

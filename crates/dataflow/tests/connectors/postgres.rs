@@ -36,6 +36,7 @@ fn ctx() -> PipelineContext {
         egress: Default::default(),
         queue_services: None,
         resume: None,
+        snapshots: Vec::new(),
         positions_key: Some(sless_dataflow::context::PositionsKey::generate()),
         budget: sless_dataflow::budget::FlowBudget::temporary(),
     }

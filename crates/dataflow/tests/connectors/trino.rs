@@ -26,6 +26,7 @@ fn ctx(egress: EgressPolicy) -> PipelineContext {
         egress: std::sync::Arc::new(egress),
         queue_services: None,
         resume: None,
+        snapshots: Vec::new(),
         positions_key: None,
         budget: sless_dataflow::budget::FlowBudget::temporary(),
     }

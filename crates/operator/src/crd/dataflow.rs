@@ -13,7 +13,7 @@ use sless_dataflow::{component, registry};
 
 use sless_model::ValidationErrors;
 use sless_model::dataflow::{
-    ConnectorSpec, DataFlowPhase, DataFlowRequest, DataFlowSpec, Resources, TransformationSpec,
+    ConnectorSpec, DataFlowPhase, DataFlowRequest, DataFlowSpec, Resources, SnapshotRequest, TransformationSpec,
 };
 
 #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
@@ -59,6 +59,10 @@ pub struct DataFlowCrdSpec {
     /// Processor image, instead of the operator's PROCESSOR_IMAGE.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub processor_image: Option<String>,
+    /// Requests to read tables of a `postgresql-cdc` source again, oldest
+    /// first, ids increasing (the REST API's `POST .../snapshots` adds one).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub snapshots: Vec<SnapshotRequest>,
 }
 
 /// `schema` with its `type` property limited to `kinds`: the Kubernetes
@@ -118,7 +122,7 @@ impl DataFlowCrdSpec {
     /// The pipeline spec, checked with the REST API's (and upstream's
     /// webhook's) rules.
     pub fn to_spec(&self) -> Result<DataFlowSpec, ValidationErrors> {
-        DataFlowRequest {
+        let mut spec = DataFlowRequest {
             name: None,
             source: Some(self.source.clone()),
             sink: Some(self.sink.clone()),
@@ -128,7 +132,10 @@ impl DataFlowCrdSpec {
             checkpoint_persistence: self.checkpoint_persistence,
             channel_buffer_size: self.channel_buffer_size,
         }
-        .into_spec(&sless_dataflow::registry::Registry)
+        .into_spec(&sless_dataflow::registry::Registry)?;
+        spec.snapshots = self.snapshots.clone();
+        spec.validate(&sless_dataflow::registry::Registry)?;
+        Ok(spec)
     }
 }
 
@@ -151,7 +158,7 @@ pub struct DataFlowStatus {
 #[cfg(test)]
 mod tests {
     use kube::CustomResourceExt;
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     use super::*;
 
@@ -182,6 +189,32 @@ mod tests {
         assert_eq!(step["enum"], kinds(component::kinds(registry::TRANSFORMS)));
         assert!(step.get("default").is_none(), "a default outside the enum: {step}");
         assert!(sinks.as_array().unwrap().contains(&json!("postgresql")));
+    }
+
+    /// Snapshot requests written on the object reach the processor through
+    /// the spec file the operator writes; one naming a table the source
+    /// does not capture is refused (the webhook's rules).
+    #[test]
+    fn snapshot_requests_go_to_the_processor_and_are_checked() {
+        let object = |tables: Value| -> DataFlowCrdSpec {
+            serde_json::from_value(json!({
+                "source": {"type": "postgresql-cdc", "config": {"connectionString": "postgres://db/x", "tables": ["a", "b"]}},
+                "sink": {"type": "postgresql", "config": {"connectionString": "postgres://db/x", "table": "t"}},
+                "snapshots": [{"id": 7, "tables": tables}]
+            }))
+            .unwrap()
+        };
+        let spec = object(json!(["b"])).to_spec().unwrap();
+        let dir = std::env::temp_dir().join(format!("sless-crd-{}", rand::random::<u64>()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("spec.json");
+        std::fs::write(&file, crate::dataflow::builders::spec_json(&spec)).unwrap();
+        let loaded = sless_dataflow::processor::load_spec(&file).unwrap();
+        std::fs::remove_dir_all(dir).unwrap();
+        assert_eq!(loaded.snapshots, spec.snapshots);
+        assert_eq!(loaded.snapshots[0].tables, ["b"]);
+        let refused = object(json!(["c"])).to_spec().unwrap_err();
+        assert_eq!(refused.0[0].field, "snapshots[0].tables[0]");
     }
 
     #[test]

@@ -364,6 +364,7 @@ async fn release_source(df: &DataFlow, ctx: &Context, ns: &str, name: &str) -> R
         egress: Arc::new(sless_dataflow::egress::EgressPolicy::restricted(vec![], vec![], None)),
         queue_services: None,
         resume: None,
+        snapshots: Vec::new(),
         // Deleting a position needs no seal.
         positions_key: None,
         budget: sless_dataflow::budget::FlowBudget::temporary(),

@@ -290,6 +290,7 @@ impl LocalPlatform {
                 tenant: f.tenant.clone(),
             })),
             resume: None,
+            snapshots: Vec::new(),
             positions_key: Some(positions_key),
             budget: self.budgets.for_flow(&f.tenant, &id),
             id,

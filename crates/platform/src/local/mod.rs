@@ -157,6 +157,7 @@ fn dataflow_view(r: DataFlowRecord, counters: Option<sless_model::dataflow::Data
         resources: r.spec.resources,
         checkpoint_persistence: r.spec.checkpoint_persistence,
         channel_buffer_size: r.spec.channel_buffer_size,
+        snapshots: r.spec.snapshots,
         phase: r.status.phase,
         message: r.status.message,
         created_at: r.created_at,

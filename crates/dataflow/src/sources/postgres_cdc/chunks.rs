@@ -56,6 +56,7 @@ use super::snapshot::SnapshotMark;
 use crate::checkpoint::CheckpointStore;
 use crate::sql::{quote, quote_ident, replication};
 use crate::{ConnectorError, store_error};
+use sless_model::dataflow::SnapshotRequest;
 use sless_runtime::sync::Unpoisoned;
 
 /// Rows a chunk selects unless `snapshotChunkSize` says.
@@ -68,7 +69,8 @@ type Row = Map<String, Value>;
 
 /// Where the snapshot goes on: the tables left (the one being read first,
 /// as the spec names them), the key after which its rows are to read (as
-/// the server wrote it), and every table it was asked to read.
+/// the server wrote it), every table it was asked to read, and the newest
+/// snapshot request it holds.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub(super) struct Cursor {
     pub(super) tables: Vec<String>,
@@ -76,16 +78,45 @@ pub(super) struct Cursor {
     pub(super) after: Option<Row>,
     #[serde(default)]
     pub(super) asked: Vec<String>,
+    /// The newest [`SnapshotRequest`] whose tables are in `tables` (or were
+    /// read); each snapshot a request starts has its own.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub(super) requested: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// The newest of `requests`' ids (0: none).
+fn newest(requests: &[SnapshotRequest]) -> u64 {
+    requests.iter().map(|r| r.id).max().unwrap_or(0)
 }
 
 impl Cursor {
-    /// A snapshot of `tables` from their start.
-    pub(super) fn of(tables: &[String]) -> Self {
+    /// A snapshot of `tables` from their start, which holds every request
+    /// made before it.
+    pub(super) fn of(tables: &[String], requests: &[SnapshotRequest]) -> Self {
         Self {
             tables: tables.to_vec(),
             after: None,
             asked: tables.to_vec(),
+            requested: newest(requests),
         }
+    }
+
+    /// Adds the tables of the requests newer than this cursor's (those of
+    /// `captured`, each once; the one being read from its start again,
+    /// after the others).
+    fn ask(&mut self, requests: &[SnapshotRequest], captured: &[String]) {
+        for request in requests.iter().filter(|r| r.id > self.requested) {
+            for table in request.tables.iter().filter(|t| captured.contains(t)) {
+                if !self.tables.iter().skip(1).any(|t| t == table) {
+                    self.tables.push(table.clone());
+                }
+            }
+        }
+        self.requested = self.requested.max(newest(requests));
     }
 }
 
@@ -120,30 +151,39 @@ pub(super) fn parse_resume(text: &str) -> Option<(Order, Option<Cursor>)> {
     }
 }
 
-/// Where a snapshot of `tables` goes on, and where its slot began: after
-/// what the exactly-once sink holds (`written`, when it is this snapshot's),
-/// else where the checkpoint says, else from the start. Tables the spec no
-/// longer names are left out; tables it names that the snapshot was never
-/// asked for are added.
-pub(super) async fn resume(
-    store: Option<&Arc<dyn CheckpointStore>>,
-    tables: &[String],
-    written: Option<(Order, Option<Cursor>)>,
-) -> Result<(Cursor, Option<u64>), ConnectorError> {
+async fn load(store: Option<&Arc<dyn CheckpointStore>>) -> Result<Option<Saved>, ConnectorError> {
     let saved = match store {
         Some(store) => store.load().await.map_err(store_error)?,
         None => None,
     };
-    let saved: Option<Saved> = saved.and_then(|text| serde_json::from_str(&text).ok());
+    Ok(saved.and_then(|text| serde_json::from_str(&text).ok()))
+}
+
+/// Where a snapshot of `tables` goes on, and where its slot began: after
+/// what the exactly-once sink holds (`written`, when it is this snapshot's),
+/// else where the checkpoint says, else from the start. Tables the spec no
+/// longer names are left out; tables it names that the snapshot was never
+/// asked for are added, and those of snapshot requests it does not hold.
+pub(super) async fn resume(
+    store: Option<&Arc<dyn CheckpointStore>>,
+    tables: &[String],
+    written: Option<(Order, Option<Cursor>)>,
+    requests: &[SnapshotRequest],
+) -> Result<(Cursor, Option<u64>), ConnectorError> {
+    let saved = load(store).await?;
     let since = saved.as_ref().and_then(|s| s.since);
+    let generation = saved.as_ref().map(|s| s.snapshot.requested);
     // Without a checkpoint the sink's cursor cannot be told from an
-    // earlier snapshot's; with one saved before the slot was made, it is.
-    let this_snapshot = |order: &Order| saved.is_none() || since.is_some_and(|since| order.commit >= since);
-    let held = written.and_then(|(order, cursor)| cursor.filter(|_| this_snapshot(&order)));
+    // earlier snapshot's; with one saved before the slot was made (or
+    // before a requested snapshot began), it is.
+    let this_snapshot = |order: &Order, cursor: &Cursor| {
+        saved.is_none() || (since.is_some_and(|since| order.commit >= since) && generation == Some(cursor.requested))
+    };
+    let held = written.and_then(|(order, cursor)| cursor.filter(|c| this_snapshot(&order, c)));
     let mut cursor = match (held, saved) {
         (Some(held), _) => held,
         (None, Some(saved)) => saved.snapshot,
-        (None, None) => Cursor::of(tables),
+        (None, None) => Cursor::of(tables, requests),
     };
     let first = cursor.tables.first().cloned();
     cursor.tables.retain(|t| tables.contains(t));
@@ -156,7 +196,33 @@ pub(super) async fn resume(
             .tables
             .extend(tables.iter().filter(|t| !asked.contains(t)).cloned());
     }
+    cursor.ask(requests, tables);
     Ok((cursor, since))
+}
+
+/// The snapshot to take on a stream whose own is written (or was never
+/// taken): the tables of the requests newer than the last snapshot's,
+/// with where the slot began (`confirmed` when no snapshot said); `None`
+/// when there is none. Without a checkpoint store which requests were read
+/// is not known, so none is (the REST API refuses such requests).
+pub(super) async fn asked_again(
+    store: Option<&Arc<dyn CheckpointStore>>,
+    tables: &[String],
+    requests: &[SnapshotRequest],
+    confirmed: u64,
+) -> Result<Option<(Cursor, Option<u64>)>, ConnectorError> {
+    if requests.is_empty() || store.is_none() {
+        return Ok(None);
+    }
+    let saved = load(store).await?;
+    let mut cursor = Cursor {
+        asked: tables.to_vec(),
+        requested: saved.as_ref().map_or(0, |s| s.snapshot.requested),
+        ..Cursor::default()
+    };
+    cursor.ask(requests, tables);
+    let since = saved.and_then(|s| s.since).unwrap_or(confirmed);
+    Ok((!cursor.tables.is_empty()).then_some((cursor, Some(since))))
 }
 
 /// A table being read: its names as the catalog has them, its key, and
@@ -710,7 +776,7 @@ impl Chunking {
                 _ => Cursor {
                     tables: cursor.tables[1..].to_vec(),
                     after: None,
-                    asked: cursor.asked.clone(),
+                    ..cursor.clone()
                 },
             };
             if let Some(window) = self.state.lock_unpoisoned().window.as_mut() {
@@ -828,6 +894,7 @@ mod tests {
             tables: tables.iter().map(|t| (*t).to_owned()).collect(),
             after: after.map(row),
             asked: tables.iter().map(|t| (*t).to_owned()).collect(),
+            requested: 0,
         }
     }
 
@@ -970,7 +1037,7 @@ mod tests {
         };
         let store = stored(Some(saved.clone()));
         let held = cursor(&["a", "b"], Some(json!({"id": "12"})));
-        let resumed = |written| resume(Some(&store), &tables, written);
+        let resumed = |written| resume(Some(&store), &tables, written, &[]);
         assert_eq!(
             resumed(Some((at(0x50), Some(held.clone())))).await.unwrap(),
             (held.clone(), Some(0x40))
@@ -986,24 +1053,119 @@ mod tests {
             snapshot: cursor(&["a", "b"], None),
             since: None,
         }));
-        let from_start = resume(Some(&fresh), &tables, Some((at(0x90), Some(cursor(&[], None))))).await;
+        let from_start = resume(Some(&fresh), &tables, Some((at(0x90), Some(cursor(&[], None)))), &[]).await;
         assert_eq!(from_start.unwrap().0, cursor(&["a", "b"], None));
         // A table the spec no longer names is left out, its key with it;
         // one it names now is added.
         let now = ["b".to_owned(), "c".to_owned()];
-        let (moved, _) = resume(Some(&store), &now, None).await.unwrap();
+        let (moved, _) = resume(Some(&store), &now, None, &[]).await.unwrap();
         assert_eq!(moved.tables, vec!["b".to_owned(), "c".to_owned()]);
         assert_eq!((moved.after, moved.asked), (None, now.to_vec()));
         // Without a checkpoint: the sink's cursor, with its own list of tables asked.
-        let (held_only, _) = resume(None, &now, Some((at(1), Some(held)))).await.unwrap();
+        let (held_only, _) = resume(None, &now, Some((at(1), Some(held))), &[]).await.unwrap();
         assert_eq!(held_only.tables, vec!["b".to_owned(), "c".to_owned()]);
         // Nothing saved, or something else saved: from the start.
         let other: Arc<dyn CheckpointStore> = Arc::new(Stored(Mutex::new(Some("12".into()))));
         assert_eq!(
-            resume(Some(&other), &tables, None).await.unwrap().0,
-            Cursor::of(&tables)
+            resume(Some(&other), &tables, None, &[]).await.unwrap().0,
+            Cursor::of(&tables, &[])
         );
-        assert_eq!(resume(None, &tables, None).await.unwrap().0, Cursor::of(&tables));
+        assert_eq!(
+            resume(None, &tables, None, &[]).await.unwrap().0,
+            Cursor::of(&tables, &[])
+        );
+    }
+
+    fn request(id: u64, tables: &[&str]) -> SnapshotRequest {
+        SnapshotRequest {
+            id,
+            tables: tables.iter().map(|t| (*t).to_owned()).collect(),
+        }
+    }
+
+    /// A request newer than what a snapshot holds adds its tables (the one
+    /// being read again from its start, after the others); once held, it
+    /// adds nothing; the sink's cursor of an earlier requested snapshot is
+    /// not this one's.
+    #[tokio::test]
+    async fn snapshot_requests_add_their_tables_once() {
+        let tables = ["a".to_owned(), "b".to_owned(), "c".to_owned()];
+        let at = |commit| Order { commit, index: 0 };
+        let requests = [request(5, &["c", "a", "gone"]), request(7, &["b"])];
+        // A stream whose snapshot is written: the requests' tables, in order.
+        let written = stored(Some(Saved {
+            snapshot: cursor(&[], None),
+            since: Some(0x40),
+        }));
+        let (again, since) = asked_again(Some(&written), &tables, &requests, 0x99)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (again.tables, again.requested, since),
+            (vec!["c".into(), "a".into(), "b".into()], 7, Some(0x40))
+        );
+        let held = stored(Some(Saved {
+            snapshot: Cursor {
+                requested: 7,
+                ..cursor(&[], None)
+            },
+            since: None,
+        }));
+        assert_eq!(asked_again(Some(&held), &tables, &requests, 0x99).await.unwrap(), None);
+        assert_eq!(
+            asked_again(None, &tables, &requests, 0x99).await.unwrap(),
+            None,
+            "no store: not known"
+        );
+        let none = asked_again(Some(&stored(None)), &tables, &requests[1..], 0x99)
+            .await
+            .unwrap();
+        assert_eq!(
+            none.map(|(c, s)| (c.tables, s)),
+            Some((vec!["b".to_owned()], Some(0x99)))
+        );
+
+        // A snapshot under way, reading a: a is read again after the rest.
+        let under_way = stored(Some(Saved {
+            snapshot: cursor(&["a", "b", "c"], Some(json!({"id": "3"}))),
+            since: Some(0x40),
+        }));
+        let (cursor_now, _) = resume(Some(&under_way), &tables, None, &requests[..1]).await.unwrap();
+        assert_eq!(cursor_now.tables, ["a", "b", "c", "a"]);
+        assert_eq!((cursor_now.after.is_some(), cursor_now.requested), (true, 5));
+        // Saved at its start with request 7: the sink's cursor of an
+        // earlier snapshot (request 5) is not where this one goes on.
+        let requested = stored(Some(Saved {
+            snapshot: Cursor {
+                requested: 7,
+                asked: tables.to_vec(),
+                ..cursor(&["b"], None)
+            },
+            since: Some(0x40),
+        }));
+        let earlier = Cursor {
+            requested: 5,
+            ..cursor(&[], None)
+        };
+        let (went_on, _) = resume(Some(&requested), &tables, Some((at(0x50), Some(earlier))), &requests)
+            .await
+            .unwrap();
+        assert_eq!((went_on.tables, went_on.requested), (vec!["b".to_owned()], 7));
+        let this_one = Cursor {
+            requested: 7,
+            asked: tables.to_vec(),
+            ..cursor(&["b"], Some(json!({"id": "9"})))
+        };
+        let (went_on, _) = resume(
+            Some(&requested),
+            &tables,
+            Some((at(0x50), Some(this_one.clone()))),
+            &requests,
+        )
+        .await
+        .unwrap();
+        assert_eq!(went_on, this_one);
     }
 
     #[test]

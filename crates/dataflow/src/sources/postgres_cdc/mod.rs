@@ -21,7 +21,9 @@
 //! watermarks ([`chunks`]), and a crash goes on after the last snapshot
 //! row written. The publication's comment says "snapshot pending" until
 //! every snapshot row is written downstream; a dataflow that starts and
-//! finds it pending goes on with the snapshot.
+//! finds it pending goes on with the snapshot. Tables the tenant asks to be
+//! read again (`DataFlowSpec::snapshots`, each request read once) are read
+//! the same way, beside the stream ([`chunks::asked_again`]).
 //!
 //! Before PostgreSQL 14 (no logical messages for watermarks), and for
 //! `initial_only` (no stream), the slot is made with `USE_SNAPSHOT` inside
@@ -143,7 +145,8 @@ pub struct PostgresCdcConfig {
 }
 
 impl PostgresCdcConfig {
-    fn tables(&self) -> Vec<&str> {
+    /// The captured tables as the config names them.
+    pub fn tables(&self) -> Vec<&str> {
         self.table.iter().chain(&self.tables).map(String::as_str).collect()
     }
 }
@@ -266,29 +269,56 @@ async fn target(config: &PostgresCdcConfig, ctx: &PipelineContext) -> Result<Tar
     Target::of(dsn, &ctx.egress).await
 }
 
-/// The chunked snapshot of a start, saved before anything is read: from
-/// the first table on a new slot (saved before the slot is made), else
-/// after what the exactly-once sink holds (`written`) or where the
-/// dataflow's checkpoint says.
+/// Where a start's chunked snapshot begins, and where its slot began: the
+/// tables asked for again (`again`), else from the first table on a new
+/// slot, else after what the exactly-once sink holds (`written`) or where
+/// the dataflow's checkpoint says.
+async fn snapshot_from(
+    ctx: &PipelineContext,
+    tables: &[String],
+    slot_exists: bool,
+    written: Option<(Order, Option<Cursor>)>,
+    again: Option<(Cursor, Option<u64>)>,
+) -> Result<(Cursor, Option<u64>), ConnectorError> {
+    Ok(match (again, slot_exists) {
+        (Some(again), _) => again,
+        (None, true) => chunks::resume(ctx.checkpoint.as_ref(), tables, written, &ctx.snapshots).await?,
+        (None, false) => (Cursor::of(tables, &ctx.snapshots), None),
+    })
+}
+
+/// The chunked snapshot of a start from `cursor`, saved before anything
+/// is read (for a new slot, before the slot is made).
 async fn chunking(
     config: &PostgresCdcConfig,
     ctx: &PipelineContext,
     slot: &str,
     mark: &Arc<SnapshotMark>,
-    tables: &[String],
-    slot_exists: bool,
-    written: Option<(Order, Option<Cursor>)>,
+    (cursor, since): (Cursor, Option<u64>),
 ) -> Result<Arc<Chunking>, ConnectorError> {
-    let (cursor, since) = match slot_exists {
-        true => chunks::resume(ctx.checkpoint.as_ref(), tables, written).await?,
-        false => (Cursor::of(tables), None),
-    };
     tracing::info!(dataflow = %ctx.id, tables = ?cursor.tables, after = cursor.after.is_some(), "snapshot in chunks");
     let size = config.snapshot_chunk_size.unwrap_or(DEFAULT_CHUNK).clamp(1, MAX_CHUNK);
     let store = ctx.checkpoint.clone();
     let chunking = Arc::new(Chunking::new(slot, size, store, mark.clone(), cursor, since));
     chunking.start().await?;
     Ok(chunking)
+}
+
+/// Reading tables again while the stream runs needs watermarks, which
+/// logical messages carry from PostgreSQL 14 on.
+async fn needs_watermarks(client: &tokio_postgres::Client) -> Result<(), ConnectorError> {
+    let version: String = client
+        .query_one("SHOW server_version_num", &[])
+        .await
+        .map_err(ConnectorError::query)?
+        .get(0);
+    match version.parse::<u32>() {
+        Ok(v) if v >= 140_000 => Ok(()),
+        _ => Err(ConnectorError::Config(format!(
+            "reading tables again (a snapshot request) needs PostgreSQL 14 or later, whose logical messages \
+             carry the snapshot's watermarks; this server is version {version}"
+        ))),
+    }
 }
 
 #[async_trait]
@@ -350,11 +380,23 @@ impl super::Open for PostgresCdcSource {
                 "replication slot {slot} exists and was not made by this dataflow"
             )));
         }
-        let plan = plan(config.snapshot, position.is_some(), pending);
+        let mut plan = plan(config.snapshot, position.is_some(), pending, !ctx.snapshots.is_empty());
         if matches!(plan, Plan::SnapshotOnly | Plan::Finished) && position.is_some() {
             // initial_only (a spec changed to it) holds no WAL.
             drop_slot(&client, &slot).await?;
             position = None;
+        }
+        let table_names: Vec<String> = tables.iter().map(|t| (*t).to_owned()).collect();
+        let again = match (plan, position) {
+            (Plan::Stream, Some(confirmed)) => {
+                chunks::asked_again(ctx.checkpoint.as_ref(), &table_names, &ctx.snapshots, confirmed).await?
+            }
+            _ => None,
+        };
+        if let Some((cursor, _)) = &again {
+            needs_watermarks(&client).await?;
+            tracing::info!(dataflow = %ctx.id, tables = ?cursor.tables, request = cursor.requested, "tables asked for again");
+            plan = Plan::SnapshotThenStream;
         }
         let snapshot = matches!(plan, Plan::SnapshotThenStream | Plan::SnapshotOnly);
         let statement = match existing {
@@ -413,9 +455,11 @@ impl super::Open for PostgresCdcSource {
                 if exported {
                     repl.query("BEGIN READ ONLY ISOLATION LEVEL REPEATABLE READ").await?;
                 }
-                let table_names: Vec<String> = tables.iter().map(|t| (*t).to_owned()).collect();
                 let chunking = match chunked {
-                    true => Some(chunking(config, ctx, &slot, &mark, &table_names, position.is_some(), resumed).await?),
+                    true => {
+                        let from = snapshot_from(ctx, &table_names, position.is_some(), resumed, again).await?;
+                        Some(chunking(config, ctx, &slot, &mark, from).await?)
+                    }
                     false => None,
                 };
                 let start = match position {

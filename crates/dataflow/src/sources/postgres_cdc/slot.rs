@@ -33,8 +33,13 @@ pub(super) enum Plan {
     Finished,
 }
 
-pub(super) fn plan(mode: SnapshotMode, slot_exists: bool, pending: Option<bool>) -> Plan {
+/// What a start does, by the mode, whether the slot exists, whether the
+/// publication says a snapshot is pending (`None`: no publication), and
+/// whether the tenant asked for tables to be read again (`requested`).
+pub(super) fn plan(mode: SnapshotMode, slot_exists: bool, pending: Option<bool>, requested: bool) -> Plan {
     match mode {
+        // A requested snapshot cut by a crash goes on.
+        SnapshotMode::Never if requested && slot_exists && pending == Some(true) => Plan::SnapshotThenStream,
         SnapshotMode::Never => Plan::Stream,
         // A pending snapshot, a new dataflow, or a slot lost by hand: the
         // rows since the last confirmed change are read again whole.
@@ -113,21 +118,30 @@ mod tests {
     #[test]
     fn a_pending_snapshot_is_read_again_and_initial_only_finishes_once_written() {
         use SnapshotMode::{Initial, InitialOnly, Never};
-        // (mode, slot exists, publication's snapshot pending: None = no publication)
+        // (mode, slot exists, publication's snapshot pending: None = no
+        // publication, tables asked for again)
         let cases = [
-            (Initial, false, None, Plan::SnapshotThenStream),
-            (Initial, true, Some(false), Plan::Stream),
-            (Initial, true, Some(true), Plan::SnapshotThenStream),
-            (Initial, false, Some(false), Plan::SnapshotThenStream),
-            (Never, false, None, Plan::Stream),
-            (Never, true, Some(true), Plan::Stream),
-            (InitialOnly, false, None, Plan::SnapshotOnly),
-            (InitialOnly, false, Some(true), Plan::SnapshotOnly),
-            (InitialOnly, false, Some(false), Plan::Finished),
-            (InitialOnly, true, Some(false), Plan::Finished),
+            (Initial, false, None, false, Plan::SnapshotThenStream),
+            (Initial, true, Some(false), false, Plan::Stream),
+            (Initial, true, Some(false), true, Plan::Stream),
+            (Initial, true, Some(true), false, Plan::SnapshotThenStream),
+            (Initial, false, Some(false), false, Plan::SnapshotThenStream),
+            (Never, false, None, false, Plan::Stream),
+            (Never, true, Some(true), false, Plan::Stream),
+            (Never, true, Some(true), true, Plan::SnapshotThenStream),
+            (Never, false, Some(true), true, Plan::Stream),
+            (Never, true, Some(false), true, Plan::Stream),
+            (InitialOnly, false, None, false, Plan::SnapshotOnly),
+            (InitialOnly, false, Some(true), false, Plan::SnapshotOnly),
+            (InitialOnly, false, Some(false), false, Plan::Finished),
+            (InitialOnly, true, Some(false), false, Plan::Finished),
         ];
-        for (mode, slot, pending, want) in cases {
-            assert_eq!(plan(mode, slot, pending), want, "{mode:?} {slot} {pending:?}");
+        for (mode, slot, pending, requested, want) in cases {
+            assert_eq!(
+                plan(mode, slot, pending, requested),
+                want,
+                "{mode:?} {slot} {pending:?} {requested}"
+            );
         }
     }
 }
