@@ -648,14 +648,29 @@ mod tests {
         let db = "postgres://db/x";
         let spec = cdc(json!({"connectionString": db, "table": "a", "tables": ["public.b"]}));
         assert!(asked(&spec, &["public.b", "a"]).is_empty());
-        let refused = asked(&spec, &["c", "a", "a"]);
+        let refused = asked(&spec, &["c", "a"]);
+        assert_eq!(refused.len(), 1, "{refused:?}");
         assert_eq!(refused[0].0, "tables[0]");
         assert!(refused[0].1.contains("it captures a, public.b"), "{}", refused[0].1);
+        let refused = asked(&spec, &["a", "a"]);
         assert_eq!(
-            (refused[1].0.as_str(), refused[1].1.contains("twice")),
-            ("tables[2]", true)
+            (refused[0].0.as_str(), refused[0].1.contains("twice")),
+            ("tables[1]", true)
         );
         assert_eq!(asked(&spec, &[])[0].0, "tables");
+        // A hostile body: more names than the source captures is refused
+        // whole, before any is looked at; a long unknown name is clipped.
+        let many = vec!["a"; 100_000];
+        let refused = asked(&spec, &many);
+        assert_eq!(refused.len(), 1);
+        assert!(
+            refused[0].1.contains("names 100000 tables; the source captures 2"),
+            "{refused:?}"
+        );
+        let long = "x".repeat(10_000);
+        let refused = asked(&spec, &[&long, "zz"]);
+        assert!(refused[0].1.len() < 200 && refused[1].1.len() < 100, "{refused:?}");
+        assert!(!refused[1].1.contains("it captures"), "the list once: {refused:?}");
         let others = [
             (
                 request(json!({"source": pg("t"), "sink": pg("u")}))

@@ -184,22 +184,33 @@ impl DataFlowSpec {
                 return;
             }
         };
-        if tables.is_empty() {
-            errors.push(FieldError::invalid(path, "name at least one table"));
+        // A body may name any number of anything: bounded before each
+        // name is looked at, and each echoed clipped.
+        if tables.is_empty() || tables.len() > captured.len() {
+            let why = match tables.len() {
+                0 => "name at least one table".to_owned(),
+                n => format!("names {n} tables; the source captures {}", captured.len()),
+            };
+            errors.push(FieldError::invalid(path, why));
+            return;
         }
+        let mut listed = false;
         for (i, table) in tables.iter().enumerate() {
+            let shown: String = table.chars().take(80).collect();
             if !captured.contains(table) {
+                // The captured tables once, not with every unknown name.
+                let them = match std::mem::replace(&mut listed, true) {
+                    false => format!(" (it captures {})", captured.join(", ")),
+                    true => String::new(),
+                };
                 errors.push(FieldError::invalid(
                     format!("{path}[{i}]"),
-                    format!(
-                        "{table:?} is not a table the source captures (it captures {})",
-                        captured.join(", ")
-                    ),
+                    format!("{shown:?} is not a table the source captures{them}"),
                 ));
             } else if tables[..i].contains(table) {
                 errors.push(FieldError::invalid(
                     format!("{path}[{i}]"),
-                    format!("{table:?} is named twice"),
+                    format!("{shown:?} is named twice"),
                 ));
             }
         }

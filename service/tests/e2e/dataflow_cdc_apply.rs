@@ -672,6 +672,11 @@ async fn a_table_is_read_again_on_request_and_only_once() {
         ),
         (json!({"tables": []}), "tables", "at least one"),
         (json!({"tables": [src_b, src_b]}), "tables[1]", "twice"),
+        (
+            json!({"tables": [src_a, src_b, src_a]}),
+            "tables",
+            "names 3 tables; the source captures 2",
+        ),
     ] {
         let (status, answer) = a.post(&path, body.clone()).await;
         assert_eq!(status, 422, "{body}: {answer}");

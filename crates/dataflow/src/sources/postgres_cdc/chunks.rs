@@ -106,12 +106,13 @@ impl Cursor {
     }
 
     /// Adds the tables of the requests newer than this cursor's (those of
-    /// `captured`, each once; the one being read from its start again,
-    /// after the others).
+    /// `captured`, each once; the one being read part way, again from its
+    /// start after the others).
     fn ask(&mut self, requests: &[SnapshotRequest], captured: &[String]) {
+        let begun = usize::from(self.after.is_some());
         for request in requests.iter().filter(|r| r.id > self.requested) {
             for table in request.tables.iter().filter(|t| captured.contains(t)) {
-                if !self.tables.iter().skip(1).any(|t| t == table) {
+                if !self.tables.iter().skip(begun).any(|t| t == table) {
                     self.tables.push(table.clone());
                 }
             }
@@ -1134,6 +1135,13 @@ mod tests {
         let (cursor_now, _) = resume(Some(&under_way), &tables, None, &requests[..1]).await.unwrap();
         assert_eq!(cursor_now.tables, ["a", "b", "c", "a"]);
         assert_eq!((cursor_now.after.is_some(), cursor_now.requested), (true, 5));
+        // Not begun yet: read once.
+        let not_begun = stored(Some(Saved {
+            snapshot: cursor(&["a", "b", "c"], None),
+            since: Some(0x40),
+        }));
+        let (cursor_now, _) = resume(Some(&not_begun), &tables, None, &requests[..1]).await.unwrap();
+        assert_eq!(cursor_now.tables, ["a", "b", "c"]);
         // Saved at its start with request 7: the sink's cursor of an
         // earlier snapshot (request 5) is not where this one goes on.
         let requested = stored(Some(Saved {
