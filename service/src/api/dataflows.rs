@@ -146,6 +146,20 @@ fn check_scope(state: &AppState, tenant: &DnsLabel, spec: &DataFlowSpec) -> Resu
         .map_err(ApiError::Validation)
 }
 
+/// The dataflow's spec as stored now.
+async fn current_spec(
+    state: &AppState,
+    tenant: &DnsLabel,
+    name: &Named<DataFlowKind>,
+) -> Result<DataFlowSpec, ApiError> {
+    state
+        .platform
+        .get_dataflow(tenant, &name.label)
+        .await
+        .map(spec_of)
+        .map_err(|e| ApiError::from_platform(e, name.what()))
+}
+
 async fn update(
     state: AppState,
     tenant: DnsLabel,
@@ -154,12 +168,7 @@ async fn update(
     partial: bool,
 ) -> Result<Json<DataFlowView>, ApiError> {
     check_body_name(body.name.take().as_deref(), &name.label)?;
-    let current = state
-        .platform
-        .get_dataflow(&tenant, &name.label)
-        .await
-        .map_err(|e| ApiError::from_platform(e, name.what()))?;
-    let current = spec_of(current);
+    let current = current_spec(&state, &tenant, &name).await?;
     let mut spec = if partial {
         body.patch(&current, &Registry)?
     } else {
@@ -225,12 +234,7 @@ pub async fn snapshot(
     name: Named<DataFlowKind>,
     ApiJson(body): ApiJson<SnapshotTables>,
 ) -> Result<(StatusCode, Json<SnapshotRequest>), ApiError> {
-    let current = state
-        .platform
-        .get_dataflow(&tenant, &name.label)
-        .await
-        .map_err(|e| ApiError::from_platform(e, name.what()))?;
-    let mut spec = spec_of(current);
+    let mut spec = current_spec(&state, &tenant, &name).await?;
     let mut errors = sless_model::ValidationErrors::default();
     spec.check_snapshot(&Registry, &body.tables, "tables", &mut errors);
     errors.into_result().map_err(ApiError::Validation)?;
