@@ -116,3 +116,42 @@ pub fn pg(table: &str, extra: Value) -> Value {
         .extend(extra.as_object().unwrap().clone());
     json!({"type": "postgresql", "config": config})
 }
+
+/// The first `bytes` bytes of `text`'s SHA-256, in hex (as the platform
+/// names slots and marks).
+pub fn hex_digest(text: &str, bytes: usize) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(text.as_bytes())[..bytes]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The default slot of tenant a's dataflow `name`.
+pub fn default_slot(name: &str) -> String {
+    format!("sless_{}", hex_digest(&format!("a/{name}"), 10))
+}
+
+/// The comment on a publication (`None`: there is none).
+pub async fn publication_comment(db: &tokio_postgres::Client, publication: &str) -> Option<Option<String>> {
+    db.query_opt(
+        "SELECT obj_description(oid, 'pg_publication') FROM pg_publication WHERE pubname = $1",
+        &[&publication],
+    )
+    .await
+    .unwrap()
+    .map(|r| r.get(0))
+}
+
+/// Waits until the publication no longer says its snapshot is pending.
+pub async fn wait_snapshot_written(db: &tokio_postgres::Client, publication: &str) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while publication_comment(db, publication)
+        .await
+        .flatten()
+        .is_some_and(|c| c.ends_with("; snapshot pending"))
+    {
+        assert!(Instant::now() < deadline, "the snapshot was never written");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
