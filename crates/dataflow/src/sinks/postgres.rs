@@ -430,7 +430,11 @@ impl PostgresSink {
             |names: &mut dyn Iterator<Item = &String>| names.map(|n| quote_ident(n)).collect::<Vec<_>>().join(", ");
         let keys = list(&mut key.iter());
         let (sql, params): (String, Vec<String>) = match step {
-            Step::Upsert { columns, rows } => {
+            Step::Upsert {
+                columns,
+                rows,
+                json_nulls,
+            } => {
                 let names = list(&mut columns.iter());
                 let updates: Vec<String> = columns
                     .iter()
@@ -442,13 +446,25 @@ impl PostgresSink {
                 } else {
                     format!("DO UPDATE SET {}", updates.join(", "))
                 };
-                (
-                    format!(
-                        "INSERT INTO {t} ({names}) SELECT {names} FROM jsonb_populate_recordset(NULL::{t}, $1::text::jsonb) \
-                         ON CONFLICT ({keys}) {conflict}"
+                match json_nulls.iter().any(|n| !n.is_empty()) {
+                    false => (
+                        format!(
+                            "INSERT INTO {t} ({names}) SELECT {names} FROM jsonb_populate_recordset(NULL::{t}, $1::text::jsonb) \
+                             ON CONFLICT ({keys}) {conflict}"
+                        ),
+                        vec![json(rows)],
                     ),
-                    vec![json(rows)],
-                )
+                    true => (
+                        format!(
+                            "INSERT INTO {t} ({names}) SELECT {} \
+                             FROM ROWS FROM (jsonb_array_elements($1::text::jsonb), jsonb_array_elements($2::text::jsonb)) \
+                               AS e(doc, nulls), jsonb_populate_record(NULL::{t}, e.doc) AS r \
+                             ON CONFLICT ({keys}) {conflict}",
+                            with_json_nulls(columns, json_nulls.iter().flatten())
+                        ),
+                        vec![json(rows), json(json_nulls)],
+                    ),
+                }
             }
             Step::Delete { keys: rows } => (
                 format!(
@@ -456,15 +472,18 @@ impl PostgresSink {
                 ),
                 vec![json(rows)],
             ),
-            Step::Rekey { old, row } => {
+            Step::Rekey { old, row, json_nulls } => {
                 let names = list(&mut row.keys());
+                let values: Vec<String> = row.keys().cloned().collect();
                 let sql = format!(
-                    "UPDATE {t} SET ({names}) = (SELECT {names} FROM jsonb_populate_record(NULL::{t}, $1::text::jsonb)) \
-                     WHERE ({keys}) = (SELECT {keys} FROM jsonb_populate_record(NULL::{t}, $2::text::jsonb))"
+                    "UPDATE {t} SET ({names}) = (SELECT {} FROM (SELECT $3::text::jsonb AS nulls) AS e, \
+                       jsonb_populate_record(NULL::{t}, $1::text::jsonb) AS r) \
+                     WHERE ({keys}) = (SELECT {keys} FROM jsonb_populate_record(NULL::{t}, $2::text::jsonb))",
+                    with_json_nulls(&values, json_nulls.iter())
                 );
                 let moved = self
                     .client
-                    .execute(&sql, &[&json(row), &json(old)])
+                    .execute(&sql, &[&json(row), &json(old), &json(json_nulls)])
                     .await
                     .map_err(ConnectorError::query)?;
                 if moved > 0 {
@@ -476,6 +495,7 @@ impl PostgresSink {
                 let upsert = Step::Upsert {
                     columns,
                     rows: vec![row.clone()],
+                    json_nulls: vec![json_nulls.clone()],
                 };
                 return Box::pin(self.run(&upsert, key)).await;
             }
@@ -491,6 +511,27 @@ impl PostgresSink {
             .map(drop)
             .map_err(ConnectorError::query)
     }
+}
+
+/// The select list of `columns` from a populated row `r`, where a column
+/// of `json_nulls` gives JSON's `null` for the rows whose names list it
+/// (`e.nulls`): populating a json or jsonb column from `null` gives NULL.
+fn with_json_nulls<'a>(columns: &[String], json_nulls: impl Iterator<Item = &'a String>) -> String {
+    let named: std::collections::HashSet<&String> = json_nulls.collect();
+    columns
+        .iter()
+        .map(|c| {
+            let column = quote_ident(c);
+            match named.contains(c) {
+                false => format!("r.{column}"),
+                true => format!(
+                    "CASE WHEN e.nulls ? '{}' THEN 'null' ELSE r.{column} END",
+                    c.replace('\'', "''")
+                ),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// `value` as JSON text (a map or a list of maps: serialising cannot fail).

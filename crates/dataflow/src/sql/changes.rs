@@ -15,6 +15,10 @@
 //!   the key, `FULL` the whole row; `NOTHING` gives none and is refused).
 //! - `t`: the table truncated.
 //!
+//! A json or jsonb value that is JSON's `null` is `null` in `after`, as
+//! SQL NULL is; the event names its column in `jsonNulls`, and the steps
+//! carry those names so that the sink writes JSON's `null`, not NULL.
+//!
 //! Consecutive upserts are merged by key (a later event's columns over an
 //! earlier one's) and written by one statement per set of columns;
 //! consecutive deletes by one statement. Anything else ends the run, so
@@ -31,10 +35,12 @@ type Row = Map<String, Value>;
 /// One statement's worth of changes, in order.
 #[derive(Debug, PartialEq)]
 pub(crate) enum Step {
-    /// Rows with the same columns, upserted by key.
+    /// Rows with the same columns, upserted by key; each row's columns
+    /// that hold JSON's `null` (`json_nulls[i]` for `rows[i]`).
     Upsert {
         columns: Vec<String>,
         rows: Vec<Map<String, Value>>,
+        json_nulls: Vec<Vec<String>>,
     },
     /// Rows deleted by their keys (each a map of the key columns).
     Delete {
@@ -44,43 +50,59 @@ pub(crate) enum Step {
     Rekey {
         old: Map<String, Value>,
         row: Map<String, Value>,
+        json_nulls: Vec<String>,
     },
     Truncate,
 }
 
-/// Upserts being merged: by key, in first-seen order.
+/// Upserts being merged: by key, in first-seen order, each row with its
+/// columns that hold JSON's `null`.
 #[derive(Default)]
 struct Upserts {
     order: Vec<String>,
-    rows: HashMap<String, Map<String, Value>>,
+    rows: HashMap<String, (Row, Vec<String>)>,
 }
 
 impl Upserts {
-    fn add(&mut self, identity: String, row: Map<String, Value>) {
+    fn add(&mut self, identity: String, row: Row, json_nulls: Vec<String>) {
         match self.rows.get_mut(&identity) {
-            Some(merged) => merged.extend(row),
+            Some((merged, nulls)) => {
+                nulls.retain(|c| !row.contains_key(c));
+                nulls.extend(json_nulls);
+                merged.extend(row);
+            }
             None => {
                 self.order.push(identity.clone());
-                self.rows.insert(identity, row);
+                self.rows.insert(identity, (row, json_nulls));
             }
         }
     }
 
     /// The merged rows as steps, one per set of columns.
     fn flush(&mut self, steps: &mut Vec<Step>) {
-        let mut groups: Vec<(Vec<String>, Vec<Row>)> = Vec::new();
+        let mut groups: Vec<Step> = Vec::new();
         for identity in self.order.drain(..) {
-            let Some(row) = self.rows.remove(&identity) else {
+            let Some((row, nulls)) = self.rows.remove(&identity) else {
                 continue;
             };
-            let mut columns: Vec<String> = row.keys().cloned().collect();
-            columns.sort();
-            match groups.iter_mut().find(|(c, _)| *c == columns) {
-                Some((_, rows)) => rows.push(row),
-                None => groups.push((columns, vec![row])),
+            let mut names: Vec<String> = row.keys().cloned().collect();
+            names.sort();
+            match groups
+                .iter_mut()
+                .find(|step| matches!(step, Step::Upsert { columns, .. } if *columns == names))
+            {
+                Some(Step::Upsert { rows, json_nulls, .. }) => {
+                    rows.push(row);
+                    json_nulls.push(nulls);
+                }
+                _ => groups.push(Step::Upsert {
+                    columns: names,
+                    rows: vec![row],
+                    json_nulls: vec![nulls],
+                }),
             }
         }
-        steps.extend(groups.into_iter().map(|(columns, rows)| Step::Upsert { columns, rows }));
+        steps.append(&mut groups);
     }
 }
 
@@ -92,6 +114,15 @@ fn key_of(row: &Map<String, Value>, key: &[String], what: &str) -> Result<Map<St
             Some(v) => Ok((k.clone(), v.clone())),
         })
         .collect()
+}
+
+/// The columns of the event's `after` that hold JSON's `null`.
+fn json_nulls(event: Option<&Map<String, Value>>) -> Vec<String> {
+    event
+        .and_then(|e| e.get("jsonNulls"))
+        .and_then(Value::as_array)
+        .map(|names| names.iter().filter_map(Value::as_str).map(str::to_owned).collect())
+        .unwrap_or_default()
 }
 
 /// A key as text, to tell keys apart.
@@ -137,15 +168,17 @@ pub(crate) fn plan(messages: &[Message], key: &[String]) -> Result<Vec<Step>, St
                         keys: std::mem::take(&mut deletes),
                     });
                 }
+                let json_nulls = json_nulls(event);
                 match old_key.filter(|old| *old != new_key) {
                     Some(old) => {
                         upserts.flush(&mut steps);
                         steps.push(Step::Rekey {
                             old,
                             row: after.clone(),
+                            json_nulls,
                         });
                     }
-                    None => upserts.add(identity(&new_key), after.clone()),
+                    None => upserts.add(identity(&new_key), after.clone(), json_nulls),
                 }
             }
             Some("d") => {
@@ -212,11 +245,13 @@ mod tests {
                     rows: vec![
                         map(json!({"id": 1, "a": 2, "b": "x"})),
                         map(json!({"id": 2, "a": 3, "b": "y"}))
-                    ]
+                    ],
+                    json_nulls: vec![vec![], vec![]]
                 },
                 Step::Upsert {
                     columns: vec!["a".into(), "id".into()],
-                    rows: vec![map(json!({"id": 3, "a": 4}))]
+                    rows: vec![map(json!({"id": 3, "a": 4}))],
+                    json_nulls: vec![vec![]]
                 },
             ]
         );
@@ -242,23 +277,62 @@ mod tests {
             vec![
                 Step::Upsert {
                     columns: vec!["a".into(), "id".into()],
-                    rows: vec![map(json!({"id": 1, "a": 1}))]
+                    rows: vec![map(json!({"id": 1, "a": 1}))],
+                    json_nulls: vec![vec![]]
                 },
                 Step::Delete {
                     keys: vec![map(json!({"id": 1})), map(json!({"id": 2}))]
                 },
                 Step::Upsert {
                     columns: vec!["a".into(), "id".into()],
-                    rows: vec![map(json!({"id": 1, "a": 5}))]
+                    rows: vec![map(json!({"id": 1, "a": 5}))],
+                    json_nulls: vec![vec![]]
                 },
                 Step::Rekey {
                     old: map(json!({"id": 1})),
-                    row: map(json!({"id": 7, "a": 6}))
+                    row: map(json!({"id": 7, "a": 6})),
+                    json_nulls: vec![]
                 },
                 Step::Truncate,
                 Step::Upsert {
                     columns: vec!["id".into()],
-                    rows: vec![map(json!({"id": 8}))]
+                    rows: vec![map(json!({"id": 8}))],
+                    json_nulls: vec![vec![]]
+                },
+            ]
+        );
+    }
+
+    /// A column's JSON `null` stays named through merging, until a later
+    /// event of the key gives the column a value; a key change keeps its
+    /// own.
+    #[test]
+    fn json_nulls_follow_their_rows_through_merging() {
+        let steps = plan(
+            &events(vec![
+                json!({"op": "c", "after": {"id": 1, "a": null, "b": null}, "jsonNulls": ["a", "b"]}),
+                json!({"op": "u", "before": null, "after": {"id": 1, "a": {"x": 1}}}),
+                json!({"op": "c", "after": {"id": 2, "a": null, "b": null}, "jsonNulls": ["b"]}),
+                json!({"op": "u", "before": {"id": 2}, "after": {"id": 3, "a": null}, "jsonNulls": ["a"]}),
+            ]),
+            &["id".into()],
+        )
+        .unwrap();
+        assert_eq!(
+            steps,
+            vec![
+                Step::Upsert {
+                    columns: columns(),
+                    rows: vec![
+                        map(json!({"id": 1, "a": {"x": 1}, "b": null})),
+                        map(json!({"id": 2, "a": null, "b": null}))
+                    ],
+                    json_nulls: vec![vec!["b".into()], vec!["b".into()]]
+                },
+                Step::Rekey {
+                    old: map(json!({"id": 2})),
+                    row: map(json!({"id": 3, "a": null})),
+                    json_nulls: vec!["a".into()]
                 },
             ]
         );

@@ -96,8 +96,14 @@ fn pg_time_ms(micros: u64) -> i64 {
     (micros as i64) / 1000 + UNIX_TO_PG_MS
 }
 
+/// How a json or jsonb value that is JSON's `null` travels inside the
+/// source, where `null` is SQL NULL: a string no PostgreSQL value can be
+/// (text holds no NUL byte). Events leave with [`settle_json_nulls`].
+const JSON_NULL: &str = "\0null";
+
 /// A column's text value as JSON by its type: numbers, booleans and JSON
-/// as themselves, everything else as its text.
+/// as themselves (JSON's `null` as [`JSON_NULL`]), everything else as its
+/// text.
 pub fn value_of(type_oid: u32, text: &str) -> Value {
     match type_oid {
         16 => Value::Bool(text == "t"),
@@ -116,8 +122,36 @@ pub fn value_of(type_oid: u32, text: &str) -> Value {
             .filter(|f| f.to_string() == text)
             .and_then(serde_json::Number::from_f64)
             .map_or_else(|| Value::String(text.into()), Value::Number),
-        114 | 3802 => serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.into())),
+        114 | 3802 => match serde_json::from_str(text) {
+            Ok(Value::Null) => Value::String(JSON_NULL.into()),
+            Ok(value) => value,
+            Err(_) => Value::String(text.into()),
+        },
         _ => Value::String(text.into()),
+    }
+}
+
+/// An event as it leaves the source: each json or jsonb value of `after`
+/// that is JSON's `null` becomes `null`, its column named in `jsonNulls`
+/// (so a sink tells it from SQL NULL); in `before` it becomes `null`
+/// unnamed.
+pub fn settle_json_nulls(event: &mut Value) {
+    let mut named = Vec::new();
+    for field in ["after", "before"] {
+        let Some(row) = event.get_mut(field).and_then(Value::as_object_mut) else {
+            continue;
+        };
+        for (column, value) in row.iter_mut() {
+            if value.as_str() == Some(JSON_NULL) {
+                *value = Value::Null;
+                if field == "after" {
+                    named.push(Value::String(column.clone()));
+                }
+            }
+        }
+    }
+    if !named.is_empty() {
+        event["jsonNulls"] = Value::Array(named);
     }
 }
 
@@ -484,5 +518,27 @@ mod tests {
         assert_eq!(value_of(1700, "12.5"), json!(12.5));
         assert_eq!(value_of(25, "x"), json!("x"));
         assert_eq!(value_of(3802, "{bad"), json!("{bad"));
+    }
+
+    /// JSON's `null` in a json or jsonb column is told apart from SQL NULL:
+    /// `null` either way, the former named in `jsonNulls` (of `after`).
+    #[test]
+    fn a_json_null_is_named_apart_from_sql_null() {
+        let mut event = json!({
+            "op": "u",
+            "before": {"id": 1, "doc": value_of(3802, "null")},
+            "after": {"id": 1, "doc": value_of(3802, "null"), "meta": value_of(114, " null "),
+                      "gone": null, "kept": value_of(3802, "{\"a\": null}"), "text": value_of(25, "null")},
+        });
+        settle_json_nulls(&mut event);
+        assert_eq!(event["jsonNulls"], json!(["doc", "meta"]));
+        assert_eq!(event["after"]["doc"], Value::Null);
+        assert_eq!(event["after"]["meta"], Value::Null);
+        assert_eq!(event["after"]["kept"], json!({"a": null}));
+        assert_eq!(event["after"]["text"], "null");
+        assert_eq!(event["before"]["doc"], Value::Null);
+        let mut plain = json!({"op": "c", "before": null, "after": {"id": 2, "doc": null}});
+        settle_json_nulls(&mut plain);
+        assert_eq!(plain.get("jsonNulls"), None, "only where there is one");
     }
 }

@@ -10,7 +10,7 @@ use serde_json::Value;
 use tokio::sync::{Notify, mpsc};
 
 use super::chunks::Chunking;
-use super::pgoutput::Decoder;
+use super::pgoutput::{Decoder, settle_json_nulls};
 use super::position::Order;
 use super::slot::Plan;
 use super::snapshot::{SnapshotMark, snapshot};
@@ -89,7 +89,8 @@ pub(super) struct Outbox {
 }
 
 impl Outbox {
-    pub(super) async fn push(&mut self, message: Value, position: Position) -> Result<(), ConnectorError> {
+    pub(super) async fn push(&mut self, mut message: Value, position: Position) -> Result<(), ConnectorError> {
+        settle_json_nulls(&mut message);
         self.pending.push(Record {
             message: Message::new(message),
             position,
