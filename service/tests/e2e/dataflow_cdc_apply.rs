@@ -47,6 +47,11 @@ fn values(rng: &mut impl Rng, k: u32) -> Vec<String> {
         bytes,
         "gen_random_uuid()".to_owned(),
         format!("E'it''s \\\\ {k} ünï'"),
+        // A domain over jsonb: read as jsonb is, its JSON null too.
+        match rng.random_ratio(1, 4) {
+            true => "'null'".to_owned(),
+            false => format!("'[{k}, {{\"d\": true}}]'"),
+        },
     ];
     texts
         .into_iter()
@@ -64,7 +69,7 @@ fn values(rng: &mut impl Rng, k: u32) -> Vec<String> {
 /// in the row even compressed.
 const BIG: &str = "(SELECT string_agg(md5(random()::text), '') FROM generate_series(1, 200))";
 
-const COLUMNS: [&str; 7] = ["n", "ts", "doc", "tags", "raw", "u", "note"];
+const COLUMNS: [&str; 8] = ["n", "ts", "doc", "tags", "raw", "u", "note", "dd"];
 
 /// 50,000 random changes (inserts, updates of some columns and of the
 /// key, updates that leave a TOASTed value alone, deletes, NULLs and jsonb
@@ -79,12 +84,14 @@ async fn a_random_workload_applied_by_key_leaves_the_sink_equal_to_the_source() 
     let db = db().await;
     let (src, dst) = (unique("apply_src"), unique("apply_dst"));
     db.batch_execute(&format!(
-        "CREATE TABLE {src} (id int PRIMARY KEY, n numeric(30, 10), ts timestamptz, doc jsonb, tags text[], \
-           raw bytea, u uuid, note text, big text);
+        "CREATE DOMAIN {src}_doc AS jsonb;
+         CREATE TABLE {src} (id int PRIMARY KEY, n numeric(30, 10), ts timestamptz, doc jsonb, tags text[], \
+           raw bytea, u uuid, note text, dd {src}_doc, big text);
          CREATE TABLE {dst} (LIKE {src} INCLUDING ALL);
          INSERT INTO {src} SELECT g, g * 1.5, now(), \
            CASE g % 3 WHEN 0 THEN 'null'::jsonb WHEN 1 THEN jsonb_build_object('g', g) END, ARRAY['s'], '\\x01', \
-           gen_random_uuid(), 'snapshot', {BIG} FROM generate_series(1, 500) g;"
+           gen_random_uuid(), 'snapshot', CASE g % 2 WHEN 0 THEN 'null' ELSE jsonb_build_array(g) END, {BIG} \
+           FROM generate_series(1, 500) g;"
     ))
     .await
     .unwrap();
@@ -194,7 +201,9 @@ async fn a_random_workload_applied_by_key_leaves_the_sink_equal_to_the_source() 
         "moved rows kept their TOASTed value"
     );
     assert_eq!(a.delete(&format!("/api/v1/dataflows/{name}")).await.0, 204);
-    db.batch_execute(&format!("DROP TABLE {src}, {dst}")).await.unwrap();
+    db.batch_execute(&format!("DROP TABLE {src}, {dst}; DROP DOMAIN {src}_doc"))
+        .await
+        .unwrap();
 }
 
 /// Waits until `sql` (a count of differing rows) is 0, showing the

@@ -53,7 +53,7 @@ use crate::context::PipelineContext;
 use crate::message::Message;
 use crate::sql::changes::{self, Step};
 use crate::sql::positions::{self, PositionRow};
-use crate::sql::{connect, quote, quote_ident};
+use crate::sql::{connect, literal, quote, quote_ident};
 use serde::Deserialize;
 use sless_model::dataflow::SecretRef;
 use sless_model::{FieldError, ValidationErrors};
@@ -476,8 +476,8 @@ impl PostgresSink {
                 let names = list(&mut row.keys());
                 let values: Vec<String> = row.keys().cloned().collect();
                 let sql = format!(
-                    "UPDATE {t} SET ({names}) = (SELECT {} FROM (SELECT $3::text::jsonb AS nulls) AS e, \
-                       jsonb_populate_record(NULL::{t}, $1::text::jsonb) AS r) \
+                    "UPDATE {t} SET ({names}) = (SELECT {} FROM (SELECT $1::text::jsonb AS doc, $3::text::jsonb AS nulls) AS e, \
+                       jsonb_populate_record(NULL::{t}, e.doc) AS r) \
                      WHERE ({keys}) = (SELECT {keys} FROM jsonb_populate_record(NULL::{t}, $2::text::jsonb))",
                     with_json_nulls(&values, json_nulls.iter())
                 );
@@ -513,9 +513,10 @@ impl PostgresSink {
     }
 }
 
-/// The select list of `columns` from a populated row `r`, where a column
-/// of `json_nulls` gives JSON's `null` for the rows whose names list it
-/// (`e.nulls`): populating a json or jsonb column from `null` gives NULL.
+/// The select list of `columns` from a row `r` populated from `e.doc`,
+/// where a column of `json_nulls` gives JSON's `null` for the rows whose
+/// names list it (`e.nulls`) and whose value is `null`: populating a json
+/// or jsonb column from `null` gives NULL.
 fn with_json_nulls<'a>(columns: &[String], json_nulls: impl Iterator<Item = &'a String>) -> String {
     let named: std::collections::HashSet<&String> = json_nulls.collect();
     columns
@@ -524,10 +525,13 @@ fn with_json_nulls<'a>(columns: &[String], json_nulls: impl Iterator<Item = &'a 
             let column = quote_ident(c);
             match named.contains(c) {
                 false => format!("r.{column}"),
-                true => format!(
-                    "CASE WHEN e.nulls ? '{}' THEN 'null' ELSE r.{column} END",
-                    c.replace('\'', "''")
-                ),
+                true => {
+                    let name = literal(c);
+                    format!(
+                        "CASE WHEN e.nulls ? {name} AND jsonb_typeof(e.doc -> {name}) = 'null' \
+                         THEN 'null' ELSE r.{column} END"
+                    )
+                }
             }
         })
         .collect::<Vec<_>>()

@@ -16,8 +16,9 @@
 //! - `t`: the table truncated.
 //!
 //! A json or jsonb value that is JSON's `null` is `null` in `after`, as
-//! SQL NULL is; the event names its column in `jsonNulls`, and the steps
-//! carry those names so that the sink writes JSON's `null`, not NULL.
+//! SQL NULL is; the event names its column in `nulls` (`{"doc": "json"}`),
+//! and the steps carry those names so that the sink writes JSON's `null`,
+//! not NULL.
 //!
 //! Consecutive upserts are merged by key (a later event's columns over an
 //! earlier one's) and written by one statement per set of columns;
@@ -119,9 +120,15 @@ fn key_of(row: &Map<String, Value>, key: &[String], what: &str) -> Result<Map<St
 /// The columns of the event's `after` that hold JSON's `null`.
 fn json_nulls(event: Option<&Map<String, Value>>) -> Vec<String> {
     event
-        .and_then(|e| e.get("jsonNulls"))
-        .and_then(Value::as_array)
-        .map(|names| names.iter().filter_map(Value::as_str).map(str::to_owned).collect())
+        .and_then(|e| e.get("nulls"))
+        .and_then(Value::as_object)
+        .map(|named| {
+            named
+                .iter()
+                .filter(|(_, kind)| kind.as_str() == Some("json"))
+                .map(|(column, _)| column.clone())
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -310,10 +317,10 @@ mod tests {
     fn json_nulls_follow_their_rows_through_merging() {
         let steps = plan(
             &events(vec![
-                json!({"op": "c", "after": {"id": 1, "a": null, "b": null}, "jsonNulls": ["a", "b"]}),
+                json!({"op": "c", "after": {"id": 1, "a": null, "b": null}, "nulls": {"a": "json", "b": "json"}}),
                 json!({"op": "u", "before": null, "after": {"id": 1, "a": {"x": 1}}}),
-                json!({"op": "c", "after": {"id": 2, "a": null, "b": null}, "jsonNulls": ["b"]}),
-                json!({"op": "u", "before": {"id": 2}, "after": {"id": 3, "a": null}, "jsonNulls": ["a"]}),
+                json!({"op": "c", "after": {"id": 2, "a": null, "b": null}, "nulls": {"b": "json", "a": "other"}}),
+                json!({"op": "u", "before": {"id": 2}, "after": {"id": 3, "a": null}, "nulls": {"a": "json"}}),
             ]),
             &["id".into()],
         )

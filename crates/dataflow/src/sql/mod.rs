@@ -259,6 +259,11 @@ pub fn quote_ident(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
 }
 
+/// `text` as an escape string literal, whatever `standard_conforming_strings` is.
+pub fn literal(text: &str) -> String {
+    format!("E'{}'", text.replace('\\', "\\\\").replace('\'', "''"))
+}
+
 /// `name` or `schema.name`, each part `[A-Za-z_][A-Za-z0-9_]*`, quoted.
 pub fn quote(name: &str) -> Result<String, ConnectorError> {
     let parts: Vec<&str> = name.split('.').collect();

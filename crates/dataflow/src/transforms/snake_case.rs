@@ -73,6 +73,20 @@ mod tests {
         );
     }
 
+    /// A change event's `nulls` keeps its name, and with `deep` its keys
+    /// follow `after`'s: the sink still finds the JSON nulls.
+    #[test]
+    fn a_change_events_json_nulls_follow_its_columns() {
+        let event = json!({"op": "c", "after": {"userDoc": null}, "nulls": {"userDoc": "json"}});
+        let shallow = SnakeCase::new(&CaseConfig { deep: false }).apply(Message::new(event.clone()));
+        assert_eq!(shallow[0].data, event);
+        let deep = SnakeCase::new(&CaseConfig { deep: true }).apply(Message::new(event));
+        assert_eq!(
+            deep[0].data,
+            json!({"op": "c", "after": {"user_doc": null}, "nulls": {"user_doc": "json"}})
+        );
+    }
+
     #[test]
     fn keys_that_meet_under_one_name_keep_the_value_of_the_last_in_key_order() {
         let snake = SnakeCase::new(&CaseConfig { deep: false });

@@ -395,12 +395,13 @@ async fn applied_changes_key_by_the_primary_key_without_its_included_columns() {
     db.batch_execute(&format!("DROP TABLE {table}")).await.unwrap();
 }
 
-/// `applyChanges` writes JSON's `null` where the event names it
-/// (`jsonNulls`), NULL where it does not: through an upsert, a merge of
-/// two events of one key, a key change, and a key change whose old row is
-/// not there (written whole); json, jsonb, a domain over jsonb, and a
-/// column name with a quote in it. A name the event gives a column that
-/// cannot hold JSON is refused with the server's reason.
+/// `applyChanges` writes JSON's `null` where the event names it (`nulls`)
+/// and the value is `null`, NULL where it does not: through an upsert, a
+/// merge of two events of one key, a key change, and a key change whose
+/// old row is not there (written whole); json, jsonb, a domain over jsonb,
+/// and a column name with a quote and a backslash in it. A name given a
+/// value is written as the value; one given a column that cannot hold
+/// JSON is refused with the server's reason.
 #[tokio::test]
 async fn applied_changes_keep_json_null_apart_from_sql_null() {
     let db = db().await;
@@ -408,47 +409,56 @@ async fn applied_changes_keep_json_null_apart_from_sql_null() {
     let domain = format!("{table}_doc");
     db.batch_execute(&format!(
         "CREATE DOMAIN {domain} AS jsonb;
-         CREATE TABLE {table} (id int PRIMARY KEY, j json, b jsonb, d {domain}, \"it's\" jsonb, n int)"
+         CREATE TABLE {table} (id int PRIMARY KEY, j json, b jsonb, d {domain}, \"it's\\\" jsonb, n int)"
     ))
     .await
     .unwrap();
     let sink = sink(&table, json!({"applyChanges": true})).await;
-    let all = ["j", "b", "d", "it's"];
+    let odd = "it's\\";
+    let all = json!({"j": "json", "b": "json", "d": "json", odd: "json"});
     let events = [
-        json!({"op": "c", "after": {"id": 1, "j": null, "b": null, "d": null, "it's": null, "n": null}, "jsonNulls": all}),
-        json!({"op": "c", "after": {"id": 2, "j": null, "b": null, "d": null, "it's": null, "n": 1}}),
-        json!({"op": "c", "after": {"id": 3, "j": null, "b": null, "d": null, "it's": null, "n": 2}, "jsonNulls": ["b"]}),
-        json!({"op": "u", "before": null, "after": {"id": 3, "b": {"x": null}, "d": null}, "jsonNulls": ["d"]}),
-        json!({"op": "u", "before": {"id": 2}, "after": {"id": 4, "j": null, "b": null, "d": null, "it's": null, "n": 1},
-               "jsonNulls": ["j", "it's"]}),
-        json!({"op": "u", "before": {"id": 99}, "after": {"id": 5, "j": [1], "b": null, "d": null, "it's": null, "n": 3},
-               "jsonNulls": ["b"]}),
+        json!({"op": "c", "after": {"id": 1, "j": null, "b": null, "d": null, odd: null, "n": null}, "nulls": all}),
+        json!({"op": "c", "after": {"id": 2, "j": null, "b": null, "d": null, odd: null, "n": 1}}),
+        json!({"op": "c", "after": {"id": 3, "j": null, "b": null, "d": null, odd: null, "n": 2}, "nulls": {"b": "json"}}),
+        json!({"op": "u", "before": null, "after": {"id": 3, "b": {"x": null}, "d": null, "j": [2]}, "nulls": {"d": "json", "j": "json"}}),
+        json!({"op": "u", "before": {"id": 2}, "after": {"id": 4, "j": null, "b": null, "d": null, odd: null, "n": 1},
+               "nulls": {"j": "json", odd: "json"}}),
+        json!({"op": "u", "before": {"id": 99}, "after": {"id": 5, "j": [1], "b": null, "d": null, odd: null, "n": 3},
+               "nulls": {"b": "json"}}),
     ];
     let messages: Vec<Message> = events.into_iter().map(Message::new).collect();
     sink.write(&messages).await.unwrap();
     let rows = db
         .query(
             &format!(
-                "SELECT id, (j IS NULL, b IS NULL, d IS NULL, \"it's\" IS NULL)::text, b::text FROM {table} ORDER BY id"
+                "SELECT id, (j IS NULL, b IS NULL, d IS NULL, \"it's\\\" IS NULL)::text, j::text, b::text FROM {table} ORDER BY id"
             ),
             &[],
         )
         .await
         .unwrap()
         .iter()
-        .map(|r| (r.get::<_, i32>(0), r.get::<_, String>(1), r.get::<_, Option<String>>(2)))
+        .map(|r| {
+            let j: Option<String> = r.get(2);
+            (r.get::<_, i32>(0), r.get::<_, String>(1), j, r.get::<_, Option<String>>(3))
+        })
         .collect::<Vec<_>>();
-    let null = Some("null".to_owned());
+    let null = || Some("null".to_owned());
     assert_eq!(
         rows,
         [
-            (1, "(f,f,f,f)".to_owned(), null.clone()),
-            (3, "(t,f,f,t)".to_owned(), Some("{\"x\": null}".to_owned())),
-            (4, "(f,t,t,f)".to_owned(), None),
-            (5, "(f,f,t,t)".to_owned(), null),
+            (1, "(f,f,f,f)".to_owned(), null(), null()),
+            (
+                3,
+                "(f,f,f,t)".to_owned(),
+                Some("[2]".to_owned()),
+                Some("{\"x\": null}".to_owned())
+            ),
+            (4, "(f,t,t,f)".to_owned(), null(), None),
+            (5, "(f,f,t,t)".to_owned(), Some("[1]".to_owned()), null()),
         ]
     );
-    let wrong = json!({"op": "c", "after": {"id": 6, "n": null}, "jsonNulls": ["n"]});
+    let wrong = json!({"op": "c", "after": {"id": 6, "n": null}, "nulls": {"n": "json"}});
     let error = sink.write(&[Message::new(wrong)]).await.unwrap_err();
     assert!(error.to_string().contains("integer"), "{error}");
     db.batch_execute(&format!("DROP TABLE {table}; DROP DOMAIN {domain}"))

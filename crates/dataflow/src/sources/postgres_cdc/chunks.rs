@@ -50,11 +50,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use tokio::sync::Notify;
 
-use super::pgoutput::{now_ms, snapshot_event, value_of};
+use super::pgoutput::{Domains, now_ms, snapshot_event, value_of};
 use super::position::Order;
 use super::snapshot::SnapshotMark;
 use crate::checkpoint::CheckpointStore;
-use crate::sql::{quote, quote_ident, replication};
+use crate::sql::{literal, quote, quote_ident, replication};
 use crate::{ConnectorError, store_error};
 use sless_model::dataflow::SnapshotRequest;
 use sless_runtime::sync::Unpoisoned;
@@ -415,11 +415,6 @@ fn text_of(value: &Value) -> String {
     }
 }
 
-/// `text` as an escape string literal, whatever `standard_conforming_strings` is.
-fn literal(text: &str) -> String {
-    format!("E'{}'", text.replace('\\', "\\\\").replace('\'', "''"))
-}
-
 /// The key columns' values of `row`, when it has them all, none NULL (an
 /// identity index's old row leaves the other columns NULL).
 fn key_values(row: &Row, key: &[String]) -> Option<Row> {
@@ -649,6 +644,8 @@ pub(super) struct Chunking {
     state: Mutex<State>,
     /// The chunk out is written: the next may start.
     free: Notify,
+    /// Rows are read as the stream reads them: a domain by its base type.
+    domains: Domains,
 }
 
 impl Chunking {
@@ -659,8 +656,10 @@ impl Chunking {
         mark: Arc<SnapshotMark>,
         done: Cursor,
         since: Option<u64>,
+        domains: Domains,
     ) -> Self {
         Self {
+            domains,
             prefix: format!("sless.snapshot.{slot}"),
             nonce: format!("{:016x}", rand::random::<u64>()),
             size,
@@ -741,7 +740,10 @@ impl Chunking {
                 return Ok(());
             };
             if !tables.contains_key(name) {
-                tables.insert(name.clone(), Table::describe(sql, name).await?);
+                let mut table = Table::describe(sql, name).await?;
+                // Read as the stream reads them: a domain by its base type.
+                table.types.values_mut().for_each(|oid| *oid = self.domains.base(*oid));
+                tables.insert(name.clone(), table);
             }
             let table = &tables[name];
             let after = cursor.after.as_ref().filter(|after| {

@@ -81,7 +81,7 @@ mod streams;
 use self::chunks::{Chunking, Cursor, DEFAULT_CHUNK, MAX_CHUNK};
 pub use self::names::name_prefix;
 use self::names::{comment, names, owned, publication_comment, valid_name};
-use self::pgoutput::lsn_text;
+use self::pgoutput::{Domains, lsn_text};
 use self::position::{Order, last_change};
 use self::reading::{Inbox, Job, Outbox, Shared, run};
 use self::slot::{Plan, consistent_point, drop_slot, plan, slot_position};
@@ -295,13 +295,37 @@ async fn chunking(
     slot: &str,
     mark: &Arc<SnapshotMark>,
     (cursor, since): (Cursor, Option<u64>),
+    domains: &Domains,
 ) -> Result<Arc<Chunking>, ConnectorError> {
     tracing::info!(dataflow = %ctx.id, tables = ?cursor.tables, after = cursor.after.is_some(), "snapshot in chunks");
     let size = config.snapshot_chunk_size.unwrap_or(DEFAULT_CHUNK).clamp(1, MAX_CHUNK);
     let store = ctx.checkpoint.clone();
-    let chunking = Arc::new(Chunking::new(slot, size, store, mark.clone(), cursor, since));
+    let chunking = Arc::new(Chunking::new(
+        slot,
+        size,
+        store,
+        mark.clone(),
+        cursor,
+        since,
+        domains.clone(),
+    ));
     chunking.start().await?;
     Ok(chunking)
+}
+
+/// Each domain's base type on the server (through domains over domains).
+async fn domains(client: &tokio_postgres::Client) -> Result<Domains, ConnectorError> {
+    let rows = client
+        .query(
+            "WITH RECURSIVE d(oid, base) AS ( \
+               SELECT oid, typbasetype FROM pg_type WHERE typtype = 'd' \
+               UNION ALL SELECT d.oid, t.typbasetype FROM d JOIN pg_type t ON t.oid = d.base WHERE t.typtype = 'd') \
+             SELECT d.oid, d.base FROM d JOIN pg_type t ON t.oid = d.base WHERE t.typtype <> 'd'",
+            &[],
+        )
+        .await
+        .map_err(ConnectorError::query)?;
+    Ok(Domains::new(rows.iter().map(|row| (row.get(0), row.get(1))).collect()))
 }
 
 /// Reading tables again while the stream runs needs watermarks, which
@@ -339,6 +363,7 @@ impl super::Open for PostgresCdcSource {
                  ALTER SYSTEM SET wal_level = logical, then restart it"
             )));
         }
+        let domains = domains(&client).await?;
         let (slot, publication) = names(config, &ctx.id);
         let prefix = name_prefix(ctx.tenant());
         for (field, given) in [
@@ -458,7 +483,7 @@ impl super::Open for PostgresCdcSource {
                 let chunking = match chunked {
                     true => {
                         let from = snapshot_from(ctx, &table_names, position.is_some(), resumed, again).await?;
-                        Some(chunking(config, ctx, &slot, &mark, from).await?)
+                        Some(chunking(config, ctx, &slot, &mark, from, &domains).await?)
                     }
                     false => None,
                 };
@@ -497,6 +522,7 @@ impl super::Open for PostgresCdcSource {
                     spill_dir: ctx.budget.spill_dir.clone(),
                     spill: ctx.budget.spill.clone(),
                     chunks: job_chunks,
+                    domains,
                 })
             }
         };

@@ -97,8 +97,10 @@ fn pg_time_ms(micros: u64) -> i64 {
 }
 
 /// How a json or jsonb value that is JSON's `null` travels inside the
-/// source, where `null` is SQL NULL: a string no PostgreSQL value can be
-/// (text holds no NUL byte). Events leave with [`settle_json_nulls`].
+/// source, where `null` is SQL NULL: a string beginning with a NUL, which
+/// no text value holds; a json string that begins with one (json, unlike
+/// jsonb, keeps `\u0000`) travels with one more. Events leave with
+/// [`settle_json_nulls`].
 const JSON_NULL: &str = "\0null";
 
 /// A column's text value as JSON by its type: numbers, booleans and JSON
@@ -124,6 +126,7 @@ pub fn value_of(type_oid: u32, text: &str) -> Value {
             .map_or_else(|| Value::String(text.into()), Value::Number),
         114 | 3802 => match serde_json::from_str(text) {
             Ok(Value::Null) => Value::String(JSON_NULL.into()),
+            Ok(Value::String(s)) if s.starts_with('\0') => Value::String(format!("\0{s}")),
             Ok(value) => value,
             Err(_) => Value::String(text.into()),
         },
@@ -132,26 +135,33 @@ pub fn value_of(type_oid: u32, text: &str) -> Value {
 }
 
 /// An event as it leaves the source: each json or jsonb value of `after`
-/// that is JSON's `null` becomes `null`, its column named in `jsonNulls`
-/// (so a sink tells it from SQL NULL); in `before` it becomes `null`
-/// unnamed.
+/// that is JSON's `null` becomes `null`, its column named in `nulls`
+/// (`{"doc": "json"}`: a name no case transformation changes, and keys that
+/// a deep one renames with `after`'s), so a sink tells it from SQL NULL; in
+/// `before` it becomes `null` unnamed. A json string that began with a NUL
+/// loses the one it travelled with.
 pub fn settle_json_nulls(event: &mut Value) {
-    let mut named = Vec::new();
+    let mut named = Map::new();
     for field in ["after", "before"] {
         let Some(row) = event.get_mut(field).and_then(Value::as_object_mut) else {
             continue;
         };
         for (column, value) in row.iter_mut() {
-            if value.as_str() == Some(JSON_NULL) {
+            let Some(text) = value.as_str().filter(|t| t.starts_with('\0')) else {
+                continue;
+            };
+            if text == JSON_NULL {
                 *value = Value::Null;
                 if field == "after" {
-                    named.push(Value::String(column.clone()));
+                    named.insert(column.clone(), Value::String("json".into()));
                 }
+            } else {
+                *value = Value::String(text[1..].to_owned());
             }
         }
     }
     if !named.is_empty() {
-        event["jsonNulls"] = Value::Array(named);
+        event["nulls"] = Value::Object(named);
     }
 }
 
@@ -177,10 +187,31 @@ fn tuple(r: &mut Reader, relation: &Relation) -> Result<Option<Value>, DecodeErr
     Ok(Some(Value::Object(row)))
 }
 
+/// The base type of each domain on the server (a domain over a domain, its
+/// last base), as the source found them when it started: a column of a
+/// domain type is read as its base type is (JSON as JSON, numbers as
+/// numbers), as a query's rows give it. A domain made later reads as text
+/// until the dataflow starts again.
+#[derive(Debug, Clone, Default)]
+pub struct Domains(std::sync::Arc<HashMap<u32, u32>>);
+
+impl Domains {
+    pub fn new(bases: HashMap<u32, u32>) -> Self {
+        Self(std::sync::Arc::new(bases))
+    }
+
+    /// `oid`'s base type, or `oid` when it is no domain's.
+    pub fn base(&self, oid: u32) -> u32 {
+        self.0.get(&oid).copied().unwrap_or(oid)
+    }
+}
+
 /// Decodes a stream of messages. Relations are remembered across
 /// transactions.
 #[derive(Debug, Default)]
 pub struct Decoder {
+    /// Column types are read as their domains' base types.
+    domains: Domains,
     relations: HashMap<u32, Relation>,
     open: Option<Open>,
     /// The prefix of the logical messages kept ([`Decoder::watching`]).
@@ -204,12 +235,20 @@ impl Decoder {
         self.open.is_some()
     }
 
+    /// A decoder reading columns of `domains` by their base types.
+    pub fn new(domains: Domains) -> Self {
+        Self {
+            domains,
+            ..Self::default()
+        }
+    }
+
     /// Keeps the content of transactional logical messages with `prefix`
     /// (`pg_logical_emit_message`; pgoutput sends them with `messages`).
-    pub fn watching(prefix: String) -> Self {
+    pub fn watching(self, prefix: String) -> Self {
         Self {
             watched: Some(prefix),
-            ..Self::default()
+            ..self
         }
     }
 
@@ -257,7 +296,7 @@ impl Decoder {
                 for _ in 0..count {
                     let _flags = r.u8()?;
                     let name = r.string()?;
-                    let type_oid = r.u32()?;
+                    let type_oid = self.domains.base(r.u32()?);
                     let _modifier = r.u32()?;
                     columns.push(Column { name, type_oid });
                 }
@@ -492,7 +531,7 @@ mod tests {
             m.extend(content.as_bytes());
             m
         };
-        let mut d = Decoder::watching("sless.snapshot.s".into());
+        let mut d = Decoder::default().watching("sless.snapshot.s".into());
         let mut changes = Vec::new();
         d.feed(1, &message(1, "sless.snapshot.s", "a:1:L"), &mut changes)
             .unwrap();
@@ -521,24 +560,28 @@ mod tests {
     }
 
     /// JSON's `null` in a json or jsonb column is told apart from SQL NULL:
-    /// `null` either way, the former named in `jsonNulls` (of `after`).
+    /// `null` either way, the former named in `nulls` (of `after`); a json
+    /// string that looks like the way it travels stays that string.
     #[test]
     fn a_json_null_is_named_apart_from_sql_null() {
         let mut event = json!({
             "op": "u",
             "before": {"id": 1, "doc": value_of(3802, "null")},
             "after": {"id": 1, "doc": value_of(3802, "null"), "meta": value_of(114, " null "),
-                      "gone": null, "kept": value_of(3802, "{\"a\": null}"), "text": value_of(25, "null")},
+                      "gone": null, "kept": value_of(3802, "{\"a\": null}"), "text": value_of(25, "null"),
+                      "odd": value_of(114, "\"\\u0000null\""), "odder": value_of(114, "\"\\u0000\\u0000x\"")},
         });
         settle_json_nulls(&mut event);
-        assert_eq!(event["jsonNulls"], json!(["doc", "meta"]));
+        assert_eq!(event["nulls"], json!({"doc": "json", "meta": "json"}));
         assert_eq!(event["after"]["doc"], Value::Null);
         assert_eq!(event["after"]["meta"], Value::Null);
         assert_eq!(event["after"]["kept"], json!({"a": null}));
         assert_eq!(event["after"]["text"], "null");
+        assert_eq!(event["after"]["odd"], "\u{0}null");
+        assert_eq!(event["after"]["odder"], "\u{0}\u{0}x");
         assert_eq!(event["before"]["doc"], Value::Null);
         let mut plain = json!({"op": "c", "before": null, "after": {"id": 2, "doc": null}});
         settle_json_nulls(&mut plain);
-        assert_eq!(plain.get("jsonNulls"), None, "only where there is one");
+        assert_eq!(plain.get("nulls"), None, "only where there is one");
     }
 }

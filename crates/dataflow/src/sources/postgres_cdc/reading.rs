@@ -10,7 +10,7 @@ use serde_json::Value;
 use tokio::sync::{Notify, mpsc};
 
 use super::chunks::Chunking;
-use super::pgoutput::{Decoder, settle_json_nulls};
+use super::pgoutput::{Decoder, Domains, settle_json_nulls};
 use super::position::Order;
 use super::slot::Plan;
 use super::snapshot::{SnapshotMark, snapshot};
@@ -57,6 +57,7 @@ pub(super) struct Job {
     /// A snapshot read in chunks while the stream runs, and the connection
     /// its statements go on.
     pub(super) chunks: Option<(Arc<Chunking>, replication::Connection)>,
+    pub(super) domains: Domains,
 }
 
 /// Reads the snapshot and the stream into `out` until it fails; the error
@@ -147,8 +148,9 @@ async fn read_all(mut job: Job, out: &mut Outbox, shared: &Shared) -> Result<(),
     let confirming = confirm(status, job.start, shared);
     tokio::pin!(confirming);
     let chunking = chunks.as_ref().map(|(chunking, _)| chunking.clone());
+    let changes = Changes::new(job.domains.clone(), job.start, job.skip, chunking);
     tokio::select! {
-        read = stream_changes(stream, job.start, job.skip, streams, chunking, out, shared) => match read {
+        read = stream_changes(stream, changes, streams, out, shared) => match read {
             // The source is dropped: confirm what it wrote first.
             Err(ConnectorError::Stopped) => confirming.await,
             other => other,
@@ -186,6 +188,25 @@ struct Changes {
 }
 
 impl Changes {
+    /// The changes of a stream from `start`, after `skip`, with the
+    /// snapshot's `chunks` laid over it.
+    fn new(domains: Domains, start: u64, skip: Option<Order>, chunks: Option<Arc<Chunking>>) -> Self {
+        let decoder = Decoder::new(domains);
+        Self {
+            decoder: match &chunks {
+                Some(chunking) => decoder.watching(chunking.prefix.clone()),
+                None => decoder,
+            },
+            decoded: Vec::new(),
+            held: None,
+            read_upto: start,
+            handed_upto: start,
+            next: Order::default(),
+            skip,
+            chunks,
+        }
+    }
+
     /// Decodes one pgoutput message and hands out what it completes.
     async fn feed(&mut self, lsn: u64, data: &[u8], out: &mut Outbox) -> Result<(), ConnectorError> {
         let end = self
@@ -252,26 +273,11 @@ impl Changes {
 /// server streams while in progress (protocol 2) when it commits.
 async fn stream_changes(
     mut stream: ChangeStream,
-    start: u64,
-    skip: Option<Order>,
+    mut changes: Changes,
     mut streams: Streams,
-    chunks: Option<Arc<Chunking>>,
     out: &mut Outbox,
     shared: &Shared,
 ) -> Result<(), ConnectorError> {
-    let mut changes = Changes {
-        decoder: match &chunks {
-            Some(chunking) => Decoder::watching(chunking.prefix.clone()),
-            None => Decoder::default(),
-        },
-        decoded: Vec::new(),
-        held: None,
-        read_upto: start,
-        handed_upto: start,
-        next: Order::default(),
-        skip,
-        chunks,
-    };
     loop {
         // Nothing more arrived yet: hand out what is decoded.
         if !stream.buffered() {
