@@ -30,8 +30,9 @@ REGION = "ru-msk-1"
 class Sless:
     """A running `sless dev`; `restart()` keeps its data dir."""
 
-    def __init__(self, data_dir):
+    def __init__(self, data_dir, flags=()):
         self.data_dir = data_dir
+        self.flags = list(flags)
         self.proc = None
         self.api = None
         # Fixed ports, so a restart keeps every endpoint a client holds. A
@@ -57,6 +58,7 @@ class Sless:
         ]
         for tenant, token in TOKENS.items():
             cmd += ["--tenant", f"{tenant}={token}"]
+        cmd += self.flags
         env = dict(os.environ, SLESS_LOG="warn")
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env)
         for line in self.proc.stdout:

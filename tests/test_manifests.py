@@ -156,3 +156,25 @@ def test_gateways_are_scraped_for_their_per_tenant_metrics():
         assert notes["prometheus.io/scrape"] == "true", path
         assert int(notes["prometheus.io/port"]) == ports["metrics"] != ports["sqs"], path
         assert f"--metrics-listen=0.0.0.0:{ports['metrics']}" in container["args"], path
+
+
+def test_every_deployed_command_line_is_one_sless_accepts():
+    """The args of each platform container parse: `--help` after them
+    answers only if every flag before it is known (a renamed or misspelt
+    flag would crash-loop the pod); the gateways keep each tenant to a rate."""
+    checked = 0
+    for path in sorted((ROOT / "deploy").rglob("*.yaml")):
+        for obj in documents(path.read_text()):
+            if obj.get("kind") != "Deployment":
+                continue
+            for container in obj["spec"]["template"]["spec"]["containers"]:
+                args = container.get("args", [])
+                if not args or "sless" not in container["image"]:
+                    continue
+                parsed = subprocess.run([str(BINARY), *args, "--help"], capture_output=True, text=True, timeout=30)
+                assert parsed.returncode == 0, (path, parsed.stderr)
+                checked += 1
+                if args[0] == "gateway":
+                    rates = [a for a in args if a.startswith("--tenant-")]
+                    assert len(rates) == 2 and all(int(a.split("=")[1]) > 0 for a in rates), (path, rates)
+    assert checked >= 3, checked

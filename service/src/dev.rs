@@ -68,6 +68,8 @@ pub struct DevOptions {
     pub limits: sless_runtime::http::ConnectionLimits,
     /// Each tenant's quotas and API rate.
     pub tenant_limits: crate::api::limits::TenantLimits,
+    /// What one tenant may send through the SQS gateway.
+    pub rates: sless_sqs::gateway::limits::TenantRates,
     /// Where dataflows may connect: everything by default (dev runs on the
     /// developer's own machine), less `--egress-deny`.
     pub egress: sless_dataflow::egress::EgressArgs,
@@ -143,7 +145,10 @@ impl Dev {
         let limits = opts.limits.within(share);
         // The engines run in this process: the gateway calls them directly.
         let engines = InProcessEngines::default();
-        let gateway = gateway.with_in_process_engines(engines.clone()).with_limits(limits);
+        let gateway = gateway
+            .with_in_process_engines(engines.clone())
+            .with_limits(limits)
+            .with_tenant_rates(opts.rates);
         let gateway_url = gateway.public_url().to_owned();
         let egress = sless_dataflow::egress::EgressPolicy::dev(
             opts.egress.allow,

@@ -126,6 +126,9 @@ struct GatewayArgs {
     /// latency, bytes). It names tenants: keep it on an internal port.
     #[arg(long, default_value = "0.0.0.0:9091")]
     metrics_listen: SocketAddr,
+    /// What one tenant may send through this gateway.
+    #[command(flatten)]
+    rates: sless_sqs::gateway::limits::TenantRates,
 }
 
 #[derive(clap::Args)]
@@ -240,6 +243,9 @@ struct DevArgs {
     /// Each tenant's quotas and API rate.
     #[command(flatten)]
     tenant_limits: sless::api::limits::TenantLimits,
+    /// What one tenant may send through the SQS gateway.
+    #[command(flatten)]
+    rates: sless_sqs::gateway::limits::TenantRates,
     #[command(flatten)]
     control_plane: ControlPlaneArgs,
     /// Where dataflows may connect (default: anywhere; dev runs on your own
@@ -313,6 +319,7 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
         region: args.region,
         limits: args.limits,
         tenant_limits: args.tenant_limits,
+        rates: args.rates,
         egress: args.egress,
         budget: args.budget,
         replicas: sless_platform::local::ReplicaOptions {
@@ -455,7 +462,8 @@ async fn gateway(args: GatewayArgs) -> anyhow::Result<()> {
     let gateway = Gateway::bind(args.listen, args.public_url, worker)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?
-        .with_limits(args.limits.within(sless_runtime::http::descriptor_limit() / 4 * 3));
+        .with_limits(args.limits.within(sless_runtime::http::descriptor_limit() / 4 * 3))
+        .with_tenant_rates(args.rates);
     let metrics = tokio::net::TcpListener::bind(args.metrics_listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.metrics_listen))?;
@@ -525,5 +533,16 @@ async fn main() -> anyhow::Result<()> {
         Command::Gateway(args) => gateway(args).await,
         Command::Processor(args) => processor(args).await,
         Command::Crds(args) => crds(args),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Every subcommand's flags are consistent: two flattened groups giving
+    /// one argument id (a field name they share) would panic `sless dev`
+    /// at start in a debug build.
+    #[test]
+    fn the_command_line_is_consistent() {
+        <super::Cli as clap::CommandFactory>::command().debug_assert();
     }
 }

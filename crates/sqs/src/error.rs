@@ -66,6 +66,7 @@ errors! {
     invalid_action => "InvalidAction", "InvalidAction";
     malformed_request => "MalformedQueryString", "MalformedQueryString";
     over_limit => "OverLimit", "OverLimit", 403;
+    request_throttled => "RequestThrottled", "RequestThrottled", 403;
     purge_queue_in_progress => "PurgeQueueInProgress", "AWS.SimpleQueueService.PurgeQueueInProgress", 403;
     queue_deleted_recently => "QueueDeletedRecently", "AWS.SimpleQueueService.QueueDeletedRecently";
     resource_not_found => "ResourceNotFoundException", "ResourceNotFoundException", 404;

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use sless_model::name::DnsLabel;
 
 use super::error::ApiError;
+use sless_runtime::rate::Bucket;
 use sless_runtime::sync::Unpoisoned;
 
 /// A tenant's quotas and API rate.
@@ -54,7 +55,7 @@ impl TenantLimits {
 /// One token bucket per tenant.
 #[derive(Debug, Default)]
 pub struct RateLimiter {
-    buckets: Mutex<HashMap<DnsLabel, (f64, Instant)>>,
+    buckets: Mutex<HashMap<DnsLabel, Bucket>>,
 }
 
 impl RateLimiter {
@@ -65,15 +66,8 @@ impl RateLimiter {
         let burst = f64::from(limits.burst.max(1));
         let now = Instant::now();
         let mut buckets = self.buckets.lock_unpoisoned();
-        let (tokens, at) = buckets.entry(tenant.clone()).or_insert((burst, now));
-        *tokens = (*tokens + now.duration_since(*at).as_secs_f64() * rate).min(burst);
-        *at = now;
-        if *tokens >= 1.0 {
-            *tokens -= 1.0;
-            Ok(())
-        } else {
-            Err(Duration::from_secs_f64((1.0 - *tokens) / rate))
-        }
+        let bucket = buckets.entry(tenant.clone()).or_insert(Bucket::full(burst, now));
+        bucket.take_if(1.0, rate, burst, now)
     }
 }
 

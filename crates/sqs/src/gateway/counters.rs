@@ -46,6 +46,8 @@ pub struct TenantCounters {
     pub in_flight: AtomicI64,
     pub bytes_in: AtomicI64,
     pub bytes_out: AtomicI64,
+    /// Requests answered RequestThrottled (the tenant's rate, `limits`).
+    pub throttled: AtomicI64,
     /// Outcomes since the last report, by [`KINDS`].
     outcomes: [AtomicI64; 4],
     /// Requests since start, by action ([`ACTIONS`], then other) and kind.
@@ -186,6 +188,11 @@ impl Counters {
                 "sless_gateway_sent_bytes_total",
                 "Answer bytes relayed from tenants' engines.",
                 |c: &TenantCounters| c.bytes_out.load(Ordering::Relaxed),
+            ),
+            (
+                "sless_gateway_throttled_total",
+                "Requests answered RequestThrottled: the tenant at its requests or bytes a second.",
+                |c: &TenantCounters| c.throttled.load(Ordering::Relaxed),
             ),
         ] {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");

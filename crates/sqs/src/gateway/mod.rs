@@ -2,6 +2,7 @@
 
 pub mod bodies;
 pub mod counters;
+pub mod limits;
 pub mod link;
 pub mod proxy;
 pub mod routes;
@@ -17,6 +18,7 @@ use tokio::net::TcpListener;
 
 use bodies::{BODIES_IN_MEMORY, BodyBudget, TENANT_BODIES};
 use counters::Counters;
+use limits::{Limiter, TenantRates};
 use proxy::{GatewayState, InProcessEngines};
 use sless_runtime::http::{self, Admission, Admitted, ConnectionLimits};
 use table::SharedTable;
@@ -110,6 +112,7 @@ impl Gateway {
                 engines: InProcessEngines::default(),
                 public_url: public_url.unwrap_or_else(|| format!("http://{addr}")),
                 bodies: Arc::new(BodyBudget::new(BODIES_IN_MEMORY, TENANT_BODIES)),
+                limiter: Arc::new(Limiter::default()),
             },
             worker,
             limits: ConnectionLimits::default(),
@@ -119,6 +122,12 @@ impl Gateway {
     /// Serves within `limits` instead of the defaults.
     pub fn with_limits(mut self, limits: ConnectionLimits) -> Self {
         self.limits = limits;
+        self
+    }
+
+    /// Keeps each tenant to `rates` (none by default).
+    pub fn with_tenant_rates(mut self, rates: TenantRates) -> Self {
+        self.state.limiter = Arc::new(Limiter::new(rates));
         self
     }
 

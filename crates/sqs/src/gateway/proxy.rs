@@ -15,6 +15,7 @@ use bytes::Bytes;
 
 use super::bodies::{BODY_LIMIT, BodyBudget, BodyError};
 use super::counters::{self, Counters};
+use super::limits::Limiter;
 use super::link::{LinkError, Links, Way};
 use super::table::SharedTable;
 use crate::error::SqsError;
@@ -84,6 +85,8 @@ pub struct GatewayState {
     pub public_url: String,
     /// Room for request bodies, shared by every serving thread.
     pub bodies: Arc<BodyBudget>,
+    /// Each tenant's requests and bytes a second, shared likewise.
+    pub limiter: Arc<Limiter>,
 }
 
 fn error(protocol: Protocol, e: SqsError) -> Response {
@@ -218,6 +221,11 @@ pub async fn handle(State(state): State<GatewayState>, request: Request) -> Resp
     if let Err(e) = sigv4::verify(&signed, &auth, secret, now) {
         counters.record(action, OutcomeKind::AuthFailed, started.elapsed());
         return error(protocol, auth_error(e));
+    }
+    if let Err(held) = state.limiter.admit(tenant, body.len(), started) {
+        counters.throttled.fetch_add(1, Ordering::Relaxed);
+        counters.record(action, OutcomeKind::ClientError, started.elapsed());
+        return error(protocol, SqsError::request_throttled(held.to_string()));
     }
     let Some(route) = table.routes.get(tenant).filter(|r| !r.members.is_empty()) else {
         counters.record(action, OutcomeKind::BackendError, started.elapsed());
