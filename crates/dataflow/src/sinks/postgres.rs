@@ -446,25 +446,26 @@ impl PostgresSink {
                 } else {
                     format!("DO UPDATE SET {}", updates.join(", "))
                 };
-                match json_nulls.iter().any(|n| !n.is_empty()) {
+                // Where no row holds JSON's null, the plainer statement.
+                let (select, params) = match json_nulls.iter().any(|n| !n.is_empty()) {
                     false => (
-                        format!(
-                            "INSERT INTO {t} ({names}) SELECT {names} FROM jsonb_populate_recordset(NULL::{t}, $1::text::jsonb) \
-                             ON CONFLICT ({keys}) {conflict}"
-                        ),
+                        format!("SELECT {names} FROM jsonb_populate_recordset(NULL::{t}, $1::text::jsonb)"),
                         vec![json(rows)],
                     ),
                     true => (
                         format!(
-                            "INSERT INTO {t} ({names}) SELECT {} \
+                            "SELECT {} \
                              FROM ROWS FROM (jsonb_array_elements($1::text::jsonb), jsonb_array_elements($2::text::jsonb)) \
-                               AS e(doc, nulls), jsonb_populate_record(NULL::{t}, e.doc) AS r \
-                             ON CONFLICT ({keys}) {conflict}",
-                            with_json_nulls(columns, json_nulls.iter().flatten())
+                               AS e(doc, nulls), jsonb_populate_record(NULL::{t}, e.doc) AS r",
+                            with_json_nulls(columns.iter(), json_nulls.iter().flatten())
                         ),
                         vec![json(rows), json(json_nulls)],
                     ),
-                }
+                };
+                (
+                    format!("INSERT INTO {t} ({names}) {select} ON CONFLICT ({keys}) {conflict}"),
+                    params,
+                )
             }
             Step::Delete { keys: rows } => (
                 format!(
@@ -474,12 +475,11 @@ impl PostgresSink {
             ),
             Step::Rekey { old, row, json_nulls } => {
                 let names = list(&mut row.keys());
-                let values: Vec<String> = row.keys().cloned().collect();
                 let sql = format!(
                     "UPDATE {t} SET ({names}) = (SELECT {} FROM (SELECT $1::text::jsonb AS doc, $3::text::jsonb AS nulls) AS e, \
                        jsonb_populate_record(NULL::{t}, e.doc) AS r) \
                      WHERE ({keys}) = (SELECT {keys} FROM jsonb_populate_record(NULL::{t}, $2::text::jsonb))",
-                    with_json_nulls(&values, json_nulls.iter())
+                    with_json_nulls(row.keys(), json_nulls.iter())
                 );
                 let moved = self
                     .client
@@ -517,10 +517,12 @@ impl PostgresSink {
 /// where a column of `json_nulls` gives JSON's `null` for the rows whose
 /// names list it (`e.nulls`) and whose value is `null`: populating a json
 /// or jsonb column from `null` gives NULL.
-fn with_json_nulls<'a>(columns: &[String], json_nulls: impl Iterator<Item = &'a String>) -> String {
+fn with_json_nulls<'a>(
+    columns: impl Iterator<Item = &'a String>,
+    json_nulls: impl Iterator<Item = &'a String>,
+) -> String {
     let named: std::collections::HashSet<&String> = json_nulls.collect();
     columns
-        .iter()
         .map(|c| {
             let column = quote_ident(c);
             match named.contains(c) {

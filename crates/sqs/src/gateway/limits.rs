@@ -37,12 +37,8 @@ pub struct TenantRates {
     pub bytes_per_second: u64,
 }
 
-/// A tenant's two buckets.
-#[derive(Debug)]
-struct Buckets {
-    requests: Bucket,
-    bytes: Bucket,
-}
+/// A tenant's buckets, in the order of [`Limiter::limits`]: requests, bytes.
+type Buckets = [Bucket; 2];
 
 /// The buckets of the tenants this gateway has served: only tenants whose
 /// key signed a request, so as many as the routing table has had (a
@@ -72,29 +68,25 @@ impl Limiter {
         }
     }
 
-    pub fn rates(&self) -> TenantRates {
-        self.rates
+    /// What a request of `bytes` costs against each limit: its name, its
+    /// rate (0: none) and the cost, in the order of [`Buckets`].
+    fn limits(&self, bytes: usize) -> [(&'static str, u64, f64); 2] {
+        [
+            ("requests", u64::from(self.rates.requests_per_second), 1.0),
+            ("bytes", self.rates.bytes_per_second, bytes as f64),
+        ]
     }
 
     /// Takes one request of `bytes` from `tenant`'s buckets at `now`, or
     /// says which limit holds it back (taking nothing).
     pub fn admit(&self, tenant: &str, bytes: usize, now: Instant) -> Result<(), Throttled> {
-        let TenantRates {
-            requests_per_second,
-            bytes_per_second,
-        } = self.rates;
-        if requests_per_second == 0 && bytes_per_second == 0 {
+        let limits = self.limits(bytes);
+        if limits.iter().all(|(_, limit, _)| *limit == 0) {
             return Ok(());
         }
         let buckets = self.buckets(tenant, now);
         let mut buckets = buckets.lock_unpoisoned();
-        let limits = [
-            ("requests", u64::from(requests_per_second), 1.0),
-            ("bytes", bytes_per_second, bytes as f64),
-        ];
-        let Buckets { requests, bytes } = &mut *buckets;
-        let mut pairs = [(limits[0], requests), (limits[1], bytes)];
-        for ((what, limit, cost), bucket) in &mut pairs {
+        for ((what, limit, cost), bucket) in limits.iter().zip(buckets.iter_mut()) {
             if *limit > 0 {
                 let rate = *limit as f64;
                 bucket.check(*cost, rate, rate, now).map_err(|wait| Throttled {
@@ -104,9 +96,9 @@ impl Limiter {
                 })?;
             }
         }
-        for ((_, limit, cost), bucket) in pairs {
-            if limit > 0 {
-                bucket.take(cost);
+        for ((_, limit, cost), bucket) in limits.iter().zip(buckets.iter_mut()) {
+            if *limit > 0 {
+                bucket.take(*cost);
             }
         }
         Ok(())
@@ -116,16 +108,11 @@ impl Limiter {
         if let Some(buckets) = self.tenants.read_unpoisoned().get(tenant) {
             return buckets.clone();
         }
-        let full = |rate: u64| Bucket::full(rate as f64, now);
+        let full = self.limits(0).map(|(_, rate, _)| Bucket::full(rate as f64, now));
         self.tenants
             .lock_unpoisoned()
             .entry(tenant.to_owned())
-            .or_insert_with(|| {
-                Arc::new(Mutex::new(Buckets {
-                    requests: full(u64::from(self.rates.requests_per_second)),
-                    bytes: full(self.rates.bytes_per_second),
-                }))
-            })
+            .or_insert_with(|| Arc::new(Mutex::new(full)))
             .clone()
     }
 }

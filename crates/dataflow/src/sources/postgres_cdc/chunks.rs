@@ -239,8 +239,10 @@ struct Table {
     /// the replica identity index (what an old row carries).
     identity: Vec<String>,
     names: Vec<(String, String)>,
-    /// Each column's type as the stream gives it (a domain, not its base
-    /// type as a query's rows say), so that both read a value alike.
+    /// Each column's type as the catalog names it (a domain, not its base
+    /// type as a query's rows say), put through the source's [`Domains`]
+    /// once described, as the stream's are: both read a value alike, a
+    /// domain made after the start as text.
     types: HashMap<String, u32>,
 }
 
