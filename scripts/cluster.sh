@@ -5,6 +5,7 @@
 #   ./scripts/cluster.sh down    stop it and remove its state, interfaces and rules
 #   ./scripts/cluster.sh build   only build the binaries (cached)
 #   ./scripts/cluster.sh image   build the sless image from the Dockerfile and load it
+#                                (SLESS_IMAGE_PROFILE=dev: of the debug build)
 #
 # kube-apiserver, kube-controller-manager, kube-scheduler, kubelet,
 # kube-proxy and kubectl are built from k8s.io/kubernetes (the release of
@@ -494,7 +495,7 @@ up() {
 sless_image() {
   local out=$STATE/sless-image.tar
   python3 scripts/cluster/image.py --name "$SLESS_IMAGE" --out "$out" \
-    --cache "${SLESS_CACHE:-$HOME/.cache/sless}/image"
+    --cache "${SLESS_CACHE:-$HOME/.cache/sless}/image" --profile "${SLESS_IMAGE_PROFILE:-release}"
   ctr --address "$RUN/containerd.sock" -n k8s.io images import "$out" >/dev/null
   rm -f "$out"
   log "$SLESS_IMAGE loaded"
