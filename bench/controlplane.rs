@@ -70,6 +70,7 @@ async fn serve() -> anyhow::Result<()> {
                             access_key_id: format!("SQSAKtenant{t}_AAAAAAAA"),
                             secret_access_key: "c2VjcmV0LWtleS1vZi10aGUtYmVuY2htYXJr".into(),
                         }],
+                        ..Default::default()
                     })
                     .collect(),
             });

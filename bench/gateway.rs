@@ -27,7 +27,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use serde_json::{Value, json};
+use serde_json::json;
 use sless_sqs::sigv4;
 use support::{ACCESS, ENGINE_TOKEN, Process, REGION, SECRET, free_port, wait_up};
 
@@ -200,69 +200,6 @@ fn fdatasync_p50(dir: &Path) -> anyhow::Result<Duration> {
     Ok(samples[samples.len() / 2])
 }
 
-/// `sless dev` with one tenant's in-memory queue service, Ready: the
-/// process, its SQS endpoint, the tenant's keys and a queue's URL.
-async fn dev() -> anyhow::Result<(Process, String, String, String, String)> {
-    const TOKEN: &str = "bench-dev-token-abcdefgh";
-    let (api, gateway) = (free_port()?, free_port()?);
-    let process = Process::spawn(
-        Command::new(env!("CARGO_BIN_EXE_sless"))
-            .args(["dev", "--listen", &format!("127.0.0.1:{api}")])
-            .args(["--control-plane-listen", "127.0.0.1:0"])
-            .args(["--gateway-listen", &format!("127.0.0.1:{gateway}")])
-            .arg("--data-dir")
-            .arg(temp("dev"))
-            .args(["--tenant", &format!("bench={TOKEN}")])
-            .env("SLESS_LOG", "warn")
-            .stdout(Stdio::null()),
-    )?;
-    let api = format!("http://127.0.0.1:{api}/api/v1");
-    wait_up(&format!("{api}/../../healthz")).await?;
-    let client = reqwest::Client::new();
-    client
-        .post(format!("{api}/queue-services"))
-        .bearer_auth(TOKEN)
-        .json(&json!({"name": "main", "persistence": false}))
-        .send()
-        .await?
-        .error_for_status()?;
-    let view = loop {
-        let view: Value = client
-            .get(format!("{api}/queue-services/main"))
-            .bearer_auth(TOKEN)
-            .send()
-            .await?
-            .json()
-            .await?;
-        if view["phase"] == "Ready" {
-            break view;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
-    let text = |key: &str| view[key].as_str().map(str::to_owned).context("queue service view");
-    let (endpoint, access, secret) = (text("endpoint")?, text("accessKey")?, text("secretKey")?);
-    let body = json!({"QueueName": "bench"}).to_string();
-    let headers = sigv4::signed_json_headers(
-        &endpoint,
-        "CreateQueue",
-        body.as_bytes(),
-        &access,
-        &secret,
-        sless_sqs::DEFAULT_REGION,
-    )
-    .context("signing")?;
-    let created: Value = client
-        .post(&endpoint)
-        .headers(headers)
-        .body(body)
-        .send()
-        .await?
-        .json()
-        .await?;
-    let queue = created["QueueUrl"].as_str().context("no QueueUrl")?.to_owned();
-    Ok((process, endpoint, access, secret, queue))
-}
-
 fn temp(name: &str) -> PathBuf {
     std::env::temp_dir().join(format!("sless-bench-{name}-{}", std::process::id()))
 }
@@ -305,14 +242,15 @@ async fn main() -> anyhow::Result<()> {
     );
 
     // sless dev: the gateway hands requests to the engine in its process.
-    let (dev_process, endpoint, access, secret, dev_queue) = dev().await?;
+    let (dev_process, _, tenants) = support::dev(&temp("dev"), &[], &["bench"]).await?;
+    let tenant = &tenants[0];
     let (headers, body) = signed_send(
-        &endpoint,
-        &dev_queue,
+        &tenant.endpoint,
+        &tenant.queue,
         false,
-        (&access, &secret, sless_sqs::DEFAULT_REGION),
+        (&tenant.access, &tenant.secret, sless_sqs::DEFAULT_REGION),
     )?;
-    let in_process = wrk(&endpoint, &headers, &body, CONNECTIONS, &[&dev_process]).await?;
+    let in_process = wrk(&tenant.endpoint, &headers, &body, CONNECTIONS, &[&dev_process]).await?;
     println!(
         "sless dev (gateway and engine in one process, no HTTP hop): {:.0}/s (p50 {:.2} ms, {}) \
          = {:.2}x nginx in front of a separate engine, p50 {:.2} ms vs {:.2} ms",

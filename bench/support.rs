@@ -178,6 +178,7 @@ pub async fn control_plane_routing_to(backend: &str) -> anyhow::Result<std::net:
                 access_key_id: ACCESS.into(),
                 secret_access_key: SECRET.into(),
             }],
+            ..Default::default()
         }],
     });
     tokio::spawn(control_plane.serve(std::future::pending()));
@@ -320,4 +321,95 @@ pub async fn create_queue(engine: SocketAddr, name: &str) -> anyhow::Result<Stri
         .await?;
     let value: Value = response.json().await?;
     Ok(value["QueueUrl"].as_str().context("no QueueUrl")?.to_owned())
+}
+
+/// A tenant of [`dev`]: its API token, its Ready in-memory queue service's
+/// endpoint and keys, and the URL of its queue `bench`.
+pub struct DevTenant {
+    pub token: String,
+    pub endpoint: String,
+    pub access: String,
+    pub secret: String,
+    pub queue: String,
+}
+
+/// `sless dev` (with `flags`, its data in `dir`) serving `tenants`, each
+/// with a Ready in-memory queue service `main` holding a queue `bench`;
+/// the process, its REST API's base URL and the tenants.
+pub async fn dev(dir: &Path, flags: &[&str], tenants: &[&str]) -> anyhow::Result<(Process, String, Vec<DevTenant>)> {
+    let (api, gateway) = (free_port()?, free_port()?);
+    let token = |tenant: &str| format!("bench-dev-token-{tenant}-abcdefgh");
+    let mut command = Command::new(env!("CARGO_BIN_EXE_sless"));
+    command
+        .args(["dev", "--listen", &format!("127.0.0.1:{api}")])
+        .args(["--control-plane-listen", "127.0.0.1:0"])
+        .args(["--gateway-listen", &format!("127.0.0.1:{gateway}")])
+        .arg("--data-dir")
+        .arg(dir)
+        .args(flags)
+        .env("SLESS_LOG", "warn")
+        .stdout(Stdio::null());
+    for tenant in tenants {
+        command.args(["--tenant", &format!("{tenant}={}", token(tenant))]);
+    }
+    let process = Process::spawn(&mut command)?;
+    let api = format!("http://127.0.0.1:{api}/api/v1");
+    wait_up(&format!("{api}/../../healthz")).await?;
+    let mut ready = Vec::new();
+    for tenant in tenants {
+        ready.push(dev_tenant(&api, token(tenant)).await?);
+    }
+    Ok((process, api, ready))
+}
+
+async fn dev_tenant(api: &str, token: String) -> anyhow::Result<DevTenant> {
+    let client = reqwest::Client::new();
+    client
+        .post(format!("{api}/queue-services"))
+        .bearer_auth(&token)
+        .json(&json!({"name": "main", "persistence": false}))
+        .send()
+        .await?
+        .error_for_status()?;
+    let view = loop {
+        let view: Value = client
+            .get(format!("{api}/queue-services/main"))
+            .bearer_auth(&token)
+            .send()
+            .await?
+            .json()
+            .await?;
+        if view["phase"] == "Ready" {
+            break view;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let text = |key: &str| view[key].as_str().map(str::to_owned).context("queue service view");
+    let (endpoint, access, secret) = (text("endpoint")?, text("accessKey")?, text("secretKey")?);
+    let body = json!({"QueueName": "bench"}).to_string();
+    let headers = sless_sqs::sigv4::signed_json_headers(
+        &endpoint,
+        "CreateQueue",
+        body.as_bytes(),
+        &access,
+        &secret,
+        sless_sqs::DEFAULT_REGION,
+    )
+    .context("signing")?;
+    let created: Value = client
+        .post(&endpoint)
+        .headers(headers)
+        .body(body)
+        .send()
+        .await?
+        .json()
+        .await?;
+    let queue = created["QueueUrl"].as_str().context("no QueueUrl")?.to_owned();
+    Ok(DevTenant {
+        token,
+        endpoint,
+        access,
+        secret,
+        queue,
+    })
 }

@@ -1,7 +1,8 @@
 """Per-tenant data-plane limits: a tenant over its requests a second is
 answered RequestThrottled (403, as AWS's model gives it) by the gateway,
 which boto3 retries by itself; another tenant's calls meanwhile all pass,
-and a throttled call reaches no queue.
+and a throttled call reaches no queue. A queue service's own rate, set
+through REST, replaces the gateway's until it is taken away.
 
 `sless dev` runs with --tenant-requests-per-second 20 (a burst of 20)."""
 
@@ -116,3 +117,47 @@ def test_a_tenant_over_its_rate_is_throttled_and_boto3_retries_it(limited):
         retrying.delete_message_batch(
             QueueUrl=url, Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(got)])
     assert received == {f"r{i}" for i in range(40)}
+
+
+def burst(client, url, n=40):
+    """How many of `n` sends at once pass, and how long they took."""
+    started = time.monotonic()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=10) as pool:
+        outcomes = list(pool.map(lambda i: send(client, url, f"o{i}"), range(n)))
+    return outcomes.count("ok"), time.monotonic() - started
+
+
+def until_rate(client, url, rate, within=15):
+    """Bursts on a full bucket until what passes is `rate`'s (the gateway
+    takes a change with its next routing table); the last count passed."""
+    deadline = time.monotonic() + within
+    while True:
+        time.sleep(1.5)
+        passed, elapsed = burst(client, url)
+        if rate - 1 <= passed <= rate + elapsed * rate + 1:
+            return passed
+        assert time.monotonic() < deadline, f"{passed} of 40 passed in {elapsed:.2f} s, not at {rate} a second"
+
+
+def test_a_queue_services_own_rate_through_rest_replaces_the_gateways_and_is_given_back(limited):
+    b = limited.queue_service("b")
+    client = no_retries(b)
+    url = client.create_queue(QueueName="own-rate")["QueueUrl"]
+    until_rate(client, url, RATE)
+
+    for wrong in (0, 100_001, 2.5, "5"):
+        refused = limited.rest("b", "PATCH", "/queue-services/main", {"requestsPerSecond": wrong})
+        assert refused.status_code in (400, 422) and "requestsPerSecond" in refused.text, refused.text
+    changed = limited.rest("b", "PATCH", "/queue-services/main", {"requestsPerSecond": 5})
+    assert changed.status_code == 200 and changed.json()["requestsPerSecond"] == 5, changed.text
+    limited.wait_ready("b", "main")
+    until_rate(client, url, 5)
+    # A PATCH of something else keeps it.
+    kept = limited.rest("b", "PATCH", "/queue-services/main", {"memoryMB": 96})
+    assert kept.json()["requestsPerSecond"] == 5, kept.text
+
+    # A PUT without it gives the gateway's rate back.
+    back = limited.rest("b", "PUT", "/queue-services/main", {"memoryMB": 96})
+    assert back.status_code == 200 and "requestsPerSecond" not in back.json(), back.text
+    limited.wait_ready("b", "main")
+    until_rate(client, url, RATE)

@@ -118,6 +118,27 @@ def test_queue_service_lifecycle(tf):
     plan = tf.plan_exit()
     assert plan.returncode == 1 and "Invalid replicas" in plan.stderr and "1 or 3" in plan.stderr, plan.stderr
 
+    # The service's own rate through the gateways changes in place, and
+    # left out again returns to the platform's default (the update is a PUT).
+    rated = process.replace('durability = "process"', 'durability = "process"\n  requests_per_second = 50')
+    tf.write(rated)
+    plan = tf.plan_exit()
+    assert plan.returncode == 2 and "update in-place" in plan.stdout and "+ requests_per_second" in plan.stdout, \
+        plan.stdout
+    tf.apply()
+    assert tf.sless.rest("a", "GET", "/queue-services/tf-queues").json()["requestsPerSecond"] == 50
+    assert tf.plan_exit().returncode == 0, "a second plan shows no changes"
+    tf.write(rated.replace("= 50", "= 0"))
+    plan = tf.plan_exit()
+    assert plan.returncode == 1 and "Invalid requests_per_second" in plan.stderr, plan.stderr
+    tf.write(process)
+    plan = tf.plan_exit()
+    assert plan.returncode == 2 and "- requests_per_second" in plan.stdout, plan.stdout
+    tf.apply()
+    view = tf.sless.rest("a", "GET", "/queue-services/tf-queues").json()
+    assert "requestsPerSecond" not in view and view["replicas"] == 3 and view["durability"] == "process", view
+    assert tf.plan_exit().returncode == 0, "a second plan shows no changes"
+
     tf.write(QUEUE % ("tf-renamed", 256))
     plan = tf.plan_exit()
     assert "forces replacement" in plan.stdout, plan.stdout

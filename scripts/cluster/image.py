@@ -16,9 +16,10 @@ does what it says, where it can do so faithfully, and refuses otherwise:
   whose toolchain must be that same version: its `cargo build` command is
   run as written in the checkout, and its `install` of the binary gives
   what `COPY --from` takes. Any other instruction in it is refused.
-  `--profile dev` runs it without `--release` and takes the binary from
-  target/debug: the test suite has built that one already, and a release
-  build would add twenty minutes on two cores.
+  `--profile dev` runs no build and takes the binary from target/debug:
+  the test suite has built that one already (with the workspace's
+  features; `cargo build -p sless` alone would build much of it again),
+  and a release build would add twenty minutes on two cores.
 """
 
 import argparse
@@ -88,8 +89,11 @@ def build_stage(stage, profile):
         for part in command.split("&&"):
             words = shlex.split(part)
             if profile == "dev":
-                words = [w.replace("target/release/", "target/debug/") for w in words if w != "--release"]
-            if words[:2] == ["cargo", "build"]:
+                words = [w.replace("target/release/", "target/debug/") for w in words]
+            if words[:2] == ["cargo", "build"] and profile == "dev":
+                if not (ROOT / "target" / "debug" / "sless").exists():
+                    fail("target/debug/sless is missing: run `cargo build` first")
+            elif words[:2] == ["cargo", "build"]:
                 print(f"==> {' '.join(words)}", file=sys.stderr)
                 subprocess.run(words, cwd=ROOT, check=True)
             elif words[:1] == ["install"]:

@@ -111,8 +111,16 @@ def remove(cluster):
     for kind in ("dataflows.dataflow.dataflow.io", "queueservices.sless.kube5s.ru"):
         cluster.kubectl("delete", kind, "--all", "--all-namespaces", "--timeout=120s", check=False)
     cluster.kubectl("delete", "validatingwebhookconfiguration", "sless-dataflow", check=False)
-    cluster.kubectl("-n", SYSTEM, "delete", "deployment", *PLATFORM_DEPLOYMENTS, "--wait=true", "--timeout=120s",
-                    check=False)
+    # Foreground: done once the pods are gone too. A Deployment deleted in
+    # the background leaves its pods running for a while, and an operator
+    # pod still leading reconciled the next module's DataFlows beside that
+    # module's own `sless serve`, flipping their processors' Deployments
+    # (their pods were gone when the test looked for one).
+    cluster.kubectl("-n", SYSTEM, "delete", "deployment", *PLATFORM_DEPLOYMENTS, "--cascade=foreground",
+                    "--wait=true", "--timeout=120s", check=False)
+    for name in ("sless-operator", "sless-gateway"):
+        cluster.kubectl("-n", SYSTEM, "wait", "--for=delete", "pod", "-l", f"app.kubernetes.io/name={name}",
+                        "--timeout=120s", check=False)
     cluster.kubectl("-n", SYSTEM, "delete", "lease", "sless-operator", check=False)
 
 

@@ -14,6 +14,12 @@ pub const DEFAULT_STORAGE_MB: u32 = 512;
 /// How many replicas a queue service's engine may run as: one, or three
 /// that keep the queues together and fail over when one is lost.
 pub const REPLICAS: [u8; 2] = [1, 3];
+/// SQS requests a second a queue service may ask that its tenant be let
+/// through each gateway.
+pub const REQUESTS_PER_SECOND: RangeInclusive<i64> = 1..=100_000;
+/// Request bytes a second likewise: at least one largest message (1 MiB,
+/// SQS's) a second, at most 1 GiB.
+pub const BYTES_PER_SECOND: RangeInclusive<i64> = 1_048_576..=1_073_741_824;
 
 /// The validated desired state of a queue service.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -30,6 +36,13 @@ pub struct QueueServiceSpec {
     /// Records stored before this field existed ran one engine, as they do.
     #[serde(default = "one")]
     pub replicas: u8,
+    /// Requests a second the tenant may make through each gateway; `None`:
+    /// the platform's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requests_per_second: Option<u32>,
+    /// Request bytes a second likewise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes_per_second: Option<u64>,
 }
 
 fn one() -> u8 {
@@ -44,6 +57,8 @@ impl Default for QueueServiceSpec {
             persistence: true,
             durability: Durability::Disk,
             replicas: 1,
+            requests_per_second: None,
+            bytes_per_second: None,
         }
     }
 }
@@ -139,16 +154,46 @@ pub struct QueueServiceRequest {
     )]
     #[schema(minimum = 1, maximum = 3)]
     pub replicas: Option<i64>,
+    /// SQS requests a second the tenant may make through each gateway
+    /// (a burst of one second's worth), 1–100000; over it a call is
+    /// answered `RequestThrottled`, which the AWS SDKs retry. Absent: the
+    /// platform's default (none in `sless dev` unless
+    /// `--tenant-requests-per-second`; 2000 in `deploy/`). Changes in place.
+    #[serde(
+        rename = "requestsPerSecond",
+        default,
+        deserialize_with = "crate::whole_number",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schema(minimum = 1, maximum = 100000)]
+    pub requests_per_second: Option<i64>,
+    /// Request body bytes a second the tenant may send through each
+    /// gateway, 1048576 (one largest message) to 1073741824. Absent: the
+    /// platform's default (none in `sless dev` unless
+    /// `--tenant-bytes-per-second`; 64 MiB in `deploy/`). Changes in place.
+    #[serde(
+        rename = "bytesPerSecond",
+        default,
+        deserialize_with = "crate::whole_number",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schema(minimum = 1048576, maximum = 1073741824)]
+    pub bytes_per_second: Option<i64>,
 }
 
-fn in_range(value: i64, range: &RangeInclusive<i64>, field: &str, errors: &mut ValidationErrors) -> u32 {
+fn in_range<T: TryFrom<i64> + Default>(
+    value: i64,
+    range: &RangeInclusive<i64>,
+    field: &str,
+    errors: &mut ValidationErrors,
+) -> T {
     if !range.contains(&value) {
         errors.push(FieldError::invalid(
             field,
             format!("must be between {} and {} (got {value})", range.start(), range.end()),
         ));
     }
-    u32::try_from(value).unwrap_or_default()
+    T::try_from(value).unwrap_or_default()
 }
 
 impl QueueServiceRequest {
@@ -186,6 +231,12 @@ impl QueueServiceRequest {
                 "more than one needs persistence: the replicas keep the queues in their logs",
             ));
         }
+        let requests_per_second = self.requests_per_second.map_or(base.requests_per_second, |v| {
+            Some(in_range(v, &REQUESTS_PER_SECOND, "requestsPerSecond", &mut errors))
+        });
+        let bytes_per_second = self.bytes_per_second.map_or(base.bytes_per_second, |v| {
+            Some(in_range(v, &BYTES_PER_SECOND, "bytesPerSecond", &mut errors))
+        });
         errors.into_result()?;
         Ok(QueueServiceSpec {
             memory_mb,
@@ -193,6 +244,8 @@ impl QueueServiceRequest {
             persistence,
             durability,
             replicas,
+            requests_per_second,
+            bytes_per_second,
         })
     }
 }
@@ -288,6 +341,13 @@ pub struct QueueServiceView {
     pub persistence: bool,
     pub durability: Durability,
     pub replicas: u8,
+    /// The queue service's own requests a second through each gateway;
+    /// absent when the platform's default applies.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub requests_per_second: Option<u32>,
+    /// The queue service's own request bytes a second likewise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bytes_per_second: Option<u64>,
     pub phase: QueueServicePhase,
     /// SQS endpoint URL for `endpoint_url`; set once Ready.
     pub endpoint: Option<String>,
@@ -326,8 +386,42 @@ mod tests {
                 persistence: true,
                 durability: Durability::Disk,
                 replicas: 1,
+                requests_per_second: None,
+                bytes_per_second: None,
             }
         );
+    }
+
+    #[test]
+    fn a_queue_services_own_rates_are_bounded_and_kept_until_changed() {
+        let asked = |body: &str| {
+            serde_json::from_str::<QueueServiceRequest>(body)
+                .unwrap()
+                .spec_over(QueueServiceSpec::default())
+        };
+        let spec = asked(r#"{"requestsPerSecond":1,"bytesPerSecond":1073741824}"#).unwrap();
+        assert_eq!(
+            (spec.requests_per_second, spec.bytes_per_second),
+            (Some(1), Some(1 << 30))
+        );
+        let e = asked(r#"{"requestsPerSecond":0,"bytesPerSecond":1048575}"#).unwrap_err();
+        let fields: Vec<_> = e.0.iter().map(|e| e.field.as_str()).collect();
+        assert_eq!(fields, ["requestsPerSecond", "bytesPerSecond"]);
+        for wrong in [r#"{"requestsPerSecond":100001}"#, r#"{"requestsPerSecond":-1}"#] {
+            assert!(asked(wrong).unwrap_err().0[0].message.contains("between 1 and 100000"));
+        }
+        assert!(serde_json::from_str::<QueueServiceRequest>(r#"{"requestsPerSecond":1.5}"#).is_err());
+        // Absent: the base's, so a PATCH keeps them and a PUT (over the
+        // defaults) returns to the platform's.
+        let kept = QueueServiceRequest::default().spec_over(spec).unwrap();
+        assert_eq!(kept.requests_per_second, Some(1));
+        assert_eq!(asked("{}").unwrap().requests_per_second, None);
+        // Stored without them, a record reads as the platform's default,
+        // and is written back without them.
+        let old: QueueServiceSpec =
+            serde_json::from_str(r#"{"memoryMB":64,"storageMB":512,"persistence":true}"#).unwrap();
+        assert_eq!(old.requests_per_second, None);
+        assert!(!serde_json::to_string(&old).unwrap().contains("PerSecond"));
     }
 
     #[test]

@@ -40,12 +40,8 @@ const EVENT_NOTE_BYTES: usize = 1024;
 impl Context {
     /// `instance` names this replica in the Events it publishes (its pod).
     pub fn new(client: Client, config: OperatorConfig, instance: Option<String>) -> Self {
-        let reporter = Reporter {
-            controller: FIELD_MANAGER.into(),
-            instance,
-        };
         Self {
-            recorder: Recorder::new(client.clone(), reporter),
+            recorder: recorder(client.clone(), instance),
             client,
             config,
             backoff: ObjectRetries::default(),
@@ -64,24 +60,45 @@ impl Context {
     /// shows), from its new `Ready` condition. A Warning unless `healthy`.
     /// An Event is a courtesy: failing to publish it is logged, not retried.
     pub async fn publish_phase<K: Resource<DynamicType = ()>>(&self, obj: &K, healthy: bool, ready: &Condition) {
-        let mut note = ready.message.clone();
-        if note.len() > EVENT_NOTE_BYTES {
-            let cut = (0..=EVENT_NOTE_BYTES)
-                .rev()
-                .find(|&i| note.is_char_boundary(i))
-                .unwrap_or(0);
-            note.truncate(cut);
-        }
-        let event = KubeEvent {
-            type_: if healthy { EventType::Normal } else { EventType::Warning },
-            reason: ready.reason.clone(),
-            note: Some(note),
-            action: "Reconcile".into(),
-            secondary: None,
-        };
-        if let Err(error) = self.recorder.publish(&event, &obj.object_ref(&())).await {
-            tracing::warn!(kind = %K::kind(&()), name = %obj.meta().name.as_deref().unwrap_or_default(), %error, "cannot publish an event");
-        }
+        let event = event(healthy, &ready.reason, "Reconcile", ready.message.clone());
+        publish(&self.recorder, obj, &event).await;
+    }
+}
+
+/// What publishes this operator's Events; `instance` names the replica
+/// (its pod; the host's name when `None`).
+pub fn recorder(client: Client, instance: Option<String>) -> Recorder {
+    let reporter = Reporter {
+        controller: FIELD_MANAGER.into(),
+        instance,
+    };
+    Recorder::new(client, reporter)
+}
+
+/// An Event of `action`, a Warning unless `healthy`, its note clipped to
+/// what the API takes.
+pub fn event(healthy: bool, reason: &str, action: &str, mut note: String) -> KubeEvent {
+    if note.len() > EVENT_NOTE_BYTES {
+        let cut = (0..=EVENT_NOTE_BYTES)
+            .rev()
+            .find(|&i| note.is_char_boundary(i))
+            .unwrap_or(0);
+        note.truncate(cut);
+    }
+    KubeEvent {
+        type_: if healthy { EventType::Normal } else { EventType::Warning },
+        reason: reason.into(),
+        note: Some(note),
+        action: action.into(),
+        secondary: None,
+    }
+}
+
+/// Publishes `event` on `obj`. An Event is a courtesy: failing to publish
+/// it is logged, not retried.
+pub async fn publish<K: Resource<DynamicType = ()>>(recorder: &Recorder, obj: &K, event: &KubeEvent) {
+    if let Err(error) = recorder.publish(event, &obj.object_ref(&())).await {
+        tracing::warn!(kind = %K::kind(&()), name = %obj.meta().name.as_deref().unwrap_or_default(), %error, "cannot publish an event");
     }
 }
 

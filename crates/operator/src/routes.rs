@@ -3,10 +3,12 @@
 //! address of its engine (its Service's ClusterIP) go to the control
 //! plane's publisher, which debounces and publishes only changes. They are
 //! watched (reflectors: one list, then changes; a lost watch lists again),
-//! and the table is rebuilt from those caches every [`POLL`], which costs
-//! the API server nothing.
+//! and the table is rebuilt from those caches when one changes, and every
+//! [`RESYNC`] besides; both cost the API server nothing.
 //! Once every gateway has applied a snapshot holding a QueueService's route,
-//! its status says `routed` (the REST API's Ready waits for it).
+//! its status says `routed` (the REST API's Ready waits for it); a route
+//! the gateways could not use is left out alone, and its QueueService says
+//! why (`routeLeftOut`, and a Warning Event).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -15,6 +17,7 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::{Secret, Service};
 use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::events::Recorder;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
@@ -29,15 +32,18 @@ use sless_model::queue_service::Credentials;
 use sless_runtime::backoff::Backoff;
 use sless_runtime::shutdown::stopped;
 use sless_sqs::gateway::routes::{self, Route};
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 
+use crate::context;
 use crate::crd::queue_service::QueueService;
 use crate::objects::secret_strings;
 use crate::queue_service::builders::{self, ENGINE_TOKEN_KEY, SQS_PORT};
 
-/// How often the table is rebuilt from the caches (and the store's
-/// ownership epoch read).
+/// How often the store's ownership epoch is read, and the table rebuilt
+/// while a queue service waits for its route to reach every gateway.
 pub const POLL: Duration = Duration::from_secs(2);
+/// How often the table is rebuilt when nothing changed.
+pub const RESYNC: Duration = Duration::from_secs(300);
 
 /// Starting the control plane again after a failure: 500 ms, doubling to 10 s.
 const RESTART: Backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(10));
@@ -45,16 +51,18 @@ const RESTART: Backoff = Backoff::new(Duration::from_millis(500), Duration::from
 /// The children of QueueServices, as [`builders`] labels them.
 pub(crate) const CHILDREN_SELECTOR: &str = "app.kubernetes.io/managed-by=sless-operator,app.kubernetes.io/name=sqs";
 
-/// Publishes the routing table every [`POLL`] until `stopped` is set, and
-/// marks the queue services every gateway routes. A failed read keeps the
-/// table as it was: gateways go on serving.
+/// Publishes the routing table when its objects change until `stopped`
+/// is set, and marks the queue services every gateway routes or none can.
+/// A failed watch keeps the table as it was: gateways go on serving.
 pub async fn publish(
     client: Client,
     publisher: SnapshotPublisher,
     service: Arc<ControlService>,
     mut stopped: watch::Receiver<bool>,
 ) {
-    let (caches, watching) = Caches::start(&client);
+    let changed = Arc::new(Notify::new());
+    let (caches, watching) = Caches::start(&client, &changed);
+    let recorder = context::recorder(client.clone(), None);
     // An empty table before the first lists would take every route away.
     let filled = tokio::select! {
         filled = caches.filled() => filled,
@@ -65,12 +73,13 @@ pub async fn publish(
         return;
     }
     loop {
-        let (queues, snapshot) = caches.read();
+        let (queues, snapshot, left_out) = caches.read();
         let snapshot = canonical(snapshot);
         publisher.publish(snapshot.clone());
-        mark_routed(&client, &service, &queues, &snapshot).await;
+        let waiting = mark_routes(&client, &recorder, &service, &queues, &snapshot, &left_out).await;
         tokio::select! {
-            () = tokio::time::sleep(POLL) => {}
+            () = changed.notified() => {}
+            () = tokio::time::sleep(if waiting { POLL } else { RESYNC }) => {}
             _ = stopped.wait_for(|s| *s) => break,
         }
     }
@@ -85,12 +94,14 @@ struct Caches {
 }
 
 impl Caches {
-    /// Starts the watches; the task ends them when aborted.
-    fn start(client: &Client) -> (Self, tokio::task::JoinHandle<()>) {
+    /// Starts the watches, which notify `changed` of each change; the task
+    /// ends them when aborted.
+    fn start(client: &Client, changed: &Arc<Notify>) -> (Self, tokio::task::JoinHandle<()>) {
         let children = watcher::Config::default().labels(CHILDREN_SELECTOR);
-        let (queues, watch_queues) = cache(Api::<QueueService>::all(client.clone()), watcher::Config::default());
-        let (secrets, watch_secrets) = cache(Api::<Secret>::all(client.clone()), children.clone());
-        let (services, watch_services) = cache(Api::<Service>::all(client.clone()), children);
+        let all = watcher::Config::default();
+        let (queues, watch_queues) = cache(Api::<QueueService>::all(client.clone()), all, changed.clone());
+        let (secrets, watch_secrets) = cache(Api::<Secret>::all(client.clone()), children.clone(), changed.clone());
+        let (services, watch_services) = cache(Api::<Service>::all(client.clone()), children, changed.clone());
         let watching = tokio::spawn(async move {
             tokio::join!(watch_queues, watch_secrets, watch_services);
         });
@@ -119,11 +130,12 @@ impl Caches {
         filled
     }
 
-    /// The QueueServices, and the routing table as the caches have it: a
-    /// route per QueueService that is not being deleted and has its keys.
-    /// Its engine address is empty until its Service has a ClusterIP (the
-    /// gateway then answers 503).
-    fn read(&self) -> (Vec<QueueService>, RoutingSnapshot) {
+    /// The QueueServices, the routing table as the caches have it (a route
+    /// per QueueService that is not being deleted and has its keys; its
+    /// engine address empty until its Service has a ClusterIP, and the
+    /// gateway then answers 503), and why each route left out of it is, by
+    /// tenant.
+    fn read(&self) -> (Vec<QueueService>, RoutingSnapshot, HashMap<String, String>) {
         let queues: Vec<QueueService> = self.queues.state().iter().map(|q| (**q).clone()).collect();
         let key = |namespace: Option<String>, name: String| (namespace.unwrap_or_default(), name);
         let mut secrets: HashMap<(String, String), Secret> = self
@@ -158,21 +170,31 @@ impl Caches {
                 token: values.remove(ENGINE_TOKEN_KEY),
                 credentials: Credentials { access_key, secret_key },
                 tenant,
+                requests_per_second: qs.spec.requests_per_second,
+                bytes_per_second: qs.spec.bytes_per_second,
             });
         }
-        let snapshot = routes::snapshot(read.iter().map(|r| Route {
+        let (snapshot, left_out) = routes::snapshot(read.iter().map(|r| Route {
             tenant: &r.tenant,
             backend_address: r.backend.as_deref(),
             backend_token: r.token.as_deref(),
             credentials: &r.credentials,
+            requests_per_second: r.requests_per_second,
+            bytes_per_second: r.bytes_per_second,
         }));
-        (queues, snapshot)
+        let left_out = left_out.into_iter().map(|l| (l.tenant, l.reason)).collect();
+        (queues, snapshot, left_out)
     }
 }
 
 /// A store kept by a watch of `api`, and the future that keeps it: it
-/// lists again, backing off, whenever the watch fails.
-fn cache<K>(api: Api<K>, config: watcher::Config) -> (Store<K>, impl std::future::Future<Output = ()>)
+/// notifies `changed` of each change, and lists again, backing off,
+/// whenever the watch fails.
+fn cache<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    changed: Arc<Notify>,
+) -> (Store<K>, impl std::future::Future<Output = ()>)
 where
     K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone,
@@ -182,8 +204,9 @@ where
     let keeping = reflector::reflector(writer, watcher(api, config))
         .default_backoff()
         .for_each(move |event| {
-            if let Err(e) = event {
-                tracing::warn!(kind, error = %e, "watch failed; listing again");
+            match event {
+                Ok(_) => changed.notify_one(),
+                Err(e) => tracing::warn!(kind, error = %e, "watch failed; listing again"),
             }
             std::future::ready(())
         });
@@ -259,42 +282,82 @@ struct Read {
     credentials: Credentials,
     token: Option<String>,
     backend: Option<String>,
+    requests_per_second: Option<u32>,
+    bytes_per_second: Option<u64>,
 }
 
-/// Sets `status.routed` on each queue service not marked yet whose route,
-/// with its engine's address, is in the newest published snapshot as it is
-/// in `desired` (canonical), once every live gateway has applied that
-/// snapshot (at once when no gateway is connected: none to wait for).
-async fn mark_routed(client: &Client, service: &ControlService, queues: &[QueueService], desired: &RoutingSnapshot) {
-    let Some(published) = service.published().borrow().clone() else {
-        return;
-    };
-    if service
-        .applied_everywhere(published.id.ownership_epoch)
-        .is_some_and(|applied| applied < published.id.version)
-    {
-        return;
-    }
+/// Marks each queue service's status with where its route stands: left
+/// out of the table (`routeLeftOut`, `routed` false, and a Warning Event
+/// when the reason is new), or `routed` once its route, with its engine's
+/// address, is in the newest published snapshot as it is in `desired`
+/// (canonical) and every live gateway has applied that snapshot (at once
+/// when no gateway is connected: none to wait for). Whether a queue
+/// service still waits for its route to reach the gateways.
+async fn mark_routes(
+    client: &Client,
+    recorder: &Recorder,
+    service: &ControlService,
+    queues: &[QueueService],
+    desired: &RoutingSnapshot,
+    left_out: &HashMap<String, String>,
+) -> bool {
+    let published = service.published().borrow().clone();
+    let everywhere = published.as_ref().filter(|p| {
+        service
+            .applied_everywhere(p.id.ownership_epoch)
+            .is_none_or(|applied| applied >= p.id.version)
+    });
     let routed = |tenant: &str| {
         let wanted = route_of(desired, tenant);
-        wanted.is_some_and(|r| !r.backend_address.is_empty()) && wanted == route_of(&published.snapshot, tenant)
+        everywhere.is_some_and(|p| {
+            wanted.is_some_and(|r| !r.backend_address.is_empty()) && wanted == route_of(&p.snapshot, tenant)
+        })
     };
-    for qs in queues {
-        let marked = qs.status.as_ref().and_then(|s| s.routed) == Some(true);
-        if marked || qs.metadata.deletion_timestamp.is_some() || !routed(&qs.spec.tenant_id) {
+    let mut waiting = false;
+    for qs in queues.iter().filter(|q| q.metadata.deletion_timestamp.is_none()) {
+        let tenant = &qs.spec.tenant_id;
+        let status = qs.status.clone().unwrap_or_default();
+        let reason = left_out.get(tenant);
+        let (now, then) = match reason {
+            Some(reason) => (
+                (Some(false), Some(reason)),
+                (status.routed, status.route_left_out.as_ref()),
+            ),
+            None if status.routed == Some(true) || routed(tenant) => {
+                ((Some(true), None), (status.routed, status.route_left_out.as_ref()))
+            }
+            None => {
+                waiting = true;
+                ((status.routed, None), (status.routed, status.route_left_out.as_ref()))
+            }
+        };
+        if now == then {
             continue;
         }
         let api = Api::<QueueService>::namespaced(client.clone(), &qs.namespace().unwrap_or_default());
-        let patch = serde_json::json!({ "status": { "routed": true } });
-        match api
+        let patch = serde_json::json!({ "status": { "routed": now.0, "routeLeftOut": now.1 } });
+        if let Err(e) = api
             .patch_status(&qs.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
             .await
         {
-            Ok(_) => tracing::info!(tenant = %qs.spec.tenant_id, version = published.id.version,
-                "every gateway routes the queue service"),
-            Err(e) => tracing::warn!(tenant = %qs.spec.tenant_id, error = %e, "cannot mark the queue service routed"),
+            tracing::warn!(%tenant, error = %e, "cannot mark where the queue service's route stands");
+            waiting = true;
+            continue;
+        }
+        match reason {
+            // Once for each reason, not for each write of it.
+            Some(reason) if now.1 != then.1 => {
+                let note = format!("the gateways leave this queue service's route out: {reason}");
+                context::publish(recorder, qs, &context::event(false, "RouteLeftOut", "Route", note)).await;
+            }
+            None if now.0 == Some(true) => {
+                tracing::info!(%tenant, version = ?published.as_ref().map(|p| p.id.version),
+                    "every gateway routes the queue service");
+            }
+            _ => {}
         }
     }
+    waiting
 }
 
 fn route_of<'a>(snapshot: &'a RoutingSnapshot, tenant: &str) -> Option<&'a TenantRoute> {

@@ -184,11 +184,16 @@ impl KubePlatform {
             persistence: qs.spec.persistence,
             durability: qs.spec.durability,
             replicas: qs.spec.replicas(),
+            requests_per_second: qs.spec.requests_per_second,
+            bytes_per_second: qs.spec.bytes_per_second,
             // Marked for deletion: going, whatever the operator wrote last.
             // A spec the operator has not reconciled yet is not Ready yet:
             // the status it wrote is of the previous spec.
             phase: if qs.metadata.deletion_timestamp.is_some() {
                 QueueServicePhase::Deleting
+            } else if status.route_left_out.is_some() {
+                // No gateway serves it, whatever its engine does.
+                QueueServicePhase::Failed
             } else if (behind || status.routed != Some(true)) && status.phase == Some(QueueServicePhase::Ready) {
                 // Nor is one the gateways do not all route yet.
                 QueueServicePhase::Provisioning
@@ -199,7 +204,10 @@ impl KubePlatform {
             region: self.region.clone(),
             access_key: keys.get("accessKey").cloned(),
             secret_key: keys.get("secretKey").cloned(),
-            message: status.message,
+            message: match status.route_left_out {
+                Some(reason) => Some(format!("the gateways cannot route it: {reason}")),
+                None => status.message,
+            },
             created_at: qs
                 .metadata
                 .creation_timestamp
@@ -324,6 +332,8 @@ impl Platform for KubePlatform {
                 engine: qs_crd::QueueEngine::default(),
                 durability: spec.durability,
                 replicas: Some(spec.replicas),
+                requests_per_second: spec.requests_per_second,
+                bytes_per_second: spec.bytes_per_second,
             },
         );
         let created = api.create(&params(), &qs).await.map_err(on_create)?;
@@ -351,9 +361,12 @@ impl Platform for KubePlatform {
     ) -> Result<QueueServiceView> {
         let current = self.queues(tenant).get(name.as_str()).await.map_err(api_error)?;
         changeable(&current.spec, &spec)?;
+        // A rate left out is null, which a merge patch removes: the
+        // platform's default again.
         let patch = serde_json::json!({"spec": {
             "memoryMB": spec.memory_mb, "storageMB": spec.storage_mb, "persistence": spec.persistence,
             "durability": spec.durability, "replicas": spec.replicas,
+            "requestsPerSecond": spec.requests_per_second, "bytesPerSecond": spec.bytes_per_second,
         }});
         let qs = self
             .queues(tenant)

@@ -39,6 +39,14 @@ pub const DENIED: &[u8] = b"\0sless-engine-link/0\r\n\r\n";
 pub const CLOSING: &str = "x-sless-link-closing";
 /// The request id of an engine's notice that it closes the link.
 pub const NOTICE_ID: u32 = 0;
+/// The header of an answer from a replica that another one leads (it
+/// passed the request on): a gateway asks another replica first next time,
+/// and so learns the leader. Never passed to clients.
+pub const FOLLOWER: &str = "x-sless-follower";
+/// An engine closes a link with nothing in flight that sends no frame for
+/// this long. Gateways drop their idle links sooner
+/// ([`crate::gateway::link`]), so they never send into one closing.
+pub const IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
 
 /// Longest engine token a hello carries.
 pub const MAX_TOKEN: usize = 256;

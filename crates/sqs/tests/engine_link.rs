@@ -177,7 +177,7 @@ async fn an_idle_link_is_closed() {
         .expect("the idle link is closed")
         .unwrap();
     let idle_for = started.elapsed();
-    assert!(idle_for >= sless_sqs::engine::server::LINK_IDLE_TIMEOUT, "{idle_for:?}");
+    assert!(idle_for >= sless_sqs::link::IDLE_TIMEOUT, "{idle_for:?}");
     assert!(rest.is_empty());
 }
 

@@ -28,6 +28,7 @@ fn route(tenant: &str, backend: &str) -> TenantRoute {
             secret_access_key: SECRET.into(),
         }],
         backend_token: ENGINE_TOKEN.into(),
+        ..Default::default()
     }
 }
 

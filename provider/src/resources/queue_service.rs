@@ -8,8 +8,8 @@ use serde::{Deserialize, Serialize};
 use super::{check_name, check_whole, delete_object, phases, read_view};
 use sless_model::name;
 use sless_model::queue_service::{
-    DEFAULT_MEMORY_MB, DEFAULT_STORAGE_MB, Durability, MEMORY_MB, PROCESS_SYNC_MS, QueueServicePhase,
-    QueueServiceRequest, QueueServiceView, STORAGE_MB,
+    BYTES_PER_SECOND, DEFAULT_MEMORY_MB, DEFAULT_STORAGE_MB, Durability, MEMORY_MB, PROCESS_SYNC_MS, QueueServicePhase,
+    QueueServiceRequest, QueueServiceView, REQUESTS_PER_SECOND, STORAGE_MB,
 };
 
 use crate::client::Client;
@@ -39,6 +39,8 @@ pub struct QueueServiceState {
     /// A string, so that a wrong value is the plan's diagnostic.
     pub durability: Option<String>,
     pub replicas: Option<f64>,
+    pub requests_per_second: Option<f64>,
+    pub bytes_per_second: Option<f64>,
     pub phase: Option<QueueServicePhase>,
     pub endpoint: Option<String>,
     pub region: Option<String>,
@@ -67,6 +69,8 @@ impl QueueServiceState {
             persistence,
             durability,
             replicas,
+            requests_per_second,
+            bytes_per_second,
             phase,
             endpoint,
             region,
@@ -85,6 +89,8 @@ impl QueueServiceState {
             persistence: Some(persistence),
             durability: Some(durability.as_str().to_owned()),
             replicas: Some(f64::from(replicas)),
+            requests_per_second: requests_per_second.map(f64::from),
+            bytes_per_second: bytes_per_second.map(|b| b as f64),
             phase: Some(phase),
             endpoint,
             region: Some(region),
@@ -95,16 +101,20 @@ impl QueueServiceState {
         }
     }
 
-    /// What a create or an update changes; validation has made the sizes
-    /// whole and the durability one of its values.
+    /// The whole of what a create asks for or an update replaces (a PUT:
+    /// a rate left out of the configuration returns to the platform's
+    /// default); validation has made the numbers whole and the durability
+    /// one of its values.
     fn request(&self) -> QueueServiceRequest {
         QueueServiceRequest {
             name: None,
             memory_mb: self.memory_mb.map(|v| v as i64),
             storage_mb: self.storage_mb.map(|v| v as i64),
-            persistence: None,
+            persistence: self.persistence,
             durability: self.durability.as_deref().and_then(|d| d.parse().ok()),
             replicas: self.replicas.map(|v| v as i64),
+            requests_per_second: self.requests_per_second.map(|v| v as i64),
+            bytes_per_second: self.bytes_per_second.map(|v| v as i64),
         }
     }
 }
@@ -235,6 +245,31 @@ impl Resource for QueueService {
                      keeping every message; where the platform runs one engine only, 3 is refused.",
                 ),
                 Attr::new(
+                    "requests_per_second",
+                    Type::Number,
+                    Kind::Optional,
+                    format!(
+                        "SQS requests a second this service's tenant may make through each gateway, {}-{}, \
+                         with a burst of one second's worth; over it calls are answered `RequestThrottled`, \
+                         which the AWS SDKs retry. Unset: the platform's default (none in `sless dev` unless \
+                         started with `--tenant-requests-per-second`). Changes in place.",
+                        REQUESTS_PER_SECOND.start(),
+                        REQUESTS_PER_SECOND.end()
+                    ),
+                ),
+                Attr::new(
+                    "bytes_per_second",
+                    Type::Number,
+                    Kind::Optional,
+                    format!(
+                        "Request body bytes a second this service's tenant may send through each gateway, \
+                         {}-{} (at least one largest message a second). Unset: the platform's default. \
+                         Changes in place.",
+                        BYTES_PER_SECOND.start(),
+                        BYTES_PER_SECOND.end()
+                    ),
+                ),
+                Attr::new(
                     "phase",
                     Type::String,
                     Kind::ComputedVolatile,
@@ -283,6 +318,18 @@ impl Resource for QueueService {
         check_whole(config.memory_mb, "memory_mb", MEMORY_MB, &mut diags);
         check_whole(config.storage_mb, "storage_mb", STORAGE_MB, &mut diags);
         check_replicas(config, &mut diags);
+        check_whole(
+            config.requests_per_second,
+            "requests_per_second",
+            REQUESTS_PER_SECOND,
+            &mut diags,
+        );
+        check_whole(
+            config.bytes_per_second,
+            "bytes_per_second",
+            BYTES_PER_SECOND,
+            &mut diags,
+        );
         // The service's rules, through its request (durability needs persistence).
         if let Some(durability) = &config.durability {
             match durability.parse::<Durability>() {
@@ -310,7 +357,6 @@ impl Resource for QueueService {
         Timeouts::create(planned.timeouts.as_ref(), CREATE_TIMEOUT)?;
         let request = QueueServiceRequest {
             name: Some(name.clone()),
-            persistence: planned.persistence,
             ..planned.request()
         };
         client
@@ -329,7 +375,7 @@ impl Resource for QueueService {
         let name = planned.name.clone().unwrap_or_default();
         Timeouts::create(planned.timeouts.as_ref(), CREATE_TIMEOUT)?;
         client
-            .send::<_, QueueServiceView>(Method::PATCH, &path(&name), &planned.request())
+            .send::<_, QueueServiceView>(Method::PUT, &path(&name), &planned.request())
             .await?;
         wait_ready(client, &name, planned.timeouts).await
     }
@@ -384,6 +430,8 @@ mod tests {
             persistence: true,
             durability: Durability::Process,
             replicas: 1,
+            requests_per_second: Some(500),
+            bytes_per_second: None,
             phase,
             endpoint: None,
             region: "ru-msk-1".into(),
@@ -502,6 +550,8 @@ mod tests {
         assert_eq!(value.get("storage_mb"), &Value::Number(512.0));
         assert_eq!(value.get("persistence"), &Value::Bool(true));
         assert_eq!(value.get("durability"), &Value::str("process"));
+        assert_eq!(value.get("requests_per_second"), &Value::Number(500.0));
+        assert_eq!(value.get("bytes_per_second"), &Value::Null);
         assert_eq!(value.get("phase"), &Value::str("Ready"));
         assert_eq!(value.get("secret_key"), &Value::str("SK"));
         assert_eq!(value.get("created_at"), &Value::str("2026-01-01T00:00:00Z"));
@@ -576,5 +626,31 @@ mod tests {
             assert!(diags[0].detail.contains("1 or 3"), "{}", diags[0].detail);
         }
         assert!(replicas(3.0, false)[0].detail.contains("persistence"));
+    }
+
+    #[test]
+    fn rates_are_whole_numbers_in_the_services_ranges() {
+        let rates = |requests: Option<f64>, bytes: Option<f64>| {
+            let config = QueueServiceState {
+                requests_per_second: requests,
+                bytes_per_second: bytes,
+                ..config("q", 64.0, 512.0)
+            };
+            QueueService.validate(&config).0
+        };
+        assert!(rates(None, None).is_empty());
+        assert!(rates(Some(1.0), Some(1_048_576.0)).is_empty());
+        assert!(rates(Some(100_000.0), Some(1_073_741_824.0)).is_empty());
+        for (requests, bytes, attr) in [
+            (Some(0.0), None, "requests_per_second"),
+            (Some(100_001.0), None, "requests_per_second"),
+            (Some(2.5), None, "requests_per_second"),
+            (None, Some(1_048_575.0), "bytes_per_second"),
+            (None, Some(1e300), "bytes_per_second"),
+        ] {
+            let diags = rates(requests, bytes);
+            assert_eq!(diags.len(), 1, "{requests:?} {bytes:?}");
+            assert_eq!(diags[0].summary, format!("Invalid {attr}"));
+        }
     }
 }

@@ -45,6 +45,8 @@ fn spec_of(view: &QueueServiceView) -> QueueServiceSpec {
         persistence: view.persistence,
         durability: view.durability,
         replicas: view.replicas,
+        requests_per_second: view.requests_per_second,
+        bytes_per_second: view.bytes_per_second,
     }
 }
 
@@ -137,8 +139,8 @@ async fn update(
 }
 
 /// Replace the changeable fields; absent fields take their defaults.
-/// `memoryMB`, `durability` and `replicas` change in place, `storageMB` can only grow,
-/// `persistence` is fixed.
+/// `memoryMB`, `durability`, `replicas`, `requestsPerSecond` and `bytesPerSecond`
+/// change in place, `storageMB` can only grow, `persistence` is fixed.
 #[utoipa::path(put, path = "/api/v1/queue-services/{name}", tag = "queue-services",
     params(("name" = String, Path, description = "Queue service name")),
     request_body = QueueServiceRequest,

@@ -189,6 +189,12 @@ impl Service {
                     ApiError::NotFound("queue".into())
                 }
                 Some("QueueAlreadyExists" | "QueueNameExists") => ApiError::AlreadyExists("queue".into()),
+                // The tenant's own rate through the gateway (its console
+                // or this API spending it beside its clients): a second's
+                // wait refills at least one request.
+                Some("RequestThrottled" | "ThrottlingException") => {
+                    ApiError::TooManyRequests(std::time::Duration::from_secs(1))
+                }
                 // The name is free again 60 s after its queue was deleted.
                 Some("QueueDeletedRecently" | "AWS.SimpleQueueService.QueueDeletedRecently") => {
                     ApiError::Conflict(message.unwrap_or_else(|| "the queue was deleted recently".into()))

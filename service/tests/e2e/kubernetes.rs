@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Secret, Service};
+use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
@@ -166,6 +167,8 @@ impl Cluster {
                 durability: Default::default(),
                 // The test's kubelet runs one engine per StatefulSet.
                 replicas: Some(1),
+                requests_per_second: None,
+                bytes_per_second: None,
             },
         );
         qs.metadata.finalizers = Some(vec![KEEP.into()]);
@@ -188,11 +191,32 @@ impl Cluster {
 
     /// Whether the route publisher marked `tenant`'s QueueService routed.
     async fn routed(&self, tenant: &str) -> bool {
+        self.route(tenant).await.0 == Some(true)
+    }
+
+    /// Where the route publisher says `tenant`'s route stands: `routed`,
+    /// and why it is left out.
+    async fn route(&self, tenant: &str) -> (Option<bool>, Option<String>) {
         let qs = Api::<QueueService>::namespaced(self.client.clone(), &Self::namespace(tenant))
             .get("main")
             .await
             .unwrap();
-        qs.status.and_then(|s| s.routed) == Some(true)
+        let status = qs.status.unwrap_or_default();
+        (status.routed, status.route_left_out)
+    }
+
+    /// Sets `tenant`'s secret key in its Secret, as a hand edit would (as
+    /// `stringData`, which the operator wrote and the stand-in keeps).
+    async fn set_secret_key(&self, tenant: &str, secret_key: &str) {
+        let patch = json!({"stringData": {"secretKey": secret_key}});
+        Api::<Secret>::namespaced(self.client.clone(), &Self::namespace(tenant))
+            .patch(
+                &format!("sqs-creds-{tenant}"),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+            .unwrap();
     }
 
     async fn secret(&self, tenant: &str) -> BTreeMap<String, String> {
@@ -446,6 +470,47 @@ async fn the_kubernetes_path_routes_fences_and_survives_failures() {
     }
     assert_eq!(
         boto3(&gateways[1].0, "b", &keys_b, "send", "b1").await,
+        json!({"ok": "sent"})
+    );
+
+    // A route the gateways cannot use is left out alone: tenant b's Secret
+    // edited by hand (its secret key emptied) takes b's route out, b's
+    // QueueService says why, with a Warning Event, and a is still served.
+    cluster.set_secret_key("b", "").await;
+    eventually(Duration::from_secs(30), "b's route left out, and said so", || async {
+        cluster.route("b").await == (Some(false), Some("an access key is empty".into()))
+    })
+    .await;
+    assert_eq!(
+        boto3(&gateways[0].0, "a", &keys_a, "send", "while b is out").await,
+        json!({"ok": "sent"})
+    );
+    let events = Api::<Event>::namespaced(client.clone(), &Cluster::namespace("b"))
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    let left_out = events
+        .items
+        .iter()
+        .find(|e| e.reason.as_deref() == Some("RouteLeftOut"))
+        .expect("a RouteLeftOut Event on b's QueueService");
+    assert_eq!(left_out.type_.as_deref(), Some("Warning"));
+    assert!(
+        left_out
+            .note
+            .as_deref()
+            .unwrap_or_default()
+            .contains("an access key is empty"),
+        "{left_out:?}"
+    );
+    // Mended, the route comes back and b is routed again.
+    cluster.set_secret_key("b", &keys_b["secretKey"]).await;
+    eventually(Duration::from_secs(30), "b routed again", || async {
+        cluster.route("b").await == (Some(true), None)
+    })
+    .await;
+    assert_eq!(
+        boto3(&gateways[1].0, "b", &keys_b, "send", "b2").await,
         json!({"ok": "sent"})
     );
 

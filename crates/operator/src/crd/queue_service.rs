@@ -9,7 +9,8 @@ use serde::{Deserialize, Serialize};
 use sless_model::ValidationErrors;
 use sless_model::name::{MAX_TENANT_LEN, PATTERN};
 use sless_model::queue_service::{
-    DEFAULT_MEMORY_MB, DEFAULT_STORAGE_MB, Durability, MEMORY_MB, QueueServicePhase, QueueServiceRequest, STORAGE_MB,
+    BYTES_PER_SECOND, DEFAULT_MEMORY_MB, DEFAULT_STORAGE_MB, Durability, MEMORY_MB, QueueServicePhase,
+    QueueServiceRequest, REQUESTS_PER_SECOND, STORAGE_MB,
 };
 
 #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
@@ -58,6 +59,17 @@ pub struct QueueServiceSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(extend("enum" = [1, 3]))]
     pub replicas: Option<u8>,
+    /// SQS requests a second the tenant may make through each gateway;
+    /// over it calls are answered RequestThrottled. Absent: the gateways'
+    /// `--tenant-requests-per-second`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = *REQUESTS_PER_SECOND.start(), max = *REQUESTS_PER_SECOND.end()))]
+    pub requests_per_second: Option<u32>,
+    /// Request body bytes a second the tenant may send through each
+    /// gateway. Absent: the gateways' `--tenant-bytes-per-second`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = *BYTES_PER_SECOND.start(), max = *BYTES_PER_SECOND.end()))]
+    pub bytes_per_second: Option<u64>,
 }
 
 impl QueueServiceSpec {
@@ -69,6 +81,8 @@ impl QueueServiceSpec {
             persistence: Some(self.persistence),
             durability: Some(self.durability),
             replicas: self.replicas.map(i64::from),
+            requests_per_second: self.requests_per_second.map(i64::from),
+            bytes_per_second: self.bytes_per_second.map(|b| i64::try_from(b).unwrap_or(i64::MAX)),
             ..Default::default()
         };
         request.spec_over(Default::default()).map(drop)
@@ -135,10 +149,16 @@ pub struct QueueServiceStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ready_at: Option<Time>,
     /// True once every gateway connected to the control plane routes this
-    /// queue service (set by the leader's route publisher, never unset):
-    /// only then is it Ready to its tenant.
+    /// queue service (set by the leader's route publisher; false again
+    /// while its route is left out): only then is it Ready to its tenant.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub routed: Option<bool>,
+    /// Why the gateways leave this queue service's route out of their
+    /// table (a malformed or shared access key, a token no header takes),
+    /// while they do; its tenant's calls are refused meanwhile. Set by the
+    /// leader's route publisher, with a Warning Event `RouteLeftOut`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub route_left_out: Option<String>,
 }
 
 #[cfg(test)]

@@ -60,19 +60,10 @@ pub fn misplaced(qs: &QueueService) -> Option<String> {
 }
 
 async fn apply(qs: &QueueService, api: &Api<QueueService>, ctx: &Context) -> Result<Action, Error> {
-    let tenant = &qs.spec.tenant_id;
-    let ns = builders::namespace_name(tenant);
+    let ns = builders::namespace_name(&qs.spec.tenant_id);
     let current = qs.status.clone().unwrap_or_default();
     if let Some(reason) = misplaced(qs) {
-        let refused = QueueServiceStatus {
-            phase: Some(QueueServicePhase::Failed),
-            message: Some(reason),
-            ..current.clone()
-        };
-        if refused != current {
-            patch_status(api, qs, &refused).await?;
-        }
-        return Ok(Action::await_change());
+        return refuse(qs, api, &current, reason).await;
     }
     if current.phase.is_none() {
         let accepted = QueueServiceStatus {
@@ -82,26 +73,58 @@ async fn apply(qs: &QueueService, api: &Api<QueueService>, ctx: &Context) -> Res
         };
         patch_status(api, qs, &accepted).await?;
     }
-    let client = &ctx.client;
+    ensure_namespace(qs, ctx).await?;
+    ensure_secret(qs, ctx, &ns).await?;
+    let config = with_tls(qs, ctx, &ns).await?;
+    let rollout = apply_objects(qs, ctx, &config, &ns).await?;
+    report(qs, api, ctx, &current, rollout, &config).await
+}
+
+/// A queue service this operator will not serve: Failed with `reason`,
+/// until it changes.
+async fn refuse(
+    qs: &QueueService,
+    api: &Api<QueueService>,
+    current: &QueueServiceStatus,
+    reason: String,
+) -> Result<Action, Error> {
+    let refused = QueueServiceStatus {
+        phase: Some(QueueServicePhase::Failed),
+        message: Some(reason),
+        ..current.clone()
+    };
+    if refused != *current {
+        patch_status(api, qs, &refused).await?;
+    }
+    Ok(Action::await_change())
+}
+
+/// The tenant's namespace, where this operator makes them (it may exist
+/// already: the tenant's functions live there).
+async fn ensure_namespace(qs: &QueueService, ctx: &Context) -> Result<(), Error> {
+    if !ctx.config.create_namespaces {
+        return Ok(());
+    }
     let create = PostParams {
         field_manager: Some(FIELD_MANAGER.into()),
         ..Default::default()
     };
-    // The tenant's namespace may exist already (its functions live there).
-    if ctx.config.create_namespaces {
-        match Api::<Namespace>::all(client.clone())
-            .create(&create, &builders::namespace(qs))
-            .await
-        {
-            Ok(_) => {}
-            Err(kube::Error::Api(e)) if e.code == 409 => {}
-            Err(e) => return Err(e.into()),
-        }
+    match Api::<Namespace>::all(ctx.client.clone())
+        .create(&create, &builders::namespace(qs))
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
     }
-    ensure_secret(qs, ctx, &ns).await?;
-    // TLS is on while the SQS host's certificate exists: then its copy
-    // goes to the tenant's namespace and the endpoint says https.
-    let tls_source = match &ctx.config.sqs_tls_secret {
+}
+
+/// The configuration this queue service is built with: TLS is on while the
+/// SQS host's certificate exists, and then its copy is in the tenant's
+/// namespace and the endpoint says https.
+async fn with_tls(qs: &QueueService, ctx: &Context, ns: &str) -> Result<OperatorConfig, Error> {
+    let client = &ctx.client;
+    let source = match &ctx.config.sqs_tls_secret {
         Some(name) => Api::<Secret>::namespaced(client.clone(), &ctx.config.sqs_tls_namespace)
             .get_opt(name)
             .await?
@@ -112,29 +135,34 @@ async fn apply(qs: &QueueService, api: &Api<QueueService>, ctx: &Context) -> Res
             }),
         None => None,
     };
-    if ctx.config.sqs_tls_secret.is_some() && tls_source.is_none() {
+    if ctx.config.sqs_tls_secret.is_some() && source.is_none() {
         tracing::warn!(
             secret = ?ctx.config.sqs_tls_secret,
             namespace = %ctx.config.sqs_tls_namespace,
             "the SQS host's TLS Secret is missing: endpoints are plain http until it exists"
         );
     }
-    let config = OperatorConfig {
-        sqs_tls_secret: tls_source.as_ref().and(ctx.config.sqs_tls_secret.clone()),
-        ..ctx.config.clone()
-    };
-    let config = &config;
-    match &tls_source {
+    match &source {
         Some(source) => {
             objects::apply(
-                &Api::<Secret>::namespaced(client.clone(), &ns),
+                &Api::<Secret>::namespaced(client.clone(), ns),
                 &builders::tls_secret(qs, source),
             )
             .await?;
         }
-        None => objects::delete::<Secret>(client, &ns, &builders::tls_secret_name(tenant)).await?,
+        None => objects::delete::<Secret>(client, ns, &builders::tls_secret_name(&qs.spec.tenant_id)).await?,
     }
-    let sets = Api::<StatefulSet>::namespaced(client.clone(), &ns);
+    Ok(OperatorConfig {
+        sqs_tls_secret: source.and(ctx.config.sqs_tls_secret.clone()),
+        ..ctx.config.clone()
+    })
+}
+
+/// The engine and what stands around it (its network policy, Services and
+/// Ingress), applied; where the engine's rollout stands.
+async fn apply_objects(qs: &QueueService, ctx: &Context, config: &OperatorConfig, ns: &str) -> Result<Rollout, Error> {
+    let client = &ctx.client;
+    let sets = Api::<StatefulSet>::namespaced(client.clone(), ns);
     let existing = sets.get_opt(builders::STATEFUL_SET).await?;
     // The fence before the engine: only gateways reach it. Replicas that
     // still run (three being lowered to one) keep reaching each other.
@@ -144,28 +172,38 @@ async fn apply(qs: &QueueService, api: &Api<QueueService>, ctx: &Context) -> Res
         .and_then(|set| set.spec.as_ref()?.replicas)
         .map_or(0, |r| u8::try_from(r).unwrap_or(u8::MAX));
     objects::apply(
-        &Api::<NetworkPolicy>::namespaced(client.clone(), &ns),
+        &Api::<NetworkPolicy>::namespaced(client.clone(), ns),
         &builders::network_policy(qs, config, qs.spec.replicas().max(running)),
     )
     .await?;
-    let rollout = apply_engine(qs, ctx, config, &ns, existing).await?;
-    objects::apply(&Api::<Service>::namespaced(client.clone(), &ns), &builders::service(qs)).await?;
+    let rollout = apply_engine(qs, ctx, config, ns, existing).await?;
+    let services = Api::<Service>::namespaced(client.clone(), ns);
+    objects::apply(&services, &builders::service(qs)).await?;
+    objects::apply(&services, &builders::gateway_service(qs, config)).await?;
     objects::apply(
-        &Api::<Service>::namespaced(client.clone(), &ns),
-        &builders::gateway_service(qs, config),
-    )
-    .await?;
-    objects::apply(
-        &Api::<Ingress>::namespaced(client.clone(), &ns),
+        &Api::<Ingress>::namespaced(client.clone(), ns),
         &builders::ingress(qs, config),
     )
     .await?;
+    Ok(rollout)
+}
 
+/// The status `rollout` gives, written if it changed (with an Event when
+/// the phase did); when to look again.
+async fn report(
+    qs: &QueueService,
+    api: &Api<QueueService>,
+    ctx: &Context,
+    current: &QueueServiceStatus,
+    rollout: Rollout,
+    config: &OperatorConfig,
+) -> Result<Action, Error> {
+    let tenant = &qs.spec.tenant_id;
     let desired = QueueServiceStatus {
         observed_generation: qs.metadata.generation,
-        ..observed_status(&current, rollout, &builders::endpoint(config, tenant), tenant)
+        ..observed_status(current, rollout, &builders::endpoint(config, tenant), tenant)
     };
-    if desired != current {
+    if desired != *current {
         patch_status(api, qs, &desired).await?;
         tracing::info!(name = %qs.name_any(), %tenant, phase = ?desired.phase, "QueueService reconciled");
         if desired.phase != current.phase {
@@ -407,11 +445,20 @@ fn observed_status(current: &QueueServiceStatus, rollout: Rollout, endpoint: &st
         },
         // The route publisher's to set (crate::routes).
         routed: current.routed,
+        route_left_out: current.route_left_out.clone(),
     }
 }
 
+/// Writes `status`, except where the route stands: that is the route
+/// publisher's (crate::routes), and a copy read before its last write must
+/// not undo it.
 async fn patch_status(api: &Api<QueueService>, qs: &QueueService, status: &QueueServiceStatus) -> Result<(), Error> {
-    let patch = serde_json::json!({ "status": status });
+    let ours = QueueServiceStatus {
+        routed: None,
+        route_left_out: None,
+        ..status.clone()
+    };
+    let patch = serde_json::json!({ "status": ours });
     api.patch_status(&qs.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
         .await?;
     Ok(())

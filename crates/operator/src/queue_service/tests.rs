@@ -45,6 +45,8 @@ async fn setup_with(engine: QueueEngine) -> (Api<QueueService>, Arc<Context>) {
             engine,
             durability: Default::default(),
             replicas: None,
+            requests_per_second: None,
+            bytes_per_second: None,
         },
     );
     // Another controller's finalizer is there already. (Adding the first

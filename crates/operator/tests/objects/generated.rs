@@ -32,6 +32,8 @@ fn generated_children_pass_the_kubernetes_schemas() {
             engine: Default::default(),
             durability: Default::default(),
             replicas: None,
+            requests_per_second: None,
+            bytes_per_second: None,
         },
     );
     qs.metadata.namespace = Some("sless-fn-acme".into());

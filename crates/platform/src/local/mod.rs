@@ -135,6 +135,8 @@ fn queue_view(r: QueueRecord, region: &str) -> QueueServiceView {
         persistence: r.spec.persistence,
         durability: r.spec.durability,
         replicas: r.spec.replicas,
+        requests_per_second: r.spec.requests_per_second,
+        bytes_per_second: r.spec.bytes_per_second,
         phase: r.status.status.phase,
         endpoint: r.status.status.endpoint,
         region: region.to_owned(),
@@ -239,15 +241,20 @@ impl LocalPlatform {
     async fn reconcile_all(&self) -> Result<bool, StoreError> {
         let queues: Vec<QueueRecord> = self.store.list(QUEUE_SERVICE, None).await?;
         let backends = self.ensure_engines(&queues).await;
-        self.gateway.publisher.publish(routes::snapshot(queues.iter().map(|q| {
+        // Its own keys make every route sless dev publishes usable; one
+        // left out all the same is logged by the snapshot.
+        let (snapshot, _) = routes::snapshot(queues.iter().map(|q| {
             let backend = backends.get(&q.tenant).and_then(|b| b.as_ref().ok());
             routes::Route {
                 tenant: &q.tenant,
                 backend_address: backend.map(|b| b.address.as_str()),
                 backend_token: backend.map(|b| b.token.as_str()),
                 credentials: &q.status.credentials,
+                requests_per_second: q.spec.requests_per_second,
+                bytes_per_second: q.spec.bytes_per_second,
             }
-        })));
+        }));
+        self.gateway.publisher.publish(snapshot);
         self.learn_route_versions();
         let acked = match self.gateway.control.session(&self.gateway.worker_id).await {
             Ok(session) => session.map_or(0, |s| s.acked_version),

@@ -245,7 +245,7 @@ impl Engine {
 
     /// Whether this engine is a replica that another one leads (it passes
     /// requests on): its answers say so to the gateway (see
-    /// [`server::FOLLOWER`]).
+    /// [`crate::link::FOLLOWER`]).
     pub fn follows(&self) -> bool {
         self.replica.as_ref().is_some_and(raft::Replica::follows)
     }

@@ -30,14 +30,6 @@ const BODY_LIMIT: usize = 8 * 1024 * 1024;
 const LINK_IN_FLIGHT: usize = 1024;
 /// Time for a link's hello once its first byte came.
 const LINK_HELLO_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
-/// The header of an answer from a replica that another one leads (it
-/// passed the request on): a gateway asks another replica first next time,
-/// and so learns the leader. Never passed to clients.
-pub const FOLLOWER: &str = "x-sless-follower";
-/// A link with nothing in flight that sends no frame for this long is
-/// closed. Gateways drop their idle links sooner
-/// ([`crate::gateway::link`]), so they never send into one closing.
-pub const LINK_IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
 /// How long a stopping engine's link waits for the gateway to close its
 /// side after being told the link closes (one that knows no notice never does).
 const LINK_CLOSING: std::time::Duration = std::time::Duration::from_secs(2);
@@ -139,7 +131,9 @@ async fn answer(engine: &Engine, headers: &HeaderMap, path: &str, query: Option<
     let result = engine.handle(&decoded.action, &decoded.input).await;
     let mut response = protocol::respond(decoded.protocol, &decoded.action, result, &id);
     if engine.follows() {
-        response.headers_mut().insert(FOLLOWER, HeaderValue::from_static("1"));
+        response
+            .headers_mut()
+            .insert(link::FOLLOWER, HeaderValue::from_static("1"));
     }
     response
 }
@@ -148,7 +142,7 @@ async fn answer(engine: &Engine, headers: &HeaderMap, path: &str, query: Option<
 /// first byte was NUL: each request in a task of its own, at most
 /// [`LINK_IN_FLIGHT`] at once, every answer through one writer. A hello
 /// without the engine's token is closed at once, before anything else is
-/// allocated for it; a link idle for [`LINK_IDLE_TIMEOUT`] is closed too.
+/// allocated for it; a link idle for [`link::IDLE_TIMEOUT`] is closed too.
 /// At `stop` it closes as [`link`] says: it tells the gateway, answers
 /// what it reads from then on with [`link::closing`], and closes once the
 /// gateway closed its side (or after [`LINK_CLOSING`]) and the requests in
@@ -184,7 +178,7 @@ async fn serve_link(stream: TcpStream, served: Served, mut stop: watch::Receiver
             }
         }
         let frame = tokio::select! {
-            frame = tokio::time::timeout(LINK_IDLE_TIMEOUT, frames.next()) => match frame {
+            frame = tokio::time::timeout(link::IDLE_TIMEOUT, frames.next()) => match frame {
                 Ok(frame) => frame,
                 // Idle: closed unless an answer is still owed.
                 Err(_) if room.available_permits() == LINK_IN_FLIGHT => break,

@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 use sless_runtime::rate::Bucket;
 use sless_runtime::sync::Unpoisoned;
 
-/// What one tenant may send through one gateway; 0 is no limit.
+/// What one tenant may send through one gateway: the gateway's default
+/// (0: no limit), or a queue service's own (0: the default).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::Args)]
 pub struct TenantRates {
     /// SQS requests a second one tenant may make through this gateway,
@@ -37,7 +38,20 @@ pub struct TenantRates {
     pub bytes_per_second: u64,
 }
 
-/// A tenant's buckets, in the order of [`Limiter::limits`]: requests, bytes.
+impl TenantRates {
+    /// These rates, each 0 taking `default`'s.
+    pub fn over(self, default: TenantRates) -> TenantRates {
+        fn or<T: Default + PartialEq>(own: T, default: T) -> T {
+            if own == T::default() { default } else { own }
+        }
+        TenantRates {
+            requests_per_second: or(self.requests_per_second, default.requests_per_second),
+            bytes_per_second: or(self.bytes_per_second, default.bytes_per_second),
+        }
+    }
+}
+
+/// A tenant's buckets, in the order of [`limits`]: requests, bytes.
 type Buckets = [Bucket; 2];
 
 /// The buckets of the tenants this gateway has served: only tenants whose
@@ -68,19 +82,11 @@ impl Limiter {
         }
     }
 
-    /// What a request of `bytes` costs against each limit: its name, its
-    /// rate (0: none) and the cost, in the order of [`Buckets`].
-    fn limits(&self, bytes: usize) -> [(&'static str, u64, f64); 2] {
-        [
-            ("requests", u64::from(self.rates.requests_per_second), 1.0),
-            ("bytes", self.rates.bytes_per_second, bytes as f64),
-        ]
-    }
-
-    /// Takes one request of `bytes` from `tenant`'s buckets at `now`, or
-    /// says which limit holds it back (taking nothing).
-    pub fn admit(&self, tenant: &str, bytes: usize, now: Instant) -> Result<(), Throttled> {
-        let limits = self.limits(bytes);
+    /// Takes one request of `bytes` from `tenant`'s buckets at `now`, at
+    /// the tenant's `own` rates over this gateway's, or says which limit
+    /// holds it back (taking nothing).
+    pub fn admit(&self, tenant: &str, own: TenantRates, bytes: usize, now: Instant) -> Result<(), Throttled> {
+        let limits = limits(own.over(self.rates), bytes);
         if limits.iter().all(|(_, limit, _)| *limit == 0) {
             return Ok(());
         }
@@ -108,7 +114,8 @@ impl Limiter {
         if let Some(buckets) = self.tenants.read_unpoisoned().get(tenant) {
             return buckets.clone();
         }
-        let full = self.limits(0).map(|(_, rate, _)| Bucket::full(rate as f64, now));
+        // Full whatever the rate: a check clamps the tokens to its burst.
+        let full = [Bucket::full(f64::INFINITY, now); 2];
         self.tenants
             .lock_unpoisoned()
             .entry(tenant.to_owned())
@@ -117,9 +124,24 @@ impl Limiter {
     }
 }
 
+/// What a request of `bytes` costs against each of `rates`: its name, its
+/// rate (0: none) and the cost, in the order of [`Buckets`].
+fn limits(rates: TenantRates, bytes: usize) -> [(&'static str, u64, f64); 2] {
+    [
+        ("requests", u64::from(rates.requests_per_second), 1.0),
+        ("bytes", rates.bytes_per_second, bytes as f64),
+    ]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A tenant whose queue service asks for no rates of its own.
+    const GATEWAYS: TenantRates = TenantRates {
+        requests_per_second: 0,
+        bytes_per_second: 0,
+    };
 
     #[test]
     fn each_tenant_has_its_own_requests_and_bytes_a_second() {
@@ -129,36 +151,76 @@ mod tests {
             bytes_per_second: 1000,
         });
         for _ in 0..10 {
-            limiter.admit("a", 10, start).unwrap();
+            limiter.admit("a", GATEWAYS, 10, start).unwrap();
         }
-        let held = limiter.admit("a", 10, start).unwrap_err();
+        let held = limiter.admit("a", GATEWAYS, 10, start).unwrap_err();
         assert_eq!((held.what, held.limit), ("requests", 10));
         assert!(held.to_string().contains("retry in"), "{held}");
-        limiter.admit("b", 10, start).unwrap();
+        limiter.admit("b", GATEWAYS, 10, start).unwrap();
         // A tenth of a second later, one request more.
         let later = start + Duration::from_millis(100);
-        limiter.admit("a", 10, later).unwrap();
-        assert!(limiter.admit("a", 10, later).is_err());
+        limiter.admit("a", GATEWAYS, 10, later).unwrap();
+        assert!(limiter.admit("a", GATEWAYS, 10, later).is_err());
         // Bytes: a body above the burst passes a full bucket, then waits.
-        limiter.admit("c", 5000, start).unwrap();
-        let held = limiter.admit("c", 1, start + Duration::from_secs(1)).unwrap_err();
+        limiter.admit("c", GATEWAYS, 5000, start).unwrap();
+        let held = limiter
+            .admit("c", GATEWAYS, 1, start + Duration::from_secs(1))
+            .unwrap_err();
         assert_eq!(held.what, "bytes");
         // Held back by bytes, the request is not taken: nine more pass.
-        limiter.admit("d", 1000, start).unwrap();
-        assert_eq!(limiter.admit("d", 1, start).unwrap_err().what, "bytes");
+        limiter.admit("d", GATEWAYS, 1000, start).unwrap();
+        assert_eq!(limiter.admit("d", GATEWAYS, 1, start).unwrap_err().what, "bytes");
         let soon = start + Duration::from_millis(2);
         for _ in 0..9 {
-            limiter.admit("d", 0, soon).unwrap();
+            limiter.admit("d", GATEWAYS, 0, soon).unwrap();
         }
-        assert_eq!(limiter.admit("d", 0, soon).unwrap_err().what, "requests");
+        assert_eq!(limiter.admit("d", GATEWAYS, 0, soon).unwrap_err().what, "requests");
     }
 
     #[test]
     fn no_limit_keeps_no_buckets() {
         let limiter = Limiter::default();
         for _ in 0..10_000 {
-            limiter.admit("a", 1 << 20, Instant::now()).unwrap();
+            limiter.admit("a", GATEWAYS, 1 << 20, Instant::now()).unwrap();
         }
         assert!(limiter.tenants.read_unpoisoned().is_empty());
+    }
+
+    #[test]
+    fn a_queue_services_own_rates_replace_the_gateways_each_alone_and_at_once() {
+        let start = Instant::now();
+        let limiter = Limiter::new(TenantRates {
+            requests_per_second: 10,
+            bytes_per_second: 1000,
+        });
+        let own = TenantRates {
+            requests_per_second: 2,
+            bytes_per_second: 0,
+        };
+        for _ in 0..2 {
+            limiter.admit("a", own, 10, start).unwrap();
+        }
+        let held = limiter.admit("a", own, 10, start).unwrap_err();
+        assert_eq!((held.what, held.limit), ("requests", 2));
+        // Its bytes are still the gateway's.
+        limiter.admit("b", own, 2000, start).unwrap();
+        assert_eq!(limiter.admit("b", own, 1, start).unwrap_err().limit, 1000);
+        // Raised, the new rate holds from the next request (the bucket
+        // refills to the new burst as time passes).
+        let raised = TenantRates {
+            requests_per_second: 20,
+            ..own
+        };
+        let later = start + Duration::from_secs(1);
+        for _ in 0..20 {
+            limiter.admit("a", raised, 10, later).unwrap();
+        }
+        assert_eq!(limiter.admit("a", raised, 10, later).unwrap_err().limit, 20);
+        // A gateway with no default limits a queue service that has its own.
+        let open = Limiter::default();
+        open.admit("a", own, 10, start).unwrap();
+        open.admit("a", own, 10, start).unwrap();
+        assert!(open.admit("a", own, 10, start).is_err());
+        assert!(open.admit("b", GATEWAYS, 10, start).is_ok());
     }
 }

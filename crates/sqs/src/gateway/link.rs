@@ -24,7 +24,7 @@ const QUEUED: usize = 1024;
 /// A link unused this long is opened afresh for the next request: half the
 /// time after which the engine closes an idle link, so no request is ever
 /// sent into a link the engine is closing.
-const IDLE: Duration = Duration::from_secs(crate::engine::server::LINK_IDLE_TIMEOUT.as_secs() / 2);
+const IDLE: Duration = Duration::from_secs(crate::link::IDLE_TIMEOUT.as_secs() / 2);
 
 #[derive(Debug, thiserror::Error)]
 pub enum LinkError {

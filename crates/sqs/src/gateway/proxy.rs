@@ -17,7 +17,7 @@ use super::bodies::{BODY_LIMIT, BodyBudget, BodyError};
 use super::counters::{self, Counters};
 use super::limits::Limiter;
 use super::link::{LinkError, Links, Way};
-use super::table::SharedTable;
+use super::table::{RoutingTable, SharedTable};
 use crate::error::SqsError;
 use crate::link::FrameError;
 use crate::protocol::{self, Protocol};
@@ -169,74 +169,45 @@ fn action_of(headers: &HeaderMap, query: Option<&str>, body: &[u8]) -> usize {
         .unwrap_or_else(|| counters::action_index(""))
 }
 
+/// Serves one request: whose it is, its signature, the tenant's rate, its
+/// engine, and the answer passed back.
 pub async fn handle(State(state): State<GatewayState>, request: Request) -> Response {
     let started = std::time::Instant::now();
     let (parts, body) = request.into_parts();
     let protocol = protocol::detect(&parts.headers);
-    let path = parts.uri.path().to_owned();
-    if let Err(e) = check_declared_length(&parts.headers) {
-        return error(protocol, e);
-    }
     let table = state.table.current();
-    let auth = match sigv4::parse_authorization(&parts.headers) {
-        Ok(a) => a,
-        Err(e) => return error(protocol, auth_error(e)),
+    let path = parts.uri.path().to_owned();
+    let claimed = match claimed(&table, &parts.headers, &path) {
+        Ok(claimed) => claimed,
+        Err(e) => return error(protocol, e),
     };
-    let (tenant, rest) = match path.strip_prefix("/sqs/") {
-        Some(after) => after.split_once('/').unwrap_or((after, "")),
-        // Without the /sqs/{tenant} prefix (clients that cannot put a path
-        // in their endpoint, such as kombu's broker URL) the access key
-        // names the tenant; the signature below proves the key.
-        None => match table.keys.get(&auth.access_key) {
-            Some((key_tenant, _)) => (key_tenant.as_str(), path.trim_start_matches('/')),
-            None => return error(protocol, unknown_key()),
-        },
-    };
-    // A key of another tenant is refused exactly like an unknown key.
-    let secret = match table.keys.get(&auth.access_key) {
-        Some((key_tenant, secret)) if key_tenant == tenant => secret,
-        _ => return error(protocol, unknown_key()),
-    };
+    let tenant = claimed.tenant;
     let counters = state.counters.tenant(tenant);
-    let now = i64::try_from(crate::now_ms() / 1000).unwrap_or(i64::MAX);
-    // Everything but the signature is checked before the body is read: an
-    // anonymous client cannot make the gateway hold a body.
-    if let Err(e) = sigv4::check_scope_and_time(&parts.headers, &auth, now) {
-        let action = action_of(&parts.headers, parts.uri.query(), &[]);
-        counters.record(action, OutcomeKind::AuthFailed, started.elapsed());
-        return error(protocol, auth_error(e));
-    }
-    let (body, _room) = match state.bodies.read(tenant, body).await {
-        Ok(read) => read,
-        Err(e) => return body_error(protocol, e),
+    let outcome = |action, kind| counters.record(action, kind, started.elapsed());
+    let (action, body) = match verified(&state, &parts, body, &claimed).await {
+        Ok(verified) => verified,
+        Err(Refused::Auth(action, e)) => {
+            outcome(action, OutcomeKind::AuthFailed);
+            return error(protocol, auth_error(e));
+        }
+        Err(Refused::Body(e)) => return body_error(protocol, e),
     };
-    let action = action_of(&parts.headers, parts.uri.query(), &body);
-    let signed = sigv4::Request {
-        method: parts.method.as_str(),
-        path: &path,
-        query: parts.uri.query(),
-        headers: &parts.headers,
-        body: &body,
-    };
-    if let Err(e) = sigv4::verify(&signed, &auth, secret, now) {
-        counters.record(action, OutcomeKind::AuthFailed, started.elapsed());
-        return error(protocol, auth_error(e));
-    }
-    if let Err(held) = state.limiter.admit(tenant, body.len(), started) {
+    let route = table.routes.get(tenant);
+    let own = route.map(|r| r.rates).unwrap_or_default();
+    if let Err(held) = state.limiter.admit(tenant, own, body.len(), started) {
         counters.throttled.fetch_add(1, Ordering::Relaxed);
-        counters.record(action, OutcomeKind::ClientError, started.elapsed());
+        outcome(action, OutcomeKind::ClientError);
         return error(protocol, SqsError::request_throttled(held.to_string()));
     }
-    let Some(route) = table.routes.get(tenant).filter(|r| !r.members.is_empty()) else {
-        counters.record(action, OutcomeKind::BackendError, started.elapsed());
+    let Some(route) = route.filter(|r| !r.members.is_empty()) else {
+        outcome(action, OutcomeKind::BackendError);
         return error(protocol, SqsError::unavailable("The queue service is not ready yet."));
     };
     counters.requests.fetch_add(1, Ordering::Relaxed);
-    counters.in_flight.fetch_add(1, Ordering::Relaxed);
     counters
         .bytes_in
         .fetch_add(i64::try_from(body.len()).unwrap_or(i64::MAX), Ordering::Relaxed);
-    let target = engine_target(rest, parts.uri.query());
+    let target = engine_target(claimed.rest, parts.uri.query());
     let asked = Asked {
         token: route.token.as_ref(),
         target: &target,
@@ -244,18 +215,108 @@ pub async fn handle(State(state): State<GatewayState>, request: Request) -> Resp
         headers: &parts.headers,
         body,
     };
-    let result = match tokio::time::timeout(
-        BACKEND_TIMEOUT,
-        across(&state, &route.members, read_only(protocol, action), &asked),
-    )
-    .await
-    {
+    counters.in_flight.fetch_add(1, Ordering::Relaxed);
+    let result = ask_engine(&state, &route.members, read_only(protocol, action), &asked).await;
+    counters.in_flight.fetch_sub(1, Ordering::Relaxed);
+    let (kind, response) = answer(protocol, tenant, result, &counters);
+    outcome(action, kind);
+    response
+}
+
+/// Whose a request says it is, before its body is read: the tenant (from
+/// the `/sqs/{tenant}` prefix, or else its access key), the path's rest, and
+/// the secret of its key.
+struct Claimed<'a> {
+    tenant: &'a str,
+    rest: &'a str,
+    auth: sigv4::Authorization,
+    secret: &'a str,
+}
+
+fn claimed<'a>(table: &'a RoutingTable, headers: &HeaderMap, path: &'a str) -> Result<Claimed<'a>, SqsError> {
+    check_declared_length(headers)?;
+    let auth = sigv4::parse_authorization(headers).map_err(auth_error)?;
+    let (tenant, rest) = match path.strip_prefix("/sqs/") {
+        Some(after) => after.split_once('/').unwrap_or((after, "")),
+        // Without the /sqs/{tenant} prefix (clients that cannot put a path
+        // in their endpoint, such as kombu's broker URL) the access key
+        // names the tenant; the signature proves the key later.
+        None => match table.keys.get(&auth.access_key) {
+            Some((key_tenant, _)) => (key_tenant.as_str(), path.trim_start_matches('/')),
+            None => return Err(unknown_key()),
+        },
+    };
+    // A key of another tenant is refused exactly like an unknown key.
+    match table.keys.get(&auth.access_key) {
+        Some((key_tenant, secret)) if key_tenant == tenant => Ok(Claimed {
+            tenant,
+            rest,
+            auth,
+            secret,
+        }),
+        _ => Err(unknown_key()),
+    }
+}
+
+/// Why a claimed request goes no further.
+enum Refused {
+    /// Its signature, scope or time is wrong (the action, for counting).
+    Auth(usize, AuthError),
+    Body(BodyError),
+}
+
+/// The request's action and body once its signature is verified.
+/// Everything but the signature is checked before the body is read: an
+/// anonymous client cannot make the gateway hold a body.
+async fn verified(
+    state: &GatewayState,
+    parts: &axum::http::request::Parts,
+    body: Body,
+    claimed: &Claimed<'_>,
+) -> Result<(usize, Bytes), Refused> {
+    let now = i64::try_from(crate::now_ms() / 1000).unwrap_or(i64::MAX);
+    if let Err(e) = sigv4::check_scope_and_time(&parts.headers, &claimed.auth, now) {
+        return Err(Refused::Auth(action_of(&parts.headers, parts.uri.query(), &[]), e));
+    }
+    let (body, _room) = state.bodies.read(claimed.tenant, body).await.map_err(Refused::Body)?;
+    let action = action_of(&parts.headers, parts.uri.query(), &body);
+    let signed = sigv4::Request {
+        method: parts.method.as_str(),
+        path: parts.uri.path(),
+        query: parts.uri.query(),
+        headers: &parts.headers,
+        body: &body,
+    };
+    match sigv4::verify(&signed, &claimed.auth, claimed.secret, now) {
+        Ok(()) => Ok((action, body)),
+        Err(e) => Err(Refused::Auth(action, e)),
+    }
+}
+
+/// The engine's answer to `asked`, from the replicas in `members`, within
+/// [`BACKEND_TIMEOUT`].
+async fn ask_engine(
+    state: &GatewayState,
+    members: &[String],
+    read_only: bool,
+    asked: &Asked<'_>,
+) -> Result<(StatusCode, Response, i64), ForwardError> {
+    match tokio::time::timeout(BACKEND_TIMEOUT, across(state, members, read_only, asked)).await {
         Ok(Ok((status, headers, bytes))) => Ok(relay(status, &headers, bytes)),
         Ok(Err(e)) => Err(e),
         Err(_) => Err(ForwardError::Timeout(BACKEND_TIMEOUT)),
-    };
-    counters.in_flight.fetch_sub(1, Ordering::Relaxed);
-    match result {
+    }
+}
+
+/// What the client gets for the engine's answer (or its absence), and how
+/// the outcome counts.
+fn answer(
+    protocol: Protocol,
+    tenant: &str,
+    result: Result<(StatusCode, Response, i64), ForwardError>,
+    counters: &counters::TenantCounters,
+) -> (OutcomeKind, Response) {
+    let (kind, response) = match result {
         Ok((status, response, len)) => {
             counters.bytes_out.fetch_add(len, Ordering::Relaxed);
             let kind = if status.is_success() {
@@ -265,34 +326,28 @@ pub async fn handle(State(state): State<GatewayState>, request: Request) -> Resp
             } else {
                 OutcomeKind::BackendError
             };
-            if !status.is_success() {
-                counters.errors.fetch_add(1, Ordering::Relaxed);
-            }
-            counters.record(action, kind, started.elapsed());
-            response
+            (kind, response)
         }
         // A request too long for the link: the client's, not the engine's.
         Err(ForwardError::Frame(e)) => {
-            counters.errors.fetch_add(1, Ordering::Relaxed);
-            counters.record(action, OutcomeKind::ClientError, started.elapsed());
             let refused = match e {
                 FrameError::FieldTooLong(what) => {
                     SqsError::invalid_parameter_value(format!("The request's {what} is too long."))
                 }
                 _ => too_long(),
             };
-            error(protocol, refused)
+            (OutcomeKind::ClientError, error(protocol, refused))
         }
         Err(e) => {
-            counters.errors.fetch_add(1, Ordering::Relaxed);
-            counters.record(action, OutcomeKind::BackendError, started.elapsed());
             tracing::warn!(tenant, error = %e, "queue engine unreachable");
-            error(
-                protocol,
-                SqsError::unavailable("The queue service is unavailable; retry."),
-            )
+            let unavailable = SqsError::unavailable("The queue service is unavailable; retry.");
+            (OutcomeKind::BackendError, error(protocol, unavailable))
         }
+    };
+    if kind != OutcomeKind::Ok {
+        counters.errors.fetch_add(1, Ordering::Relaxed);
     }
+    (kind, response)
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -356,7 +411,7 @@ fn read_only(protocol: Protocol, action: usize) -> bool {
 /// gateway asks first: the one that last answered as the leader, or the
 /// one after a replica that answered as a follower. So the gateway learns
 /// the leader from the replicas' answers (see
-/// [`crate::engine::server::FOLLOWER`]) within a request or two of a
+/// [`crate::link::FOLLOWER`]) within a request or two of a
 /// failover, and each request reaches it without the follower's hop.
 #[derive(Clone, Default)]
 pub struct Leaders(Arc<std::sync::Mutex<HashMap<String, usize>>>);
@@ -412,7 +467,7 @@ async fn across(
         match answer {
             Ok(answer) => {
                 if members.len() > 1 {
-                    let follower = answer.1.contains_key(crate::engine::server::FOLLOWER);
+                    let follower = answer.1.contains_key(crate::link::FOLLOWER);
                     state.leaders.learn(members, at, follower);
                 }
                 return Ok(answer);

@@ -5,7 +5,7 @@
 use sless_controlplane::proto::{AccessKey, RoutingSnapshot, TenantRoute};
 use sless_model::queue_service::Credentials;
 
-use super::table::usable;
+use super::table::{InvalidRoute, usable};
 
 /// One tenant's route: where its queue engine listens (if it runs) and the
 /// keys that may sign its requests.
@@ -15,12 +15,15 @@ pub struct Route<'a> {
     /// The secret the engine expects from the gateway.
     pub backend_token: Option<&'a str>,
     pub credentials: &'a Credentials,
+    /// The queue service's own rates; `None`: the gateway's default.
+    pub requests_per_second: Option<u32>,
+    pub bytes_per_second: Option<u64>,
 }
 
-/// The snapshot of the routes a gateway can use: one it could not (a
-/// malformed key, a tenant named twice) is logged and left out, so that it
-/// never holds back the other tenants' routes.
-pub fn snapshot<'a>(routes: impl IntoIterator<Item = Route<'a>>) -> RoutingSnapshot {
+/// The snapshot of the routes a gateway can use, and those it could not
+/// (a malformed key, a tenant named twice), logged and left out so that
+/// they never hold back the other tenants' routes.
+pub fn snapshot<'a>(routes: impl IntoIterator<Item = Route<'a>>) -> (RoutingSnapshot, Vec<InvalidRoute>) {
     let routes = routes
         .into_iter()
         .map(|r| TenantRoute {
@@ -31,13 +34,15 @@ pub fn snapshot<'a>(routes: impl IntoIterator<Item = Route<'a>>) -> RoutingSnaps
                 access_key_id: r.credentials.access_key.clone(),
                 secret_access_key: r.credentials.secret_key.clone(),
             }],
+            requests_per_second: r.requests_per_second.unwrap_or_default(),
+            bytes_per_second: r.bytes_per_second.unwrap_or_default(),
         })
         .collect();
     let (routes, left_out) = usable(routes);
-    for route in left_out {
+    for route in &left_out {
         tracing::warn!(tenant = %route.tenant, reason = %route.reason, "route left out of the routing table");
     }
-    RoutingSnapshot { routes }
+    (RoutingSnapshot { routes }, left_out)
 }
 
 #[cfg(test)]
@@ -54,25 +59,36 @@ mod tests {
     #[test]
     fn one_route_per_tenant_with_its_keys() {
         let (creds, others) = (keys("SQSAKa_12345678", "secret"), keys("SQSAKb_12345678", "secret"));
-        let table = snapshot([
+        let (table, left_out) = snapshot([
             Route {
                 tenant: "a",
                 backend_address: Some("127.0.0.1:9324"),
                 backend_token: Some("t0k3n"),
                 credentials: &creds,
+                requests_per_second: Some(50),
+                bytes_per_second: None,
             },
             Route {
                 tenant: "b",
                 backend_address: None,
                 backend_token: None,
                 credentials: &others,
+                requests_per_second: None,
+                bytes_per_second: None,
             },
         ]);
         assert_eq!(table.routes.len(), 2);
+        assert!(left_out.is_empty());
         assert_eq!(table.routes[0].backend_address, "127.0.0.1:9324");
         assert_eq!(table.routes[0].backend_token, "t0k3n");
         assert_eq!(table.routes[1].backend_address, "", "not provisioned yet");
         assert_eq!(table.routes[0].keys[0].access_key_id, "SQSAKa_12345678");
+        // The queue service's own rates; 0 where it has none (the gateway's).
+        assert_eq!(
+            (table.routes[0].requests_per_second, table.routes[0].bytes_per_second),
+            (50, 0)
+        );
+        assert_eq!(table.routes[1].requests_per_second, 0);
     }
 
     /// A queue service whose keys are broken (a Secret edited by hand) is
@@ -80,21 +96,27 @@ mod tests {
     #[test]
     fn a_bad_route_does_not_hold_back_the_others() {
         let (good, broken) = (keys("SQSAKa_12345678", "secret"), keys("SQSAKb_12345678", ""));
-        let table = snapshot([
+        let (table, left_out) = snapshot([
             Route {
                 tenant: "a",
                 backend_address: Some("127.0.0.1:9324"),
                 backend_token: None,
                 credentials: &good,
+                requests_per_second: None,
+                bytes_per_second: None,
             },
             Route {
                 tenant: "b",
                 backend_address: Some("127.0.0.1:9325"),
                 backend_token: None,
                 credentials: &broken,
+                requests_per_second: None,
+                bytes_per_second: None,
             },
         ]);
         let tenants: Vec<&str> = table.routes.iter().map(|r| r.tenant.as_str()).collect();
         assert_eq!(tenants, ["a"]);
+        assert_eq!(left_out[0].tenant, "b");
+        assert_eq!(left_out[0].reason, "an access key is empty");
     }
 }

@@ -8,6 +8,7 @@ use sless_controlplane::model::SnapshotId;
 use sless_controlplane::proto::{RoutingSnapshot, TenantRoute};
 use sless_runtime::sync::Unpoisoned;
 
+use super::limits::TenantRates;
 // The longest engine token accepted is what a link's hello carries.
 use crate::link::MAX_TOKEN;
 
@@ -19,6 +20,8 @@ pub struct Route {
     pub members: Vec<String>,
     /// What the engine expects in `x-sless-engine-token`, if anything.
     pub token: Option<axum::http::HeaderValue>,
+    /// The tenant's own rates through this gateway; 0: the gateway's.
+    pub rates: TenantRates,
 }
 
 #[derive(Debug, Default)]
@@ -135,7 +138,11 @@ impl RoutingTable {
             let token = Some(route.backend_token)
                 .filter(|t| !t.is_empty())
                 .and_then(|t| axum::http::HeaderValue::from_str(&t).ok());
-            table.routes.insert(route.tenant, Route { members, token });
+            let rates = TenantRates {
+                requests_per_second: route.requests_per_second,
+                bytes_per_second: route.bytes_per_second,
+            };
+            table.routes.insert(route.tenant, Route { members, token, rates });
         }
         (table, left_out)
     }

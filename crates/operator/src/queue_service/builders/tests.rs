@@ -41,6 +41,8 @@ fn with_engine(namespace: &str, persistence: bool, engine: QueueEngine) -> Queue
             engine,
             durability: Default::default(),
             replicas: Some(1),
+            requests_per_second: None,
+            bytes_per_second: None,
         },
     );
     qs.metadata.namespace = Some(namespace.into());
