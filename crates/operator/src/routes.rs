@@ -316,19 +316,18 @@ async fn mark_routes(
     let mut waiting = false;
     for qs in queues.iter().filter(|q| q.metadata.deletion_timestamp.is_none()) {
         let tenant = &qs.spec.tenant_id;
-        let status = qs.status.clone().unwrap_or_default();
+        let status = qs.status.as_ref();
+        let then = (
+            status.and_then(|s| s.routed),
+            status.and_then(|s| s.route_left_out.as_ref()),
+        );
         let reason = left_out.get(tenant);
-        let (now, then) = match reason {
-            Some(reason) => (
-                (Some(false), Some(reason)),
-                (status.routed, status.route_left_out.as_ref()),
-            ),
-            None if status.routed == Some(true) || routed(tenant) => {
-                ((Some(true), None), (status.routed, status.route_left_out.as_ref()))
-            }
+        let now = match reason {
+            Some(reason) => (Some(false), Some(reason)),
+            None if then.0 == Some(true) || routed(tenant) => (Some(true), None),
             None => {
                 waiting = true;
-                ((status.routed, None), (status.routed, status.route_left_out.as_ref()))
+                (then.0, None)
             }
         };
         if now == then {
